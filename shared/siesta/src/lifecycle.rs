@@ -1,0 +1,188 @@
+//! The run lifecycle as a pure transition function.
+//!
+//! `pending → running → waiting → running → … → completed | failed | cancelled`, plus
+//! `parked` for runs that need an operator. Every status change the engine or the API
+//! makes is first asked of [`decide`]; the write that follows is conditioned on the
+//! run's version, so two writers cannot both apply a transition from the same state.
+
+use crate::model::RunStatus;
+
+/// Something that moves a run between statuses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LifecycleEvent {
+    /// An engine takes the run's lease (a running run only when its lease lapsed).
+    Claim,
+    /// Every branch is suspended on a wait.
+    Suspend,
+    /// The time budget was spent; the run continues in a new invocation.
+    Yield,
+    /// The workflow returned a value.
+    Complete,
+    /// The workflow returned an error.
+    Fail,
+    /// The run needs an operator.
+    Park,
+    /// Cancellation is asked for while the run is leased; the holder will honour it.
+    RequestCancel,
+    /// The run is cancelled: at once when not running, at a boundary when running.
+    Cancel,
+    /// An operator lets a parked run continue.
+    Resume,
+}
+
+/// Why a transition is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Rejected {
+    /// The run is finished; nothing changes it any more.
+    #[error("the run is already {0}")]
+    Finished(RunStatus),
+    /// The event makes no sense in this status.
+    #[error("{event:?} is not allowed while the run is {from}")]
+    NotAllowed {
+        /// The current status.
+        from: RunStatus,
+        /// The refused event.
+        event: LifecycleEvent,
+    },
+}
+
+/// The status a run in `from` moves to on `event`, or why it cannot.
+pub fn decide(from: RunStatus, event: LifecycleEvent) -> Result<RunStatus, Rejected> {
+    use LifecycleEvent as E;
+    use RunStatus as S;
+    if from.is_finished() {
+        return Err(Rejected::Finished(from));
+    }
+    let next = match (from, event) {
+        (S::Pending | S::Waiting | S::Running, E::Claim) => S::Running,
+        (S::Running, E::Suspend) => S::Waiting,
+        (S::Running, E::Yield) => S::Pending,
+        (S::Running, E::Complete) => S::Completed,
+        (S::Running, E::Fail) => S::Failed,
+        (S::Running, E::Park) => S::Parked,
+        (S::Running, E::RequestCancel) => S::Running,
+        (S::Pending | S::Running | S::Waiting | S::Parked, E::Cancel) => S::Cancelled,
+        (S::Parked, E::Resume) => S::Pending,
+        (from, event) => return Err(Rejected::NotAllowed { from, event }),
+    };
+    Ok(next)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use LifecycleEvent as E;
+    use RunStatus as S;
+
+    const EVENTS: [LifecycleEvent; 9] = [
+        E::Claim,
+        E::Suspend,
+        E::Yield,
+        E::Complete,
+        E::Fail,
+        E::Park,
+        E::RequestCancel,
+        E::Cancel,
+        E::Resume,
+    ];
+
+    /// The whole table, every status × every event, written out by hand: `None` is a
+    /// rejection.
+    fn expected(from: RunStatus, event: LifecycleEvent) -> Option<RunStatus> {
+        let row: [Option<RunStatus>; 9] = match from {
+            //                 Claim          Suspend          Yield            Complete           Fail            Park            RequestCancel   Cancel             Resume
+            S::Pending => [
+                Some(S::Running),
+                None,
+                None,
+                None,
+                None,
+                None,
+                None,
+                Some(S::Cancelled),
+                None,
+            ],
+            S::Running => [
+                Some(S::Running),
+                Some(S::Waiting),
+                Some(S::Pending),
+                Some(S::Completed),
+                Some(S::Failed),
+                Some(S::Parked),
+                Some(S::Running),
+                Some(S::Cancelled),
+                None,
+            ],
+            S::Waiting => [
+                Some(S::Running),
+                None,
+                None,
+                None,
+                None,
+                None,
+                None,
+                Some(S::Cancelled),
+                None,
+            ],
+            S::Parked => [
+                None,
+                None,
+                None,
+                None,
+                None,
+                None,
+                None,
+                Some(S::Cancelled),
+                Some(S::Pending),
+            ],
+            S::Completed | S::Failed | S::Cancelled => [None; 9],
+        };
+        let i = EVENTS.iter().position(|e| *e == event).unwrap();
+        row[i]
+    }
+
+    #[test]
+    fn transition_table_is_exactly_as_specified() {
+        for from in S::ALL {
+            for event in EVENTS {
+                let got = decide(from, event);
+                match expected(from, event) {
+                    Some(next) => assert_eq!(got, Ok(next), "{from} on {event:?}"),
+                    None => assert!(
+                        got.is_err(),
+                        "{from} on {event:?} should be rejected, got {got:?}"
+                    ),
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn finished_runs_reject_everything_as_finished() {
+        for from in [S::Completed, S::Failed, S::Cancelled] {
+            for event in EVENTS {
+                assert_eq!(decide(from, event), Err(Rejected::Finished(from)));
+            }
+        }
+    }
+
+    #[test]
+    fn every_unfinished_run_can_be_cancelled() {
+        for from in S::ALL.into_iter().filter(|s| !s.is_finished()) {
+            assert_eq!(decide(from, E::Cancel), Ok(S::Cancelled));
+        }
+    }
+
+    #[test]
+    fn only_a_running_run_can_finish() {
+        for from in S::ALL {
+            for event in [E::Complete, E::Fail, E::Park, E::Suspend, E::Yield] {
+                assert_eq!(
+                    decide(from, event).is_ok(),
+                    from == S::Running,
+                    "{from} on {event:?}"
+                );
+            }
+        }
+    }
+}

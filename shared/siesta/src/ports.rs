@@ -1,0 +1,382 @@
+//! The ports: what the engine needs from storage, queues and blobs.
+//!
+//! Each operation that must be atomic maps onto exactly one DynamoDB conditional write
+//! or one `TransactWriteItems` (≤ 100 items), one S3 conditional put, or one SQS
+//! message. The contract of each method says which, and every backend (the embedded
+//! SQLite one, the AWS one) honours it; `siesta-conformance` checks that they do.
+//!
+//! Conditions that fail are [`StoreError::Conflict`] carrying the run as it is now, so
+//! the caller can tell a lost lease (the epoch moved on) from a concurrent delivery (only
+//! the version moved on). Throttling, 5xx and timeouts are [`StoreError::Unavailable`]:
+//! the outcome may be unknown, and the engine resolves it by re-reading, never by
+//! writing again blindly.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+use crate::model::*;
+use crate::time::Timestamp;
+
+/// What a storage backend can report.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// A condition failed (stale version, lost lease, closed callback...). Carries the
+    /// run as it is now, when there is one.
+    #[error("conflict: the run changed under this writer")]
+    Conflict(Option<Box<Run>>),
+    /// The thing addressed does not exist (for this tenant).
+    #[error("not found")]
+    NotFound,
+    /// An item with this key already exists.
+    #[error("already exists")]
+    AlreadyExists,
+    /// The callback or run no longer accepts this (closed, timed out, finished).
+    #[error("gone: {0}")]
+    Gone(String),
+    /// Throttled, unavailable or timed out; trying again may work, and a write may or
+    /// may not have been applied.
+    #[error("storage unavailable: {0}")]
+    Unavailable(String),
+    /// The request itself is wrong (too large, malformed); retrying will not help.
+    #[error("invalid request: {0}")]
+    Invalid(String),
+}
+
+impl StoreError {
+    /// Whether a retry of the same call might succeed.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, StoreError::Unavailable(_))
+    }
+}
+
+/// A claim request: take the run's lease.
+#[derive(Debug, Clone)]
+pub struct Claim {
+    /// The claiming invocation.
+    pub owner: String,
+    /// The claim's time (lease expiry is compared against it).
+    pub now: Timestamp,
+    /// When the new lease lapses.
+    pub expires_at: Timestamp,
+}
+
+/// One atomic checkpoint written by the lease holder: the run as it is after the
+/// write, plus everything that changed with it.
+///
+/// Maps onto one `TransactWriteItems`: the run item (condition: `version =
+/// expected_version` and, when `epoch` is set, `lease.epoch = epoch`), the journal
+/// entries, the timeline events (condition: not already there), the callback index
+/// records, the tool-call records, child runs (condition: not already there) and the
+/// delivery to a parent run. Callers keep it under 100 items.
+#[derive(Debug, Clone)]
+pub struct Checkpoint {
+    /// The run after this write; its `version` is `expected_version + 1`.
+    pub run: Run,
+    /// The version the writer read.
+    pub expected_version: u64,
+    /// The writer's fencing epoch; `None` for writes made without a lease (cancelling
+    /// a waiting run), which the version condition alone guards.
+    pub epoch: Option<FencingEpoch>,
+    /// Journal entries to insert or replace.
+    pub journal: Vec<JournalEntry>,
+    /// Timeline events to append; their `seq` run on from the stored `timeline_seq` and
+    /// `run.timeline_seq` is the last of them.
+    pub timeline: Vec<TimelineEvent>,
+    /// Callback index records to insert or replace.
+    pub callbacks: Vec<CallbackRecord>,
+    /// Tool-call records to insert or replace.
+    pub tool_calls: Vec<ToolCallRecord>,
+    /// Child runs to create, each with its first timeline event.
+    pub child_runs: Vec<(Run, TimelineEvent)>,
+    /// A delivery to the parent run, when this run finishes as a child.
+    pub parent_delivery: Option<NewDelivery>,
+}
+
+impl Checkpoint {
+    /// A checkpoint that writes `run` and nothing else.
+    pub fn new(run: Run, expected_version: u64, epoch: Option<FencingEpoch>) -> Self {
+        Checkpoint {
+            run,
+            expected_version,
+            epoch,
+            journal: Vec::new(),
+            timeline: Vec::new(),
+            callbacks: Vec::new(),
+            tool_calls: Vec::new(),
+            child_runs: Vec::new(),
+            parent_delivery: None,
+        }
+    }
+
+    /// How many items the write touches (DynamoDB allows 100 per transaction).
+    pub fn item_count(&self) -> usize {
+        1 + self.journal.len()
+            + self.timeline.len()
+            + self.callbacks.len()
+            + self.tool_calls.len()
+            + self.child_runs.len() * 2
+            + self.parent_delivery.as_ref().map_or(0, |_| 3)
+    }
+}
+
+/// A delivery to store: the store assigns its `seq` and its timeline event's `seq`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NewDelivery {
+    /// Dedup id.
+    pub id: DeliveryId,
+    /// The owning tenant.
+    pub tenant: TenantId,
+    /// The run it is for.
+    pub run_id: RunId,
+    /// What it is.
+    pub body: DeliveryBody,
+    /// When it was received.
+    pub received_at: Timestamp,
+    /// The timeline event that records it (its `seq` is assigned by the store).
+    pub event: TimelineEvent,
+}
+
+/// What [`RunStore::deliver`] did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum DeliverOutcome {
+    /// Stored; the run after the write (its `due_at` now, when it was waiting).
+    Accepted(Box<Run>),
+    /// A delivery with this id was already stored; nothing changed.
+    Duplicate,
+}
+
+/// A run's journal and deliveries, as loaded for replay.
+#[derive(Debug, Clone, Default)]
+pub struct History {
+    /// Every journal entry.
+    pub journal: Vec<JournalEntry>,
+    /// Every delivery, in `seq` order.
+    pub deliveries: Vec<Delivery>,
+}
+
+/// Filters for listing a tenant's runs.
+#[derive(Debug, Clone, Default)]
+pub struct RunFilter {
+    /// Only runs in this status.
+    pub status: Option<RunStatus>,
+    /// Only runs of this workflow.
+    pub workflow: Option<String>,
+}
+
+/// One page of runs, newest first.
+#[derive(Debug, Clone, Default)]
+pub struct RunPage {
+    /// The runs.
+    pub runs: Vec<Run>,
+    /// Pass back to get the next page; `None` on the last page.
+    pub next_cursor: Option<String>,
+}
+
+/// A run that the due index says needs attention.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DueRun {
+    /// The owning tenant.
+    pub tenant: TenantId,
+    /// The run.
+    pub run_id: RunId,
+    /// When it fell due.
+    pub due_at: Timestamp,
+}
+
+/// Durable storage of runs and everything that belongs to them.
+#[async_trait]
+pub trait RunStore: Send + Sync + 'static {
+    /// Create `run` with its first timeline event (`seq` 1).
+    /// One `TransactWriteItems`, conditioned on the run not existing:
+    /// [`StoreError::AlreadyExists`] if it does.
+    async fn create_run(&self, run: &Run, started: &TimelineEvent) -> Result<(), StoreError>;
+
+    /// The run, if it exists for this tenant. One `GetItem`.
+    async fn get_run(&self, tenant: &TenantId, run_id: &RunId) -> Result<Option<Run>, StoreError>;
+
+    /// Take the run's lease. One conditional `UpdateItem`: the run is pending, running
+    /// or waiting, and has no lease live at `claim.now`. Sets the lease (owner, expiry,
+    /// epoch + 1), `epoch` + 1, status running, `due_at` = the lease expiry (so a crashed
+    /// holder is found by the sweep), `version` + 1; returns the run after the write.
+    /// [`StoreError::Conflict`] with the current run if a condition fails,
+    /// [`StoreError::NotFound`] if there is no run.
+    async fn claim(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+        claim: &Claim,
+    ) -> Result<Run, StoreError>;
+
+    /// Extend the lease granted with `epoch` until `expires_at` (and `due_at` with it),
+    /// without changing `version`. One conditional `UpdateItem` on `lease.epoch`;
+    /// returns the run after the write, or [`StoreError::Conflict`] if the lease was lost.
+    async fn renew_lease(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+        epoch: FencingEpoch,
+        expires_at: Timestamp,
+    ) -> Result<Run, StoreError>;
+
+    /// The run's journal and deliveries. One `Query` (paged).
+    async fn load_history(&self, tenant: &TenantId, run_id: &RunId) -> Result<History, StoreError>;
+
+    /// Write a checkpoint atomically; see [`Checkpoint`]. [`StoreError::Conflict`] with
+    /// the current run when the version or epoch condition fails, and then nothing is
+    /// written.
+    async fn checkpoint(&self, checkpoint: &Checkpoint) -> Result<(), StoreError>;
+
+    /// Store a delivery. One `TransactWriteItems`: the delivery (condition: its id is new
+    /// for this run, else [`DeliverOutcome::Duplicate`] and nothing changes), its
+    /// timeline event, and the run (`inbox_seq` + 1, `timeline_seq` + 1, `version` + 1,
+    /// `due_at` = `received_at` when waiting; condition: the version read). For callback
+    /// bodies, the callback record must be open (else [`StoreError::Gone`]); success and
+    /// failure close it. [`StoreError::NotFound`] if the run does not exist,
+    /// [`StoreError::Gone`] if it is finished.
+    async fn deliver(&self, delivery: &NewDelivery) -> Result<DeliverOutcome, StoreError>;
+
+    /// A callback's index record. One `GetItem`.
+    async fn get_callback(
+        &self,
+        callback_id: &CallbackId,
+    ) -> Result<Option<CallbackRecord>, StoreError>;
+
+    /// A tool-call record by its idempotency key. One `GetItem`.
+    async fn get_tool_call(
+        &self,
+        tenant: &TenantId,
+        key: &IdempotencyKey,
+    ) -> Result<Option<ToolCallRecord>, StoreError>;
+
+    /// Timeline events with `seq` > `after`, oldest first, at most `limit`. One `Query`.
+    async fn timeline(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<TimelineEvent>, StoreError>;
+
+    /// The tenant's runs, newest first, filtered, one page. One `Query` on a
+    /// tenant-keyed index.
+    async fn list_runs(
+        &self,
+        tenant: &TenantId,
+        filter: &RunFilter,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<RunPage, StoreError>;
+
+    /// Runs whose `due_at` is at or before `before`, earliest first, at most `limit`.
+    /// Served by the sparse due index (a `Query` per shard), never a scan.
+    async fn due_runs(&self, before: Timestamp, limit: usize) -> Result<Vec<DueRun>, StoreError>;
+}
+
+/// Blob storage for artifacts and large values, content-addressed by SHA-256.
+#[async_trait]
+pub trait ArtifactStore: Send + Sync + 'static {
+    /// Store `bytes` under `tenant/run/sha256`. One conditional put (`If-None-Match: *`):
+    /// storing the same content twice is fine and returns the same reference.
+    async fn put(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+        media_type: &str,
+        bytes: Bytes,
+    ) -> Result<ArtifactRef, StoreError>;
+
+    /// The artifact's content. [`StoreError::NotFound`] if it is missing.
+    async fn get(&self, artifact: &ArtifactRef) -> Result<Bytes, StoreError>;
+}
+
+/// Why a run is being woken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WakeReason {
+    /// The run was just started.
+    Started,
+    /// Something was delivered to it.
+    Delivery,
+    /// A timer, deadline or retry delay fell due.
+    Timer,
+    /// The engine ran out of time budget and continues in a new invocation.
+    Continue,
+    /// The sweep found it due (a lost wake-up, an expired lease, a long timer).
+    Sweep,
+    /// A child run it waits on finished, or it was started as a child.
+    Child,
+}
+
+/// A message asking for a run to be advanced. Duplicates are harmless.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WakeUp {
+    /// The owning tenant.
+    pub tenant: TenantId,
+    /// The run.
+    pub run_id: RunId,
+    /// Why.
+    pub reason: WakeReason,
+    /// The fencing epoch the sender saw, for diagnostics.
+    #[serde(default)]
+    pub epoch_hint: u64,
+}
+
+/// A wake-up taken from the queue, hidden from other receivers until acknowledged or
+/// its visibility timeout passes.
+#[derive(Debug, Clone)]
+pub struct ReceivedWakeUp {
+    /// The wake-up.
+    pub wake: WakeUp,
+    /// Handle for [`WakeQueue::ack`] and [`WakeQueue::extend_visibility`].
+    pub receipt: String,
+    /// How many times it has been received, this time included.
+    pub receive_count: u32,
+}
+
+/// The longest delay a queue message can carry (SQS `DelaySeconds`); longer timers wait
+/// in the due index for the sweep.
+pub const MAX_QUEUE_DELAY: Duration = Duration::from_secs(15 * 60);
+
+/// The queue of wake-ups: at-least-once, delayed delivery.
+#[async_trait]
+pub trait WakeQueue: Send + Sync + 'static {
+    /// Send a wake-up, visible after `delay` (at most [`MAX_QUEUE_DELAY`]). One
+    /// `SendMessage`.
+    async fn send(&self, wake: &WakeUp, delay: Duration) -> Result<(), StoreError>;
+
+    /// Receive up to `max` visible wake-ups, hiding each for `visibility`. A message
+    /// received more than the queue's limit is moved to the dead-letter queue instead.
+    async fn receive(
+        &self,
+        max: usize,
+        visibility: Duration,
+    ) -> Result<Vec<ReceivedWakeUp>, StoreError>;
+
+    /// Delete a received wake-up.
+    async fn ack(&self, receipt: &str) -> Result<(), StoreError>;
+
+    /// Hide a received wake-up for `visibility` more from now.
+    async fn extend_visibility(
+        &self,
+        receipt: &str,
+        visibility: Duration,
+    ) -> Result<(), StoreError>;
+
+    /// Wake-ups moved to the dead-letter queue, oldest first, at most `limit`.
+    async fn dead_letters(&self, limit: usize) -> Result<Vec<WakeUp>, StoreError>;
+}
+
+/// The three adapters a backend provides.
+#[derive(Clone)]
+pub struct Backend {
+    /// Runs, journals, deliveries, timelines.
+    pub store: Arc<dyn RunStore>,
+    /// Artifacts and large values.
+    pub artifacts: Arc<dyn ArtifactStore>,
+    /// Wake-ups.
+    pub queue: Arc<dyn WakeQueue>,
+}
