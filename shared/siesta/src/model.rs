@@ -423,6 +423,10 @@ pub struct JournalEntry {
     /// drained at this step boundary, a child result), so none is consumed twice.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub consumed: Vec<DeliveryId>,
+    /// What the operation created and must keep after it finishes: a callback's id, a
+    /// child run's id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handle: Option<String>,
     /// When it last changed.
     pub updated_at: Timestamp,
 }

@@ -1,0 +1,166 @@
+//! `invoke`: start another workflow as a child run and await its result.
+//!
+//! The child is created in the same checkpoint that journals the invoke, with an id
+//! derived from the parent's id and the invoke's position (so replay never creates a
+//! second one). When the child finishes, its final checkpoint delivers its outcome to
+//! the parent in the same transaction, which wakes the parent.
+
+use std::future::IntoFuture;
+use std::marker::PhantomData;
+
+use futures::future::BoxFuture;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use sha2::{Digest, Sha256};
+
+use super::{Context, Delta, Op};
+use crate::error::{Error, ErrorKind};
+use crate::model::*;
+
+/// An `invoke` being configured; `.await` it at once.
+#[must_use = "an invoke does nothing until awaited"]
+pub struct InvokeBuilder<O, I> {
+    ctx: Context,
+    op: Op,
+    workflow: String,
+    input: I,
+    _o: PhantomData<fn() -> O>,
+}
+
+impl Context {
+    /// Start `workflow` with `input` as a child run of this one, and wait for its output.
+    /// A failed child is [`ErrorKind::InvokeFailed`].
+    pub fn invoke<O, I>(&self, name: &str, workflow: &str, input: I) -> InvokeBuilder<O, I>
+    where
+        I: Serialize + Send + 'static,
+        O: DeserializeOwned + Send + 'static,
+    {
+        InvokeBuilder {
+            ctx: self.clone(),
+            op: self.mint(name, OperationKind::Invoke),
+            workflow: workflow.to_owned(),
+            input,
+            _o: PhantomData,
+        }
+    }
+}
+
+/// The id of the child run started by `invoke` at `position` of `parent`.
+pub fn child_run_id(parent: &RunId, position: &Position) -> RunId {
+    let digest = Sha256::digest(position.as_str().as_bytes());
+    RunId(format!("{parent}.{}", &hex::encode(digest)[..16]))
+}
+
+impl<O, I> IntoFuture for InvokeBuilder<O, I>
+where
+    I: Serialize + Send + 'static,
+    O: DeserializeOwned + Send + 'static,
+{
+    type Output = Result<O, Error>;
+    type IntoFuture = BoxFuture<'static, Result<O, Error>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(async move {
+            let InvokeBuilder {
+                ctx,
+                op,
+                workflow,
+                input,
+                ..
+            } = self;
+            let child_id = child_run_id(&ctx.shared.run_id, &op.position);
+            match ctx.lookup(&op).await.map(|e| e.state) {
+                Some(EntryState::Succeeded { value, .. }) => return ctx.decode(&value).await,
+                Some(EntryState::Failed { error, .. }) => return Err(Error::from_info(&error)),
+                Some(_) => {}
+                None => {
+                    ctx.go_live();
+                    ctx.boundary().await;
+                    let now = ctx.shared.now();
+                    let input = ctx.encode(&input).await?;
+                    let mut child = Run::new(
+                        ctx.shared.tenant.clone(),
+                        child_id.clone(),
+                        workflow.clone(),
+                        input,
+                        now,
+                    );
+                    child.parent = Some(ParentLink {
+                        run_id: ctx.shared.run_id.clone(),
+                        position: op.position.clone(),
+                    });
+                    let started = TimelineEvent {
+                        seq: 1,
+                        at: now,
+                        event_type: EventType::ExecutionStarted,
+                        sub_type: None,
+                        id: None,
+                        parent_id: None,
+                        name: Some(workflow.clone()),
+                        details: serde_json::json!({"ParentRunId": ctx.shared.run_id, "ParentOperationId": op.position}),
+                    };
+                    child.timeline_seq = 1;
+                    let wait = Wait {
+                        kind: WaitKind::Child {
+                            run_id: child_id.clone(),
+                        },
+                        deadline: None,
+                        started_at: now,
+                    };
+                    let mut entry = op.entry(EntryState::Waiting(wait));
+                    entry.handle = Some(child_id.0.clone());
+                    let ev = ctx.event(
+                        EventType::ChainedInvokeStarted,
+                        SubType::ChainedInvoke,
+                        &op,
+                        serde_json::json!({"Workflow": workflow, "ChildRunId": child_id}),
+                    );
+                    ctx.commit_or_suspend(Delta {
+                        journal: vec![entry],
+                        timeline: vec![ev],
+                        child_runs: vec![(child, started)],
+                        ..Delta::default()
+                    })
+                    .await;
+                }
+            }
+            let finished = ctx.take_delivery(|b| matches!(b, DeliveryBody::ChildFinished { position, .. } if *position == op.position));
+            let Some(delivery) = finished else {
+                return ctx.suspend(None).await;
+            };
+            ctx.go_live();
+            let DeliveryBody::ChildFinished { outcome, .. } = delivery.body else {
+                unreachable!("only child results are taken")
+            };
+            let (state, result) = match outcome {
+                Ok(value) => {
+                    let result = ctx.decode::<O>(&value).await;
+                    (EntryState::Succeeded { value, attempt: 0 }, result)
+                }
+                Err(error) => {
+                    let err = Error::new(
+                        ErrorKind::InvokeFailed,
+                        format!("child run {child_id} ({workflow}) failed: {error}"),
+                        Some(error),
+                    );
+                    (
+                        EntryState::Failed {
+                            error: err.to_info(),
+                            attempt: 0,
+                        },
+                        Err(err),
+                    )
+                }
+            };
+            let mut entry = op.entry(state);
+            entry.consumed = vec![delivery.id];
+            entry.handle = Some(child_id.0.clone());
+            ctx.commit_or_suspend(Delta {
+                journal: vec![entry],
+                ..Delta::default()
+            })
+            .await;
+            result
+        })
+    }
+}

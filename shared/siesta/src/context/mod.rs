@@ -1,0 +1,804 @@
+//! The workflow context: the durable operations a workflow calls, and the replay
+//! machinery underneath them.
+//!
+//! Invariants this module keeps, and why:
+//! - **Positions are minted at the call site**, synchronously, in creation order: the
+//!   name plus a per-parent occurrence counter. Replay is correct because a workflow
+//!   creates the same operations in the same order every time it runs.
+//! - **An outcome is journaled before the workflow sees it.** Every operation that
+//!   learns something (a step's result, a callback's payload, a timer firing) commits it
+//!   in one checkpoint and only then returns it.
+//! - **Suspension never reaches user code.** An operation that cannot complete yet
+//!   records what it waits for and stays pending forever; the engine notices that every
+//!   branch is blocked, checkpoints, and drops the workflow future.
+//! - **One writer.** Checkpoints of concurrent branches are serialised through one lock
+//!   and each is conditioned on the run's version and the lease's fencing epoch; a
+//!   concurrent delivery only moves the version, so the writer merges and retries, while
+//!   a lost lease stops the invocation.
+
+mod batch;
+mod invoke;
+mod step;
+mod wait;
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use bytes::Bytes;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+pub use batch::{
+    BatchBuilder, BatchItem, BatchOutcome, BatchResult, Branch, CompletionConfig, CompletionReason,
+    branch,
+};
+pub use invoke::{InvokeBuilder, child_run_id};
+pub use step::{StepBuilder, StepContext, StepSemantics, ToolCallBuilder, idempotency_key};
+pub use wait::{
+    Callback, CallbackBuilder, ConditionBuilder, ConditionCheck, EventBuilder, WaitBuilder,
+    WaitForCallbackBuilder, WaitStrategy,
+};
+
+use crate::error::{Error, ErrorKind};
+use crate::model::*;
+use crate::ports::{Backend, Checkpoint, NewDelivery, StoreError, WakeReason, WakeUp};
+use crate::time::{Clock, Timestamp};
+
+/// Settings the context needs from the engine.
+#[derive(Debug, Clone)]
+pub(crate) struct ContextConfig {
+    /// Values whose JSON is larger than this are stored as artifacts.
+    pub inline_limit: usize,
+    /// Base of callback URLs (`{base}/hooks/{callback_id}`).
+    pub callback_base_url: String,
+}
+
+/// Why every branch stopped, when it was not simply waiting.
+#[derive(Debug, Clone)]
+pub(crate) enum Stop {
+    /// Park the run for an operator.
+    Park(ErrorInfo),
+    /// Cancellation was requested; honour it.
+    Cancel,
+    /// A checkpoint failed (lease lost, storage error): stop without writing more.
+    Abort(String),
+}
+
+/// Mutable state of one replay pass, behind a short-held lock.
+pub(crate) struct ExecState {
+    pub run: Run,
+    pub journal: HashMap<Position, JournalEntry>,
+    by_index: HashMap<(String, u32), Position>,
+    pub deliveries: Vec<Delivery>,
+    pub consumed: HashSet<DeliveryId>,
+    counters: HashMap<(String, String), u32>,
+    indexes: HashMap<String, u32>,
+    /// Branches that are not durably blocked. After a poll of the workflow returns
+    /// pending, zero means every branch waits on something outside the process.
+    pub running: i64,
+    pub next_due: Option<Timestamp>,
+    pub continue_now: bool,
+    pub stop: Option<Stop>,
+    pub visited: HashSet<Position>,
+    messages: VecDeque<Payload>,
+    pub budget_deadline: Timestamp,
+    /// Outstanding wake-ups to send after the checkpoint that made them necessary.
+    pub inbox_loaded: u64,
+}
+
+/// What one replay pass shares between the context handles and the engine.
+pub(crate) struct Shared {
+    pub backend: Backend,
+    pub clock: Arc<dyn Clock>,
+    pub config: ContextConfig,
+    pub tenant: TenantId,
+    pub run_id: RunId,
+    pub epoch: FencingEpoch,
+    state: Mutex<ExecState>,
+    writer: tokio::sync::Mutex<()>,
+}
+
+/// Everything one checkpoint adds besides the run itself.
+#[derive(Default)]
+pub(crate) struct Delta {
+    pub journal: Vec<JournalEntry>,
+    pub timeline: Vec<TimelineEvent>,
+    pub callbacks: Vec<CallbackRecord>,
+    pub tool_calls: Vec<ToolCallRecord>,
+    pub child_runs: Vec<(Run, TimelineEvent)>,
+    pub parent_delivery: Option<NewDelivery>,
+}
+
+/// Why a checkpoint was not written.
+#[derive(Debug)]
+pub(crate) enum CommitError {
+    /// New deliveries arrived while the writer expected none (final suspend).
+    InboxChanged,
+    /// The lease was lost or storage failed; the invocation must stop.
+    Aborted(String),
+}
+
+impl Shared {
+    pub(crate) fn new(
+        backend: Backend,
+        clock: Arc<dyn Clock>,
+        config: ContextConfig,
+        run: Run,
+        history: crate::ports::History,
+        budget_deadline: Timestamp,
+    ) -> Shared {
+        let epoch = run.lease.as_ref().map(|l| l.epoch).unwrap_or(run.epoch);
+        let mut by_index = HashMap::new();
+        let mut consumed = HashSet::new();
+        let mut journal = HashMap::new();
+        for entry in history.journal {
+            let parent = entry.position.parent().map(|p| p.0).unwrap_or_default();
+            by_index.insert((parent, entry.index), entry.position.clone());
+            consumed.extend(entry.consumed.iter().cloned());
+            journal.insert(entry.position.clone(), entry);
+        }
+        let inbox_loaded = run.inbox_seq;
+        Shared {
+            backend,
+            clock,
+            config,
+            tenant: run.tenant.clone(),
+            run_id: run.id.clone(),
+            epoch,
+            state: Mutex::new(ExecState {
+                run,
+                journal,
+                by_index,
+                deliveries: history.deliveries,
+                consumed,
+                counters: HashMap::new(),
+                indexes: HashMap::new(),
+                running: 1,
+                next_due: None,
+                continue_now: false,
+                stop: None,
+                visited: HashSet::new(),
+                messages: VecDeque::new(),
+                budget_deadline,
+                inbox_loaded,
+            }),
+            writer: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    pub(crate) fn state(&self) -> MutexGuard<'_, ExecState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn now(&self) -> Timestamp {
+        self.clock.now()
+    }
+
+    pub(crate) fn set_stop(&self, stop: Stop) {
+        let mut st = self.state();
+        // Abort wins over everything; otherwise the first reason stands.
+        match (&st.stop, &stop) {
+            (None, _) | (Some(Stop::Cancel | Stop::Park(_)), Stop::Abort(_)) => {
+                st.stop = Some(stop)
+            }
+            _ => {}
+        }
+    }
+
+    /// Write one checkpoint: the run (version + 1) with `delta`, timeline numbered on.
+    /// `mutate` shapes the run after the write. A concurrent delivery moves only the
+    /// version, so the writer merges what it changed and tries again; when
+    /// `expect_inbox` is set and deliveries arrived, it gives up with `InboxChanged`.
+    pub(crate) async fn commit(
+        &self,
+        mut delta: Delta,
+        expect_inbox: Option<u64>,
+        mutate: impl Fn(&mut Run),
+    ) -> Result<(), CommitError> {
+        let _writer = self.writer.lock().await;
+        let now = self.now();
+        for entry in &mut delta.journal {
+            entry.updated_at = now;
+        }
+        let mut attempts = 0;
+        loop {
+            let checkpoint = {
+                let st = self.state();
+                if let Some(Stop::Abort(why)) = &st.stop {
+                    return Err(CommitError::Aborted(why.clone()));
+                }
+                if expect_inbox.is_some_and(|seen| seen != st.run.inbox_seq) {
+                    return Err(CommitError::InboxChanged);
+                }
+                let mut run = st.run.clone();
+                let expected_version = run.version;
+                run.version += 1;
+                run.updated_at = now;
+                mutate(&mut run);
+                let mut timeline = delta.timeline.clone();
+                for event in &mut timeline {
+                    run.timeline_seq += 1;
+                    event.seq = run.timeline_seq;
+                }
+                Checkpoint {
+                    run,
+                    expected_version,
+                    epoch: Some(self.epoch),
+                    journal: delta.journal.clone(),
+                    timeline,
+                    callbacks: delta.callbacks.clone(),
+                    tool_calls: delta.tool_calls.clone(),
+                    child_runs: delta.child_runs.clone(),
+                    parent_delivery: delta.parent_delivery.clone(),
+                }
+            };
+            match self.backend.store.checkpoint(&checkpoint).await {
+                Ok(()) => {
+                    {
+                        let mut st = self.state();
+                        st.run = checkpoint.run;
+                        for entry in std::mem::take(&mut delta.journal) {
+                            st.journal.insert(entry.position.clone(), entry);
+                        }
+                    }
+                    for (child, _) in &delta.child_runs {
+                        let wake = WakeUp {
+                            tenant: child.tenant.clone(),
+                            run_id: child.id.clone(),
+                            reason: WakeReason::Child,
+                            epoch_hint: 0,
+                        };
+                        // A lost send is healed by the sweep: the child is due now.
+                        if let Err(e) = self
+                            .backend
+                            .queue
+                            .send(&wake, std::time::Duration::ZERO)
+                            .await
+                        {
+                            tracing::warn!(run_id = %child.id, error = %e, "wake-up for child run not sent");
+                        }
+                    }
+                    return Ok(());
+                }
+                Err(StoreError::Conflict(Some(current)))
+                    if current
+                        .lease
+                        .as_ref()
+                        .is_some_and(|l| l.epoch == self.epoch)
+                        && attempts < 16 =>
+                {
+                    attempts += 1;
+                    let mut st = self.state();
+                    st.run.version = current.version;
+                    st.run.timeline_seq = current.timeline_seq;
+                    st.run.inbox_seq = current.inbox_seq;
+                    st.run.cancel_requested = current.cancel_requested;
+                    st.run.lease = current.lease.clone();
+                    st.run.due_at = current.due_at;
+                }
+                Err(e) => {
+                    let why = match e {
+                        StoreError::Conflict(_) => {
+                            "the lease was taken over (stale fencing epoch)".to_owned()
+                        }
+                        other => other.to_string(),
+                    };
+                    self.set_stop(Stop::Abort(why.clone()));
+                    return Err(CommitError::Aborted(why));
+                }
+            }
+        }
+    }
+}
+
+/// Increments the running-branch count while alive.
+pub(crate) struct BranchGuard(Arc<Shared>);
+
+impl BranchGuard {
+    pub(crate) fn new(shared: &Arc<Shared>) -> Self {
+        shared.state().running += 1;
+        BranchGuard(shared.clone())
+    }
+}
+
+impl Drop for BranchGuard {
+    fn drop(&mut self) {
+        self.0.state().running -= 1;
+    }
+}
+
+/// Marks the current branch durably blocked while alive.
+pub(crate) struct BlockGuard(Arc<Shared>);
+
+impl BlockGuard {
+    pub(crate) fn new(shared: &Arc<Shared>) -> Self {
+        shared.state().running -= 1;
+        BlockGuard(shared.clone())
+    }
+}
+
+impl Drop for BlockGuard {
+    fn drop(&mut self) {
+        self.0.state().running += 1;
+    }
+}
+
+/// A durable operation's identity, minted where the workflow creates it.
+#[derive(Debug, Clone)]
+pub(crate) struct Op {
+    pub position: Position,
+    pub parent: Option<Position>,
+    pub index: u32,
+    pub kind: OperationKind,
+    pub name: String,
+}
+
+impl Op {
+    pub(crate) fn entry(&self, state: EntryState) -> JournalEntry {
+        JournalEntry {
+            position: self.position.clone(),
+            index: self.index,
+            kind: self.kind,
+            name: self.name.clone(),
+            state,
+            consumed: Vec::new(),
+            handle: None,
+            updated_at: Timestamp(0),
+        }
+    }
+}
+
+/// The handle a workflow uses for every durable operation.
+///
+/// Cheap to clone. Each branch of a `parallel`/`map` and each child context gets its
+/// own, whose operations live under the branch's position.
+#[derive(Clone)]
+pub struct Context {
+    pub(crate) shared: Arc<Shared>,
+    path: Option<Position>,
+    replaying: Arc<AtomicBool>,
+}
+
+impl Context {
+    pub(crate) fn root(shared: Arc<Shared>) -> Context {
+        let replaying = !shared.state().journal.is_empty();
+        Context {
+            shared,
+            path: None,
+            replaying: Arc::new(AtomicBool::new(replaying)),
+        }
+    }
+
+    /// A context for the operations under `position` (a child context, a branch).
+    pub(crate) fn child(&self, position: &Position, own_replay_flag: bool) -> Context {
+        let replaying = if own_replay_flag {
+            let prefix = format!("{}/", position.0);
+            let has_entries = self
+                .shared
+                .state()
+                .journal
+                .keys()
+                .any(|p| p.0.starts_with(&prefix));
+            Arc::new(AtomicBool::new(has_entries))
+        } else {
+            self.replaying.clone()
+        };
+        Context {
+            shared: self.shared.clone(),
+            path: Some(position.clone()),
+            replaying,
+        }
+    }
+
+    /// The run's id.
+    pub fn run_id(&self) -> &RunId {
+        &self.shared.run_id
+    }
+
+    /// The run's tenant.
+    pub fn tenant(&self) -> &TenantId {
+        &self.shared.tenant
+    }
+
+    /// The current time, from the engine's clock. Use it for logging only: a workflow's
+    /// decisions must come from durable results to replay the same way.
+    pub fn now(&self) -> Timestamp {
+        self.shared.now()
+    }
+
+    /// Whether this branch is still replaying recorded operations (and its log lines
+    /// are therefore suppressed).
+    pub fn is_replaying(&self) -> bool {
+        self.replaying.load(Ordering::SeqCst)
+    }
+
+    /// Log at info level, once: a line written before a completed operation is not
+    /// written again when the run replays.
+    pub fn log(&self, message: impl AsRef<str>) {
+        if !self.is_replaying() {
+            tracing::info!(
+                target: "siesta::workflow",
+                tenant = %self.shared.tenant,
+                run_id = %self.shared.run_id,
+                "{}",
+                message.as_ref()
+            );
+        }
+    }
+
+    /// Log at warn level, once (see [`Context::log`]).
+    pub fn warn(&self, message: impl AsRef<str>) {
+        if !self.is_replaying() {
+            tracing::warn!(
+                target: "siesta::workflow",
+                tenant = %self.shared.tenant,
+                run_id = %self.shared.run_id,
+                "{}",
+                message.as_ref()
+            );
+        }
+    }
+
+    /// Messages injected into the run and drained at step boundaries since the last
+    /// call, oldest first. Deterministic on replay: the journal records at which step
+    /// each message was drained.
+    pub fn messages<T: DeserializeOwned>(&self) -> Result<Vec<T>, Error> {
+        let payloads: Vec<Payload> = self.shared.state().messages.drain(..).collect();
+        payloads
+            .into_iter()
+            .map(|p| match p {
+                Payload::Inline(v) => serde_json::from_value(v).map_err(Error::from),
+                Payload::Artifact(a) => Err(Error::new(
+                    ErrorKind::Serialization,
+                    format!(
+                        "message stored as artifact {}; read it with get_artifact",
+                        a.sha256
+                    ),
+                    None,
+                )),
+            })
+            .collect()
+    }
+
+    /// Store `bytes` as an artifact of this run (content-addressed by SHA-256) and
+    /// journal its reference.
+    pub async fn put_artifact(
+        &self,
+        name: &str,
+        bytes: impl Into<Bytes>,
+        media_type: &str,
+    ) -> Result<ArtifactRef, Error> {
+        let op = self.mint(name, OperationKind::Artifact);
+        let bytes = bytes.into();
+        match self.lookup(&op).await {
+            Some(entry) => match entry.state {
+                EntryState::Succeeded { value, .. } => return self.decode(&value).await,
+                EntryState::Failed { error, .. } => return Err(Error::from_info(&error)),
+                _ => {}
+            },
+            None => {}
+        }
+        self.go_live();
+        self.boundary().await;
+        let artifact = match self
+            .shared
+            .backend
+            .artifacts
+            .put(&self.shared.tenant, &self.shared.run_id, media_type, bytes)
+            .await
+        {
+            Ok(a) => a,
+            Err(e) => {
+                return Err(Error::new(
+                    ErrorKind::Storage,
+                    format!("artifact {name}: {e}"),
+                    None,
+                ));
+            }
+        };
+        let value = Payload::Inline(serde_json::to_value(&artifact)?);
+        let event = self.event(
+            EventType::StepSucceeded,
+            SubType::Artifact,
+            &op,
+            serde_json::json!({"Artifact": artifact}),
+        );
+        self.commit_or_suspend(Delta {
+            journal: vec![op.entry(EntryState::Succeeded { value, attempt: 1 })],
+            timeline: vec![event],
+            ..Delta::default()
+        })
+        .await;
+        Ok(artifact)
+    }
+
+    /// An artifact's content.
+    pub async fn get_artifact(&self, artifact: &ArtifactRef) -> Result<Bytes, Error> {
+        self.shared
+            .backend
+            .artifacts
+            .get(artifact)
+            .await
+            .map_err(|e| {
+                Error::new(
+                    ErrorKind::Storage,
+                    format!("artifact {}: {e}", artifact.sha256),
+                    None,
+                )
+            })
+    }
+
+    // ---- machinery shared by the operations ----
+
+    pub(crate) fn mint(&self, name: &str, kind: OperationKind) -> Op {
+        let name = name.replace(['/', '#'], "_");
+        let parent = self.path.as_ref().map(|p| p.0.clone()).unwrap_or_default();
+        let mut st = self.shared.state();
+        let n = st
+            .counters
+            .entry((parent.clone(), name.clone()))
+            .or_insert(0);
+        let occurrence = *n;
+        *n += 1;
+        let i = st.indexes.entry(parent.clone()).or_insert(0);
+        let index = *i;
+        *i += 1;
+        let position = if parent.is_empty() {
+            Position(format!("{name}#{occurrence}"))
+        } else {
+            Position(format!("{parent}/{name}#{occurrence}"))
+        };
+        Op {
+            position,
+            parent: self.path.clone(),
+            index,
+            kind,
+            name,
+        }
+    }
+
+    /// The journal entry at `op`'s position, checking that the code still matches the
+    /// journal. On a mismatch the run is parked and this never returns.
+    pub(crate) async fn lookup(&self, op: &Op) -> Option<JournalEntry> {
+        let mismatch = {
+            let mut st = self.shared.state();
+            let parent = op.parent.as_ref().map(|p| p.0.clone()).unwrap_or_default();
+            match st.journal.get(&op.position).cloned() {
+                Some(entry) if entry.kind == op.kind => {
+                    if st.visited.insert(op.position.clone()) {
+                        let drained: Vec<Payload> = st
+                            .deliveries
+                            .iter()
+                            .filter(|d| entry.consumed.contains(&d.id))
+                            .filter_map(|d| match &d.body {
+                                DeliveryBody::Message { value } => Some(value.clone()),
+                                _ => None,
+                            })
+                            .collect();
+                        st.messages.extend(drained);
+                    }
+                    return Some(entry);
+                }
+                Some(entry) => Some(format!(
+                    "non-determinism at {}: the journal has a {} operation there but the code now runs a {}",
+                    op.position, entry.kind, op.kind
+                )),
+                None => match st
+                    .by_index
+                    .get(&(parent.clone(), op.index))
+                    .and_then(|p| st.journal.get(p))
+                {
+                    Some(entry) => Some(format!(
+                        "non-determinism at {}: operation #{} under '{}' was {} '{}' in the journal but the code now runs {} '{}'",
+                        op.position,
+                        op.index,
+                        if parent.is_empty() {
+                            "the run"
+                        } else {
+                            parent.as_str()
+                        },
+                        entry.kind,
+                        entry.position,
+                        op.kind,
+                        op.position
+                    )),
+                    None => None,
+                },
+            }
+        };
+        match mismatch {
+            Some(message) => {
+                self.shared
+                    .set_stop(Stop::Park(ErrorInfo::new("NonDeterminism", message, false)));
+                self.suspend(None).await
+            }
+            None => None,
+        }
+    }
+
+    /// This branch now does new work: its log lines are written from here on.
+    pub(crate) fn go_live(&self) {
+        self.replaying.store(false, Ordering::SeqCst);
+    }
+
+    /// Stop at an operation boundary when the run is stopping, cancelled, or out of
+    /// time; otherwise return at once.
+    pub(crate) async fn boundary(&self) {
+        let block = {
+            let mut st = self.shared.state();
+            if st.stop.is_some() {
+                true
+            } else if st.run.cancel_requested {
+                st.stop = Some(Stop::Cancel);
+                true
+            } else if self.shared.now() >= st.budget_deadline {
+                st.continue_now = true;
+                true
+            } else {
+                false
+            }
+        };
+        if block {
+            self.suspend::<()>(None).await;
+        }
+    }
+
+    /// Block this branch for good (until the engine drops the workflow), noting when it
+    /// next needs attention.
+    pub(crate) async fn suspend<T>(&self, due: Option<Timestamp>) -> T {
+        {
+            let mut st = self.shared.state();
+            if let Some(due) = due {
+                st.next_due = Some(st.next_due.map_or(due, |d| d.min(due)));
+            }
+        }
+        let _blocked = BlockGuard::new(&self.shared);
+        std::future::pending::<T>().await
+    }
+
+    /// Commit `delta`; if that fails, the invocation is over: block for good.
+    pub(crate) async fn commit_or_suspend(&self, delta: Delta) {
+        self.commit_with(delta, |_| {}).await
+    }
+
+    pub(crate) async fn commit_with(&self, delta: Delta, mutate: impl Fn(&mut Run)) {
+        if self.shared.commit(delta, None, mutate).await.is_err() {
+            self.suspend::<()>(None).await;
+        }
+    }
+
+    pub(crate) fn event(
+        &self,
+        event_type: EventType,
+        sub_type: SubType,
+        op: &Op,
+        details: serde_json::Value,
+    ) -> TimelineEvent {
+        TimelineEvent {
+            seq: 0,
+            at: self.shared.now(),
+            event_type,
+            sub_type: Some(sub_type),
+            id: Some(op.position.0.clone()),
+            parent_id: op.parent.as_ref().map(|p| p.0.clone()),
+            name: Some(op.name.clone()),
+            details,
+        }
+    }
+
+    /// Serialise `value`; over the inline limit it goes to the artifact store.
+    pub(crate) fn encode<T: Serialize>(
+        &self,
+        value: &T,
+    ) -> impl std::future::Future<Output = Result<Payload, Error>> + Send + 'static {
+        encode_payload(
+            &self.shared.backend,
+            &self.shared.config,
+            &self.shared.tenant,
+            &self.shared.run_id,
+            value,
+        )
+    }
+
+    pub(crate) async fn decode<T: DeserializeOwned>(&self, payload: &Payload) -> Result<T, Error> {
+        decode_payload(&self.shared.backend, payload).await
+    }
+
+    /// The earliest delivery not yet consumed that `pick` accepts; marked consumed.
+    pub(crate) fn take_delivery(&self, pick: impl Fn(&DeliveryBody) -> bool) -> Option<Delivery> {
+        let mut st = self.shared.state();
+        let found = st
+            .deliveries
+            .iter()
+            .find(|d| !st.consumed.contains(&d.id) && pick(&d.body))
+            .cloned();
+        if let Some(d) = &found {
+            st.consumed.insert(d.id.clone());
+        }
+        found
+    }
+
+    /// Drain injected messages at a step boundary; returns their ids to journal.
+    pub(crate) fn drain_messages(&self) -> Vec<DeliveryId> {
+        let mut st = self.shared.state();
+        let fresh: Vec<Delivery> = st
+            .deliveries
+            .iter()
+            .filter(|d| {
+                !st.consumed.contains(&d.id) && matches!(d.body, DeliveryBody::Message { .. })
+            })
+            .cloned()
+            .collect();
+        let mut ids = Vec::with_capacity(fresh.len());
+        for d in fresh {
+            st.consumed.insert(d.id.clone());
+            if let DeliveryBody::Message { value } = d.body {
+                st.messages.push_back(value);
+            }
+            ids.push(d.id);
+        }
+        ids
+    }
+
+    pub(crate) fn deliveries_for(&self, pick: impl Fn(&Delivery) -> bool) -> Vec<Delivery> {
+        self.shared
+            .state()
+            .deliveries
+            .iter()
+            .filter(|d| pick(d))
+            .cloned()
+            .collect()
+    }
+}
+
+/// Serialise `value` to a payload, offloading it to the artifact store when large.
+/// Serialises before the first await, so `value` need not be `Sync`.
+pub(crate) fn encode_payload<T: Serialize>(
+    backend: &Backend,
+    config: &ContextConfig,
+    tenant: &TenantId,
+    run_id: &RunId,
+    value: &T,
+) -> impl std::future::Future<Output = Result<Payload, Error>> + Send + 'static {
+    let json = serde_json::to_vec(value);
+    let inline_limit = config.inline_limit;
+    let (artifacts, tenant, run_id) = (backend.artifacts.clone(), tenant.clone(), run_id.clone());
+    async move {
+        let json = json?;
+        if json.len() <= inline_limit {
+            return Ok(Payload::Inline(serde_json::from_slice(&json)?));
+        }
+        let artifact = artifacts
+            .put(&tenant, &run_id, "application/json", Bytes::from(json))
+            .await
+            .map_err(|e| {
+                Error::new(
+                    ErrorKind::Storage,
+                    format!("offloading a large value: {e}"),
+                    None,
+                )
+            })?;
+        Ok(Payload::Artifact(artifact))
+    }
+}
+
+/// Read a payload back, fetching it from the artifact store when it was offloaded.
+pub(crate) async fn decode_payload<T: DeserializeOwned>(
+    backend: &Backend,
+    payload: &Payload,
+) -> Result<T, Error> {
+    match payload {
+        Payload::Inline(v) => Ok(T::deserialize(v)?),
+        Payload::Artifact(a) => {
+            let bytes = backend.artifacts.get(a).await.map_err(|e| {
+                Error::new(
+                    ErrorKind::Storage,
+                    format!("reading offloaded value {}: {e}", a.sha256),
+                    None,
+                )
+            })?;
+            Ok(serde_json::from_slice(&bytes)?)
+        }
+    }
+}

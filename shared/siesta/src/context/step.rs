@@ -1,0 +1,667 @@
+//! Steps and side-effecting tool calls: run a closure, journal its outcome, retry it
+//! on a durable timer.
+//!
+//! A step found started-but-unfinished after a crash is the interesting case:
+//! - *at least once per retry* (the default) writes nothing before running, so the
+//!   attempt simply runs again;
+//! - *at most once per retry* records the attempt before running; finding that record
+//!   means the attempt's outcome is lost, so it counts as failed and the retry policy
+//!   decides;
+//! - a *tool call* records `running` with its idempotency key before calling; finding
+//!   that record, its lookup function (if any) asks the far side what happened, and
+//!   without one the call is marked `unknown` and the run parked. Never blindly repeated.
+
+use std::future::{Future, IntoFuture};
+
+use futures::future::BoxFuture;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use sha2::{Digest, Sha256};
+
+use super::{Context, Delta, Op, Stop};
+use crate::error::{Error, ErrorKind, StepError};
+use crate::model::*;
+use crate::retry::RetryStrategy;
+
+/// How a step behaves when it is found started but unfinished after a crash.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StepSemantics {
+    /// Run the attempt again (the default; cheapest: one write per step).
+    #[default]
+    AtLeastOncePerRetry,
+    /// Record the attempt before running it; an interrupted attempt is not re-run but
+    /// counts as failed, and the retry policy decides.
+    AtMostOncePerRetry,
+}
+
+/// What a step's closure is told about the attempt it runs.
+#[derive(Debug, Clone)]
+pub struct StepContext {
+    pub(super) attempt: u32,
+    pub(super) position: Position,
+    pub(super) key: Option<IdempotencyKey>,
+}
+
+impl StepContext {
+    /// The attempt number, from 1.
+    pub fn attempt(&self) -> u32 {
+        self.attempt
+    }
+
+    /// The step's stable position in the run.
+    pub fn position(&self) -> &Position {
+        &self.position
+    }
+
+    /// The idempotency key, for tool calls: hand it to the tool so it can dedupe too.
+    pub fn idempotency_key(&self) -> Option<&IdempotencyKey> {
+        self.key.as_ref()
+    }
+}
+
+type Lookup<T> =
+    Box<dyn FnOnce(IdempotencyKey) -> BoxFuture<'static, Result<Option<T>, StepError>> + Send>;
+
+enum Mode<T> {
+    Step(StepSemantics),
+    Tool {
+        key: IdempotencyKey,
+        lookup: Option<Lookup<T>>,
+    },
+}
+
+struct StepSpec<T> {
+    mode: Mode<T>,
+    retry: RetryStrategy,
+    park_on_exhaustion: bool,
+}
+
+/// A step being configured; `.await` it at once (replay relies on creation order).
+#[must_use = "a step does nothing until awaited"]
+pub struct StepBuilder<T, F> {
+    ctx: Context,
+    op: Op,
+    f: F,
+    spec: StepSpec<T>,
+}
+
+impl Context {
+    /// A named step: runs `f` once (per retry), journals its result, and on replay
+    /// returns the journaled result without running `f`.
+    ///
+    /// ```ignore
+    /// let order = ctx.step("create_order", |_| async { Ok(create_order().await?) }).await?;
+    /// ```
+    pub fn step<T, F, Fut>(&self, name: &str, f: F) -> StepBuilder<T, F>
+    where
+        F: FnOnce(StepContext) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<T, StepError>> + Send + 'static,
+        T: Serialize + DeserializeOwned + Send + 'static,
+    {
+        StepBuilder {
+            ctx: self.clone(),
+            op: self.mint(name, OperationKind::Step),
+            f,
+            spec: StepSpec {
+                mode: Mode::Step(StepSemantics::default()),
+                retry: RetryStrategy::default(),
+                park_on_exhaustion: false,
+            },
+        }
+    }
+
+    /// A side-effecting tool call with an idempotency key derived from its meaning
+    /// (tenant, run, position and a hash of `payload`). It is recorded `running`
+    /// before `f` is called and `succeeded`/`failed` after; see the module docs for
+    /// what happens when it is found `running` after a crash.
+    pub fn tool_call<P, T, F, Fut>(&self, name: &str, payload: &P, f: F) -> ToolCallBuilder<T, F>
+    where
+        P: Serialize + ?Sized,
+        F: FnOnce(StepContext) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<T, StepError>> + Send + 'static,
+        T: Serialize + DeserializeOwned + Send + 'static,
+    {
+        let op = self.mint(name, OperationKind::ToolCall);
+        let payload = serde_json::to_vec(payload).unwrap_or_default();
+        let key = idempotency_key(
+            &self.shared.tenant,
+            &self.shared.run_id,
+            &op.position,
+            &payload,
+        );
+        ToolCallBuilder(StepBuilder {
+            ctx: self.clone(),
+            op,
+            f,
+            spec: StepSpec {
+                mode: Mode::Tool { key, lookup: None },
+                retry: RetryStrategy::default(),
+                park_on_exhaustion: false,
+            },
+        })
+    }
+}
+
+impl<T, F> StepBuilder<T, F> {
+    /// Use this retry strategy (default: 6 attempts, 5 s, ×2, 60 s cap, full jitter).
+    pub fn retry(mut self, strategy: RetryStrategy) -> Self {
+        self.spec.retry = strategy;
+        self
+    }
+
+    /// Choose at-least-once (default) or at-most-once per retry.
+    pub fn semantics(mut self, semantics: StepSemantics) -> Self {
+        if let Mode::Step(s) = &mut self.spec.mode {
+            *s = semantics;
+        }
+        self
+    }
+
+    /// Shorthand for [`StepSemantics::AtMostOncePerRetry`].
+    pub fn at_most_once(self) -> Self {
+        self.semantics(StepSemantics::AtMostOncePerRetry)
+    }
+
+    /// When retries are exhausted, park the run for an operator instead of returning
+    /// the error to the workflow.
+    pub fn park_on_exhaustion(mut self) -> Self {
+        self.spec.park_on_exhaustion = true;
+        self
+    }
+}
+
+impl<T, F, Fut> IntoFuture for StepBuilder<T, F>
+where
+    F: FnOnce(StepContext) -> Fut + Send + 'static,
+    Fut: Future<Output = Result<T, StepError>> + Send + 'static,
+    T: Serialize + DeserializeOwned + Send + 'static,
+{
+    type Output = Result<T, Error>;
+    type IntoFuture = BoxFuture<'static, Result<T, Error>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(run_step(self.ctx, self.op, self.spec, self.f))
+    }
+}
+
+/// A tool call being configured; `.await` it at once.
+#[must_use = "a tool call does nothing until awaited"]
+pub struct ToolCallBuilder<T, F>(StepBuilder<T, F>);
+
+impl<T, F> ToolCallBuilder<T, F> {
+    /// Use this retry strategy; every attempt carries the same idempotency key.
+    pub fn retry(mut self, strategy: RetryStrategy) -> Self {
+        self.0.spec.retry = strategy;
+        self
+    }
+
+    /// Ask the far side, by idempotency key, whether an interrupted call happened:
+    /// `Some(result)` if it did, `None` if it did not (then it is made again).
+    pub fn lookup<L, LFut>(mut self, lookup: L) -> Self
+    where
+        L: FnOnce(IdempotencyKey) -> LFut + Send + 'static,
+        LFut: Future<Output = Result<Option<T>, StepError>> + Send + 'static,
+    {
+        if let Mode::Tool { lookup: slot, .. } = &mut self.0.spec.mode {
+            *slot = Some(Box::new(move |key| Box::pin(lookup(key))));
+        }
+        self
+    }
+
+    /// When retries are exhausted, park the run instead of returning the error.
+    pub fn park_on_exhaustion(mut self) -> Self {
+        self.0.spec.park_on_exhaustion = true;
+        self
+    }
+
+    /// The call's idempotency key.
+    pub fn key(&self) -> &IdempotencyKey {
+        match &self.0.spec.mode {
+            Mode::Tool { key, .. } => key,
+            Mode::Step(_) => unreachable!("a tool call always has a key"),
+        }
+    }
+}
+
+impl<T, F, Fut> IntoFuture for ToolCallBuilder<T, F>
+where
+    F: FnOnce(StepContext) -> Fut + Send + 'static,
+    Fut: Future<Output = Result<T, StepError>> + Send + 'static,
+    T: Serialize + DeserializeOwned + Send + 'static,
+{
+    type Output = Result<T, Error>;
+    type IntoFuture = BoxFuture<'static, Result<T, Error>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        self.0.into_future()
+    }
+}
+
+/// The idempotency key of a tool call: SHA-256 over tenant, run, position and the
+/// SHA-256 of the payload. The same call in the same run always has the same key; a
+/// different payload or position never does.
+pub fn idempotency_key(
+    tenant: &TenantId,
+    run_id: &RunId,
+    position: &Position,
+    payload: &[u8],
+) -> IdempotencyKey {
+    let payload_hash = Sha256::digest(payload);
+    let mut h = Sha256::new();
+    for part in [
+        tenant.as_str().as_bytes(),
+        run_id.as_str().as_bytes(),
+        position.as_str().as_bytes(),
+    ] {
+        h.update((part.len() as u64).to_be_bytes());
+        h.update(part);
+    }
+    h.update(payload_hash);
+    IdempotencyKey(format!("idem_{}", hex::encode(h.finalize())))
+}
+
+fn step_failed(op: &Op, error: &ErrorInfo, attempts: u32) -> Error {
+    Error::new(
+        ErrorKind::StepFailed,
+        format!(
+            "step '{}' failed after {attempts} attempt(s): {error}",
+            op.name
+        ),
+        Some(error.clone()),
+    )
+}
+
+fn sub_type(mode_is_tool: bool) -> SubType {
+    if mode_is_tool {
+        SubType::ToolCall
+    } else {
+        SubType::Step
+    }
+}
+
+async fn run_step<T, F, Fut>(ctx: Context, op: Op, spec: StepSpec<T>, f: F) -> Result<T, Error>
+where
+    F: FnOnce(StepContext) -> Fut + Send + 'static,
+    Fut: Future<Output = Result<T, StepError>> + Send + 'static,
+    T: Serialize + DeserializeOwned + Send + 'static,
+{
+    let StepSpec {
+        mode,
+        retry,
+        park_on_exhaustion,
+    } = spec;
+    let is_tool = matches!(mode, Mode::Tool { .. });
+    let sub = sub_type(is_tool);
+    let (key, mut lookup, semantics) = match mode {
+        Mode::Tool { key, lookup } => (Some(key), lookup, StepSemantics::AtMostOncePerRetry),
+        Mode::Step(s) => (None, None, s),
+    };
+    let now = ctx.shared.now();
+    // Which attempt to run, and whether its start is already recorded.
+    let (attempt, started) = match ctx.lookup(&op).await.map(|e| e.state) {
+        None => (1, false),
+        Some(EntryState::Succeeded { value, .. }) => return ctx.decode(&value).await,
+        Some(EntryState::Failed { error, attempt }) => {
+            return Err(step_failed(&op, &error, attempt));
+        }
+        Some(EntryState::Retrying {
+            attempt, retry_at, ..
+        }) => {
+            if now < retry_at {
+                return ctx.suspend(Some(retry_at)).await;
+            }
+            (attempt + 1, false)
+        }
+        Some(EntryState::Started { attempt, .. }) => match (&key, semantics) {
+            (_, StepSemantics::AtLeastOncePerRetry) => (attempt, true),
+            (None, StepSemantics::AtMostOncePerRetry) => {
+                let error = ErrorInfo::new(
+                    "Interrupted",
+                    format!("attempt {attempt} was interrupted before its outcome was recorded"),
+                    true,
+                );
+                return settle_failure(
+                    &ctx,
+                    &op,
+                    sub,
+                    &retry,
+                    park_on_exhaustion,
+                    attempt,
+                    error,
+                    None,
+                )
+                .await;
+            }
+            (Some(key), _) => {
+                ctx.go_live();
+                ctx.boundary().await;
+                match lookup.take() {
+                    None => return park_unknown(&ctx, &op, key.clone()).await,
+                    Some(lookup) => match lookup(key.clone()).await {
+                        Ok(Some(value)) => {
+                            return settle_success(
+                                &ctx,
+                                &op,
+                                sub,
+                                attempt,
+                                Some(key.clone()),
+                                value,
+                                Vec::new(),
+                                false,
+                            )
+                            .await;
+                        }
+                        // The far side never saw it: making the call now is safe.
+                        Ok(None) => (attempt, true),
+                        Err(e) => {
+                            return settle_failure(
+                                &ctx,
+                                &op,
+                                sub,
+                                &retry,
+                                park_on_exhaustion,
+                                attempt,
+                                e.info().clone(),
+                                Some(key.clone()),
+                            )
+                            .await;
+                        }
+                    },
+                }
+            }
+        },
+        Some(EntryState::Unknown { key }) => return park_unknown(&ctx, &op, key).await,
+        Some(other) => {
+            let message = format!(
+                "non-determinism at {}: the journal holds a {:?} state for a step",
+                op.position, other
+            );
+            ctx.shared
+                .set_stop(Stop::Park(ErrorInfo::new("NonDeterminism", message, false)));
+            return ctx.suspend(None).await;
+        }
+    };
+    ctx.go_live();
+    ctx.boundary().await;
+    let drained = ctx.drain_messages();
+    let mut started_event_written = false;
+    if semantics == StepSemantics::AtMostOncePerRetry && !started {
+        let mut entry = op.entry(EntryState::Started {
+            attempt,
+            key: key.clone(),
+        });
+        entry.consumed = drained.clone();
+        let mut delta = Delta {
+            journal: vec![entry],
+            timeline: vec![ctx.event(
+                EventType::StepStarted,
+                sub,
+                &op,
+                serde_json::json!({"Attempt": attempt}),
+            )],
+            ..Delta::default()
+        };
+        if let Some(key) = &key {
+            delta
+                .tool_calls
+                .push(tool_record(&ctx, &op, key, ToolCallStatus::Running, None));
+        }
+        ctx.commit_or_suspend(delta).await;
+        started_event_written = true;
+    }
+    let step_ctx = StepContext {
+        attempt,
+        position: op.position.clone(),
+        key: key.clone(),
+    };
+    match f(step_ctx).await {
+        Ok(value) => {
+            settle_success(
+                &ctx,
+                &op,
+                sub,
+                attempt,
+                key,
+                value,
+                if started_event_written {
+                    Vec::new()
+                } else {
+                    drained
+                },
+                !started_event_written && !started,
+            )
+            .await
+        }
+        Err(e) => {
+            settle_failure(
+                &ctx,
+                &op,
+                sub,
+                &retry,
+                park_on_exhaustion,
+                attempt,
+                e.info().clone(),
+                key,
+            )
+            .await
+        }
+    }
+}
+
+fn tool_record(
+    ctx: &Context,
+    op: &Op,
+    key: &IdempotencyKey,
+    status: ToolCallStatus,
+    outcome: Option<Result<Payload, ErrorInfo>>,
+) -> ToolCallRecord {
+    ToolCallRecord {
+        key: key.clone(),
+        tenant: ctx.shared.tenant.clone(),
+        run_id: ctx.shared.run_id.clone(),
+        position: op.position.clone(),
+        status,
+        outcome,
+        updated_at: ctx.shared.now(),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn settle_success<T: Serialize + Send>(
+    ctx: &Context,
+    op: &Op,
+    sub: SubType,
+    attempt: u32,
+    key: Option<IdempotencyKey>,
+    value: T,
+    drained: Vec<DeliveryId>,
+    with_started_event: bool,
+) -> Result<T, Error> {
+    let payload = ctx.encode(&value).await?;
+    let mut entry = op.entry(EntryState::Succeeded {
+        value: payload.clone(),
+        attempt,
+    });
+    entry.consumed = drained;
+    let mut timeline = Vec::with_capacity(2);
+    if with_started_event {
+        timeline.push(ctx.event(
+            EventType::StepStarted,
+            sub,
+            op,
+            serde_json::json!({"Attempt": attempt}),
+        ));
+    }
+    let result_detail = match &payload {
+        Payload::Inline(v) => serde_json::json!({"Attempt": attempt, "Result": v}),
+        Payload::Artifact(a) => serde_json::json!({"Attempt": attempt, "ResultArtifact": a}),
+    };
+    timeline.push(ctx.event(EventType::StepSucceeded, sub, op, result_detail));
+    let mut delta = Delta {
+        journal: vec![entry],
+        timeline,
+        ..Delta::default()
+    };
+    if let Some(key) = &key {
+        delta.tool_calls.push(tool_record(
+            ctx,
+            op,
+            key,
+            ToolCallStatus::Succeeded,
+            Some(Ok(payload)),
+        ));
+    }
+    ctx.commit_or_suspend(delta).await;
+    Ok(value)
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn settle_failure<T>(
+    ctx: &Context,
+    op: &Op,
+    sub: SubType,
+    retry: &RetryStrategy,
+    park_on_exhaustion: bool,
+    attempt: u32,
+    error: ErrorInfo,
+    key: Option<IdempotencyKey>,
+) -> Result<T, Error> {
+    if retry.should_retry(attempt, &error) {
+        let delay = retry.delay(attempt, rand::random::<f64>());
+        let retry_at = ctx.shared.now().plus(delay);
+        let event = ctx.event(
+            EventType::StepFailed,
+            sub,
+            op,
+            serde_json::json!({"Attempt": attempt, "Error": error, "NextAttemptAt": retry_at, "Retrying": true}),
+        );
+        ctx.commit_or_suspend(Delta {
+            journal: vec![op.entry(EntryState::Retrying {
+                attempt,
+                error,
+                retry_at,
+            })],
+            timeline: vec![event],
+            ..Delta::default()
+        })
+        .await;
+        return ctx.suspend(Some(retry_at)).await;
+    }
+    let mut timeline = vec![ctx.event(
+        EventType::StepFailed,
+        sub,
+        op,
+        serde_json::json!({"Attempt": attempt, "Error": error}),
+    )];
+    let failure = step_failed(op, &error, attempt);
+    if park_on_exhaustion {
+        timeline.push(ctx.event(
+            EventType::RunParked,
+            sub,
+            op,
+            serde_json::json!({"Reason": failure.to_string()}),
+        ));
+    }
+    let mut delta = Delta {
+        journal: vec![op.entry(EntryState::Failed {
+            error: error.clone(),
+            attempt,
+        })],
+        timeline,
+        ..Delta::default()
+    };
+    if let Some(key) = &key {
+        delta.tool_calls.push(tool_record(
+            ctx,
+            op,
+            key,
+            ToolCallStatus::Failed,
+            Some(Err(error)),
+        ));
+    }
+    ctx.commit_or_suspend(delta).await;
+    if park_on_exhaustion {
+        ctx.shared.set_stop(Stop::Park(ErrorInfo::new(
+            "RetriesExhausted",
+            failure.to_string(),
+            false,
+        )));
+        return ctx.suspend(None).await;
+    }
+    Err(failure)
+}
+
+async fn park_unknown<T>(ctx: &Context, op: &Op, key: IdempotencyKey) -> T {
+    let reason = format!(
+        "tool call '{}' at {} was interrupted and its outcome is unknown (idempotency key {}); an operator must resolve it",
+        op.name, op.position, key
+    );
+    let already_unknown = matches!(
+        ctx.shared
+            .state()
+            .journal
+            .get(&op.position)
+            .map(|e| &e.state),
+        Some(EntryState::Unknown { .. })
+    );
+    if !already_unknown {
+        ctx.commit_or_suspend(Delta {
+            journal: vec![op.entry(EntryState::Unknown { key: key.clone() })],
+            timeline: vec![ctx.event(
+                EventType::ToolCallRecorded,
+                SubType::ToolCall,
+                op,
+                serde_json::json!({"Status": "unknown", "IdempotencyKey": key}),
+            )],
+            tool_calls: vec![tool_record(ctx, op, &key, ToolCallStatus::Unknown, None)],
+            ..Delta::default()
+        })
+        .await;
+    }
+    ctx.shared.set_stop(Stop::Park(ErrorInfo::new(
+        "UnknownSideEffect",
+        reason,
+        false,
+    )));
+    ctx.suspend(None).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn idempotency_key_is_stable_for_the_same_call() {
+        let t = TenantId::from("acme");
+        let r = RunId::from("run-1");
+        let p = Position::from("charge#0");
+        assert_eq!(
+            idempotency_key(&t, &r, &p, b"{\"amount\":5}"),
+            idempotency_key(&t, &r, &p, b"{\"amount\":5}")
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn idempotency_key_changes_with_any_part(a in "[a-z]{1,8}", b in "[a-z]{1,8}", c in "[a-z#0-9]{1,8}", d in proptest::collection::vec(any::<u8>(), 0..32), which in 0usize..4) {
+            let base = idempotency_key(&TenantId(a.clone()), &RunId(b.clone()), &Position(c.clone()), &d);
+            let changed = match which {
+                0 => idempotency_key(&TenantId(format!("{a}x")), &RunId(b), &Position(c), &d),
+                1 => idempotency_key(&TenantId(a), &RunId(format!("{b}x")), &Position(c), &d),
+                2 => idempotency_key(&TenantId(a), &RunId(b), &Position(format!("{c}x")), &d),
+                _ => { let mut d2 = d.clone(); d2.push(1); idempotency_key(&TenantId(a), &RunId(b), &Position(c), &d2) }
+            };
+            prop_assert_ne!(base, changed);
+        }
+
+        #[test]
+        fn idempotency_key_parts_cannot_be_shifted(a in "[a-z]{2,8}", b in "[a-z]{2,8}") {
+            // "ab" + "c" must differ from "a" + "bc": parts are length-prefixed.
+            let p = Position::from("x#0");
+            let k1 = idempotency_key(&TenantId(a.clone()), &RunId(b.clone()), &p, b"");
+            let k2 = idempotency_key(&TenantId(format!("{a}{}", &b[..1])), &RunId(b[1..].to_owned()), &p, b"");
+            prop_assert_ne!(k1, k2);
+        }
+    }
+}

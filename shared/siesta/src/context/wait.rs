@@ -1,0 +1,799 @@
+//! Waits: durable timers, callbacks completed from outside, named events, and durable
+//! polling. Each records its deadline in the journal the first time it runs, so the
+//! deadline does not move when the run replays, and suspends until a delivery or the
+//! deadline wakes the run.
+
+use std::future::{Future, IntoFuture};
+use std::marker::PhantomData;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::{Context, Delta, Op, StepContext};
+use crate::error::{Error, ErrorKind, StepError};
+use crate::model::*;
+use crate::time::Timestamp;
+
+/// A durable timer being configured; `.await` it at once.
+#[must_use = "a wait does nothing until awaited"]
+pub struct WaitBuilder {
+    ctx: Context,
+    op: Op,
+    duration: Duration,
+}
+
+impl Context {
+    /// Sleep for `duration` on a durable timer: the run suspends, costs nothing while it
+    /// sleeps, and wakes when the timer fires. Named `sleep`; see [`Context::wait`].
+    pub fn sleep(&self, duration: Duration) -> WaitBuilder {
+        self.wait("sleep", duration)
+    }
+
+    /// A named durable timer (AWS durable functions' `wait`).
+    pub fn wait(&self, name: &str, duration: Duration) -> WaitBuilder {
+        WaitBuilder {
+            ctx: self.clone(),
+            op: self.mint(name, OperationKind::Wait),
+            duration,
+        }
+    }
+}
+
+impl IntoFuture for WaitBuilder {
+    type Output = Result<(), Error>;
+    type IntoFuture = BoxFuture<'static, Result<(), Error>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(async move {
+            let WaitBuilder { ctx, op, duration } = self;
+            let now = ctx.shared.now();
+            let fire_at = match ctx.lookup(&op).await.map(|e| e.state) {
+                Some(EntryState::Succeeded { .. }) => return Ok(()),
+                Some(EntryState::Waiting(Wait {
+                    deadline: Some(at), ..
+                })) => at,
+                Some(EntryState::Failed { error, .. }) => return Err(Error::from_info(&error)),
+                _ => {
+                    ctx.go_live();
+                    ctx.boundary().await;
+                    let fire_at = now.plus(duration);
+                    let wait = Wait {
+                        kind: WaitKind::Timer,
+                        deadline: Some(fire_at),
+                        started_at: now,
+                    };
+                    let event = ctx.event(
+                        EventType::WaitStarted,
+                        SubType::Wait,
+                        &op,
+                        serde_json::json!({"ScheduledEndTimestamp": fire_at}),
+                    );
+                    ctx.commit_or_suspend(Delta {
+                        journal: vec![op.entry(EntryState::Waiting(wait))],
+                        timeline: vec![event],
+                        ..Delta::default()
+                    })
+                    .await;
+                    fire_at
+                }
+            };
+            if now < fire_at {
+                return ctx.suspend(Some(fire_at)).await;
+            }
+            let event = ctx.event(
+                EventType::WaitSucceeded,
+                SubType::Wait,
+                &op,
+                serde_json::Value::Null,
+            );
+            ctx.commit_or_suspend(Delta {
+                journal: vec![op.entry(EntryState::Succeeded {
+                    value: Payload::Inline(serde_json::Value::Null),
+                    attempt: 0,
+                })],
+                timeline: vec![event],
+                ..Delta::default()
+            })
+            .await;
+            Ok(())
+        })
+    }
+}
+
+/// A callback being configured; `.await` it to create the callback.
+#[must_use = "a callback does nothing until awaited"]
+pub struct CallbackBuilder<T> {
+    ctx: Context,
+    op: Op,
+    timeout: Option<Duration>,
+    heartbeat_timeout: Option<Duration>,
+    _t: PhantomData<fn() -> T>,
+}
+
+/// A created callback: its id and URL go to a third party, and [`Callback::wait`]
+/// suspends the run until the outcome arrives or a timeout passes.
+pub struct Callback<T> {
+    ctx: Context,
+    op: Op,
+    id: CallbackId,
+    _t: PhantomData<fn() -> T>,
+}
+
+impl Context {
+    /// Create a callback: a durable wait completed from outside, by a webhook to its URL
+    /// or through the API. `T` is the success payload's type.
+    pub fn create_callback<T>(&self, name: &str) -> CallbackBuilder<T> {
+        CallbackBuilder {
+            ctx: self.clone(),
+            op: self.mint(name, OperationKind::Callback),
+            timeout: None,
+            heartbeat_timeout: None,
+            _t: PhantomData,
+        }
+    }
+
+    /// Create a callback, hand its id and URL to a third party in `submitter` (a step),
+    /// and wait for the outcome.
+    pub fn wait_for_callback<T, F, Fut>(
+        &self,
+        name: &str,
+        submitter: F,
+    ) -> WaitForCallbackBuilder<T, F>
+    where
+        F: FnOnce(CallbackId, String, StepContext) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<(), StepError>> + Send + 'static,
+    {
+        WaitForCallbackBuilder {
+            inner: self.create_callback(name),
+            submitter,
+        }
+    }
+}
+
+impl<T> CallbackBuilder<T> {
+    /// Fail with [`ErrorKind::CallbackTimedOut`] if no outcome arrives within `d`.
+    pub fn timeout(mut self, d: Duration) -> Self {
+        self.timeout = Some(d);
+        self
+    }
+
+    /// Fail with [`ErrorKind::CallbackTimedOut`] if no heartbeat (or outcome) arrives
+    /// for `d`.
+    pub fn heartbeat_timeout(mut self, d: Duration) -> Self {
+        self.heartbeat_timeout = Some(d);
+        self
+    }
+}
+
+impl<T: Send + 'static> IntoFuture for CallbackBuilder<T> {
+    type Output = Result<Callback<T>, Error>;
+    type IntoFuture = BoxFuture<'static, Result<Callback<T>, Error>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(async move {
+            let CallbackBuilder {
+                ctx,
+                op,
+                timeout,
+                heartbeat_timeout,
+                ..
+            } = self;
+            if let Some(entry) = ctx.lookup(&op).await {
+                let id = match (&entry.state, entry.handle) {
+                    (
+                        EntryState::Waiting(Wait {
+                            kind: WaitKind::Callback { callback_id, .. },
+                            ..
+                        }),
+                        _,
+                    ) => callback_id.clone(),
+                    (_, Some(handle)) => CallbackId(handle),
+                    (_, None) => CallbackId(String::new()),
+                };
+                return Ok(Callback {
+                    ctx,
+                    op,
+                    id,
+                    _t: PhantomData,
+                });
+            }
+            ctx.go_live();
+            ctx.boundary().await;
+            let now = ctx.shared.now();
+            let id = CallbackId::generate();
+            let deadline = timeout.map(|d| now.plus(d));
+            let wait = Wait {
+                kind: WaitKind::Callback {
+                    callback_id: id.clone(),
+                    heartbeat_timeout_ms: heartbeat_timeout.map(|d| d.as_millis() as u64),
+                },
+                deadline,
+                started_at: now,
+            };
+            let mut entry = op.entry(EntryState::Waiting(wait));
+            entry.handle = Some(id.0.clone());
+            let record = CallbackRecord {
+                callback_id: id.clone(),
+                tenant: ctx.shared.tenant.clone(),
+                run_id: ctx.shared.run_id.clone(),
+                position: op.position.clone(),
+                status: CallbackStatus::Open,
+                deadline,
+                created_at: now,
+            };
+            let event = ctx.event(
+                EventType::CallbackStarted,
+                SubType::Callback,
+                &op,
+                serde_json::json!({"CallbackId": id, "Timeout": deadline, "HeartbeatTimeoutMs": heartbeat_timeout.map(|d| d.as_millis() as u64)}),
+            );
+            ctx.commit_or_suspend(Delta {
+                journal: vec![entry],
+                timeline: vec![event],
+                callbacks: vec![record],
+                ..Delta::default()
+            })
+            .await;
+            Ok(Callback {
+                ctx,
+                op,
+                id,
+                _t: PhantomData,
+            })
+        })
+    }
+}
+
+impl<T> Callback<T> {
+    /// The callback's id; also the token of its webhook URL.
+    pub fn id(&self) -> &CallbackId {
+        &self.id
+    }
+
+    /// The public webhook URL that completes this callback.
+    pub fn url(&self) -> String {
+        format!(
+            "{}/hooks/{}",
+            self.ctx
+                .shared
+                .config
+                .callback_base_url
+                .trim_end_matches('/'),
+            self.id
+        )
+    }
+}
+
+impl<T: DeserializeOwned + Send + 'static> Callback<T> {
+    /// Suspend until the callback succeeds (its payload), fails
+    /// ([`ErrorKind::CallbackFailed`]) or times out ([`ErrorKind::CallbackTimedOut`]).
+    pub async fn wait(self) -> Result<T, Error> {
+        let Callback { ctx, op, id, .. } = self;
+        let entry = ctx.shared.state().journal.get(&op.position).cloned();
+        let Some(entry) = entry else {
+            return Err(Error::new(
+                ErrorKind::CallbackFailed,
+                format!("callback '{}' was never created", op.name),
+                None,
+            ));
+        };
+        let (heartbeat_ms, deadline, started_at) = match entry.state {
+            EntryState::Succeeded { value, .. } => return ctx.decode(&value).await,
+            EntryState::Failed { error, .. } => return Err(Error::from_info(&error)),
+            EntryState::Waiting(Wait {
+                kind:
+                    WaitKind::Callback {
+                        heartbeat_timeout_ms,
+                        ..
+                    },
+                deadline,
+                started_at,
+            }) => (heartbeat_timeout_ms, deadline, started_at),
+            other => {
+                return Err(Error::new(
+                    ErrorKind::CallbackFailed,
+                    format!("callback '{}' is in an unexpected state {other:?}", op.name),
+                    None,
+                ));
+            }
+        };
+        let completion = ctx.take_delivery(|b| {
+            matches!(b, DeliveryBody::CallbackSucceeded { callback_id, .. } | DeliveryBody::CallbackFailed { callback_id, .. } if *callback_id == id)
+        });
+        if let Some(delivery) = completion {
+            ctx.go_live();
+            let (state, event, result) = match delivery.body {
+                DeliveryBody::CallbackSucceeded { value, .. } => {
+                    let result = ctx.decode::<T>(&value).await;
+                    (
+                        EntryState::Succeeded { value, attempt: 0 },
+                        EventType::CallbackSucceeded,
+                        result,
+                    )
+                }
+                DeliveryBody::CallbackFailed { error, .. } => {
+                    let err = Error::new(
+                        ErrorKind::CallbackFailed,
+                        format!("callback '{}' failed: {error}", op.name),
+                        Some(error),
+                    );
+                    (
+                        EntryState::Failed {
+                            error: err.to_info(),
+                            attempt: 0,
+                        },
+                        EventType::CallbackFailed,
+                        Err(err),
+                    )
+                }
+                _ => unreachable!("only completions are taken"),
+            };
+            let mut entry = op.entry(state);
+            entry.consumed = vec![delivery.id.clone()];
+            entry.handle = Some(id.0.clone());
+            let ev = ctx.event(
+                event,
+                SubType::Callback,
+                &op,
+                serde_json::json!({"CallbackId": id, "DeliveryId": delivery.id}),
+            );
+            ctx.commit_or_suspend(Delta {
+                journal: vec![entry],
+                timeline: vec![ev],
+                ..Delta::default()
+            })
+            .await;
+            return result;
+        }
+        let now = ctx.shared.now();
+        let heartbeat_deadline = heartbeat_ms.map(|ms| {
+            let last = ctx
+                .deliveries_for(|d| matches!(&d.body, DeliveryBody::CallbackHeartbeat { callback_id } if *callback_id == id))
+                .iter()
+                .map(|d| d.received_at)
+                .max()
+                .unwrap_or(started_at)
+                .max(started_at);
+            last.plus(Duration::from_millis(ms))
+        });
+        let due = [deadline, heartbeat_deadline].into_iter().flatten().min();
+        match due {
+            Some(due) if now >= due => {
+                ctx.go_live();
+                let which = if heartbeat_deadline == Some(due) && deadline != Some(due) {
+                    "heartbeat timeout"
+                } else {
+                    "timeout"
+                };
+                let err = Error::new(
+                    ErrorKind::CallbackTimedOut,
+                    format!("callback '{}' passed its {which}", op.name),
+                    None,
+                );
+                let mut entry = op.entry(EntryState::Failed {
+                    error: err.to_info(),
+                    attempt: 0,
+                });
+                entry.handle = Some(id.0.clone());
+                let record = CallbackRecord {
+                    callback_id: id.clone(),
+                    tenant: ctx.shared.tenant.clone(),
+                    run_id: ctx.shared.run_id.clone(),
+                    position: op.position.clone(),
+                    status: CallbackStatus::TimedOut,
+                    deadline,
+                    created_at: started_at,
+                };
+                let ev = ctx.event(
+                    EventType::CallbackTimedOut,
+                    SubType::Callback,
+                    &op,
+                    serde_json::json!({"CallbackId": id, "Reason": which}),
+                );
+                ctx.commit_or_suspend(Delta {
+                    journal: vec![entry],
+                    timeline: vec![ev],
+                    callbacks: vec![record],
+                    ..Delta::default()
+                })
+                .await;
+                Err(err)
+            }
+            due => ctx.suspend(due).await,
+        }
+    }
+}
+
+/// `wait_for_callback` being configured; `.await` it at once.
+#[must_use = "a callback does nothing until awaited"]
+pub struct WaitForCallbackBuilder<T, F> {
+    inner: CallbackBuilder<T>,
+    submitter: F,
+}
+
+impl<T, F> WaitForCallbackBuilder<T, F> {
+    /// Fail with [`ErrorKind::CallbackTimedOut`] if no outcome arrives within `d`.
+    pub fn timeout(mut self, d: Duration) -> Self {
+        self.inner = self.inner.timeout(d);
+        self
+    }
+
+    /// Fail if no heartbeat arrives for `d`.
+    pub fn heartbeat_timeout(mut self, d: Duration) -> Self {
+        self.inner = self.inner.heartbeat_timeout(d);
+        self
+    }
+}
+
+impl<T, F, Fut> IntoFuture for WaitForCallbackBuilder<T, F>
+where
+    T: DeserializeOwned + Send + 'static,
+    F: FnOnce(CallbackId, String, StepContext) -> Fut + Send + 'static,
+    Fut: Future<Output = Result<(), StepError>> + Send + 'static,
+{
+    type Output = Result<T, Error>;
+    type IntoFuture = BoxFuture<'static, Result<T, Error>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(async move {
+            let WaitForCallbackBuilder { inner, submitter } = self;
+            let scope = inner.ctx.child(&inner.op.position, false);
+            let callback = inner.await?;
+            let (id, url) = (callback.id().clone(), callback.url());
+            scope.step("submit", move |s| submitter(id, url, s)).await?;
+            callback.wait().await
+        })
+    }
+}
+
+/// `wait_for_event` being configured; `.await` it at once.
+#[must_use = "a wait does nothing until awaited"]
+pub struct EventBuilder<T> {
+    ctx: Context,
+    op: Op,
+    event_name: String,
+    timeout: Option<Duration>,
+    _t: PhantomData<fn() -> T>,
+}
+
+impl Context {
+    /// Wait for the named event (an approval, a signal) delivered through the API. An
+    /// event that arrived before the run got here is kept and consumed now; each event
+    /// is consumed once.
+    pub fn wait_for_event<T>(&self, name: &str) -> EventBuilder<T> {
+        EventBuilder {
+            ctx: self.clone(),
+            op: self.mint(name, OperationKind::Event),
+            event_name: name.to_owned(),
+            timeout: None,
+            _t: PhantomData,
+        }
+    }
+}
+
+impl<T> EventBuilder<T> {
+    /// Fail with [`ErrorKind::EventTimedOut`] if the event has not arrived within `d`.
+    pub fn timeout(mut self, d: Duration) -> Self {
+        self.timeout = Some(d);
+        self
+    }
+}
+
+impl<T: DeserializeOwned + Send + 'static> IntoFuture for EventBuilder<T> {
+    type Output = Result<T, Error>;
+    type IntoFuture = BoxFuture<'static, Result<T, Error>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(async move {
+            let EventBuilder {
+                ctx,
+                op,
+                event_name,
+                timeout,
+                ..
+            } = self;
+            let now = ctx.shared.now();
+            let mut fresh = false;
+            let (deadline, started_at) = match ctx.lookup(&op).await.map(|e| e.state) {
+                Some(EntryState::Succeeded { value, .. }) => return ctx.decode(&value).await,
+                Some(EntryState::Failed { error, .. }) => return Err(Error::from_info(&error)),
+                Some(EntryState::Waiting(w)) => (w.deadline, w.started_at),
+                _ => {
+                    ctx.go_live();
+                    ctx.boundary().await;
+                    fresh = true;
+                    (timeout.map(|d| now.plus(d)), now)
+                }
+            };
+            let started_event = || {
+                ctx.event(
+                    EventType::WaitStarted,
+                    SubType::WaitForEvent,
+                    &op,
+                    serde_json::json!({"Event": event_name, "Timeout": deadline}),
+                )
+            };
+            let arrived = ctx.take_delivery(
+                |b| matches!(b, DeliveryBody::Event { name, .. } if *name == event_name),
+            );
+            if let Some(delivery) = arrived {
+                ctx.go_live();
+                let DeliveryBody::Event { value, .. } = delivery.body else {
+                    unreachable!("only events are taken")
+                };
+                let result = ctx.decode::<T>(&value).await;
+                let mut entry = op.entry(EntryState::Succeeded { value, attempt: 0 });
+                entry.consumed = vec![delivery.id.clone()];
+                let mut timeline = if fresh {
+                    vec![started_event()]
+                } else {
+                    Vec::new()
+                };
+                timeline.push(ctx.event(
+                    EventType::WaitSucceeded,
+                    SubType::WaitForEvent,
+                    &op,
+                    serde_json::json!({"Event": event_name, "DeliveryId": delivery.id}),
+                ));
+                ctx.commit_or_suspend(Delta {
+                    journal: vec![entry],
+                    timeline,
+                    ..Delta::default()
+                })
+                .await;
+                return result;
+            }
+            if let Some(deadline) = deadline.filter(|d| now >= *d) {
+                ctx.go_live();
+                let err = Error::new(
+                    ErrorKind::EventTimedOut,
+                    format!(
+                        "event '{event_name}' did not arrive by {}",
+                        deadline.millis()
+                    ),
+                    None,
+                );
+                let ev = ctx.event(
+                    EventType::WaitFailed,
+                    SubType::WaitForEvent,
+                    &op,
+                    serde_json::json!({"Event": event_name, "Error": err.to_info()}),
+                );
+                ctx.commit_or_suspend(Delta {
+                    journal: vec![op.entry(EntryState::Failed {
+                        error: err.to_info(),
+                        attempt: 0,
+                    })],
+                    timeline: vec![ev],
+                    ..Delta::default()
+                })
+                .await;
+                return Err(err);
+            }
+            if fresh {
+                let wait = Wait {
+                    kind: WaitKind::Event {
+                        name: event_name.clone(),
+                    },
+                    deadline,
+                    started_at,
+                };
+                ctx.commit_or_suspend(Delta {
+                    journal: vec![op.entry(EntryState::Waiting(wait))],
+                    timeline: vec![started_event()],
+                    ..Delta::default()
+                })
+                .await;
+            }
+            ctx.suspend(deadline).await
+        })
+    }
+}
+
+/// What a condition check found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub enum ConditionCheck<S> {
+    /// The condition holds; finish with this state.
+    Done(S),
+    /// Not yet; check again later with this state.
+    Continue(S),
+}
+
+/// How long to wait between condition checks, and how many to make.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WaitStrategy {
+    /// Delay after the first check.
+    pub initial_delay: Duration,
+    /// No delay is longer than this.
+    pub max_delay: Duration,
+    /// Growth factor per check.
+    pub multiplier: f64,
+    /// Checks in all before giving up with [`ErrorKind::ConditionNotMet`].
+    pub max_attempts: u32,
+}
+
+impl Default for WaitStrategy {
+    /// 5 s, ×1.5, capped at 5 min, 60 checks.
+    fn default() -> Self {
+        WaitStrategy {
+            initial_delay: Duration::from_secs(5),
+            max_delay: Duration::from_secs(300),
+            multiplier: 1.5,
+            max_attempts: 60,
+        }
+    }
+}
+
+impl WaitStrategy {
+    fn delay(&self, attempt: u32) -> Duration {
+        let secs = self.initial_delay.as_secs_f64()
+            * self
+                .multiplier
+                .max(1.0)
+                .powi(attempt.saturating_sub(1).min(64) as i32);
+        Duration::from_secs_f64(secs.min(self.max_delay.as_secs_f64()).max(0.0))
+    }
+}
+
+/// `wait_for_condition` being configured; `.await` it at once.
+#[must_use = "a wait does nothing until awaited"]
+pub struct ConditionBuilder<S, F> {
+    ctx: Context,
+    op: Op,
+    initial: S,
+    check: F,
+    strategy: WaitStrategy,
+}
+
+impl Context {
+    /// Durable polling: call `check` with the current state until it returns
+    /// [`ConditionCheck::Done`], sleeping on durable timers in between. The state is
+    /// threaded across checks and journaled, so it survives suspension.
+    pub fn wait_for_condition<S, F, Fut>(
+        &self,
+        name: &str,
+        initial: S,
+        check: F,
+    ) -> ConditionBuilder<S, F>
+    where
+        S: Serialize + DeserializeOwned + Send + 'static,
+        F: FnOnce(S, StepContext) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<ConditionCheck<S>, StepError>> + Send + 'static,
+    {
+        ConditionBuilder {
+            ctx: self.clone(),
+            op: self.mint(name, OperationKind::Condition),
+            initial,
+            check,
+            strategy: WaitStrategy::default(),
+        }
+    }
+}
+
+impl<S, F> ConditionBuilder<S, F> {
+    /// Use this wait strategy.
+    pub fn strategy(mut self, strategy: WaitStrategy) -> Self {
+        self.strategy = strategy;
+        self
+    }
+}
+
+impl<S, F, Fut> IntoFuture for ConditionBuilder<S, F>
+where
+    S: Serialize + DeserializeOwned + Send + 'static,
+    F: FnOnce(S, StepContext) -> Fut + Send + 'static,
+    Fut: Future<Output = Result<ConditionCheck<S>, StepError>> + Send + 'static,
+{
+    type Output = Result<S, Error>;
+    type IntoFuture = BoxFuture<'static, Result<S, Error>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(async move {
+            let ConditionBuilder {
+                ctx,
+                op,
+                initial,
+                check,
+                strategy,
+            } = self;
+            let now = ctx.shared.now();
+            let (attempt, state) = match ctx.lookup(&op).await.map(|e| e.state) {
+                Some(EntryState::Succeeded { value, .. }) => return ctx.decode(&value).await,
+                Some(EntryState::Failed { error, .. }) => return Err(Error::from_info(&error)),
+                Some(EntryState::Polling {
+                    attempt,
+                    state,
+                    next_check_at,
+                }) => {
+                    if now < next_check_at {
+                        return ctx.suspend(Some(next_check_at)).await;
+                    }
+                    (attempt + 1, ctx.decode::<S>(&state).await?)
+                }
+                _ => (1, initial),
+            };
+            ctx.go_live();
+            ctx.boundary().await;
+            let fallback = ctx.encode(&state).await?;
+            let step_ctx = StepContext {
+                attempt,
+                position: op.position.clone(),
+                key: None,
+            };
+            let (done, next_state) = match check(state, step_ctx).await {
+                Ok(ConditionCheck::Done(s)) => (true, ctx.encode(&s).await?),
+                Ok(ConditionCheck::Continue(s)) => (false, ctx.encode(&s).await?),
+                Err(e) if e.is_retryable() => (false, fallback),
+                Err(e) => {
+                    let err = Error::new(
+                        ErrorKind::ConditionNotMet,
+                        format!("condition '{}' check failed: {e}", op.name),
+                        Some(e.info().clone()),
+                    );
+                    return finish_failed(&ctx, &op, attempt, err).await;
+                }
+            };
+            if done {
+                let value: S = ctx.decode(&next_state).await?;
+                let ev = ctx.event(
+                    EventType::StepSucceeded,
+                    SubType::WaitForCondition,
+                    &op,
+                    serde_json::json!({"Attempt": attempt}),
+                );
+                ctx.commit_or_suspend(Delta {
+                    journal: vec![op.entry(EntryState::Succeeded {
+                        value: next_state,
+                        attempt,
+                    })],
+                    timeline: vec![ev],
+                    ..Delta::default()
+                })
+                .await;
+                return Ok(value);
+            }
+            if attempt >= strategy.max_attempts {
+                let err = Error::new(
+                    ErrorKind::ConditionNotMet,
+                    format!("condition '{}' not met after {attempt} checks", op.name),
+                    None,
+                );
+                return finish_failed(&ctx, &op, attempt, err).await;
+            }
+            let next_check_at: Timestamp = ctx.shared.now().plus(strategy.delay(attempt));
+            let ev = ctx.event(EventType::StepFailed, SubType::WaitForCondition, &op, serde_json::json!({"Attempt": attempt, "NextAttemptAt": next_check_at, "Retrying": true}));
+            ctx.commit_or_suspend(Delta {
+                journal: vec![op.entry(EntryState::Polling {
+                    attempt,
+                    state: next_state,
+                    next_check_at,
+                })],
+                timeline: vec![ev],
+                ..Delta::default()
+            })
+            .await;
+            ctx.suspend(Some(next_check_at)).await
+        })
+    }
+}
+
+async fn finish_failed<S>(ctx: &Context, op: &Op, attempt: u32, err: Error) -> Result<S, Error> {
+    let ev = ctx.event(
+        EventType::StepFailed,
+        SubType::WaitForCondition,
+        op,
+        serde_json::json!({"Attempt": attempt, "Error": err.to_info()}),
+    );
+    ctx.commit_or_suspend(Delta {
+        journal: vec![op.entry(EntryState::Failed {
+            error: err.to_info(),
+            attempt,
+        })],
+        timeline: vec![ev],
+        ..Delta::default()
+    })
+    .await;
+    Err(err)
+}

@@ -1,0 +1,1097 @@
+//! The engine: what the four handlers call.
+//!
+//! A wake-up is handled in four moves: **read** the run (one read; if nothing needs
+//! doing, stop here, no write), **claim** its lease (one conditional write that bumps the
+//! fencing epoch), **replay** the workflow from the top against its journal until every
+//! branch is suspended, it finishes, or the time budget is spent, and **release** with
+//! one final checkpoint that records the new status and when the run next falls due.
+//! Deliveries that race with an invocation move the run's version, so the final
+//! checkpoint conflicts and the engine replays again instead of going to sleep on a
+//! stale view.
+
+use std::future::Future;
+use std::pin::pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::task::Poll;
+use std::time::Duration;
+
+use crate::context::{
+    CommitError, Context, ContextConfig, Delta, Shared, Stop, decode_payload, encode_payload,
+};
+use crate::error::Error;
+use crate::lifecycle::{LifecycleEvent, decide};
+use crate::model::*;
+use crate::ports::*;
+use crate::registry::Registry;
+use crate::time::{Clock, Timestamp};
+
+/// How the engine behaves.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// Names this engine's leases (an invocation counter is appended).
+    pub owner: String,
+    /// How long a lease lasts without renewal; renewed every third of it.
+    pub lease_ttl: Duration,
+    /// Longest one invocation advances a run before it checkpoints and continues in a
+    /// new one.
+    pub time_budget: Duration,
+    /// Values whose JSON is larger go to the artifact store (DynamoDB items stop at
+    /// 400 KB; this keeps them well under 64 KB).
+    pub inline_limit: usize,
+    /// Base URL of callback webhooks (`{base}/hooks/{callback_id}`).
+    pub callback_base_url: String,
+    /// Replays one wake-up may do when deliveries keep arriving while it works.
+    pub max_passes: u32,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            owner: format!("engine-{}", uuid::Uuid::new_v4()),
+            lease_ttl: Duration::from_secs(60),
+            time_budget: Duration::from_secs(600),
+            inline_limit: 32 * 1024,
+            callback_base_url: "http://127.0.0.1:8080".to_owned(),
+            max_passes: 8,
+        }
+    }
+}
+
+/// What the engine can report to a handler.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// No such run (or callback) for this tenant.
+    #[error("not found")]
+    NotFound,
+    /// No workflow is registered under this name.
+    #[error("unknown workflow '{0}'")]
+    UnknownWorkflow(String),
+    /// The input does not fit the workflow's input type.
+    #[error("invalid input: {0}")]
+    InvalidInput(String),
+    /// A run with this id exists already.
+    #[error("a run with this id exists already")]
+    AlreadyExists,
+    /// `If-Match` named another version.
+    #[error("version mismatch: the run is at version {current}")]
+    VersionMismatch {
+        /// The run's current version.
+        current: u64,
+    },
+    /// The run is finished.
+    #[error("the run is already {0}")]
+    AlreadyFinished(RunStatus),
+    /// The callback or run no longer accepts this.
+    #[error("gone: {0}")]
+    Gone(String),
+    /// Storage failed; retrying may help.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// What handling one wake-up did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum WakeOutcome {
+    /// The run does not exist.
+    NotFound,
+    /// Nothing needed doing (cost: one read).
+    NothingToDo,
+    /// Another invocation holds the run's lease; it will see anything new.
+    Busy,
+    /// The run was advanced and is now in this status.
+    Advanced(RunStatus),
+    /// The invocation stopped without finishing its work (lease lost, storage failed);
+    /// the run will be picked up again.
+    Aborted(String),
+}
+
+/// What one sweep did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SweepReport {
+    /// Due runs found.
+    pub due: usize,
+    /// Wake-ups sent.
+    pub woken: usize,
+}
+
+/// The durable engine over a backend.
+#[derive(Clone)]
+pub struct Engine {
+    backend: Backend,
+    clock: Arc<dyn Clock>,
+    registry: Arc<Registry>,
+    config: EngineConfig,
+    invocations: Arc<AtomicU64>,
+}
+
+enum Exec {
+    Finished(Result<serde_json::Value, Error>),
+    Suspended,
+    Aborted(String),
+}
+
+/// How a pass ends, decided from what the workflow did.
+enum Ending {
+    Complete(serde_json::Value),
+    Fail(ErrorInfo),
+    Park(ErrorInfo),
+    Cancel,
+    Suspend,
+    Yield,
+}
+
+impl Engine {
+    /// An engine over `backend`, reading time from `clock`, running `registry`'s workflows.
+    pub fn new(
+        backend: Backend,
+        clock: Arc<dyn Clock>,
+        registry: Registry,
+        config: EngineConfig,
+    ) -> Self {
+        Engine {
+            backend,
+            clock,
+            registry: Arc::new(registry),
+            config,
+            invocations: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// The backend it runs on.
+    pub fn backend(&self) -> &Backend {
+        &self.backend
+    }
+
+    /// The registry of workflows.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// The engine's clock.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    /// The engine's configuration.
+    pub fn config(&self) -> &EngineConfig {
+        &self.config
+    }
+
+    fn context_config(&self) -> ContextConfig {
+        ContextConfig {
+            inline_limit: self.config.inline_limit,
+            callback_base_url: self.config.callback_base_url.clone(),
+        }
+    }
+
+    async fn send_wake(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+        reason: WakeReason,
+        delay: Duration,
+        epoch_hint: u64,
+    ) {
+        let wake = WakeUp {
+            tenant: tenant.clone(),
+            run_id: run_id.clone(),
+            reason,
+            epoch_hint,
+        };
+        // The write before this one left the run due; a lost send is healed by the sweep.
+        if let Err(e) = self
+            .backend
+            .queue
+            .send(&wake, delay.min(MAX_QUEUE_DELAY))
+            .await
+        {
+            tracing::warn!(tenant = %tenant, run_id = %run_id, error = %e, "wake-up not sent; the sweep will resend it");
+        }
+    }
+
+    /// Start a run of `workflow` with `input`. The run is created pending and a wake-up
+    /// is sent; `run_id` picks the id (default: a fresh time-ordered one).
+    pub async fn start(
+        &self,
+        tenant: &TenantId,
+        workflow: &str,
+        input: serde_json::Value,
+        run_id: Option<RunId>,
+    ) -> Result<Run, EngineError> {
+        let wf = self
+            .registry
+            .get(workflow)
+            .ok_or_else(|| EngineError::UnknownWorkflow(workflow.to_owned()))?;
+        wf.validate(&input).map_err(EngineError::InvalidInput)?;
+        let now = self.clock.now();
+        let id = run_id.unwrap_or_else(RunId::generate);
+        let payload = encode_payload(&self.backend, &self.context_config(), tenant, &id, &input)
+            .await
+            .map_err(|e| EngineError::InvalidInput(e.to_string()))?;
+        let mut run = Run::new(tenant.clone(), id, workflow, payload, now);
+        run.timeline_seq = 1;
+        let started = TimelineEvent {
+            seq: 1,
+            at: now,
+            event_type: EventType::ExecutionStarted,
+            sub_type: None,
+            id: None,
+            parent_id: None,
+            name: Some(workflow.to_owned()),
+            details: serde_json::json!({"Workflow": workflow}),
+        };
+        match self.backend.store.create_run(&run, &started).await {
+            Ok(()) => {}
+            Err(StoreError::AlreadyExists) => return Err(EngineError::AlreadyExists),
+            Err(e) => return Err(e.into()),
+        }
+        self.send_wake(tenant, &run.id, WakeReason::Started, Duration::ZERO, 0)
+            .await;
+        Ok(run)
+    }
+
+    /// The run, if this tenant has it.
+    pub async fn get_run(&self, tenant: &TenantId, run_id: &RunId) -> Result<Run, EngineError> {
+        self.backend
+            .store
+            .get_run(tenant, run_id)
+            .await?
+            .ok_or(EngineError::NotFound)
+    }
+
+    /// Handle one wake-up: advance the run as far as it goes, with the default budget.
+    pub async fn handle_wakeup(&self, wake: &WakeUp) -> Result<WakeOutcome, EngineError> {
+        self.handle_wakeup_until(wake, None).await
+    }
+
+    /// Handle one wake-up, stopping new work at `deadline` (the Lambda's remaining time
+    /// less a safety margin) or after the configured budget, whichever comes first.
+    pub async fn handle_wakeup_until(
+        &self,
+        wake: &WakeUp,
+        deadline: Option<Timestamp>,
+    ) -> Result<WakeOutcome, EngineError> {
+        let now = self.clock.now();
+        let Some(run) = self
+            .backend
+            .store
+            .get_run(&wake.tenant, &wake.run_id)
+            .await?
+        else {
+            return Ok(WakeOutcome::NotFound);
+        };
+        if !run.needs_attention(now) {
+            return Ok(if run.is_leased(now) {
+                WakeOutcome::Busy
+            } else {
+                WakeOutcome::NothingToDo
+            });
+        }
+        let n = self.invocations.fetch_add(1, Ordering::Relaxed);
+        let claim = Claim {
+            owner: format!("{}#{n}", self.config.owner),
+            now,
+            expires_at: now.plus(self.config.lease_ttl),
+        };
+        let run = match self
+            .backend
+            .store
+            .claim(&wake.tenant, &wake.run_id, &claim)
+            .await
+        {
+            Ok(run) => run,
+            Err(StoreError::Conflict(_)) => return Ok(WakeOutcome::Busy),
+            Err(StoreError::NotFound) => return Ok(WakeOutcome::NotFound),
+            Err(e) => return Err(e.into()),
+        };
+        let budget = now.plus(self.config.time_budget);
+        let budget = deadline.map_or(budget, |d| d.min(budget));
+        let epoch = run.epoch;
+        let watch = Arc::new(LeaseWatch::default());
+        let renewal = tokio::spawn(renew_lease(
+            self.backend.store.clone(),
+            self.clock.clone(),
+            run.tenant.clone(),
+            run.id.clone(),
+            epoch,
+            self.config.lease_ttl,
+            watch.clone(),
+        ));
+        let span = tracing::info_span!("invocation", tenant = %run.tenant, run_id = %run.id, epoch = epoch.0);
+        let result = tracing::Instrument::instrument(self.advance(run, budget, &watch), span).await;
+        renewal.abort();
+        result
+    }
+
+    async fn advance(
+        &self,
+        mut run: Run,
+        budget: Timestamp,
+        watch: &LeaseWatch,
+    ) -> Result<WakeOutcome, EngineError> {
+        let Some(workflow) = self.registry.get(&run.workflow).cloned() else {
+            let error = ErrorInfo::new(
+                "UnknownWorkflow",
+                format!("no workflow is registered as '{}'", run.workflow),
+                false,
+            );
+            let shared = self.shared(run, History::default(), budget);
+            return self.finish(&shared, Ending::Fail(error)).await;
+        };
+        for _ in 0..self.config.max_passes.max(1) {
+            let history = self
+                .backend
+                .store
+                .load_history(&run.tenant, &run.id)
+                .await?;
+            let cancel = run.cancel_requested;
+            let shared = self.shared(run.clone(), history, budget);
+            if cancel {
+                return self.finish(&shared, Ending::Cancel).await;
+            }
+            let input: serde_json::Value = match decode_payload(&self.backend, &run.input).await {
+                Ok(v) => v,
+                Err(e) => return self.finish(&shared, Ending::Fail(e.to_info())).await,
+            };
+            let exec = {
+                let mut fut = pin!(workflow.start(Context::root(shared.clone()), input));
+                std::future::poll_fn(|cx| {
+                    if let Poll::Ready(r) = fut.as_mut().poll(cx) {
+                        return Poll::Ready(Exec::Finished(r));
+                    }
+                    if watch.lost.load(Ordering::SeqCst) {
+                        shared.set_stop(Stop::Abort("the lease was lost".to_owned()));
+                    }
+                    let mut st = shared.state();
+                    if watch.cancel.load(Ordering::SeqCst) {
+                        st.run.cancel_requested = true;
+                    }
+                    if let Some(Stop::Abort(why)) = &st.stop {
+                        return Poll::Ready(Exec::Aborted(why.clone()));
+                    }
+                    if st.running <= 0 {
+                        Poll::Ready(Exec::Suspended)
+                    } else {
+                        Poll::Pending
+                    }
+                })
+                .await
+            };
+            let ending = {
+                let st = shared.state();
+                match (exec, st.stop.clone()) {
+                    (Exec::Aborted(why), _) | (_, Some(Stop::Abort(why))) => {
+                        return Ok(WakeOutcome::Aborted(why));
+                    }
+                    (_, Some(Stop::Park(reason))) => Ending::Park(reason),
+                    (_, Some(Stop::Cancel)) => Ending::Cancel,
+                    (Exec::Finished(result), None) => match unvisited(&st) {
+                        Some(reason) => Ending::Park(reason),
+                        None => match result {
+                            Ok(value) => Ending::Complete(value),
+                            Err(e) => Ending::Fail(e.to_info()),
+                        },
+                    },
+                    (Exec::Suspended, None) if st.continue_now => Ending::Yield,
+                    (Exec::Suspended, None) => Ending::Suspend,
+                }
+            };
+            match self.finish(&shared, ending).await {
+                Err(EngineError::Store(StoreError::Conflict(_))) => {
+                    // New deliveries arrived while suspending: replay with them.
+                    run = shared.state().run.clone();
+                }
+                other => return other,
+            }
+        }
+        // Deliveries kept racing; leave the run due so the next wake-up continues.
+        Ok(WakeOutcome::Aborted(
+            "too many deliveries raced with this invocation".to_owned(),
+        ))
+    }
+
+    fn shared(&self, run: Run, history: History, budget: Timestamp) -> Arc<Shared> {
+        Arc::new(Shared::new(
+            self.backend.clone(),
+            self.clock.clone(),
+            self.context_config(),
+            run,
+            history,
+            budget,
+        ))
+    }
+
+    /// Write the pass's ending as the run's final checkpoint of this invocation.
+    async fn finish(
+        &self,
+        shared: &Arc<Shared>,
+        ending: Ending,
+    ) -> Result<WakeOutcome, EngineError> {
+        let now = self.clock.now();
+        let (run, next_due, open_callbacks) = {
+            let st = shared.state();
+            (
+                st.run.clone(),
+                st.next_due,
+                open_callbacks(st.journal.values(), now),
+            )
+        };
+        let event = |event_type: EventType, details: serde_json::Value| TimelineEvent {
+            seq: 0,
+            at: now,
+            event_type,
+            sub_type: None,
+            id: None,
+            parent_id: None,
+            name: Some(run.workflow.clone()),
+            details,
+        };
+        let mut delta = Delta::default();
+        let mut expect_inbox = None;
+        let (lifecycle, output, error, due_at) = match &ending {
+            Ending::Complete(value) => {
+                let payload = encode_payload(
+                    &self.backend,
+                    &self.context_config(),
+                    &run.tenant,
+                    &run.id,
+                    value,
+                )
+                .await
+                .unwrap_or_else(|e| Payload::Inline(serde_json::json!({"error": e.to_string()})));
+                delta.timeline.push(event(
+                    EventType::ExecutionSucceeded,
+                    serde_json::json!({"Result": inline_detail(&payload)}),
+                ));
+                (LifecycleEvent::Complete, Some(payload), None, None)
+            }
+            Ending::Fail(error) => {
+                delta.timeline.push(event(
+                    EventType::ExecutionFailed,
+                    serde_json::json!({"Error": error}),
+                ));
+                (LifecycleEvent::Fail, None, Some(error.clone()), None)
+            }
+            Ending::Park(reason) => {
+                delta.timeline.push(event(
+                    EventType::RunParked,
+                    serde_json::json!({"Error": reason}),
+                ));
+                (LifecycleEvent::Park, None, Some(reason.clone()), None)
+            }
+            Ending::Cancel => {
+                delta.timeline.push(event(
+                    EventType::ExecutionCancelled,
+                    serde_json::Value::Null,
+                ));
+                (
+                    LifecycleEvent::Cancel,
+                    None,
+                    Some(ErrorInfo::new("Cancelled", "the run was cancelled", false)),
+                    None,
+                )
+            }
+            Ending::Suspend => {
+                expect_inbox = Some(shared.state().inbox_loaded);
+                (LifecycleEvent::Suspend, None, None, next_due)
+            }
+            Ending::Yield => (LifecycleEvent::Yield, None, None, Some(now)),
+        };
+        let status = decide(run.status, lifecycle).map_err(|e| EngineError::Gone(e.to_string()))?;
+        delta.timeline.push(event(
+            EventType::InvocationCompleted,
+            serde_json::json!({"Status": status, "NextWakeAt": due_at, "Epoch": shared.epoch}),
+        ));
+        if status.is_finished() {
+            delta.callbacks = open_callbacks;
+            if let Some(parent) = &run.parent {
+                let outcome = match (&ending, &output) {
+                    (Ending::Complete(_), Some(payload)) => Ok(payload.clone()),
+                    _ => Err(error.clone().unwrap_or_else(|| {
+                        ErrorInfo::new("Failed", "the child run failed", false)
+                    })),
+                };
+                let event_type = if outcome.is_ok() {
+                    EventType::ChainedInvokeSucceeded
+                } else {
+                    EventType::ChainedInvokeFailed
+                };
+                delta.parent_delivery = Some(NewDelivery {
+                    id: DeliveryId(format!("child-finished:{}", run.id)),
+                    tenant: run.tenant.clone(),
+                    run_id: parent.run_id.clone(),
+                    body: DeliveryBody::ChildFinished {
+                        position: parent.position.clone(),
+                        outcome: outcome.clone(),
+                    },
+                    received_at: now,
+                    event: TimelineEvent {
+                        seq: 0,
+                        at: now,
+                        event_type,
+                        sub_type: Some(SubType::ChainedInvoke),
+                        id: Some(parent.position.0.clone()),
+                        parent_id: None,
+                        name: Some(run.workflow.clone()),
+                        details: serde_json::json!({"ChildRunId": run.id, "Status": status}),
+                    },
+                });
+            }
+        }
+        let inbox_seen = expect_inbox.unwrap_or(run.inbox_seq);
+        let committed = shared
+            .commit(delta, expect_inbox, |r| {
+                r.status = status;
+                r.lease = None;
+                r.due_at = due_at;
+                r.inbox_seen = if expect_inbox.is_some() {
+                    inbox_seen
+                } else {
+                    r.inbox_seq
+                };
+                if output.is_some() {
+                    r.output = output.clone();
+                }
+                if error.is_some() {
+                    r.error = error.clone();
+                }
+            })
+            .await;
+        match committed {
+            Ok(()) => {}
+            Err(CommitError::InboxChanged) => {
+                return Err(EngineError::Store(StoreError::Conflict(None)));
+            }
+            Err(CommitError::Aborted(why)) => return Ok(WakeOutcome::Aborted(why)),
+        }
+        let epoch = shared.epoch.0;
+        match ending {
+            Ending::Yield => {
+                self.send_wake(
+                    &run.tenant,
+                    &run.id,
+                    WakeReason::Continue,
+                    Duration::ZERO,
+                    epoch,
+                )
+                .await
+            }
+            Ending::Suspend => {
+                if let Some(due) = due_at {
+                    let delay = now.until(due);
+                    // Longer timers wait in the due index for the sweep.
+                    if delay <= MAX_QUEUE_DELAY {
+                        self.send_wake(&run.tenant, &run.id, WakeReason::Timer, delay, epoch)
+                            .await;
+                    }
+                }
+            }
+            _ => {}
+        }
+        if let (true, Some(parent)) = (status.is_finished(), &run.parent) {
+            self.send_wake(
+                &run.tenant,
+                &parent.run_id,
+                WakeReason::Child,
+                Duration::ZERO,
+                0,
+            )
+            .await;
+        }
+        tracing::info!(tenant = %run.tenant, run_id = %run.id, status = %status, "invocation completed");
+        Ok(WakeOutcome::Advanced(status))
+    }
+
+    /// Deliver a named event (an approval, a signal) to a run. It is kept if the run is
+    /// not waiting for it yet. `delivery_id` dedupes repeats (default: a fresh id).
+    pub async fn deliver_event(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+        name: &str,
+        value: serde_json::Value,
+        delivery_id: Option<DeliveryId>,
+    ) -> Result<DeliverOutcome, EngineError> {
+        let payload = encode_payload(
+            &self.backend,
+            &self.context_config(),
+            tenant,
+            run_id,
+            &value,
+        )
+        .await
+        .map_err(|e| EngineError::InvalidInput(e.to_string()))?;
+        let id =
+            delivery_id.unwrap_or_else(|| DeliveryId(format!("event:{}", uuid::Uuid::new_v4())));
+        let event = self.delivery_event(
+            EventType::EventDelivered,
+            Some(name),
+            serde_json::json!({"Event": name, "DeliveryId": id}),
+        );
+        self.deliver(
+            tenant,
+            run_id,
+            id,
+            DeliveryBody::Event {
+                name: name.to_owned(),
+                value: payload,
+            },
+            event,
+        )
+        .await
+    }
+
+    /// Inject a message into a run; it is drained at the run's next step boundary.
+    pub async fn inject_message(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+        value: serde_json::Value,
+        delivery_id: Option<DeliveryId>,
+    ) -> Result<DeliverOutcome, EngineError> {
+        let payload = encode_payload(
+            &self.backend,
+            &self.context_config(),
+            tenant,
+            run_id,
+            &value,
+        )
+        .await
+        .map_err(|e| EngineError::InvalidInput(e.to_string()))?;
+        let id =
+            delivery_id.unwrap_or_else(|| DeliveryId(format!("message:{}", uuid::Uuid::new_v4())));
+        let event = self.delivery_event(
+            EventType::MessageInjected,
+            None,
+            serde_json::json!({"DeliveryId": id}),
+        );
+        self.deliver(
+            tenant,
+            run_id,
+            id,
+            DeliveryBody::Message { value: payload },
+            event,
+        )
+        .await
+    }
+
+    /// Complete a callback with success (`Ok(value)`) or failure (`Err(error)`). With
+    /// `tenant` set (the authenticated API), another tenant's callback is not found;
+    /// without it (a webhook), the callback id is the credential. The same
+    /// `delivery_id` twice is a duplicate; a second outcome for a closed callback is
+    /// [`EngineError::Gone`].
+    pub async fn complete_callback(
+        &self,
+        callback_id: &CallbackId,
+        tenant: Option<&TenantId>,
+        outcome: Result<serde_json::Value, ErrorInfo>,
+        delivery_id: Option<DeliveryId>,
+    ) -> Result<DeliverOutcome, EngineError> {
+        let record = self.callback(callback_id, tenant).await?;
+        let id =
+            delivery_id.unwrap_or_else(|| DeliveryId(format!("callback-outcome:{callback_id}")));
+        let (body, status) = match outcome {
+            Ok(value) => {
+                let payload = encode_payload(
+                    &self.backend,
+                    &self.context_config(),
+                    &record.tenant,
+                    &record.run_id,
+                    &value,
+                )
+                .await
+                .map_err(|e| EngineError::InvalidInput(e.to_string()))?;
+                (
+                    DeliveryBody::CallbackSucceeded {
+                        callback_id: callback_id.clone(),
+                        value: payload,
+                    },
+                    "succeeded",
+                )
+            }
+            Err(error) => (
+                DeliveryBody::CallbackFailed {
+                    callback_id: callback_id.clone(),
+                    error,
+                },
+                "failed",
+            ),
+        };
+        let event = self.delivery_event(
+            EventType::CallbackDelivered,
+            None,
+            serde_json::json!({"CallbackId": callback_id, "Outcome": status, "DeliveryId": id, "OperationId": record.position}),
+        );
+        self.deliver(&record.tenant, &record.run_id, id, body, event)
+            .await
+    }
+
+    /// Record a heartbeat for a callback, pushing back its heartbeat timeout.
+    pub async fn heartbeat_callback(
+        &self,
+        callback_id: &CallbackId,
+        tenant: Option<&TenantId>,
+    ) -> Result<DeliverOutcome, EngineError> {
+        let record = self.callback(callback_id, tenant).await?;
+        let id = DeliveryId(format!("callback-heartbeat:{}", uuid::Uuid::new_v4()));
+        let event = self.delivery_event(
+            EventType::CallbackDelivered,
+            None,
+            serde_json::json!({"CallbackId": callback_id, "Outcome": "heartbeat", "OperationId": record.position}),
+        );
+        self.deliver(
+            &record.tenant,
+            &record.run_id,
+            id,
+            DeliveryBody::CallbackHeartbeat {
+                callback_id: callback_id.clone(),
+            },
+            event,
+        )
+        .await
+    }
+
+    async fn callback(
+        &self,
+        callback_id: &CallbackId,
+        tenant: Option<&TenantId>,
+    ) -> Result<CallbackRecord, EngineError> {
+        let record = self
+            .backend
+            .store
+            .get_callback(callback_id)
+            .await?
+            .ok_or(EngineError::NotFound)?;
+        if tenant.is_some_and(|t| *t != record.tenant) {
+            return Err(EngineError::NotFound);
+        }
+        if record.status != CallbackStatus::Open {
+            return Err(EngineError::Gone(
+                format!("callback {callback_id} is {:?}", record.status).to_lowercase(),
+            ));
+        }
+        Ok(record)
+    }
+
+    fn delivery_event(
+        &self,
+        event_type: EventType,
+        name: Option<&str>,
+        details: serde_json::Value,
+    ) -> TimelineEvent {
+        TimelineEvent {
+            seq: 0,
+            at: self.clock.now(),
+            event_type,
+            sub_type: None,
+            id: None,
+            parent_id: None,
+            name: name.map(str::to_owned),
+            details,
+        }
+    }
+
+    async fn deliver(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+        id: DeliveryId,
+        body: DeliveryBody,
+        event: TimelineEvent,
+    ) -> Result<DeliverOutcome, EngineError> {
+        let delivery = NewDelivery {
+            id,
+            tenant: tenant.clone(),
+            run_id: run_id.clone(),
+            body,
+            received_at: self.clock.now(),
+            event,
+        };
+        let outcome = match self.backend.store.deliver(&delivery).await {
+            Ok(outcome) => outcome,
+            Err(StoreError::NotFound) => return Err(EngineError::NotFound),
+            Err(StoreError::Gone(why)) => return Err(EngineError::Gone(why)),
+            Err(e) => return Err(e.into()),
+        };
+        if let DeliverOutcome::Accepted(run) = &outcome {
+            self.send_wake(
+                tenant,
+                run_id,
+                WakeReason::Delivery,
+                Duration::ZERO,
+                run.epoch.0,
+            )
+            .await;
+        }
+        Ok(outcome)
+    }
+
+    /// Cancel a run: at once when it is not running, at its next operation boundary when
+    /// it is. `if_match` guards against a stale view (the run's version).
+    pub async fn cancel(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+        if_match: Option<u64>,
+    ) -> Result<Run, EngineError> {
+        for _ in 0..8 {
+            let run = self.get_run(tenant, run_id).await?;
+            if let Some(expected) = if_match.filter(|v| *v != run.version) {
+                let _ = expected;
+                return Err(EngineError::VersionMismatch {
+                    current: run.version,
+                });
+            }
+            if run.status.is_finished() {
+                return Err(EngineError::AlreadyFinished(run.status));
+            }
+            let now = self.clock.now();
+            let leased = run.is_leased(now);
+            let event = if leased {
+                LifecycleEvent::RequestCancel
+            } else {
+                LifecycleEvent::Cancel
+            };
+            let status = decide(run.status, event).map_err(|e| EngineError::Gone(e.to_string()))?;
+            let mut next = run.clone();
+            next.version += 1;
+            next.updated_at = now;
+            next.cancel_requested = true;
+            next.status = status;
+            let mut checkpoint_events = vec![TimelineEvent {
+                seq: 0,
+                at: now,
+                event_type: if leased {
+                    EventType::CancelRequested
+                } else {
+                    EventType::ExecutionCancelled
+                },
+                sub_type: None,
+                id: None,
+                parent_id: None,
+                name: Some(run.workflow.clone()),
+                details: serde_json::Value::Null,
+            }];
+            for e in &mut checkpoint_events {
+                next.timeline_seq += 1;
+                e.seq = next.timeline_seq;
+            }
+            let mut checkpoint = Checkpoint::new(next.clone(), run.version, None);
+            checkpoint.timeline = checkpoint_events;
+            if !leased {
+                next.lease = None;
+                next.due_at = None;
+                next.error = Some(ErrorInfo::new("Cancelled", "the run was cancelled", false));
+                checkpoint.run = next.clone();
+                let history = self.backend.store.load_history(tenant, run_id).await?;
+                checkpoint.callbacks = open_callbacks(history.journal.iter(), now);
+                if let Some(parent) = &run.parent {
+                    checkpoint.parent_delivery = Some(NewDelivery {
+                        id: DeliveryId(format!("child-finished:{}", run.id)),
+                        tenant: tenant.clone(),
+                        run_id: parent.run_id.clone(),
+                        body: DeliveryBody::ChildFinished {
+                            position: parent.position.clone(),
+                            outcome: Err(ErrorInfo::new(
+                                "Cancelled",
+                                format!("child run {} was cancelled", run.id),
+                                false,
+                            )),
+                        },
+                        received_at: now,
+                        event: self.delivery_event(
+                            EventType::ChainedInvokeFailed,
+                            Some(&run.workflow),
+                            serde_json::json!({"ChildRunId": run.id, "Status": "cancelled"}),
+                        ),
+                    });
+                }
+            }
+            match self.backend.store.checkpoint(&checkpoint).await {
+                Ok(()) => {
+                    if leased {
+                        // The holder sees the flag when its next write conflicts.
+                        self.send_wake(tenant, run_id, WakeReason::Delivery, Duration::ZERO, 0)
+                            .await;
+                    } else if let Some(parent) = &run.parent {
+                        self.send_wake(
+                            tenant,
+                            &parent.run_id,
+                            WakeReason::Child,
+                            Duration::ZERO,
+                            0,
+                        )
+                        .await;
+                    }
+                    return Ok(next);
+                }
+                Err(StoreError::Conflict(current)) => {
+                    if let (Some(_), Some(current)) = (if_match, current) {
+                        return Err(EngineError::VersionMismatch {
+                            current: current.version,
+                        });
+                    }
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(EngineError::Store(StoreError::Unavailable(
+            "the run kept changing while cancelling".to_owned(),
+        )))
+    }
+
+    /// Wake every run that is due: fired timers, passed deadlines, expired leases, lost
+    /// wake-ups. Bounded by `limit`; idempotent (a duplicate wake-up is a no-op).
+    pub async fn sweep(&self, limit: usize) -> Result<SweepReport, EngineError> {
+        let now = self.clock.now();
+        let due = self.backend.store.due_runs(now, limit).await?;
+        let mut report = SweepReport {
+            due: due.len(),
+            woken: 0,
+        };
+        for run in due {
+            let wake = WakeUp {
+                tenant: run.tenant,
+                run_id: run.run_id,
+                reason: WakeReason::Sweep,
+                epoch_hint: 0,
+            };
+            if self.backend.queue.send(&wake, Duration::ZERO).await.is_ok() {
+                report.woken += 1;
+            }
+        }
+        Ok(report)
+    }
+
+    /// Take up to `max` wake-ups from the queue and handle each, acknowledging those
+    /// handled; returns how many were received. The dev server's worker and tests use
+    /// this in place of the SQS trigger.
+    pub async fn work_queue_once(&self, max: usize) -> Result<usize, EngineError> {
+        let received = self
+            .backend
+            .queue
+            .receive(max, self.config.lease_ttl)
+            .await?;
+        let n = received.len();
+        for message in received {
+            match self.handle_wakeup(&message.wake).await {
+                Ok(WakeOutcome::Aborted(why)) => {
+                    tracing::warn!(run_id = %message.wake.run_id, %why, "invocation aborted; the wake-up will be redelivered");
+                }
+                Ok(_) => self.backend.queue.ack(&message.receipt).await?,
+                Err(e) => {
+                    tracing::warn!(run_id = %message.wake.run_id, error = %e, "wake-up failed; it will be redelivered")
+                }
+            }
+        }
+        Ok(n)
+    }
+
+    /// Work the queue until it has nothing visible; returns how many wake-ups were
+    /// handled. For tests and tools; `max_rounds` bounds it.
+    pub async fn run_until_idle(&self, max_rounds: usize) -> Result<usize, EngineError> {
+        let mut total = 0;
+        for _ in 0..max_rounds {
+            let n = self.work_queue_once(10).await?;
+            if n == 0 {
+                break;
+            }
+            total += n;
+        }
+        Ok(total)
+    }
+}
+
+fn inline_detail(payload: &Payload) -> serde_json::Value {
+    match payload {
+        Payload::Inline(v) => v.clone(),
+        Payload::Artifact(a) => serde_json::json!({"Artifact": a}),
+    }
+}
+
+/// Callback records to close because their run is finishing.
+fn open_callbacks<'a>(
+    entries: impl Iterator<Item = &'a JournalEntry>,
+    now: Timestamp,
+) -> Vec<CallbackRecord> {
+    let _ = now;
+    entries
+        .filter_map(|e| match &e.state {
+            EntryState::Waiting(Wait {
+                kind: WaitKind::Callback { callback_id, .. },
+                deadline,
+                started_at,
+            }) => Some((e, callback_id, deadline, started_at)),
+            _ => None,
+        })
+        .map(|(e, callback_id, deadline, started_at)| CallbackRecord {
+            callback_id: callback_id.clone(),
+            tenant: TenantId(String::new()),
+            run_id: RunId(String::new()),
+            position: e.position.clone(),
+            status: CallbackStatus::Closed,
+            deadline: *deadline,
+            created_at: *started_at,
+        })
+        .collect()
+}
+
+/// Journal entries the finished workflow never reached: its code changed under it.
+fn unvisited(st: &crate::context::ExecState) -> Option<ErrorInfo> {
+    let mut missing: Vec<&JournalEntry> = st
+        .journal
+        .values()
+        .filter(|e| {
+            !st.visited.contains(&e.position)
+                && !e.position.ancestors().any(|a| st.visited.contains(&a))
+        })
+        .collect();
+    missing.sort_by(|a, b| a.position.cmp(&b.position));
+    missing.first().map(|e| {
+        ErrorInfo::new(
+            "NonDeterminism",
+            format!("non-determinism at {}: the journal has a {} operation '{}' that the code no longer reaches", e.position, e.kind, e.name),
+            false,
+        )
+    })
+}
+
+#[derive(Default)]
+struct LeaseWatch {
+    lost: AtomicBool,
+    cancel: AtomicBool,
+}
+
+/// Renew the lease every third of its TTL until aborted; note a lost lease or a
+/// cancellation request for the engine to act on.
+async fn renew_lease(
+    store: Arc<dyn RunStore>,
+    clock: Arc<dyn Clock>,
+    tenant: TenantId,
+    run_id: RunId,
+    epoch: FencingEpoch,
+    ttl: Duration,
+    watch: Arc<LeaseWatch>,
+) {
+    loop {
+        tokio::time::sleep(ttl / 3).await;
+        match store
+            .renew_lease(&tenant, &run_id, epoch, clock.now().plus(ttl))
+            .await
+        {
+            Ok(run) => {
+                if run.cancel_requested {
+                    watch.cancel.store(true, Ordering::SeqCst);
+                }
+            }
+            Err(StoreError::Conflict(_)) | Err(StoreError::NotFound) => {
+                watch.lost.store(true, Ordering::SeqCst);
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(run_id = %run_id, error = %e, "lease renewal failed; retrying")
+            }
+        }
+    }
+}
