@@ -603,7 +603,10 @@ impl Context {
                         op.kind,
                         op.position
                     )),
-                    None => None,
+                    None => {
+                        st.visited.insert(op.position.clone());
+                        None
+                    }
                 },
             }
         };

@@ -1,0 +1,711 @@
+//! Siesta's embedded backend: every port in one local SQLite file.
+//!
+//! It honours the same contract as the DynamoDB/S3/SQS backend, item for item: each
+//! port operation that DynamoDB does in one conditional write or one
+//! `TransactWriteItems` is one SQLite transaction here (`BEGIN IMMEDIATE`), with the
+//! same conditions checked inside it, so the engine cannot tell the two apart and the
+//! same conformance suite passes on both. WAL mode makes every committed transaction
+//! survive a process kill.
+//!
+//! ```no_run
+//! # use std::sync::Arc;
+//! let backend = siesta_embedded::EmbeddedBackend::open("siesta.db", Arc::new(siesta::SystemClock))?.backend();
+//! # Ok::<(), siesta::ports::StoreError>(())
+//! ```
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use sha2::{Digest, Sha256};
+use siesta::ports::*;
+use siesta::*;
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS runs (
+    tenant TEXT NOT NULL, run_id TEXT NOT NULL, status TEXT NOT NULL, workflow TEXT NOT NULL,
+    created_at INTEGER NOT NULL, due_at INTEGER, body TEXT NOT NULL,
+    PRIMARY KEY (tenant, run_id));
+CREATE INDEX IF NOT EXISTS runs_by_tenant ON runs (tenant, created_at DESC, run_id DESC);
+CREATE INDEX IF NOT EXISTS runs_due ON runs (due_at) WHERE due_at IS NOT NULL;
+CREATE TABLE IF NOT EXISTS journal (
+    tenant TEXT NOT NULL, run_id TEXT NOT NULL, position TEXT NOT NULL, body TEXT NOT NULL,
+    PRIMARY KEY (tenant, run_id, position));
+CREATE TABLE IF NOT EXISTS timeline (
+    tenant TEXT NOT NULL, run_id TEXT NOT NULL, seq INTEGER NOT NULL, body TEXT NOT NULL,
+    PRIMARY KEY (tenant, run_id, seq));
+CREATE TABLE IF NOT EXISTS deliveries (
+    tenant TEXT NOT NULL, run_id TEXT NOT NULL, id TEXT NOT NULL, seq INTEGER NOT NULL, body TEXT NOT NULL,
+    PRIMARY KEY (tenant, run_id, id));
+CREATE TABLE IF NOT EXISTS callbacks (callback_id TEXT PRIMARY KEY, body TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS tool_calls (
+    tenant TEXT NOT NULL, key TEXT NOT NULL, body TEXT NOT NULL, PRIMARY KEY (tenant, key));
+CREATE TABLE IF NOT EXISTS artifacts (
+    location TEXT PRIMARY KEY, sha256 TEXT NOT NULL, media_type TEXT NOT NULL, size INTEGER NOT NULL, content BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS queue (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, body TEXT NOT NULL, visible_at INTEGER NOT NULL,
+    receive_count INTEGER NOT NULL DEFAULT 0, receipt TEXT);
+CREATE INDEX IF NOT EXISTS queue_visible ON queue (visible_at, id);
+CREATE TABLE IF NOT EXISTS dead_letters (id INTEGER PRIMARY KEY AUTOINCREMENT, body TEXT NOT NULL, moved_at INTEGER NOT NULL);
+";
+
+/// How many times a wake-up may be received before it goes to the dead-letter queue.
+pub const DEFAULT_MAX_RECEIVES: u32 = 5;
+
+/// The embedded backend: one SQLite file holding runs, artifacts and the wake-up queue.
+#[derive(Clone)]
+pub struct EmbeddedBackend {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    conn: Mutex<Connection>,
+    clock: Arc<dyn Clock>,
+    max_receives: u32,
+}
+
+impl EmbeddedBackend {
+    /// Open (or create) the backend in the file at `path`, reading time from `clock`.
+    pub fn open(path: impl AsRef<Path>, clock: Arc<dyn Clock>) -> Result<Self, StoreError> {
+        Self::open_with(path, clock, DEFAULT_MAX_RECEIVES)
+    }
+
+    /// Like [`EmbeddedBackend::open`], with the queue's receive limit before a wake-up is
+    /// dead-lettered.
+    pub fn open_with(
+        path: impl AsRef<Path>,
+        clock: Arc<dyn Clock>,
+        max_receives: u32,
+    ) -> Result<Self, StoreError> {
+        if let Some(dir) = path.as_ref().parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| StoreError::Unavailable(format!("creating {}: {e}", dir.display())))?;
+        }
+        let conn = Connection::open(path.as_ref()).map_err(sql)?;
+        conn.busy_timeout(Duration::from_secs(5)).map_err(sql)?;
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(sql)?;
+        conn.pragma_update(None, "synchronous", "NORMAL")
+            .map_err(sql)?;
+        conn.execute_batch(SCHEMA).map_err(sql)?;
+        Ok(EmbeddedBackend {
+            inner: Arc::new(Inner {
+                conn: Mutex::new(conn),
+                clock,
+                max_receives: max_receives.max(1),
+            }),
+        })
+    }
+
+    /// The three ports over this file.
+    pub fn backend(&self) -> Backend {
+        let me = Arc::new(self.clone());
+        Backend {
+            store: me.clone(),
+            artifacts: me.clone(),
+            queue: me,
+        }
+    }
+}
+
+fn sql(e: rusqlite::Error) -> StoreError {
+    StoreError::Unavailable(format!("sqlite: {e}"))
+}
+
+fn to_json<T: Serialize>(v: &T) -> Result<String, StoreError> {
+    serde_json::to_string(v).map_err(|e| StoreError::Invalid(e.to_string()))
+}
+
+fn from_json<T: DeserializeOwned>(s: &str) -> Result<T, StoreError> {
+    serde_json::from_str(s).map_err(|e| StoreError::Invalid(format!("corrupt record: {e}")))
+}
+
+fn is_constraint(e: &rusqlite::Error) -> bool {
+    matches!(e, rusqlite::Error::SqliteFailure(f, _) if f.code == rusqlite::ErrorCode::ConstraintViolation)
+}
+
+impl EmbeddedBackend {
+    /// Run `f` in one immediate transaction on a blocking thread; commit on `Ok`.
+    async fn tx<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Transaction<'_>, Timestamp) -> Result<T, StoreError> + Send + 'static,
+    {
+        let inner = self.inner.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut conn = inner.conn.lock().unwrap_or_else(|e| e.into_inner());
+            let now = inner.clock.now();
+            let tx = conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(sql)?;
+            let out = f(&tx, now)?;
+            tx.commit().map_err(sql)?;
+            Ok(out)
+        })
+        .await
+        .map_err(|e| StoreError::Unavailable(format!("storage task failed: {e}")))?
+    }
+}
+
+fn get_run(tx: &Connection, tenant: &str, run_id: &str) -> Result<Option<Run>, StoreError> {
+    let body: Option<String> = tx
+        .query_row(
+            "SELECT body FROM runs WHERE tenant = ?1 AND run_id = ?2",
+            params![tenant, run_id],
+            |r| r.get(0),
+        )
+        .optional()
+        .map_err(sql)?;
+    body.map(|b| from_json(&b)).transpose()
+}
+
+fn put_run(tx: &Connection, run: &Run) -> Result<(), StoreError> {
+    tx.execute(
+        "INSERT OR REPLACE INTO runs (tenant, run_id, status, workflow, created_at, due_at, body) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        params![run.tenant.0, run.id.0, run.status.as_str(), run.workflow, run.created_at.0, run.due_at.map(|d| d.0), to_json(run)?],
+    )
+    .map_err(sql)?;
+    Ok(())
+}
+
+fn insert_run(tx: &Connection, run: &Run, started: &TimelineEvent) -> Result<(), StoreError> {
+    if get_run(tx, &run.tenant.0, &run.id.0)?.is_some() {
+        return Err(StoreError::AlreadyExists);
+    }
+    put_run(tx, run)?;
+    insert_event(tx, &run.tenant, &run.id, started)
+}
+
+fn insert_event(
+    tx: &Connection,
+    tenant: &TenantId,
+    run_id: &RunId,
+    event: &TimelineEvent,
+) -> Result<(), StoreError> {
+    match tx.execute(
+        "INSERT INTO timeline (tenant, run_id, seq, body) VALUES (?1, ?2, ?3, ?4)",
+        params![tenant.0, run_id.0, event.seq as i64, to_json(event)?],
+    ) {
+        Ok(_) => Ok(()),
+        Err(e) if is_constraint(&e) => Err(StoreError::Conflict(
+            get_run(tx, &tenant.0, &run_id.0)?.map(Box::new),
+        )),
+        Err(e) => Err(sql(e)),
+    }
+}
+
+/// Apply a delivery inside a transaction, with the rules of [`RunStore::deliver`].
+fn apply_delivery(tx: &Connection, d: &NewDelivery) -> Result<DeliverOutcome, StoreError> {
+    let mut run = get_run(tx, &d.tenant.0, &d.run_id.0)?.ok_or(StoreError::NotFound)?;
+    let duplicate: Option<i64> = tx
+        .query_row(
+            "SELECT seq FROM deliveries WHERE tenant = ?1 AND run_id = ?2 AND id = ?3",
+            params![d.tenant.0, d.run_id.0, d.id.0],
+            |r| r.get(0),
+        )
+        .optional()
+        .map_err(sql)?;
+    if duplicate.is_some() {
+        return Ok(DeliverOutcome::Duplicate);
+    }
+    if run.status.is_finished() {
+        return Err(StoreError::Gone(format!(
+            "run {} is {}",
+            run.id, run.status
+        )));
+    }
+    if let Some(callback_id) = d.body.callback_id() {
+        let mut record = get_callback(tx, callback_id)?
+            .filter(|r| r.tenant == d.tenant && r.run_id == d.run_id)
+            .ok_or(StoreError::NotFound)?;
+        if record.status != CallbackStatus::Open {
+            return Err(StoreError::Gone(format!(
+                "callback {callback_id} is closed"
+            )));
+        }
+        if !matches!(d.body, DeliveryBody::CallbackHeartbeat { .. }) {
+            record.status = CallbackStatus::Completed;
+            put_callback(tx, &record)?;
+        }
+    }
+    run.inbox_seq += 1;
+    run.timeline_seq += 1;
+    run.version += 1;
+    run.updated_at = d.received_at;
+    if run.status == RunStatus::Waiting {
+        run.due_at = Some(d.received_at);
+    }
+    let delivery = Delivery {
+        id: d.id.clone(),
+        tenant: d.tenant.clone(),
+        run_id: d.run_id.clone(),
+        seq: run.inbox_seq,
+        body: d.body.clone(),
+        received_at: d.received_at,
+    };
+    tx.execute(
+        "INSERT INTO deliveries (tenant, run_id, id, seq, body) VALUES (?1, ?2, ?3, ?4, ?5)",
+        params![
+            d.tenant.0,
+            d.run_id.0,
+            d.id.0,
+            delivery.seq as i64,
+            to_json(&delivery)?
+        ],
+    )
+    .map_err(sql)?;
+    let mut event = d.event.clone();
+    event.seq = run.timeline_seq;
+    insert_event(tx, &d.tenant, &d.run_id, &event)?;
+    put_run(tx, &run)?;
+    Ok(DeliverOutcome::Accepted(Box::new(run)))
+}
+
+fn get_callback(tx: &Connection, id: &CallbackId) -> Result<Option<CallbackRecord>, StoreError> {
+    let body: Option<String> = tx
+        .query_row(
+            "SELECT body FROM callbacks WHERE callback_id = ?1",
+            params![id.0],
+            |r| r.get(0),
+        )
+        .optional()
+        .map_err(sql)?;
+    body.map(|b| from_json(&b)).transpose()
+}
+
+fn put_callback(tx: &Connection, record: &CallbackRecord) -> Result<(), StoreError> {
+    tx.execute(
+        "INSERT OR REPLACE INTO callbacks (callback_id, body) VALUES (?1, ?2)",
+        params![record.callback_id.0, to_json(record)?],
+    )
+    .map_err(sql)?;
+    Ok(())
+}
+
+fn conflict(current: Run) -> StoreError {
+    StoreError::Conflict(Some(Box::new(current)))
+}
+
+#[async_trait]
+impl RunStore for EmbeddedBackend {
+    async fn create_run(&self, run: &Run, started: &TimelineEvent) -> Result<(), StoreError> {
+        let (run, started) = (run.clone(), started.clone());
+        self.tx(move |tx, _| insert_run(tx, &run, &started)).await
+    }
+
+    async fn get_run(&self, tenant: &TenantId, run_id: &RunId) -> Result<Option<Run>, StoreError> {
+        let (tenant, run_id) = (tenant.0.clone(), run_id.0.clone());
+        self.tx(move |tx, _| get_run(tx, &tenant, &run_id)).await
+    }
+
+    async fn claim(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+        claim: &Claim,
+    ) -> Result<Run, StoreError> {
+        let (tenant, run_id, claim) = (tenant.0.clone(), run_id.0.clone(), claim.clone());
+        self.tx(move |tx, _| {
+            let mut run = get_run(tx, &tenant, &run_id)?.ok_or(StoreError::NotFound)?;
+            let claimable = matches!(
+                run.status,
+                RunStatus::Pending | RunStatus::Running | RunStatus::Waiting
+            );
+            if !claimable || run.is_leased(claim.now) {
+                return Err(conflict(run));
+            }
+            let epoch = run.epoch.next();
+            run.epoch = epoch;
+            run.lease = Some(Lease {
+                owner: claim.owner.clone(),
+                expires_at: claim.expires_at,
+                epoch,
+            });
+            run.status = RunStatus::Running;
+            run.due_at = Some(claim.expires_at);
+            run.version += 1;
+            run.updated_at = claim.now;
+            put_run(tx, &run)?;
+            Ok(run)
+        })
+        .await
+    }
+
+    async fn renew_lease(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+        epoch: FencingEpoch,
+        expires_at: Timestamp,
+    ) -> Result<Run, StoreError> {
+        let (tenant, run_id) = (tenant.0.clone(), run_id.0.clone());
+        self.tx(move |tx, _| {
+            let mut run = get_run(tx, &tenant, &run_id)?.ok_or(StoreError::NotFound)?;
+            match &mut run.lease {
+                Some(lease) if lease.epoch == epoch => lease.expires_at = expires_at,
+                _ => return Err(conflict(run)),
+            }
+            run.due_at = Some(expires_at);
+            put_run(tx, &run)?;
+            Ok(run)
+        })
+        .await
+    }
+
+    async fn load_history(&self, tenant: &TenantId, run_id: &RunId) -> Result<History, StoreError> {
+        let (tenant, run_id) = (tenant.0.clone(), run_id.0.clone());
+        self.tx(move |tx, _| {
+            let mut history = History::default();
+            let mut stmt = tx
+                .prepare_cached("SELECT body FROM journal WHERE tenant = ?1 AND run_id = ?2")
+                .map_err(sql)?;
+            for body in stmt
+                .query_map(params![tenant, run_id], |r| r.get::<_, String>(0))
+                .map_err(sql)?
+            {
+                history.journal.push(from_json(&body.map_err(sql)?)?);
+            }
+            let mut stmt = tx
+                .prepare_cached(
+                    "SELECT body FROM deliveries WHERE tenant = ?1 AND run_id = ?2 ORDER BY seq",
+                )
+                .map_err(sql)?;
+            for body in stmt
+                .query_map(params![tenant, run_id], |r| r.get::<_, String>(0))
+                .map_err(sql)?
+            {
+                history.deliveries.push(from_json(&body.map_err(sql)?)?);
+            }
+            Ok(history)
+        })
+        .await
+    }
+
+    async fn checkpoint(&self, checkpoint: &Checkpoint) -> Result<(), StoreError> {
+        let cp = checkpoint.clone();
+        self.tx(move |tx, _| {
+                let current = get_run(tx, &cp.run.tenant.0, &cp.run.id.0)?.ok_or(StoreError::NotFound)?;
+                let epoch_ok = cp.epoch.is_none_or(|e| current.lease.as_ref().is_some_and(|l| l.epoch == e));
+                if current.version != cp.expected_version || !epoch_ok {
+                    return Err(conflict(current));
+                }
+                put_run(tx, &cp.run)?;
+                let (tenant, run_id) = (&cp.run.tenant, &cp.run.id);
+                for entry in &cp.journal {
+                    tx.execute(
+                        "INSERT OR REPLACE INTO journal (tenant, run_id, position, body) VALUES (?1, ?2, ?3, ?4)",
+                        params![tenant.0, run_id.0, entry.position.0, to_json(entry)?],
+                    )
+                    .map_err(sql)?;
+                }
+                for event in &cp.timeline {
+                    insert_event(tx, tenant, run_id, event).map_err(|e| match e {
+                        StoreError::Conflict(_) => conflict(current.clone()),
+                        other => other,
+                    })?;
+                }
+                for record in &cp.callbacks {
+                    // Records closed by a finishing run carry only the id; keep the rest.
+                    let mut record = record.clone();
+                    if let Some(existing) = get_callback(tx, &record.callback_id)? {
+                        if existing.status != CallbackStatus::Open && record.status == CallbackStatus::Closed {
+                            continue;
+                        }
+                        record.tenant = existing.tenant;
+                        record.run_id = existing.run_id;
+                    } else if record.tenant.0.is_empty() {
+                        record.tenant = tenant.clone();
+                        record.run_id = run_id.clone();
+                    }
+                    put_callback(tx, &record)?;
+                }
+                for record in &cp.tool_calls {
+                    tx.execute(
+                        "INSERT OR REPLACE INTO tool_calls (tenant, key, body) VALUES (?1, ?2, ?3)",
+                        params![record.tenant.0, record.key.0, to_json(record)?],
+                    )
+                    .map_err(sql)?;
+                }
+                for (child, started) in &cp.child_runs {
+                    insert_run(tx, child, started)?;
+                }
+                if let Some(delivery) = &cp.parent_delivery {
+                    match apply_delivery(tx, delivery) {
+                        Ok(_) | Err(StoreError::NotFound) | Err(StoreError::Gone(_)) => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                Ok(())
+            })
+            .await
+    }
+
+    async fn deliver(&self, delivery: &NewDelivery) -> Result<DeliverOutcome, StoreError> {
+        let delivery = delivery.clone();
+        self.tx(move |tx, _| apply_delivery(tx, &delivery)).await
+    }
+
+    async fn get_callback(
+        &self,
+        callback_id: &CallbackId,
+    ) -> Result<Option<CallbackRecord>, StoreError> {
+        let id = callback_id.clone();
+        self.tx(move |tx, _| get_callback(tx, &id)).await
+    }
+
+    async fn get_tool_call(
+        &self,
+        tenant: &TenantId,
+        key: &IdempotencyKey,
+    ) -> Result<Option<ToolCallRecord>, StoreError> {
+        let (tenant, key) = (tenant.0.clone(), key.0.clone());
+        self.tx(move |tx, _| {
+            let body: Option<String> = tx
+                .query_row(
+                    "SELECT body FROM tool_calls WHERE tenant = ?1 AND key = ?2",
+                    params![tenant, key],
+                    |r| r.get(0),
+                )
+                .optional()
+                .map_err(sql)?;
+            body.map(|b| from_json(&b)).transpose()
+        })
+        .await
+    }
+
+    async fn timeline(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<TimelineEvent>, StoreError> {
+        let (tenant, run_id) = (tenant.0.clone(), run_id.0.clone());
+        self.tx(move |tx, _| {
+                let mut stmt = tx
+                    .prepare_cached("SELECT body FROM timeline WHERE tenant = ?1 AND run_id = ?2 AND seq > ?3 ORDER BY seq LIMIT ?4")
+                    .map_err(sql)?;
+                let rows = stmt.query_map(params![tenant, run_id, after as i64, limit as i64], |r| r.get::<_, String>(0)).map_err(sql)?;
+                rows.map(|b| from_json(&b.map_err(sql)?)).collect()
+            })
+            .await
+    }
+
+    async fn list_runs(
+        &self,
+        tenant: &TenantId,
+        filter: &RunFilter,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<RunPage, StoreError> {
+        let tenant = tenant.0.clone();
+        let status = filter.status.map(|s| s.as_str().to_owned());
+        let workflow = filter.workflow.clone();
+        let (after_created, after_id) = match cursor {
+            None => (i64::MAX, String::new()),
+            Some(c) => {
+                let (t, id) = c
+                    .split_once(':')
+                    .ok_or_else(|| StoreError::Invalid("malformed cursor".into()))?;
+                (
+                    t.parse::<i64>()
+                        .map_err(|_| StoreError::Invalid("malformed cursor".into()))?,
+                    id.to_owned(),
+                )
+            }
+        };
+        let limit = limit.max(1);
+        self.tx(move |tx, _| {
+            let mut stmt = tx
+                .prepare_cached(
+                    "SELECT body FROM runs WHERE tenant = ?1
+                           AND (?2 IS NULL OR status = ?2) AND (?3 IS NULL OR workflow = ?3)
+                           AND (created_at < ?4 OR (created_at = ?4 AND (?5 = '' OR run_id < ?5)))
+                         ORDER BY created_at DESC, run_id DESC LIMIT ?6",
+                )
+                .map_err(sql)?;
+            let rows = stmt
+                .query_map(
+                    params![
+                        tenant,
+                        status,
+                        workflow,
+                        after_created,
+                        after_id,
+                        (limit + 1) as i64
+                    ],
+                    |r| r.get::<_, String>(0),
+                )
+                .map_err(sql)?;
+            let mut runs: Vec<Run> = rows
+                .map(|b| from_json(&b.map_err(sql)?))
+                .collect::<Result<_, _>>()?;
+            let next_cursor = if runs.len() > limit {
+                runs.truncate(limit);
+                runs.last().map(|r| format!("{}:{}", r.created_at.0, r.id))
+            } else {
+                None
+            };
+            Ok(RunPage { runs, next_cursor })
+        })
+        .await
+    }
+
+    async fn due_runs(&self, before: Timestamp, limit: usize) -> Result<Vec<DueRun>, StoreError> {
+        self.tx(move |tx, _| {
+                let mut stmt = tx
+                    .prepare_cached("SELECT tenant, run_id, due_at FROM runs WHERE due_at IS NOT NULL AND due_at <= ?1 ORDER BY due_at LIMIT ?2")
+                    .map_err(sql)?;
+                let rows = stmt
+                    .query_map(params![before.0, limit as i64], |r| {
+                        Ok(DueRun { tenant: TenantId(r.get(0)?), run_id: RunId(r.get(1)?), due_at: Timestamp(r.get(2)?) })
+                    })
+                    .map_err(sql)?;
+                rows.map(|r| r.map_err(sql)).collect()
+            })
+            .await
+    }
+}
+
+#[async_trait]
+impl ArtifactStore for EmbeddedBackend {
+    async fn put(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+        media_type: &str,
+        bytes: Bytes,
+    ) -> Result<ArtifactRef, StoreError> {
+        let sha256 = hex::encode(Sha256::digest(&bytes));
+        let artifact = ArtifactRef {
+            location: format!("{tenant}/{run_id}/{sha256}"),
+            sha256,
+            size: bytes.len() as u64,
+            media_type: media_type.to_owned(),
+        };
+        let a = artifact.clone();
+        self.tx(move |tx, _| {
+                // Content-addressed: a second writer of the same content changes nothing.
+                tx.execute(
+                    "INSERT OR IGNORE INTO artifacts (location, sha256, media_type, size, content) VALUES (?1, ?2, ?3, ?4, ?5)",
+                    params![a.location, a.sha256, a.media_type, a.size as i64, bytes.as_ref()],
+                )
+                .map_err(sql)?;
+                Ok(())
+            })
+            .await?;
+        Ok(artifact)
+    }
+
+    async fn get(&self, artifact: &ArtifactRef) -> Result<Bytes, StoreError> {
+        let location = artifact.location.clone();
+        self.tx(move |tx, _| {
+            let content: Option<Vec<u8>> = tx
+                .query_row(
+                    "SELECT content FROM artifacts WHERE location = ?1",
+                    params![location],
+                    |r| r.get(0),
+                )
+                .optional()
+                .map_err(sql)?;
+            content.map(Bytes::from).ok_or(StoreError::NotFound)
+        })
+        .await
+    }
+}
+
+#[async_trait]
+impl WakeQueue for EmbeddedBackend {
+    async fn send(&self, wake: &WakeUp, delay: Duration) -> Result<(), StoreError> {
+        let body = to_json(wake)?;
+        let delay = delay.min(MAX_QUEUE_DELAY);
+        self.tx(move |tx, now| {
+            tx.execute(
+                "INSERT INTO queue (body, visible_at) VALUES (?1, ?2)",
+                params![body, now.plus(delay).0],
+            )
+            .map_err(sql)?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn receive(
+        &self,
+        max: usize,
+        visibility: Duration,
+    ) -> Result<Vec<ReceivedWakeUp>, StoreError> {
+        let max_receives = self.inner.max_receives;
+        self.tx(move |tx, now| {
+                let candidates: Vec<(i64, String, u32)> = {
+                    let mut stmt = tx
+                        .prepare_cached("SELECT id, body, receive_count FROM queue WHERE visible_at <= ?1 ORDER BY visible_at, id LIMIT ?2")
+                        .map_err(sql)?;
+                    let rows = stmt.query_map(params![now.0, max as i64], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?))).map_err(sql)?;
+                    rows.collect::<Result<_, _>>().map_err(sql)?
+                };
+                let mut out = Vec::with_capacity(candidates.len());
+                for (id, body, count) in candidates {
+                    if count >= max_receives {
+                        tx.execute("INSERT INTO dead_letters (body, moved_at) VALUES (?1, ?2)", params![body, now.0]).map_err(sql)?;
+                        tx.execute("DELETE FROM queue WHERE id = ?1", params![id]).map_err(sql)?;
+                        continue;
+                    }
+                    let receipt = format!("{id}:{}", uuid::Uuid::new_v4());
+                    tx.execute(
+                        "UPDATE queue SET receipt = ?1, receive_count = receive_count + 1, visible_at = ?2 WHERE id = ?3",
+                        params![receipt, now.plus(visibility).0, id],
+                    )
+                    .map_err(sql)?;
+                    out.push(ReceivedWakeUp { wake: from_json(&body)?, receipt, receive_count: count + 1 });
+                }
+                Ok(out)
+            })
+            .await
+    }
+
+    async fn ack(&self, receipt: &str) -> Result<(), StoreError> {
+        let receipt = receipt.to_owned();
+        self.tx(move |tx, _| {
+            tx.execute("DELETE FROM queue WHERE receipt = ?1", params![receipt])
+                .map_err(sql)?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn extend_visibility(
+        &self,
+        receipt: &str,
+        visibility: Duration,
+    ) -> Result<(), StoreError> {
+        let receipt = receipt.to_owned();
+        self.tx(move |tx, now| {
+            tx.execute(
+                "UPDATE queue SET visible_at = ?1 WHERE receipt = ?2",
+                params![now.plus(visibility).0, receipt],
+            )
+            .map_err(sql)?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn dead_letters(&self, limit: usize) -> Result<Vec<WakeUp>, StoreError> {
+        self.tx(move |tx, _| {
+            let mut stmt = tx
+                .prepare_cached("SELECT body FROM dead_letters ORDER BY id LIMIT ?1")
+                .map_err(sql)?;
+            let rows = stmt
+                .query_map(params![limit as i64], |r| r.get::<_, String>(0))
+                .map_err(sql)?;
+            rows.map(|b| from_json(&b.map_err(sql)?)).collect()
+        })
+        .await
+    }
+}

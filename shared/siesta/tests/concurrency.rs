@@ -1,0 +1,183 @@
+//! Leases and fencing: a zombie writes nothing, two engines never both advance a run.
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use serde_json::json;
+use siesta::ports::{WakeReason, WakeUp};
+use siesta::*;
+use support::{LEASE_TTL, World};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zombie_holder_with_a_stale_fencing_epoch_writes_nothing() {
+    let (entered_tx, entered_rx) = tokio::sync::oneshot::channel::<()>();
+    let (release_tx, release_rx) = tokio::sync::oneshot::channel::<()>();
+    let gate = Arc::new(std::sync::Mutex::new(Some((entered_tx, release_rx))));
+    let mut reg = Registry::new();
+    let g = gate.clone();
+    reg.register("slow", move |ctx: Context, _: serde_json::Value| {
+        let g = g.clone();
+        async move {
+            let who: String = ctx
+                .step("work", move |_| async move {
+                    let first = g.lock().unwrap().take();
+                    match first {
+                        Some((entered, release)) => {
+                            let _ = entered.send(());
+                            let _ = release.await;
+                            Ok("zombie".to_owned())
+                        }
+                        None => Ok("successor".to_owned()),
+                    }
+                })
+                .await?;
+            Ok(who)
+        }
+    });
+    let w = World::new(reg);
+    let id = w.start("slow", json!(null)).await;
+    let wake = WakeUp {
+        tenant: w.tenant.clone(),
+        run_id: id.clone(),
+        reason: WakeReason::Started,
+        epoch_hint: 0,
+    };
+    let zombie = w.engine.clone();
+    let zombie_wake = wake.clone();
+    let zombie_task = tokio::spawn(async move { zombie.handle_wakeup(&zombie_wake).await });
+    entered_rx.await.unwrap();
+    let zombie_epoch = w.run(&id).await.epoch;
+
+    // The zombie's lease lapses; another engine takes over and finishes the run.
+    w.clock.advance(LEASE_TTL + Duration::from_secs(1));
+    let (successor, _) = w.another_engine("engine-b");
+    assert_eq!(
+        successor.handle_wakeup(&wake).await.unwrap(),
+        WakeOutcome::Advanced(RunStatus::Completed)
+    );
+    let after_successor = w.run(&id).await;
+    assert!(after_successor.epoch > zombie_epoch);
+    let timeline_len = w.timeline(&id).await.len();
+
+    release_tx.send(()).unwrap();
+    let outcome = zombie_task.await.unwrap().unwrap();
+    assert!(matches!(outcome, WakeOutcome::Aborted(_)), "{outcome:?}");
+    let run = w.run(&id).await;
+    assert_eq!(run, after_successor, "the zombie changed nothing");
+    assert_eq!(World::output(&run), json!("successor"));
+    assert_eq!(w.timeline(&id).await.len(), timeline_len);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_concurrent_engines_never_both_advance_a_run() {
+    for _ in 0..20 {
+        let effects = Arc::new(AtomicU32::new(0));
+        let mut reg = Registry::new();
+        let e = effects.clone();
+        reg.register("once", move |ctx: Context, _: serde_json::Value| {
+            let e = e.clone();
+            async move {
+                ctx.step("effect", move |_| async move {
+                    e.fetch_add(1, Ordering::SeqCst);
+                    tokio::task::yield_now().await;
+                    Ok(())
+                })
+                .await
+            }
+        });
+        let w = World::new(reg);
+        let id = w.start("once", json!(null)).await;
+        let wake = WakeUp {
+            tenant: w.tenant.clone(),
+            run_id: id.clone(),
+            reason: WakeReason::Started,
+            epoch_hint: 0,
+        };
+        let (a, _) = w.another_engine("engine-a");
+        let (b, _) = w.another_engine("engine-b");
+        let (wa, wb) = (wake.clone(), wake.clone());
+        let (ra, rb) = tokio::join!(
+            tokio::spawn(async move { a.handle_wakeup(&wa).await }),
+            tokio::spawn(async move { b.handle_wakeup(&wb).await })
+        );
+        let outcomes = [ra.unwrap().unwrap(), rb.unwrap().unwrap()];
+        let advanced = outcomes
+            .iter()
+            .filter(|o| matches!(o, WakeOutcome::Advanced(_)))
+            .count();
+        assert_eq!(advanced, 1, "{outcomes:?}");
+        assert_eq!(effects.load(Ordering::SeqCst), 1);
+        assert_eq!(w.run(&id).await.status, RunStatus::Completed);
+    }
+}
+
+#[tokio::test]
+async fn duplicate_wakeups_are_harmless() {
+    let effects = Arc::new(AtomicU32::new(0));
+    let mut reg = Registry::new();
+    let e = effects.clone();
+    reg.register("once", move |ctx: Context, _: serde_json::Value| {
+        let e = e.clone();
+        async move {
+            ctx.step("effect", move |_| async move {
+                e.fetch_add(1, Ordering::SeqCst);
+                Ok(())
+            })
+            .await
+        }
+    });
+    let w = World::new(reg);
+    let id = w.start("once", json!(null)).await;
+    let wake = WakeUp {
+        tenant: w.tenant.clone(),
+        run_id: id.clone(),
+        reason: WakeReason::Sweep,
+        epoch_hint: 0,
+    };
+    for _ in 0..5 {
+        w.embedded
+            .backend()
+            .queue
+            .send(&wake, Duration::ZERO)
+            .await
+            .unwrap();
+    }
+    w.settle().await;
+    w.engine.sweep(100).await.unwrap();
+    w.settle().await;
+    assert_eq!(effects.load(Ordering::SeqCst), 1);
+    assert_eq!(w.run(&id).await.status, RunStatus::Completed);
+}
+
+#[tokio::test]
+async fn a_crashed_holder_is_recovered_by_the_sweep_after_its_lease_expires() {
+    let mut reg = Registry::new();
+    reg.register("two", |ctx: Context, _: serde_json::Value| async move {
+        ctx.step("a", |_| async { Ok(1) }).await?;
+        ctx.step("b", |_| async { Ok(2) }).await
+    });
+    let mut w = World::new(reg);
+    let id = w.start("two", json!(null)).await;
+    w.probe.crash_after(1);
+    w.settle().await;
+    assert!(w.probe.is_dead());
+    w.restart();
+    let run = w.run(&id).await;
+    assert_eq!(run.status, RunStatus::Running);
+    assert_eq!(
+        run.due_at,
+        run.lease.as_ref().map(|l| l.expires_at),
+        "a leased run falls due when its lease expires"
+    );
+    w.advance(Duration::from_secs(5)).await;
+    assert_eq!(
+        w.run(&id).await.status,
+        RunStatus::Running,
+        "not while the lease is live"
+    );
+    w.advance(LEASE_TTL).await;
+    assert_eq!(World::output(&w.run(&id).await), json!(2));
+}

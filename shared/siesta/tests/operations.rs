@@ -1,0 +1,977 @@
+//! Every durable operation, driven through the engine on the embedded backend.
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use serde_json::json;
+use siesta::context::{
+    BatchOutcome, CompletionConfig, CompletionReason, ConditionCheck, WaitStrategy, branch,
+};
+use siesta::*;
+use support::World;
+
+fn counter() -> Arc<AtomicU32> {
+    Arc::new(AtomicU32::new(0))
+}
+
+#[tokio::test]
+async fn step_result_is_journaled_and_replayed_without_running_again() {
+    let calls = counter();
+    let mut reg = Registry::new();
+    let c = calls.clone();
+    reg.register(
+        "two_steps",
+        move |ctx: Context, input: serde_json::Value| {
+            let c = c.clone();
+            async move {
+                let a: u32 = ctx
+                    .step("first", {
+                        let c = c.clone();
+                        move |_| async move { Ok(c.fetch_add(1, Ordering::SeqCst) + 1) }
+                    })
+                    .await?;
+                ctx.sleep(Duration::from_secs(5)).await?;
+                let b: u32 = ctx
+                    .step("second", move |_| async move {
+                        Ok(c.fetch_add(1, Ordering::SeqCst) + 10)
+                    })
+                    .await?;
+                Ok(json!({"a": a, "b": b, "input": input}))
+            }
+        },
+    );
+    let w = World::new(reg);
+    let id = w.start("two_steps", json!({"x": 1})).await;
+    w.settle().await;
+    assert_eq!(w.run(&id).await.status, RunStatus::Waiting);
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    w.advance(Duration::from_secs(5)).await;
+    let run = w.run(&id).await;
+    assert_eq!(run.status, RunStatus::Completed);
+    assert_eq!(
+        World::output(&run),
+        json!({"a": 1, "b": 11, "input": {"x": 1}})
+    );
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        2,
+        "the first step ran once even though the workflow replayed"
+    );
+}
+
+#[tokio::test]
+async fn retryable_failure_retries_on_a_durable_timer_then_succeeds() {
+    let attempts = counter();
+    let mut reg = Registry::new();
+    let a = attempts.clone();
+    reg.register("flaky", move |ctx: Context, _: serde_json::Value| {
+        let a = a.clone();
+        async move {
+            let v: String = ctx
+                .step("call", move |s| async move {
+                    a.fetch_add(1, Ordering::SeqCst);
+                    if s.attempt() < 3 {
+                        Err(StepError::from_http_status(503, "unavailable"))
+                    } else {
+                        Ok(format!("ok on {}", s.attempt()))
+                    }
+                })
+                .retry(RetryStrategy::fixed(5, Duration::from_secs(10)))
+                .await?;
+            Ok(v)
+        }
+    });
+    let w = World::new(reg);
+    let id = w.start("flaky", json!(null)).await;
+    w.settle().await;
+    let run = w.run(&id).await;
+    assert_eq!(
+        run.status,
+        RunStatus::Waiting,
+        "backoff is a durable timer, not a sleep"
+    );
+    assert_eq!(
+        run.due_at,
+        Some(w.clock.now().plus(Duration::from_secs(10)))
+    );
+    assert_eq!(attempts.load(Ordering::SeqCst), 1);
+    w.advance(Duration::from_secs(9)).await;
+    assert_eq!(attempts.load(Ordering::SeqCst), 1, "not before the delay");
+    w.advance(Duration::from_secs(1)).await;
+    assert_eq!(attempts.load(Ordering::SeqCst), 2);
+    w.advance(Duration::from_secs(10)).await;
+    let run = w.run(&id).await;
+    assert_eq!(World::output(&run), json!("ok on 3"));
+    let failed = w
+        .timeline(&id)
+        .await
+        .iter()
+        .filter(|e| e.event_type == EventType::StepFailed)
+        .count();
+    assert_eq!(failed, 2);
+}
+
+#[tokio::test]
+async fn fatal_error_is_not_retried_and_the_workflow_can_catch_it() {
+    let attempts = counter();
+    let mut reg = Registry::new();
+    let a = attempts.clone();
+    reg.register("fatal", move |ctx: Context, _: serde_json::Value| {
+        let a = a.clone();
+        async move {
+            let r: Result<(), Error> = ctx
+                .step("validate", move |_| async move {
+                    a.fetch_add(1, Ordering::SeqCst);
+                    Err(StepError::fatal("amount must be positive"))
+                })
+                .await;
+            let e = r.unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::StepFailed);
+            Ok(json!({"caught": e.cause().unwrap().message}))
+        }
+    });
+    let w = World::new(reg);
+    let id = w.start("fatal", json!(null)).await;
+    w.settle().await;
+    assert_eq!(
+        World::output(&w.run(&id).await),
+        json!({"caught": "amount must be positive"})
+    );
+    assert_eq!(attempts.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn exhausted_retries_fail_the_run_or_park_it_when_asked() {
+    let mut reg = Registry::new();
+    reg.register("exhaust", |ctx: Context, park: bool| async move {
+        let step = ctx
+            .step("always_fails", |_| async {
+                Err::<(), _>(StepError::timeout("slow"))
+            })
+            .retry(RetryStrategy::fixed(2, Duration::from_secs(1)));
+        if park {
+            step.park_on_exhaustion().await
+        } else {
+            step.await
+        }
+    });
+    let w = World::new(reg);
+    let failing = w.start("exhaust", json!(false)).await;
+    let parking = w.start("exhaust", json!(true)).await;
+    w.settle().await;
+    w.advance(Duration::from_secs(1)).await;
+    let run = w.run(&failing).await;
+    assert_eq!(run.status, RunStatus::Failed);
+    assert_eq!(run.error.unwrap().kind, "StepFailed");
+    let run = w.run(&parking).await;
+    assert_eq!(run.status, RunStatus::Parked);
+    assert_eq!(run.error.unwrap().kind, "RetriesExhausted");
+    assert!(
+        w.timeline(&parking)
+            .await
+            .iter()
+            .any(|e| e.event_type == EventType::RunParked)
+    );
+}
+
+#[tokio::test]
+async fn named_error_kinds_are_the_only_ones_retried_when_listed() {
+    let attempts = counter();
+    let mut reg = Registry::new();
+    let a = attempts.clone();
+    reg.register("kinds", move |ctx: Context, _: serde_json::Value| {
+        let a = a.clone();
+        async move {
+            ctx.step("x", move |s| async move {
+                a.fetch_add(1, Ordering::SeqCst);
+                // A retryable error of a kind that is not listed: not retried.
+                if s.attempt() == 1 {
+                    Err::<(), _>(StepError::new("rate_limited", "slow down", false))
+                } else {
+                    Err(StepError::timeout("t"))
+                }
+            })
+            .retry(RetryStrategy::fixed(5, Duration::from_secs(1)).retry_on_kinds(["rate_limited"]))
+            .await
+        }
+    });
+    let w = World::new(reg);
+    let id = w.start("kinds", json!(null)).await;
+    w.settle().await;
+    w.advance(Duration::from_secs(1)).await;
+    assert_eq!(w.run(&id).await.status, RunStatus::Failed);
+    assert_eq!(attempts.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn callback_succeeds_from_outside_and_is_single_use() {
+    let mut reg = Registry::new();
+    reg.register("pay", |ctx: Context, _: serde_json::Value| async move {
+        let cb = ctx
+            .create_callback::<serde_json::Value>("payment")
+            .timeout(Duration::from_secs(3600))
+            .await?;
+        let url = cb.url();
+        let event = cb.wait().await?;
+        Ok(json!({"event": event, "url_prefix": url.starts_with("http://hooks.test/hooks/cb_")}))
+    });
+    let w = World::new(reg);
+    let id = w.start("pay", json!(null)).await;
+    w.settle().await;
+    assert_eq!(w.run(&id).await.status, RunStatus::Waiting);
+    let cb = w.open_callbacks(&id).await.pop().unwrap();
+    assert!(
+        cb.as_str().len() >= 3 + 32,
+        "at least 128 bits of randomness"
+    );
+    let first = w
+        .engine
+        .complete_callback(
+            &cb,
+            None,
+            Ok(json!({"status": "COMPLETED"})),
+            Some(DeliveryId::from("whk_1")),
+        )
+        .await
+        .unwrap();
+    assert!(matches!(first, ports::DeliverOutcome::Accepted(_)));
+    w.settle().await;
+    let run = w.run(&id).await;
+    assert_eq!(
+        World::output(&run),
+        json!({"event": {"status": "COMPLETED"}, "url_prefix": true})
+    );
+    let again = w
+        .engine
+        .complete_callback(
+            &cb,
+            None,
+            Ok(json!({"status": "FAILED"})),
+            Some(DeliveryId::from("whk_2")),
+        )
+        .await;
+    assert!(matches!(again, Err(EngineError::Gone(_))), "{again:?}");
+}
+
+#[tokio::test]
+async fn callback_failure_and_timeout_surface_as_errors_the_workflow_can_catch() {
+    let mut reg = Registry::new();
+    reg.register("cb", |ctx: Context, _: serde_json::Value| async move {
+        let cb = ctx
+            .create_callback::<u32>("job")
+            .timeout(Duration::from_secs(60))
+            .await?;
+        match cb.wait().await {
+            Ok(v) => Ok(json!({"ok": v})),
+            Err(e) => Ok(json!({"kind": e.kind().as_str()})),
+        }
+    });
+    let w = World::new(reg);
+    let failed = w.start("cb", json!(null)).await;
+    let timed_out = w.start("cb", json!(null)).await;
+    w.settle().await;
+    let cb = w.open_callbacks(&failed).await.pop().unwrap();
+    w.engine
+        .complete_callback(
+            &cb,
+            None,
+            Err(ErrorInfo::new("declined", "card declined", false)),
+            None,
+        )
+        .await
+        .unwrap();
+    w.settle().await;
+    assert_eq!(
+        World::output(&w.run(&failed).await),
+        json!({"kind": "CallbackFailed"})
+    );
+    w.advance(Duration::from_secs(60)).await;
+    assert_eq!(
+        World::output(&w.run(&timed_out).await),
+        json!({"kind": "CallbackTimedOut"})
+    );
+    let late = w.open_callbacks(&timed_out).await;
+    assert!(late.is_empty());
+}
+
+#[tokio::test]
+async fn callback_heartbeat_timeout_fires_without_heartbeats_and_heartbeats_hold_it_off() {
+    let mut reg = Registry::new();
+    reg.register("hb", |ctx: Context, _: serde_json::Value| async move {
+        let cb = ctx
+            .create_callback::<String>("long_job")
+            .timeout(Duration::from_secs(3600))
+            .heartbeat_timeout(Duration::from_secs(60))
+            .await?;
+        match cb.wait().await {
+            Ok(v) => Ok(v),
+            Err(e) => Ok(format!("{:?}", e.kind())),
+        }
+    });
+    let w = World::new(reg);
+    let kept_alive = w.start("hb", json!(null)).await;
+    let abandoned = w.start("hb", json!(null)).await;
+    w.settle().await;
+    let cb = w.open_callbacks(&kept_alive).await.pop().unwrap();
+    for _ in 0..3 {
+        w.advance(Duration::from_secs(40)).await;
+        w.engine.heartbeat_callback(&cb, None).await.unwrap();
+        w.settle().await;
+    }
+    assert_eq!(
+        World::output(&w.run(&abandoned).await),
+        json!("CallbackTimedOut")
+    );
+    assert_eq!(
+        w.run(&kept_alive).await.status,
+        RunStatus::Waiting,
+        "120 s in, but heartbeats every 40 s"
+    );
+    w.engine
+        .complete_callback(&cb, None, Ok(json!("done")), None)
+        .await
+        .unwrap();
+    w.settle().await;
+    assert_eq!(World::output(&w.run(&kept_alive).await), json!("done"));
+}
+
+#[tokio::test]
+async fn wait_for_callback_hands_the_url_to_the_submitter_once() {
+    let submitted = counter();
+    let mut reg = Registry::new();
+    let s = submitted.clone();
+    reg.register("wfc", move |ctx: Context, _: serde_json::Value| {
+        let s = s.clone();
+        async move {
+            let v: String = ctx
+                .wait_for_callback("approval", move |id, url, _| async move {
+                    assert!(url.ends_with(id.as_str()));
+                    s.fetch_add(1, Ordering::SeqCst);
+                    Ok(())
+                })
+                .timeout(Duration::from_secs(600))
+                .await?;
+            Ok(v)
+        }
+    });
+    let w = World::new(reg);
+    let id = w.start("wfc", json!(null)).await;
+    w.settle().await;
+    let cb = w.open_callbacks(&id).await.pop().unwrap();
+    w.engine
+        .complete_callback(&cb, None, Ok(json!("approved")), None)
+        .await
+        .unwrap();
+    w.settle().await;
+    assert_eq!(World::output(&w.run(&id).await), json!("approved"));
+    assert_eq!(submitted.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn event_that_arrives_early_is_kept_and_each_event_is_consumed_once() {
+    let mut reg = Registry::new();
+    reg.register("approve", |ctx: Context, _: serde_json::Value| async move {
+        ctx.sleep(Duration::from_secs(30)).await?;
+        let first: String = ctx
+            .wait_for_event("approval")
+            .timeout(Duration::from_secs(3 * 86400))
+            .await?;
+        let second: String = ctx
+            .wait_for_event("approval")
+            .timeout(Duration::from_secs(3 * 86400))
+            .await?;
+        Ok(vec![first, second])
+    });
+    let w = World::new(reg);
+    let id = w.start("approve", json!(null)).await;
+    w.settle().await;
+    // Before the run reaches its wait point.
+    w.engine
+        .deliver_event(
+            &w.tenant,
+            &id,
+            "approval",
+            json!("alice"),
+            Some(DeliveryId::from("e1")),
+        )
+        .await
+        .unwrap();
+    let dup = w
+        .engine
+        .deliver_event(
+            &w.tenant,
+            &id,
+            "approval",
+            json!("alice"),
+            Some(DeliveryId::from("e1")),
+        )
+        .await
+        .unwrap();
+    assert_eq!(dup, ports::DeliverOutcome::Duplicate);
+    w.settle().await;
+    w.advance(Duration::from_secs(30)).await;
+    assert_eq!(
+        w.run(&id).await.status,
+        RunStatus::Waiting,
+        "the early event satisfied only the first wait"
+    );
+    w.engine
+        .deliver_event(&w.tenant, &id, "approval", json!("bob"), None)
+        .await
+        .unwrap();
+    w.settle().await;
+    assert_eq!(World::output(&w.run(&id).await), json!(["alice", "bob"]));
+}
+
+#[tokio::test]
+async fn event_wait_times_out_after_its_deadline_even_when_the_sweep_wakes_it() {
+    let mut reg = Registry::new();
+    reg.register("approve", |ctx: Context, _: serde_json::Value| async move {
+        let r: Result<bool, Error> = ctx
+            .wait_for_event("approval")
+            .timeout(Duration::from_secs(3 * 86400))
+            .await;
+        Ok(r.map_err(|e| e.kind().as_str().to_owned()).err())
+    });
+    let w = World::new(reg);
+    let id = w.start("approve", json!(null)).await;
+    w.settle().await;
+    let run = w.run(&id).await;
+    assert_eq!(
+        run.due_at,
+        Some(w.clock.now().plus(Duration::from_secs(3 * 86400))),
+        "a long deadline waits in the due index"
+    );
+    w.advance(Duration::from_secs(86400)).await;
+    assert_eq!(w.run(&id).await.status, RunStatus::Waiting);
+    w.advance(Duration::from_secs(2 * 86400)).await;
+    assert_eq!(World::output(&w.run(&id).await), json!("EventTimedOut"));
+}
+
+#[tokio::test]
+async fn wait_for_condition_threads_state_across_polls() {
+    let mut reg = Registry::new();
+    reg.register("poll", |ctx: Context, _: serde_json::Value| async move {
+        let polls: u32 = ctx
+            .wait_for_condition("job_done", 0u32, |n, _| async move {
+                let n = n + 1;
+                Ok(if n >= 4 {
+                    ConditionCheck::Done(n)
+                } else {
+                    ConditionCheck::Continue(n)
+                })
+            })
+            .strategy(WaitStrategy {
+                initial_delay: Duration::from_secs(10),
+                max_delay: Duration::from_secs(10),
+                multiplier: 1.0,
+                max_attempts: 10,
+            })
+            .await?;
+        Ok(polls)
+    });
+    let w = World::new(reg);
+    let id = w.start("poll", json!(null)).await;
+    w.settle().await;
+    for _ in 0..3 {
+        assert_eq!(w.run(&id).await.status, RunStatus::Waiting);
+        w.advance(Duration::from_secs(10)).await;
+    }
+    assert_eq!(World::output(&w.run(&id).await), json!(4));
+}
+
+#[tokio::test]
+async fn wait_for_condition_gives_up_after_max_attempts() {
+    let mut reg = Registry::new();
+    reg.register("poll", |ctx: Context, _: serde_json::Value| async move {
+        let r = ctx
+            .wait_for_condition("never", (), |s, _| async move {
+                Ok(ConditionCheck::Continue(s))
+            })
+            .strategy(WaitStrategy {
+                initial_delay: Duration::from_secs(1),
+                max_delay: Duration::from_secs(1),
+                multiplier: 1.0,
+                max_attempts: 3,
+            })
+            .await;
+        Ok(r.unwrap_err().kind().as_str().to_owned())
+    });
+    let w = World::new(reg);
+    let id = w.start("poll", json!(null)).await;
+    w.settle().await;
+    w.advance(Duration::from_secs(1)).await;
+    w.advance(Duration::from_secs(1)).await;
+    assert_eq!(World::output(&w.run(&id).await), json!("ConditionNotMet"));
+}
+
+#[tokio::test]
+async fn map_returns_results_in_index_order_and_replay_skips_finished_branches() {
+    let runs = counter();
+    let mut reg = Registry::new();
+    let r = runs.clone();
+    reg.register("map", move |ctx: Context, items: Vec<u32>| {
+        let r = r.clone();
+        async move {
+            let result = ctx
+                .map("square", items, move |ctx, item, _index| {
+                    let r = r.clone();
+                    async move {
+                        let sq: u32 = ctx
+                            .step("compute", move |_| async move {
+                                r.fetch_add(1, Ordering::SeqCst);
+                                Ok(item * item)
+                            })
+                            .await?;
+                        if item == 3 {
+                            ctx.sleep(Duration::from_secs(60)).await?;
+                        }
+                        Ok(sq)
+                    }
+                })
+                .max_concurrency(2)
+                .await?;
+            assert_eq!(result.completion_reason, CompletionReason::AllCompleted);
+            result.values()
+        }
+    });
+    let w = World::new(reg);
+    let id = w.start("map", json!([1, 2, 3, 4, 5])).await;
+    w.settle().await;
+    assert_eq!(w.run(&id).await.status, RunStatus::Waiting);
+    assert_eq!(runs.load(Ordering::SeqCst), 5);
+    w.advance(Duration::from_secs(60)).await;
+    assert_eq!(World::output(&w.run(&id).await), json!([1, 4, 9, 16, 25]));
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        5,
+        "replay did not re-run finished branches"
+    );
+}
+
+#[tokio::test]
+async fn parallel_completes_at_min_successful_and_reports_unfinished_branches() {
+    let mut reg = Registry::new();
+    reg.register("race", |ctx: Context, _: serde_json::Value| async move {
+        let branches = vec![
+            branch(|ctx: Context| async move { ctx.wait_for_event::<String>("never").await }),
+            branch(|ctx: Context| async move {
+                ctx.step("fast", |_| async { Ok("fast".to_owned()) }).await
+            }),
+            branch(|ctx: Context| async move {
+                ctx.step("also_fast", |_| async { Ok("also".to_owned()) })
+                    .await
+            }),
+        ];
+        let r = ctx
+            .parallel("first_two", branches)
+            .completion(CompletionConfig {
+                min_successful: Some(2),
+                ..Default::default()
+            })
+            .await?;
+        Ok(json!({
+            "reason": format!("{:?}", r.completion_reason),
+            "successes": r.success_count(),
+            "first_unfinished": matches!(r.items[0].outcome, BatchOutcome::NotCompleted),
+        }))
+    });
+    let w = World::new(reg);
+    let id = w.start("race", json!(null)).await;
+    w.settle().await;
+    assert_eq!(
+        World::output(&w.run(&id).await),
+        json!({"reason": "MinSuccessfulReached", "successes": 2, "first_unfinished": true})
+    );
+}
+
+#[tokio::test]
+async fn parallel_stops_when_failures_exceed_the_tolerance() {
+    let mut reg = Registry::new();
+    reg.register("tolerance", |ctx: Context, _: serde_json::Value| async move {
+        let fail = |name: &'static str| branch(move |ctx: Context| async move { ctx.step(name, |_| async { Err::<u32, _>(StepError::fatal("no")) }).await });
+        let ok = branch(|ctx: Context| async move { ctx.step("ok", |_| async { Ok(1u32) }).await });
+        let r = ctx
+            .parallel("p", vec![fail("a"), fail("b"), ok, fail("c")])
+            .max_concurrency(1)
+            .completion(CompletionConfig { tolerated_failure_count: Some(1), ..Default::default() })
+            .await?;
+        Ok(json!({"reason": format!("{:?}", r.completion_reason), "failures": r.failure_count(), "values_err": r.values().is_err()}))
+    });
+    let w = World::new(reg);
+    let id = w.start("tolerance", json!(null)).await;
+    w.settle().await;
+    assert_eq!(
+        World::output(&w.run(&id).await),
+        json!({"reason": "FailureToleranceExceeded", "failures": 2, "values_err": true})
+    );
+}
+
+#[tokio::test]
+async fn child_context_groups_operations_and_replays_as_one_result() {
+    let inner = counter();
+    let mut reg = Registry::new();
+    let c = inner.clone();
+    reg.register("child", move |ctx: Context, _: serde_json::Value| {
+        let c = c.clone();
+        async move {
+            let total: u32 = ctx
+                .run_in_child_context("checkout", move |child| async move {
+                    let a: u32 = child
+                        .step("price", {
+                            let c = c.clone();
+                            move |_| async move {
+                                c.fetch_add(1, Ordering::SeqCst);
+                                Ok(5)
+                            }
+                        })
+                        .await?;
+                    let b: u32 = child
+                        .run_in_child_context("tax", move |grandchild| async move {
+                            grandchild
+                                .step("rate", move |_| async move {
+                                    c.fetch_add(1, Ordering::SeqCst);
+                                    Ok(2)
+                                })
+                                .await
+                        })
+                        .await?;
+                    Ok(a * b)
+                })
+                .await?;
+            ctx.sleep(Duration::from_secs(1)).await?;
+            Ok(total)
+        }
+    });
+    let w = World::new(reg);
+    let id = w.start("child", json!(null)).await;
+    w.settle().await;
+    w.advance(Duration::from_secs(1)).await;
+    assert_eq!(World::output(&w.run(&id).await), json!(10));
+    assert_eq!(inner.load(Ordering::SeqCst), 2);
+    let positions: Vec<String> = w
+        .history(&id)
+        .await
+        .journal
+        .into_iter()
+        .map(|e| e.position.0)
+        .collect();
+    assert!(
+        positions.contains(&"checkout#0/tax#0/rate#0".to_owned()),
+        "{positions:?}"
+    );
+}
+
+#[tokio::test]
+async fn invoke_starts_a_child_run_and_awaits_its_result() {
+    let mut reg = Registry::new();
+    reg.register("double", |ctx: Context, n: u32| async move {
+        ctx.sleep(Duration::from_secs(5)).await?;
+        Ok(n * 2)
+    });
+    reg.register("fails", |_ctx: Context, _: serde_json::Value| async move {
+        Err::<(), _>(Error::msg("child says no"))
+    });
+    reg.register("parent", |ctx: Context, _: serde_json::Value| async move {
+        let d: u32 = ctx.invoke("double_it", "double", 21u32).await?;
+        let failed = ctx
+            .invoke::<(), _>("failing", "fails", json!(null))
+            .await
+            .unwrap_err();
+        Ok(json!({"double": d, "failed": failed.kind().as_str()}))
+    });
+    let w = World::new(reg);
+    let id = w.start("parent", json!(null)).await;
+    w.settle().await;
+    assert_eq!(w.run(&id).await.status, RunStatus::Waiting);
+    w.advance(Duration::from_secs(5)).await;
+    let run = w.run(&id).await;
+    assert_eq!(
+        World::output(&run),
+        json!({"double": 42, "failed": "InvokeFailed"})
+    );
+    let child = siesta::context::child_run_id(&id, &Position::from("double_it#0"));
+    let child = w.run(&child).await;
+    assert_eq!(child.status, RunStatus::Completed);
+    assert_eq!(child.parent.unwrap().run_id, id);
+}
+
+#[tokio::test]
+async fn large_values_are_stored_by_reference_and_artifacts_round_trip() {
+    let mut reg = Registry::new();
+    reg.register("big", |ctx: Context, _: serde_json::Value| async move {
+        let big: String = ctx
+            .step("produce", |_| async { Ok("x".repeat(200_000)) })
+            .await?;
+        let artifact = ctx
+            .put_artifact("report", big.clone().into_bytes(), "text/plain")
+            .await?;
+        ctx.sleep(Duration::from_secs(1)).await?;
+        let back = ctx.get_artifact(&artifact).await?;
+        Ok(json!({"len": big.len(), "artifact_len": back.len(), "sha": artifact.sha256}))
+    });
+    let w = World::new(reg);
+    let id = w.start("big", json!(null)).await;
+    w.settle().await;
+    w.advance(Duration::from_secs(1)).await;
+    let out = World::output(&w.run(&id).await);
+    assert_eq!(out["len"], 200_000);
+    assert_eq!(out["artifact_len"], 200_000);
+    let history = w.history(&id).await;
+    let produce = history
+        .journal
+        .iter()
+        .find(|e| e.name == "produce")
+        .unwrap();
+    assert!(
+        matches!(
+            &produce.state,
+            EntryState::Succeeded {
+                value: Payload::Artifact(_),
+                ..
+            }
+        ),
+        "stored by reference"
+    );
+    for entry in &history.journal {
+        assert!(
+            serde_json::to_vec(entry).unwrap().len() < 64 * 1024,
+            "journal entries stay small"
+        );
+    }
+}
+
+#[tokio::test]
+async fn injected_messages_are_drained_at_step_boundaries() {
+    let mut reg = Registry::new();
+    reg.register("chat", |ctx: Context, _: serde_json::Value| async move {
+        let mut seen = Vec::new();
+        for i in 0..3u32 {
+            ctx.step("turn", move |_| async move { Ok(i) }).await?;
+            seen.push(ctx.messages::<String>()?);
+            ctx.sleep(Duration::from_secs(10)).await?;
+        }
+        Ok(seen)
+    });
+    let w = World::new(reg);
+    let id = w.start("chat", json!(null)).await;
+    w.settle().await;
+    w.engine
+        .inject_message(&w.tenant, &id, json!("hello"), None)
+        .await
+        .unwrap();
+    w.engine
+        .inject_message(&w.tenant, &id, json!("again"), None)
+        .await
+        .unwrap();
+    w.settle().await;
+    w.advance(Duration::from_secs(10)).await;
+    w.advance(Duration::from_secs(10)).await;
+    assert_eq!(
+        World::output(&w.run(&id).await),
+        json!([[], ["hello", "again"], []])
+    );
+}
+
+#[tokio::test]
+async fn cancelling_a_waiting_run_is_immediate_and_closes_its_callbacks() {
+    let mut reg = Registry::new();
+    reg.register("wait", |ctx: Context, _: serde_json::Value| async move {
+        let cb = ctx.create_callback::<()>("cb").await?;
+        cb.wait().await
+    });
+    let w = World::new(reg);
+    let id = w.start("wait", json!(null)).await;
+    w.settle().await;
+    let cb = w.open_callbacks(&id).await.pop().unwrap();
+    let v = w.run(&id).await.version;
+    let stale = w.engine.cancel(&w.tenant, &id, Some(v - 1)).await;
+    assert!(matches!(stale, Err(EngineError::VersionMismatch { current }) if current == v));
+    let run = w.engine.cancel(&w.tenant, &id, Some(v)).await.unwrap();
+    assert_eq!(run.status, RunStatus::Cancelled);
+    assert!(matches!(
+        w.engine.cancel(&w.tenant, &id, None).await,
+        Err(EngineError::AlreadyFinished(RunStatus::Cancelled))
+    ));
+    assert!(matches!(
+        w.engine
+            .complete_callback(&cb, None, Ok(json!(null)), None)
+            .await,
+        Err(EngineError::Gone(_))
+    ));
+    assert!(
+        w.timeline(&id)
+            .await
+            .iter()
+            .any(|e| e.event_type == EventType::ExecutionCancelled)
+    );
+}
+
+#[tokio::test]
+async fn cancelling_a_running_run_is_honoured_at_the_next_step_boundary() {
+    let (entered_tx, entered_rx) = tokio::sync::oneshot::channel::<()>();
+    let (release_tx, release_rx) = tokio::sync::oneshot::channel::<()>();
+    let entered = Arc::new(std::sync::Mutex::new(Some(entered_tx)));
+    let release = Arc::new(tokio::sync::Mutex::new(Some(release_rx)));
+    let after = counter();
+    let mut reg = Registry::new();
+    let a = after.clone();
+    reg.register("long", move |ctx: Context, _: serde_json::Value| {
+        let (entered, release, a) = (entered.clone(), release.clone(), a.clone());
+        async move {
+            ctx.step("slow", move |_| async move {
+                if let Some(tx) = entered.lock().unwrap().take() {
+                    let _ = tx.send(());
+                }
+                if let Some(rx) = release.lock().await.take() {
+                    let _ = rx.await;
+                }
+                Ok(())
+            })
+            .await?;
+            ctx.step("next", move |_| async move {
+                a.fetch_add(1, Ordering::SeqCst);
+                Ok(())
+            })
+            .await
+        }
+    });
+    let w = World::new(reg);
+    let id = w.start("long", json!(null)).await;
+    let engine = w.engine.clone();
+    let worker = tokio::spawn(async move { engine.run_until_idle(10).await });
+    entered_rx.await.unwrap();
+    let run = w.engine.cancel(&w.tenant, &id, None).await.unwrap();
+    assert_eq!(
+        run.status,
+        RunStatus::Running,
+        "a running run is cancelled at its next boundary"
+    );
+    assert!(run.cancel_requested);
+    release_tx.send(()).unwrap();
+    worker.await.unwrap().unwrap();
+    w.settle().await;
+    assert_eq!(w.run(&id).await.status, RunStatus::Cancelled);
+    assert_eq!(
+        after.load(Ordering::SeqCst),
+        0,
+        "the step after the boundary never ran"
+    );
+}
+
+#[tokio::test]
+async fn a_wakeup_with_nothing_to_do_costs_one_read_and_no_write() {
+    let mut reg = Registry::new();
+    reg.register("sleepy", |ctx: Context, _: serde_json::Value| async move {
+        ctx.sleep(Duration::from_secs(3600)).await
+    });
+    let w = World::new(reg);
+    let id = w.start("sleepy", json!(null)).await;
+    w.settle().await;
+    let (reads, writes) = w.probe.counts();
+    let wake = ports::WakeUp {
+        tenant: w.tenant.clone(),
+        run_id: id.clone(),
+        reason: ports::WakeReason::Sweep,
+        epoch_hint: 0,
+    };
+    assert_eq!(
+        w.engine.handle_wakeup(&wake).await.unwrap(),
+        WakeOutcome::NothingToDo
+    );
+    assert_eq!(w.probe.counts(), (reads + 1, writes));
+}
+
+#[tokio::test]
+async fn logs_written_before_a_completed_operation_are_not_written_again_on_replay() {
+    use std::io::Write;
+    #[derive(Clone, Default)]
+    struct Sink(Arc<std::sync::Mutex<Vec<u8>>>);
+    impl Write for Sink {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let sink = Sink::default();
+    let writer = sink.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let mut reg = Registry::new();
+    reg.register("logging", |ctx: Context, _: serde_json::Value| async move {
+        ctx.log("before-step");
+        ctx.step("work", |_| async { Ok(()) }).await?;
+        ctx.log("after-step");
+        ctx.sleep(Duration::from_secs(1)).await?;
+        ctx.log("after-sleep");
+        Ok(())
+    });
+    let w = World::new(reg);
+    let id = w.start("logging", json!(null)).await;
+    w.settle().await;
+    w.advance(Duration::from_secs(1)).await;
+    assert_eq!(w.run(&id).await.status, RunStatus::Completed);
+    let text = String::from_utf8(sink.0.lock().unwrap().clone()).unwrap();
+    for line in ["before-step", "after-step", "after-sleep"] {
+        assert_eq!(
+            text.matches(line).count(),
+            1,
+            "{line} logged once in:\n{text}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn timeline_is_gapless_and_speaks_the_durable_history_vocabulary() {
+    let mut reg = Registry::new();
+    reg.register("t", |ctx: Context, _: serde_json::Value| async move {
+        ctx.step("a", |_| async { Ok(1) }).await?;
+        let cb = ctx.create_callback::<u32>("cb").await?;
+        cb.wait().await
+    });
+    let w = World::new(reg);
+    let id = w.start("t", json!(null)).await;
+    w.settle().await;
+    let cb = w.open_callbacks(&id).await.pop().unwrap();
+    w.engine
+        .complete_callback(&cb, None, Ok(json!(7)), None)
+        .await
+        .unwrap();
+    w.settle().await;
+    let timeline = w.timeline(&id).await;
+    let seqs: Vec<u64> = timeline.iter().map(|e| e.seq).collect();
+    assert_eq!(seqs, (1..=timeline.len() as u64).collect::<Vec<_>>());
+    let types: Vec<EventType> = timeline.iter().map(|e| e.event_type).collect();
+    use EventType::*;
+    for expected in [
+        ExecutionStarted,
+        StepStarted,
+        StepSucceeded,
+        CallbackStarted,
+        InvocationCompleted,
+        CallbackDelivered,
+        CallbackSucceeded,
+        ExecutionSucceeded,
+    ] {
+        assert!(
+            types.contains(&expected),
+            "{expected:?} missing from {types:?}"
+        );
+    }
+    let json = serde_json::to_value(&timeline[1]).unwrap();
+    assert!(
+        json.get("EventType").is_some()
+            && json.get("Id").is_some()
+            && json.get("SubType").is_some(),
+        "{json}"
+    );
+}
