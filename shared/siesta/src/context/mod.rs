@@ -666,6 +666,8 @@ impl Context {
     }
 
     pub(crate) async fn commit_with(&self, delta: Delta, mutate: impl Fn(&mut Run)) {
+        // Recording something new means this branch is past what the journal held.
+        self.go_live();
         if self.shared.commit(delta, None, mutate).await.is_err() {
             self.suspend::<()>(None).await;
         }
