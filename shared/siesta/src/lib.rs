@@ -7,6 +7,7 @@ pub mod error;
 pub mod lifecycle;
 pub mod model;
 pub mod ports;
+pub mod probe;
 pub mod registry;
 pub mod retry;
 pub mod time;

@@ -1,0 +1,216 @@
+//! A run-store wrapper that counts what the engine asks of storage and can simulate a
+//! crash: for tests (replay after a crash after each write) and benchmarks (writes and
+//! bytes per step). Wrap any backend's store with it.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+
+use async_trait::async_trait;
+
+use crate::model::*;
+use crate::ports::*;
+use crate::time::Timestamp;
+
+/// Counts calls to the run store and, when armed, fails every call after the n-th
+/// checkpoint write has been applied: the process "dies" right after that write.
+pub struct ProbeStore {
+    /// The wrapped store.
+    pub inner: Arc<dyn RunStore>,
+    /// Reads made (get, load, query).
+    pub reads: AtomicU64,
+    /// Writes applied (create, claim, checkpoint, deliver).
+    pub writes: AtomicU64,
+    /// Serialized bytes of the run, journal, timeline, callback and tool-call items written by checkpoints and creates.
+    pub bytes_written: AtomicU64,
+    /// Checkpoints applied.
+    pub checkpoints: AtomicU64,
+    crash_after: AtomicI64,
+    crash_before: AtomicBool,
+    dead: AtomicBool,
+}
+
+impl ProbeStore {
+    /// Wrap `inner`.
+    pub fn new(inner: Arc<dyn RunStore>) -> Arc<Self> {
+        Arc::new(ProbeStore {
+            inner,
+            reads: AtomicU64::new(0),
+            writes: AtomicU64::new(0),
+            bytes_written: AtomicU64::new(0),
+            checkpoints: AtomicU64::new(0),
+            crash_after: AtomicI64::new(-1),
+            crash_before: AtomicBool::new(false),
+            dead: AtomicBool::new(false),
+        })
+    }
+
+    /// Die right after the n-th checkpoint from now (1 = the next one).
+    pub fn crash_after(&self, n: i64) {
+        self.crash_after.store(n, Ordering::SeqCst);
+    }
+
+    /// Die at the n-th checkpoint from now, before it is applied.
+    pub fn crash_before(&self, n: i64) {
+        self.crash_before.store(true, Ordering::SeqCst);
+        self.crash_after.store(n, Ordering::SeqCst);
+    }
+
+    /// Whether the simulated process has died.
+    pub fn is_dead(&self) -> bool {
+        self.dead.load(Ordering::SeqCst)
+    }
+
+    fn check(&self) -> Result<(), StoreError> {
+        if self.is_dead() {
+            Err(StoreError::Unavailable(
+                "simulated crash: this process is dead".into(),
+            ))
+        } else {
+            Ok(())
+        }
+    }
+
+    fn read(&self) -> Result<(), StoreError> {
+        self.check()?;
+        self.reads.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+
+    fn wrote(&self, bytes: usize) {
+        self.writes.fetch_add(1, Ordering::SeqCst);
+        self.bytes_written.fetch_add(bytes as u64, Ordering::SeqCst);
+    }
+
+    /// (reads, writes) so far.
+    pub fn counts(&self) -> (u64, u64) {
+        (
+            self.reads.load(Ordering::SeqCst),
+            self.writes.load(Ordering::SeqCst),
+        )
+    }
+}
+
+#[async_trait]
+impl RunStore for ProbeStore {
+    async fn create_run(&self, run: &Run, started: &TimelineEvent) -> Result<(), StoreError> {
+        self.check()?;
+        self.wrote(serde_json::to_vec(run).map(|v| v.len()).unwrap_or(0));
+        self.inner.create_run(run, started).await
+    }
+    async fn get_run(&self, tenant: &TenantId, run_id: &RunId) -> Result<Option<Run>, StoreError> {
+        self.read()?;
+        self.inner.get_run(tenant, run_id).await
+    }
+    async fn claim(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+        claim: &Claim,
+    ) -> Result<Run, StoreError> {
+        self.check()?;
+        self.wrote(0);
+        self.inner.claim(tenant, run_id, claim).await
+    }
+    async fn renew_lease(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+        epoch: FencingEpoch,
+        expires_at: Timestamp,
+    ) -> Result<Run, StoreError> {
+        self.check()?;
+        self.inner
+            .renew_lease(tenant, run_id, epoch, expires_at)
+            .await
+    }
+    async fn load_history(&self, tenant: &TenantId, run_id: &RunId) -> Result<History, StoreError> {
+        self.read()?;
+        self.inner.load_history(tenant, run_id).await
+    }
+    async fn checkpoint(&self, checkpoint: &Checkpoint) -> Result<(), StoreError> {
+        self.check()?;
+        if self.crash_before.load(Ordering::SeqCst) && self.crash_after.load(Ordering::SeqCst) == 1
+        {
+            self.dead.store(true, Ordering::SeqCst);
+            return Err(StoreError::Unavailable(
+                "simulated crash before the write".into(),
+            ));
+        }
+        if self.crash_before.load(Ordering::SeqCst) {
+            self.crash_after.fetch_sub(1, Ordering::SeqCst);
+        }
+        let bytes = serde_json::to_vec(&checkpoint.run)
+            .map(|v| v.len())
+            .unwrap_or(0)
+            + serde_json::to_vec(&checkpoint.journal)
+                .map(|v| v.len())
+                .unwrap_or(0)
+            + serde_json::to_vec(&checkpoint.timeline)
+                .map(|v| v.len())
+                .unwrap_or(0)
+            + serde_json::to_vec(&checkpoint.callbacks)
+                .map(|v| v.len())
+                .unwrap_or(0)
+            + serde_json::to_vec(&checkpoint.tool_calls)
+                .map(|v| v.len())
+                .unwrap_or(0);
+        let result = self.inner.checkpoint(checkpoint).await;
+        if result.is_ok() {
+            self.wrote(bytes);
+            self.checkpoints.fetch_add(1, Ordering::SeqCst);
+            if !self.crash_before.load(Ordering::SeqCst)
+                && self.crash_after.fetch_sub(1, Ordering::SeqCst) == 1
+            {
+                self.dead.store(true, Ordering::SeqCst);
+                return Err(StoreError::Unavailable(
+                    "simulated crash after the write".into(),
+                ));
+            }
+        }
+        result
+    }
+    async fn deliver(&self, delivery: &NewDelivery) -> Result<DeliverOutcome, StoreError> {
+        self.check()?;
+        self.wrote(0);
+        self.inner.deliver(delivery).await
+    }
+    async fn get_callback(
+        &self,
+        callback_id: &CallbackId,
+    ) -> Result<Option<CallbackRecord>, StoreError> {
+        self.read()?;
+        self.inner.get_callback(callback_id).await
+    }
+    async fn get_tool_call(
+        &self,
+        tenant: &TenantId,
+        key: &IdempotencyKey,
+    ) -> Result<Option<ToolCallRecord>, StoreError> {
+        self.read()?;
+        self.inner.get_tool_call(tenant, key).await
+    }
+    async fn timeline(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<TimelineEvent>, StoreError> {
+        self.read()?;
+        self.inner.timeline(tenant, run_id, after, limit).await
+    }
+    async fn list_runs(
+        &self,
+        tenant: &TenantId,
+        filter: &RunFilter,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<RunPage, StoreError> {
+        self.read()?;
+        self.inner.list_runs(tenant, filter, cursor, limit).await
+    }
+    async fn due_runs(&self, before: Timestamp, limit: usize) -> Result<Vec<DueRun>, StoreError> {
+        self.read()?;
+        self.inner.due_runs(before, limit).await
+    }
+}
