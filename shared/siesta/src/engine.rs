@@ -766,11 +766,8 @@ impl Engine {
         if tenant.is_some_and(|t| *t != record.tenant) {
             return Err(EngineError::NotFound);
         }
-        if record.status != CallbackStatus::Open {
-            return Err(EngineError::Gone(
-                format!("callback {callback_id} is {:?}", record.status).to_lowercase(),
-            ));
-        }
+        // Whether it is still open is checked by the store after its dedup check, so a
+        // repeated delivery is acknowledged as a duplicate rather than refused as gone.
         Ok(record)
     }
 

@@ -1,4 +1,70 @@
-//! Siesta: durable execution for long-running workflows.
+//! # Siesta: durable execution for long-running workflows
+//!
+//! A workflow is an ordinary async function over a [`Context`]. Every operation on the
+//! context has a stable position (its name plus an occurrence counter) and its outcome
+//! is written to the run's journal **before** the workflow sees it. When the run wakes
+//! up, the function runs again from the top and completed operations return their
+//! recorded outcome without executing (replay). A wait that is not satisfied yet
+//! suspends the run inside the engine; user code never sees suspension.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use siesta::{Context, Error, Registry, RetryStrategy, StepError};
+//! use serde::Deserialize;
+//!
+//! #[derive(Deserialize)]
+//! struct Order { item: String, amount: u64 }
+//!
+//! #[derive(Deserialize)]
+//! struct Payment { status: String, transaction_id: String }
+//!
+//! async fn order(ctx: Context, input: Order) -> Result<String, Error> {
+//!     let id: String = ctx.step("create_order", |_| async move { Ok(format!("ord-{}", input.item)) }).await?;
+//!     let payment = ctx.create_callback::<Payment>("payment").timeout(Duration::from_secs(3600)).await?;
+//!     let url = payment.url();
+//!     ctx.tool_call("request_payment", &(&id, input.amount), |call| async move {
+//!         let key = call.idempotency_key().unwrap().to_string();
+//!         psp_charge(&url, &key).await.map_err(|e| StepError::from_http_status(e, "psp"))
+//!     })
+//!     .retry(RetryStrategy::exponential(5))
+//!     .await?;
+//!     let paid = payment.wait().await?;              // sleeps until the webhook or the timeout
+//!     ctx.sleep(Duration::from_secs(600)).await?;    // a durable timer
+//!     Ok(format!("{id}: {} ({})", paid.status, paid.transaction_id))
+//! }
+//! # async fn psp_charge(_: &str, _: &str) -> Result<(), u16> { Ok(()) }
+//!
+//! let mut registry = Registry::new();
+//! registry.register("order", order);
+//! ```
+//!
+//! ## The tour
+//! - Operations, on [`Context`]: [`step`](Context::step) (with a
+//!   [`RetryStrategy`]; at-least-once or at-most-once per retry),
+//!   [`tool_call`](Context::tool_call) (an idempotency key derived from its meaning;
+//!   `running` recorded before the call, `unknown` parks the run),
+//!   [`sleep`](Context::sleep)/[`wait`](Context::wait),
+//!   [`create_callback`](Context::create_callback) and
+//!   [`wait_for_callback`](Context::wait_for_callback),
+//!   [`wait_for_event`](Context::wait_for_event),
+//!   [`wait_for_condition`](Context::wait_for_condition),
+//!   [`run_in_child_context`](Context::run_in_child_context),
+//!   [`parallel`](Context::parallel) and [`map`](Context::map),
+//!   [`invoke`](Context::invoke), [`put_artifact`](Context::put_artifact),
+//!   [`messages`](Context::messages) and the replay-aware [`log`](Context::log).
+//! - The run lifecycle is a pure function, [`lifecycle::decide`].
+//! - Storage is behind the [`ports`]: a run store, an artifact store, a wake-up queue,
+//!   each operation one DynamoDB conditional write or transaction, one S3 conditional
+//!   put, or one SQS message. `siesta-embedded` implements them on SQLite.
+//! - The [`Engine`] is what the handlers call: start a run, handle a wake-up (claim,
+//!   replay, checkpoint, release), deliver events and callback outcomes, cancel, sweep.
+//!
+//! ## Determinism
+//! Replay is correct only if the workflow creates the same operations in the same
+//! order every time: decide from inputs and recorded results, never from the clock, a
+//! random number or a `HashMap`'s order outside a step. A run whose code no longer
+//! matches its journal is parked with a `NonDeterminism` error naming the position and
+//! both operation kinds; it never silently diverges.
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
 pub mod context;

@@ -144,7 +144,7 @@ impl RetryStrategy {
         }
         match &self.retry_on {
             RetryOn::Retryable => error.retryable,
-            RetryOn::Kinds(kinds) => kinds.iter().any(|k| *k == error.kind),
+            RetryOn::Kinds(kinds) => kinds.contains(&error.kind),
         }
     }
 

@@ -254,6 +254,21 @@ async fn callback_succeeds_from_outside_and_is_single_use() {
         )
         .await;
     assert!(matches!(again, Err(EngineError::Gone(_))), "{again:?}");
+    let duplicate = w
+        .engine
+        .complete_callback(
+            &cb,
+            None,
+            Ok(json!({"status": "COMPLETED"})),
+            Some(DeliveryId::from("whk_1")),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        duplicate,
+        ports::DeliverOutcome::Duplicate,
+        "the same delivery again is acknowledged, not refused"
+    );
 }
 
 #[tokio::test]

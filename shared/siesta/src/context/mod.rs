@@ -471,13 +471,12 @@ impl Context {
     ) -> Result<ArtifactRef, Error> {
         let op = self.mint(name, OperationKind::Artifact);
         let bytes = bytes.into();
-        match self.lookup(&op).await {
-            Some(entry) => match entry.state {
+        if let Some(entry) = self.lookup(&op).await {
+            match entry.state {
                 EntryState::Succeeded { value, .. } => return self.decode(&value).await,
                 EntryState::Failed { error, .. } => return Err(Error::from_info(&error)),
                 _ => {}
-            },
-            None => {}
+            }
         }
         self.go_live();
         self.boundary().await;

@@ -1,0 +1,171 @@
+//! `siesta`: run Siesta locally, on the embedded backend, with no AWS account.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use clap::{Parser, Subcommand};
+use siesta::*;
+
+#[derive(Parser)]
+#[command(
+    name = "siesta",
+    version,
+    about = "Durable workflows on AWS Lambda — run locally"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the `order` example end to end on the embedded backend and print its timeline
+    /// as it unfolds; this process plays the payment provider.
+    Demo {
+        /// Keep the data here (default: a temporary directory).
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+    },
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("SIESTA_LOG")
+                .unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match Cli::parse().command {
+        Command::Demo { data_dir } => demo(data_dir).await,
+    }
+}
+
+async fn demo(data_dir: Option<PathBuf>) -> anyhow::Result<()> {
+    let temp = tempfile::tempdir()?;
+    let dir = data_dir.unwrap_or_else(|| temp.path().to_owned());
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let embedded = siesta_embedded::EmbeddedBackend::open(dir.join("siesta.db"), clock.clone())
+        .context("opening the embedded backend")?;
+    let engine = Engine::new(
+        embedded.backend(),
+        clock,
+        siesta_workflows::registry(),
+        EngineConfig::default(),
+    );
+    let worker = {
+        let engine = engine.clone();
+        tokio::spawn(async move {
+            loop {
+                if let Err(e) = engine.work_queue_once(10).await {
+                    tracing::warn!(error = %e, "worker");
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+    };
+
+    let tenant = TenantId::from("default");
+    let input = serde_json::json!({"item": "Espresso machine", "amount": 129.0});
+    let run = engine.start(&tenant, "order", input.clone(), None).await?;
+    println!("started run {} of workflow `order` with {input}", run.id);
+    println!("data in {}\n", dir.display());
+    println!(
+        "{:>4}  {:<22} {:<18} {:<28} details",
+        "seq", "event", "sub-type", "operation"
+    );
+
+    let mut seen = 0u64;
+    let mut paid = false;
+    for _ in 0..500 {
+        for event in engine
+            .backend()
+            .store
+            .timeline(&tenant, &run.id, seen, 100)
+            .await?
+        {
+            seen = event.seq;
+            print_event(&event);
+            if event.event_type == EventType::CallbackStarted && !paid {
+                let callback = event.details["CallbackId"]
+                    .as_str()
+                    .context("callback id")?
+                    .to_owned();
+                paid = true;
+                pay(&engine, CallbackId(callback)).await?;
+            }
+        }
+        let current = engine.get_run(&tenant, &run.id).await?;
+        if current.status.is_finished() {
+            println!(
+                "\nrun {} is {}: {}",
+                current.id,
+                current.status,
+                outcome(&current)
+            );
+            worker.abort();
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    bail!("the demo run did not finish in time")
+}
+
+/// Play the payment provider: the webhook arrives, and arrives again (a duplicate).
+async fn pay(engine: &Engine, callback: CallbackId) -> anyhow::Result<()> {
+    let engine = engine.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let payload = serde_json::json!({"status": "COMPLETED", "transaction_id": "txn_8f2c41"});
+        for attempt in 1..=2 {
+            let outcome = engine
+                .complete_callback(
+                    &callback,
+                    None,
+                    Ok(payload.clone()),
+                    Some(DeliveryId::from("psp-delivery-1")),
+                )
+                .await;
+            let said = match outcome {
+                Ok(ports::DeliverOutcome::Accepted(_)) => "accepted".to_owned(),
+                Ok(ports::DeliverOutcome::Duplicate) => "duplicate, ignored".to_owned(),
+                Err(e) => e.to_string(),
+            };
+            println!("      ↳ payment provider webhook #{attempt} for {callback}: {said}");
+        }
+    });
+    Ok(())
+}
+
+fn print_event(e: &TimelineEvent) {
+    let sub = e.sub_type.map(|s| format!("{s:?}")).unwrap_or_default();
+    let op = e.id.clone().or_else(|| e.name.clone()).unwrap_or_default();
+    let mut details = if e.details.is_null() {
+        String::new()
+    } else {
+        e.details.to_string()
+    };
+    if details.len() > 90 {
+        details.truncate(87);
+        details.push_str("...");
+    }
+    println!(
+        "{:>4}  {:<22} {:<18} {:<28} {}",
+        e.seq,
+        format!("{:?}", e.event_type),
+        sub,
+        op,
+        details
+    );
+}
+
+fn outcome(run: &Run) -> String {
+    match (&run.output, &run.error) {
+        (Some(Payload::Inline(v)), _) => v.to_string(),
+        (_, Some(e)) => e.to_string(),
+        _ => String::new(),
+    }
+}
