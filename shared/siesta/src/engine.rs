@@ -133,7 +133,7 @@ enum Exec {
 
 /// How a pass ends, decided from what the workflow did.
 enum Ending {
-    Complete(serde_json::Value),
+    Complete(Payload),
     Fail(ErrorInfo),
     Park(ErrorInfo),
     Cancel,
@@ -389,7 +389,7 @@ impl Engine {
                     (Exec::Finished(result), None) => match unvisited(&st) {
                         Some(reason) => Ending::Park(reason),
                         None => match result {
-                            Ok(value) => Ending::Complete(value),
+                            Ok(value) => Ending::Complete(Payload::Inline(value)),
                             Err(e) => Ending::Fail(e.to_info()),
                         },
                     },
@@ -431,11 +431,20 @@ impl Engine {
         let now = self.clock.now();
         let (run, next_due, open_callbacks) = {
             let st = shared.state();
-            (
-                st.run.clone(),
-                st.next_due,
-                open_callbacks(st.journal.values(), now),
-            )
+            let run = st.run.clone();
+            let open = open_callbacks(st.journal.values(), &run);
+            (run, st.next_due, open)
+        };
+        // An output that cannot be stored fails the run rather than losing it silently.
+        let ending = match ending {
+            Ending::Complete(Payload::Inline(value)) => {
+                let config = self.context_config();
+                match encode_payload(&self.backend, &config, &run.tenant, &run.id, &value).await {
+                    Ok(payload) => Ending::Complete(payload),
+                    Err(e) => Ending::Fail(e.to_info()),
+                }
+            }
+            other => other,
         };
         let event = |event_type: EventType, details: serde_json::Value| TimelineEvent {
             seq: 0,
@@ -450,21 +459,12 @@ impl Engine {
         let mut delta = Delta::default();
         let mut expect_inbox = None;
         let (lifecycle, output, error, due_at) = match &ending {
-            Ending::Complete(value) => {
-                let payload = encode_payload(
-                    &self.backend,
-                    &self.context_config(),
-                    &run.tenant,
-                    &run.id,
-                    value,
-                )
-                .await
-                .unwrap_or_else(|e| Payload::Inline(serde_json::json!({"error": e.to_string()})));
+            Ending::Complete(payload) => {
                 delta.timeline.push(event(
                     EventType::ExecutionSucceeded,
-                    serde_json::json!({"Result": inline_detail(&payload)}),
+                    serde_json::json!({"Result": inline_detail(payload)}),
                 ));
-                (LifecycleEvent::Complete, Some(payload), None, None)
+                (LifecycleEvent::Complete, Some(payload.clone()), None, None)
             }
             Ending::Fail(error) => {
                 delta.timeline.push(event(
@@ -834,8 +834,7 @@ impl Engine {
     ) -> Result<Run, EngineError> {
         for _ in 0..8 {
             let run = self.get_run(tenant, run_id).await?;
-            if let Some(expected) = if_match.filter(|v| *v != run.version) {
-                let _ = expected;
+            if if_match.is_some_and(|v| v != run.version) {
                 return Err(EngineError::VersionMismatch {
                     current: run.version,
                 });
@@ -882,7 +881,7 @@ impl Engine {
                 next.error = Some(ErrorInfo::new("Cancelled", "the run was cancelled", false));
                 checkpoint.run = next.clone();
                 let history = self.backend.store.load_history(tenant, run_id).await?;
-                checkpoint.callbacks = open_callbacks(history.journal.iter(), now);
+                checkpoint.callbacks = open_callbacks(history.journal.iter(), &run);
                 if let Some(parent) = &run.parent {
                     checkpoint.parent_delivery = Some(NewDelivery {
                         id: DeliveryId(format!("child-finished:{}", run.id)),
@@ -1010,9 +1009,8 @@ fn inline_detail(payload: &Payload) -> serde_json::Value {
 /// Callback records to close because their run is finishing.
 fn open_callbacks<'a>(
     entries: impl Iterator<Item = &'a JournalEntry>,
-    now: Timestamp,
+    run: &Run,
 ) -> Vec<CallbackRecord> {
-    let _ = now;
     entries
         .filter_map(|e| match &e.state {
             EntryState::Waiting(Wait {
@@ -1024,8 +1022,8 @@ fn open_callbacks<'a>(
         })
         .map(|(e, callback_id, deadline, started_at)| CallbackRecord {
             callback_id: callback_id.clone(),
-            tenant: TenantId(String::new()),
-            run_id: RunId(String::new()),
+            tenant: run.tenant.clone(),
+            run_id: run.id.clone(),
             position: e.position.clone(),
             status: CallbackStatus::Closed,
             deadline: *deadline,

@@ -946,3 +946,62 @@ async fn timeline_is_gapless_and_speaks_the_durable_history_vocabulary() {
         "{json}"
     );
 }
+
+#[tokio::test]
+async fn a_spent_time_budget_checkpoints_and_continues_in_a_new_invocation() {
+    let mut w = World::new(Registry::new());
+    let clock = w.clock.clone();
+    let mut reg = Registry::new();
+    reg.register("long", move |ctx: Context, _: serde_json::Value| {
+        let clock = clock.clone();
+        async move {
+            let mut total = 0u32;
+            for i in 0..10u32 {
+                let clock = clock.clone();
+                total += ctx
+                    .step("work", move |_| async move {
+                        // Each step takes a minute.
+                        clock.advance(Duration::from_secs(60));
+                        Ok(i)
+                    })
+                    .await?;
+            }
+            Ok(total)
+        }
+    });
+    w.registry = reg.clone();
+    let (engine, _) = w.another_engine("budgeted");
+    let config = EngineConfig {
+        time_budget: Duration::from_secs(5 * 60),
+        ..engine.config().clone()
+    };
+    w.engine = Engine::new(
+        engine.backend().clone(),
+        engine.clock().clone(),
+        reg,
+        config,
+    );
+    let id = w.start("long", json!(null)).await;
+    w.settle().await;
+    let run = w.run(&id).await;
+    assert_eq!(World::output(&run), json!(45));
+    let yields = w
+        .timeline(&id)
+        .await
+        .iter()
+        .filter(|e| {
+            e.event_type == EventType::InvocationCompleted && e.details["Status"] == "pending"
+        })
+        .count();
+    assert_eq!(
+        yields, 1,
+        "ten one-minute steps under a five-minute budget yield once"
+    );
+    let steps = w
+        .timeline(&id)
+        .await
+        .iter()
+        .filter(|e| e.event_type == EventType::StepSucceeded)
+        .count();
+    assert_eq!(steps, 10, "no step ran twice across the continuation");
+}
