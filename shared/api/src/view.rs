@@ -1,0 +1,165 @@
+//! What the API shows of a run.
+
+use serde::Serialize;
+use siesta::ports::History;
+use siesta::*;
+
+/// A run as the API shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunView {
+    /// The run's id.
+    pub id: String,
+    /// The workflow it runs.
+    pub workflow: String,
+    /// Where it is in its life.
+    pub status: RunStatus,
+    /// Its version (the `ETag`).
+    pub version: u64,
+    /// Its input.
+    pub input: serde_json::Value,
+    /// Its output, once completed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output: Option<serde_json::Value>,
+    /// Its error, once failed, parked or cancelled.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<ErrorInfo>,
+    /// Cancellation was requested and will be honoured at the next boundary.
+    pub cancel_requested: bool,
+    /// When it was created (ms since the epoch).
+    pub created_at: i64,
+    /// When it last changed (ms since the epoch).
+    pub updated_at: i64,
+    /// What it waits for now.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub waits: Vec<WaitView>,
+    /// Counts of its operations by state.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub operations: Option<OperationsSummary>,
+}
+
+/// One pending wait.
+#[derive(Debug, Clone, Serialize)]
+pub struct WaitView {
+    /// The operation's position.
+    pub operation: String,
+    /// `timer`, `callback`, `event`, `child` or `retry`.
+    pub kind: &'static str,
+    /// The callback's id, for callbacks.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub callback_id: Option<String>,
+    /// The callback's public webhook URL, for callbacks.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// The event's name, for events.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub event: Option<String>,
+    /// When it gives up or fires (ms since the epoch).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<i64>,
+}
+
+/// Operations by state.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct OperationsSummary {
+    /// All journaled operations.
+    pub total: usize,
+    /// Finished with a value.
+    pub succeeded: usize,
+    /// Finished with an error.
+    pub failed: usize,
+    /// Suspended, retrying, polling or started.
+    pub pending: usize,
+}
+
+pub(crate) fn payload_json(p: &Payload) -> serde_json::Value {
+    match p {
+        Payload::Inline(v) => v.clone(),
+        Payload::Artifact(a) => serde_json::json!({"artifact": a}),
+    }
+}
+
+impl RunView {
+    /// The view of `run`; with its history, also its waits and operations.
+    pub fn new(run: &Run, history: Option<&History>, callback_base_url: &str) -> RunView {
+        let mut view = RunView {
+            id: run.id.to_string(),
+            workflow: run.workflow.clone(),
+            status: run.status,
+            version: run.version,
+            input: payload_json(&run.input),
+            output: run.output.as_ref().map(payload_json),
+            error: run.error.clone(),
+            cancel_requested: run.cancel_requested && !run.status.is_finished(),
+            created_at: run.created_at.millis(),
+            updated_at: run.updated_at.millis(),
+            waits: Vec::new(),
+            operations: None,
+        };
+        let Some(history) = history else { return view };
+        let mut summary = OperationsSummary {
+            total: history.journal.len(),
+            ..Default::default()
+        };
+        let mut entries: Vec<&JournalEntry> = history.journal.iter().collect();
+        entries.sort_by(|a, b| a.position.cmp(&b.position));
+        for entry in entries {
+            match &entry.state {
+                EntryState::Succeeded { .. } => summary.succeeded += 1,
+                EntryState::Failed { .. } => summary.failed += 1,
+                state => {
+                    summary.pending += 1;
+                    if run.status.is_finished() {
+                        continue;
+                    }
+                    if let Some(wait) = wait_view(entry, state, callback_base_url) {
+                        view.waits.push(wait);
+                    }
+                }
+            }
+        }
+        view.operations = Some(summary);
+        view
+    }
+}
+
+fn wait_view(entry: &JournalEntry, state: &EntryState, base: &str) -> Option<WaitView> {
+    let mut view = WaitView {
+        operation: entry.position.to_string(),
+        kind: "timer",
+        callback_id: None,
+        url: None,
+        event: None,
+        deadline: None,
+    };
+    match state {
+        EntryState::Waiting(wait) => {
+            view.deadline = wait.deadline.map(|d| d.millis());
+            match &wait.kind {
+                WaitKind::Timer => {}
+                WaitKind::Callback { callback_id, .. } => {
+                    view.kind = "callback";
+                    view.url = Some(format!(
+                        "{}/hooks/{callback_id}",
+                        base.trim_end_matches('/')
+                    ));
+                    view.callback_id = Some(callback_id.to_string());
+                }
+                WaitKind::Event { name } => {
+                    view.kind = "event";
+                    view.event = Some(name.clone());
+                }
+                WaitKind::Child { .. } => view.kind = "child",
+            }
+        }
+        EntryState::Retrying { retry_at, .. } => {
+            view.kind = "retry";
+            view.deadline = Some(retry_at.millis());
+        }
+        EntryState::Polling { next_check_at, .. } => {
+            view.kind = "retry";
+            view.deadline = Some(next_check_at.millis());
+        }
+        _ => return None,
+    }
+    Some(view)
+}

@@ -1,0 +1,484 @@
+//! The control API through `ControlApi::handle`, no transport in between.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, Method, StatusCode};
+use serde_json::json;
+use siesta::*;
+use siesta_api::{ApiRequest, ApiResponse, ControlApi};
+
+struct World {
+    _dir: tempfile::TempDir,
+    api: ControlApi,
+}
+
+fn registry() -> Registry {
+    let mut reg = Registry::new();
+    reg.register(
+        "approve",
+        |ctx: Context, input: serde_json::Value| async move {
+            let cb = ctx.create_callback::<String>("sign_off").await?;
+            let by = cb.wait().await?;
+            let ok: bool = ctx.wait_for_event("approval").await?;
+            Ok(json!({"input": input, "by": by, "ok": ok}))
+        },
+    );
+    reg.register("quick", |_ctx: Context, n: u32| async move { Ok(n + 1) });
+    reg
+}
+
+impl World {
+    fn new() -> World {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = Arc::new(ManualClock::default());
+        let embedded =
+            siesta_embedded::EmbeddedBackend::open(dir.path().join("db"), clock.clone()).unwrap();
+        let config = EngineConfig {
+            callback_base_url: "https://hooks.example".into(),
+            ..EngineConfig::default()
+        };
+        let engine = Engine::new(embedded.backend(), clock, registry(), config);
+        World {
+            _dir: dir,
+            api: ControlApi::new(engine),
+        }
+    }
+
+    async fn call(
+        &self,
+        tenant: &str,
+        method: Method,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &str,
+    ) -> ApiResponse {
+        let (path, query) = path.split_once('?').unwrap_or((path, ""));
+        let mut map = HeaderMap::new();
+        for (k, v) in headers {
+            map.insert(
+                http::header::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                v.parse().unwrap(),
+            );
+        }
+        let req = ApiRequest {
+            method,
+            path: path.into(),
+            query: query.into(),
+            headers: map,
+            body: Bytes::from(body.to_owned()),
+        };
+        self.api.handle(&TenantId::from(tenant), req).await
+    }
+
+    async fn settle(&self) {
+        self.api.engine().run_until_idle(100).await.unwrap();
+    }
+}
+
+fn code(r: &ApiResponse) -> &str {
+    r.body["error"]["code"].as_str().unwrap_or("")
+}
+
+#[tokio::test]
+async fn start_show_and_complete_through_the_api() {
+    let w = World::new();
+    let r = w
+        .call(
+            "a",
+            Method::POST,
+            "/runs",
+            &[],
+            r#"{"workflow":"approve","input":{"change":"x"}}"#,
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let id = r.body["id"].as_str().unwrap().to_owned();
+    assert_eq!(r.headers["location"], format!("/runs/{id}").as_str());
+    w.settle().await;
+    let r = w
+        .call("a", Method::GET, &format!("/runs/{id}"), &[], "")
+        .await;
+    assert_eq!(r.body["status"], "waiting");
+    assert_eq!(
+        r.headers["etag"],
+        format!("\"{}\"", r.body["version"]).as_str()
+    );
+    let wait = &r.body["waits"][0];
+    assert_eq!(wait["kind"], "callback");
+    let callback = wait["callback_id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        wait["url"],
+        format!("https://hooks.example/hooks/{callback}")
+    );
+    // The event arrives early: kept until the run waits for it.
+    let r = w
+        .call(
+            "a",
+            Method::POST,
+            &format!("/runs/{id}/events/approval"),
+            &[("idempotency-key", "e1")],
+            "true",
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::ACCEPTED);
+    let r = w
+        .call(
+            "a",
+            Method::POST,
+            &format!("/runs/{id}/events/approval"),
+            &[("idempotency-key", "e1")],
+            "true",
+        )
+        .await;
+    assert_eq!(r.body["duplicate"], true);
+    let r = w
+        .call(
+            "a",
+            Method::POST,
+            &format!("/callbacks/{callback}/succeed"),
+            &[],
+            r#""alice""#,
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::ACCEPTED, "{}", r.body);
+    w.settle().await;
+    let r = w
+        .call("a", Method::GET, &format!("/runs/{id}/result"), &[], "")
+        .await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(
+        r.body["output"],
+        json!({"input": {"change": "x"}, "by": "alice", "ok": true})
+    );
+    let r = w
+        .call(
+            "a",
+            Method::GET,
+            &format!("/runs/{id}/timeline?after=2&limit=3"),
+            &[],
+            "",
+        )
+        .await;
+    let seqs: Vec<u64> = r.body["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["Seq"].as_u64().unwrap())
+        .collect();
+    assert_eq!(seqs, vec![3, 4, 5]);
+}
+
+#[tokio::test]
+async fn another_tenant_cannot_see_cancel_or_signal_a_run() {
+    let w = World::new();
+    let r = w
+        .call(
+            "a",
+            Method::POST,
+            "/runs",
+            &[],
+            r#"{"workflow":"approve","input":null}"#,
+        )
+        .await;
+    let id = r.body["id"].as_str().unwrap().to_owned();
+    w.settle().await;
+    let callback = w
+        .call("a", Method::GET, &format!("/runs/{id}"), &[], "")
+        .await
+        .body["waits"][0]["callback_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    for (method, path, body) in [
+        (Method::GET, format!("/runs/{id}"), ""),
+        (Method::GET, format!("/runs/{id}/timeline"), ""),
+        (Method::GET, format!("/runs/{id}/result"), ""),
+        (Method::POST, format!("/runs/{id}/cancel"), ""),
+        (Method::POST, format!("/runs/{id}/events/approval"), "true"),
+        (Method::POST, format!("/runs/{id}/messages"), "\"hi\""),
+        (
+            Method::POST,
+            format!("/callbacks/{callback}/succeed"),
+            "\"mallory\"",
+        ),
+    ] {
+        let r = w.call("b", method.clone(), &path, &[], body).await;
+        assert_eq!(
+            r.status,
+            StatusCode::NOT_FOUND,
+            "{method} {path}: {}",
+            r.body
+        );
+    }
+    let listed = w.call("b", Method::GET, "/runs", &[], "").await;
+    assert_eq!(listed.body["runs"], json!([]));
+    assert_eq!(
+        w.call("a", Method::GET, &format!("/runs/{id}"), &[], "")
+            .await
+            .body["status"],
+        "waiting"
+    );
+}
+
+#[tokio::test]
+async fn idempotency_key_replays_the_first_answer_and_refuses_another_body() {
+    let w = World::new();
+    let body = r#"{"workflow":"quick","input":1}"#;
+    let first = w
+        .call(
+            "a",
+            Method::POST,
+            "/runs",
+            &[("idempotency-key", "k1")],
+            body,
+        )
+        .await;
+    assert_eq!(first.status, StatusCode::CREATED);
+    let again = w
+        .call(
+            "a",
+            Method::POST,
+            "/runs",
+            &[("idempotency-key", "k1")],
+            body,
+        )
+        .await;
+    assert_eq!(again.status, StatusCode::CREATED);
+    assert_eq!(again.body["id"], first.body["id"]);
+    assert_eq!(again.headers["idempotent-replayed"], "true");
+    let other = w
+        .call(
+            "a",
+            Method::POST,
+            "/runs",
+            &[("idempotency-key", "k1")],
+            r#"{"workflow":"quick","input":2}"#,
+        )
+        .await;
+    assert_eq!(other.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(code(&other), "idempotency_key_reused");
+    // The same key from another tenant is another run.
+    let b = w
+        .call(
+            "b",
+            Method::POST,
+            "/runs",
+            &[("idempotency-key", "k1")],
+            body,
+        )
+        .await;
+    assert_eq!(b.status, StatusCode::CREATED);
+    assert_ne!(b.body["id"], first.body["id"]);
+}
+
+#[tokio::test]
+async fn if_match_guards_cancel_and_a_finished_run_cannot_be_cancelled() {
+    let w = World::new();
+    let r = w
+        .call(
+            "a",
+            Method::POST,
+            "/runs",
+            &[],
+            r#"{"workflow":"approve","input":null}"#,
+        )
+        .await;
+    let id = r.body["id"].as_str().unwrap().to_owned();
+    w.settle().await;
+    let etag = w
+        .call("a", Method::GET, &format!("/runs/{id}"), &[], "")
+        .await
+        .headers["etag"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let stale = w
+        .call(
+            "a",
+            Method::POST,
+            &format!("/runs/{id}/cancel"),
+            &[("if-match", "\"1\"")],
+            "",
+        )
+        .await;
+    assert_eq!(stale.status, StatusCode::PRECONDITION_FAILED);
+    let ok = w
+        .call(
+            "a",
+            Method::POST,
+            &format!("/runs/{id}/cancel"),
+            &[("if-match", &etag)],
+            "",
+        )
+        .await;
+    assert_eq!(ok.status, StatusCode::OK, "{}", ok.body);
+    assert_eq!(ok.body["status"], "cancelled");
+    let again = w
+        .call("a", Method::POST, &format!("/runs/{id}/cancel"), &[], "")
+        .await;
+    assert_eq!(again.status, StatusCode::CONFLICT);
+    let late = w
+        .call(
+            "a",
+            Method::POST,
+            &format!("/runs/{id}/events/approval"),
+            &[],
+            "true",
+        )
+        .await;
+    assert_eq!(late.status, StatusCode::GONE);
+}
+
+#[tokio::test]
+async fn bad_input_gets_a_clear_error_and_changes_nothing() {
+    let w = World::new();
+    let cases = [
+        (
+            Method::POST,
+            "/runs",
+            "{not json",
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+        ),
+        (
+            Method::POST,
+            "/runs",
+            r#"{"workflow":"nope","input":1}"#,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "unknown_workflow",
+        ),
+        (
+            Method::POST,
+            "/runs",
+            r#"{"workflow":"quick","input":"one"}"#,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_input",
+        ),
+        (
+            Method::GET,
+            "/runs/missing",
+            "",
+            StatusCode::NOT_FOUND,
+            "not_found",
+        ),
+        (
+            Method::GET,
+            "/runs?status=sleepy",
+            "",
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+        ),
+        (
+            Method::DELETE,
+            "/runs",
+            "",
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method_not_allowed",
+        ),
+        (
+            Method::GET,
+            "/nowhere",
+            "",
+            StatusCode::NOT_FOUND,
+            "not_found",
+        ),
+        (
+            Method::POST,
+            "/callbacks/cb_unknown/succeed",
+            "1",
+            StatusCode::NOT_FOUND,
+            "not_found",
+        ),
+    ];
+    for (method, path, body, status, expected) in cases {
+        let r = w.call("a", method.clone(), path, &[], body).await;
+        assert_eq!(r.status, status, "{method} {path}: {}", r.body);
+        assert_eq!(code(&r), expected, "{method} {path}");
+        assert!(
+            r.body["error"]["message"]
+                .as_str()
+                .is_some_and(|m| !m.is_empty())
+        );
+    }
+    assert_eq!(
+        w.call("a", Method::GET, "/runs", &[], "").await.body["runs"],
+        json!([])
+    );
+}
+
+#[tokio::test]
+async fn list_filters_and_pages_with_a_cursor() {
+    let w = World::new();
+    for n in 0..5 {
+        w.call(
+            "a",
+            Method::POST,
+            "/runs",
+            &[],
+            &format!(r#"{{"workflow":"quick","input":{n}}}"#),
+        )
+        .await;
+    }
+    w.call(
+        "a",
+        Method::POST,
+        "/runs",
+        &[],
+        r#"{"workflow":"approve","input":null}"#,
+    )
+    .await;
+    w.settle().await;
+    let mut seen = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let path = match &cursor {
+            Some(c) => format!("/runs?workflow=quick&limit=2&cursor={c}"),
+            None => "/runs?workflow=quick&limit=2".to_owned(),
+        };
+        let r = w.call("a", Method::GET, &path, &[], "").await;
+        for run in r.body["runs"].as_array().unwrap() {
+            assert_eq!(run["workflow"], "quick");
+            seen.push(run["id"].as_str().unwrap().to_owned());
+        }
+        match r.body["next_cursor"].as_str() {
+            Some(c) => cursor = Some(c.to_owned()),
+            None => break,
+        }
+    }
+    seen.dedup();
+    assert_eq!(seen.len(), 5);
+    let waiting = w
+        .call("a", Method::GET, "/runs?status=waiting", &[], "")
+        .await;
+    assert_eq!(waiting.body["runs"].as_array().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn prefer_wait_returns_202_with_the_view_while_the_run_is_unfinished() {
+    let w = World::new();
+    let r = w
+        .call(
+            "a",
+            Method::POST,
+            "/runs",
+            &[],
+            r#"{"workflow":"approve","input":null}"#,
+        )
+        .await;
+    let id = r.body["id"].as_str().unwrap().to_owned();
+    let started = std::time::Instant::now();
+    let r = w
+        .call(
+            "a",
+            Method::GET,
+            &format!("/runs/{id}/result"),
+            &[("prefer", "wait=1")],
+            "",
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::ACCEPTED);
+    assert!(started.elapsed() >= Duration::from_millis(900));
+    assert_eq!(r.body["id"], id.as_str());
+}
