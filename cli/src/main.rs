@@ -21,6 +21,19 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Serve the API and webhooks on 127.0.0.1, with a queue worker and a sweep ticker,
+    /// on the embedded backend (data kept in `--data-dir`, surviving restarts).
+    Dev {
+        /// Port to listen on (0 picks a free one).
+        #[arg(long, default_value_t = 8080)]
+        port: u16,
+        /// Where the data lives.
+        #[arg(long, default_value = ".siesta")]
+        data_dir: PathBuf,
+        /// API keys as `key=tenant,...`; without any, auth is off and the tenant is `default`.
+        #[arg(long, env = "SIESTA_API_KEYS", default_value = "")]
+        api_keys: String,
+    },
     /// Run the `order` example end to end on the embedded backend and print its timeline
     /// as it unfolds; this process plays the payment provider.
     Demo {
@@ -41,7 +54,42 @@ async fn main() -> anyhow::Result<()> {
         .init();
     match Cli::parse().command {
         Command::Demo { data_dir } => demo(data_dir).await,
+        Command::Dev {
+            port,
+            data_dir,
+            api_keys,
+        } => dev(port, data_dir, &api_keys).await,
     }
+}
+
+async fn dev(port: u16, data_dir: PathBuf, api_keys: &str) -> anyhow::Result<()> {
+    let mut options = siesta_cli::dev::DevOptions::new(data_dir);
+    options.api_keys = siesta_cli::dev::DevOptions::parse_api_keys(api_keys)?;
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+        .await
+        .with_context(|| format!("binding 127.0.0.1:{port}"))?;
+    let server =
+        siesta_cli::dev::start(listener, options.clone(), siesta_workflows::registry()).await?;
+    println!(
+        "siesta dev listening on http://{} (data in {})",
+        server.addr,
+        options.data_dir.display()
+    );
+    println!(
+        "workflows: {}",
+        server
+            .engine
+            .registry()
+            .names()
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    if options.api_keys.is_empty() {
+        println!("auth is off: every request is tenant `default`");
+    }
+    tokio::signal::ctrl_c().await?;
+    server.stop();
+    Ok(())
 }
 
 async fn demo(data_dir: Option<PathBuf>) -> anyhow::Result<()> {

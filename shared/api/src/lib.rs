@@ -9,6 +9,7 @@
 
 mod error;
 mod view;
+mod webhook;
 
 use std::time::{Duration, Instant};
 
@@ -21,6 +22,7 @@ use siesta::*;
 
 pub use error::ApiError;
 pub use view::{OperationsSummary, RunView, WaitView};
+pub use webhook::{DEFAULT_MAX_BODY, WebhookReceiver};
 
 /// The longest `Prefer: wait=N` honoured.
 pub const MAX_WAIT: Duration = Duration::from_secs(60);
@@ -124,10 +126,9 @@ impl ControlApi {
 
     /// Answer one request for `tenant`.
     pub async fn handle(&self, tenant: &TenantId, req: ApiRequest) -> ApiResponse {
-        let _span =
-            tracing::info_span!("api", tenant = %tenant, method = %req.method, path = %req.path)
-                .entered();
-        match self.route(tenant, &req).await {
+        let span =
+            tracing::info_span!("api", tenant = %tenant, method = %req.method, path = %req.path);
+        match tracing::Instrument::instrument(self.route(tenant, &req), span).await {
             Ok(response) => response,
             Err(e) => e.into(),
         }

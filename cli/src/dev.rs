@@ -1,0 +1,216 @@
+//! `siesta dev`: the four handlers in one process on the embedded backend — an HTTP
+//! server for the control API and webhooks, a queue worker standing in for the SQS
+//! trigger, and a sweep ticker standing in for EventBridge.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use siesta::*;
+use siesta_api::{
+    ApiError, ApiRequest, ApiResponse, ControlApi, DEFAULT_MAX_BODY, WebhookReceiver,
+};
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+/// How the dev server runs.
+#[derive(Debug, Clone)]
+pub struct DevOptions {
+    /// Where the embedded backend keeps its file.
+    pub data_dir: PathBuf,
+    /// API keys and the tenant each maps to; empty: auth off, tenant `default`.
+    pub api_keys: HashMap<String, TenantId>,
+    /// How often the sweep runs.
+    pub sweep_every: Duration,
+    /// Largest webhook body accepted.
+    pub max_webhook_body: usize,
+}
+
+impl DevOptions {
+    /// Defaults for `data_dir`: no API keys, a sweep every 5 s, 1 MiB webhooks.
+    pub fn new(data_dir: PathBuf) -> Self {
+        DevOptions {
+            data_dir,
+            api_keys: HashMap::new(),
+            sweep_every: Duration::from_secs(5),
+            max_webhook_body: DEFAULT_MAX_BODY,
+        }
+    }
+
+    /// Parse `key=tenant,key2=tenant2` (the `SIESTA_API_KEYS` format).
+    pub fn parse_api_keys(spec: &str) -> anyhow::Result<HashMap<String, TenantId>> {
+        spec.split(',')
+            .filter(|s| !s.trim().is_empty())
+            .map(|pair| {
+                let (key, tenant) = pair
+                    .split_once('=')
+                    .with_context(|| format!("'{pair}' is not key=tenant"))?;
+                anyhow::ensure!(
+                    !key.trim().is_empty() && !tenant.trim().is_empty(),
+                    "'{pair}' is not key=tenant"
+                );
+                Ok((key.trim().to_owned(), TenantId::from(tenant.trim())))
+            })
+            .collect()
+    }
+}
+
+/// A running dev server.
+pub struct DevServer {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    /// The engine it runs.
+    pub engine: Engine,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl DevServer {
+    /// Stop serving, working and sweeping.
+    pub fn stop(self) {
+        for t in self.tasks {
+            t.abort();
+        }
+    }
+}
+
+#[derive(Clone)]
+struct App {
+    api: ControlApi,
+    hooks: WebhookReceiver,
+    keys: Arc<HashMap<String, TenantId>>,
+}
+
+/// Start the dev server on `listener` with `registry`'s workflows.
+pub async fn start(
+    listener: TcpListener,
+    options: DevOptions,
+    registry: Registry,
+) -> anyhow::Result<DevServer> {
+    let addr = listener.local_addr()?;
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let embedded =
+        siesta_embedded::EmbeddedBackend::open(options.data_dir.join("siesta.db"), clock.clone())
+            .with_context(|| {
+            format!(
+                "opening the embedded backend in {}",
+                options.data_dir.display()
+            )
+        })?;
+    let config = EngineConfig {
+        callback_base_url: format!("http://{addr}"),
+        ..EngineConfig::default()
+    };
+    let engine = Engine::new(embedded.backend(), clock, registry, config);
+    let app = App {
+        api: ControlApi::new(engine.clone()),
+        hooks: WebhookReceiver::new(engine.clone(), options.max_webhook_body),
+        keys: Arc::new(options.api_keys.clone()),
+    };
+    // Bodies over the webhook limit get our JSON 413; the transport only guards memory.
+    let router = Router::new()
+        .fallback(handle)
+        .layer(DefaultBodyLimit::max(
+            options.max_webhook_body.saturating_mul(4),
+        ))
+        .with_state(app);
+    let server = tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, router).await {
+            tracing::error!(error = %e, "dev server stopped");
+        }
+    });
+    let worker = {
+        let engine = engine.clone();
+        tokio::spawn(async move {
+            loop {
+                match engine.work_queue_once(10).await {
+                    Ok(0) => tokio::time::sleep(Duration::from_millis(25)).await,
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracing::warn!(error = %e, "worker");
+                        tokio::time::sleep(Duration::from_millis(250)).await;
+                    }
+                }
+            }
+        })
+    };
+    let sweeper = {
+        let engine = engine.clone();
+        let every = options.sweep_every;
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                match engine.sweep(1000).await {
+                    Ok(report) if report.woken > 0 => tracing::info!(woken = report.woken, "sweep"),
+                    Ok(_) => {}
+                    Err(e) => tracing::warn!(error = %e, "sweep"),
+                }
+            }
+        })
+    };
+    Ok(DevServer {
+        addr,
+        engine,
+        tasks: vec![server, worker, sweeper],
+    })
+}
+
+async fn handle(
+    State(app): State<App>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let req = ApiRequest {
+        method,
+        path: uri.path().to_owned(),
+        query: uri.query().unwrap_or("").to_owned(),
+        headers,
+        body,
+    };
+    let response = if req.path == "/hooks" || req.path.starts_with("/hooks/") {
+        app.hooks.handle(req).await
+    } else {
+        match tenant(&app.keys, &req.headers) {
+            Ok(tenant) => app.api.handle(&tenant, req).await,
+            Err(e) => e.into(),
+        }
+    };
+    into_response(response)
+}
+
+/// The caller's tenant: from `Authorization: Bearer <key>` when keys are configured.
+fn tenant(keys: &HashMap<String, TenantId>, headers: &HeaderMap) -> Result<TenantId, ApiError> {
+    if keys.is_empty() {
+        return Ok(TenantId::from("default"));
+    }
+    let bearer = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            v.strip_prefix("Bearer ")
+                .or_else(|| v.strip_prefix("bearer "))
+        })
+        .map(str::trim);
+    bearer.and_then(|k| keys.get(k).cloned()).ok_or_else(|| {
+        ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "a valid 'Authorization: Bearer <api key>' is required",
+        )
+    })
+}
+
+fn into_response(r: ApiResponse) -> Response {
+    let mut response = (r.status, axum::Json(r.body)).into_response();
+    response.headers_mut().extend(r.headers);
+    response
+}

@@ -1,0 +1,4 @@
+//! The `siesta` command's library: the local dev server, so tests can start it
+//! in-process on an ephemeral port.
+
+pub mod dev;
