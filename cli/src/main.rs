@@ -21,6 +21,25 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Inspect and steer runs on a running server.
+    Runs {
+        /// The server's URL.
+        #[arg(
+            long,
+            env = "SIESTA_URL",
+            default_value = "http://127.0.0.1:8080",
+            global = true
+        )]
+        url: String,
+        /// API key (when the server has keys configured).
+        #[arg(long, env = "SIESTA_API_KEY", global = true)]
+        api_key: Option<String>,
+        /// Print JSON.
+        #[arg(long, global = true)]
+        json: bool,
+        #[command(subcommand)]
+        action: RunsAction,
+    },
     /// Serve the API and webhooks on 127.0.0.1, with a queue worker and a sweep ticker,
     /// on the embedded backend (data kept in `--data-dir`, surviving restarts).
     Dev {
@@ -43,6 +62,47 @@ enum Command {
     },
 }
 
+#[derive(Subcommand)]
+enum RunsAction {
+    /// List runs, newest first.
+    List {
+        /// Only runs in this status.
+        #[arg(long)]
+        status: Option<String>,
+        /// Only runs of this workflow.
+        #[arg(long)]
+        workflow: Option<String>,
+    },
+    /// Show one run.
+    Show {
+        /// The run's id.
+        id: String,
+    },
+    /// Print a run's timeline.
+    Timeline {
+        /// The run's id.
+        id: String,
+    },
+    /// Cancel a run.
+    Cancel {
+        /// The run's id.
+        id: String,
+        /// Only if the run is still at this version.
+        #[arg(long)]
+        if_match: Option<u64>,
+    },
+    /// Deliver a named event (an approval, a signal) to a run.
+    SendEvent {
+        /// The run's id.
+        id: String,
+        /// The event's name.
+        name: String,
+        /// The event's JSON payload.
+        #[arg(default_value = "null")]
+        payload: String,
+    },
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
@@ -59,6 +119,23 @@ async fn main() -> anyhow::Result<()> {
             data_dir,
             api_keys,
         } => dev(port, data_dir, &api_keys).await,
+        Command::Runs {
+            url,
+            api_key,
+            json,
+            action,
+        } => {
+            let remote = siesta_cli::runs::Remote { url, api_key, json };
+            match action {
+                RunsAction::List { status, workflow } => remote.list(status, workflow).await,
+                RunsAction::Show { id } => remote.show(&id).await,
+                RunsAction::Timeline { id } => remote.timeline(&id).await,
+                RunsAction::Cancel { id, if_match } => remote.cancel(&id, if_match).await,
+                RunsAction::SendEvent { id, name, payload } => {
+                    remote.send_event(&id, &name, &payload).await
+                }
+            }
+        }
     }
 }
 

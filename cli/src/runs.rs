@@ -1,0 +1,231 @@
+//! `siesta runs …`: talk to a running server (`siesta dev`, or the deployed API).
+
+use std::io::IsTerminal;
+
+use anyhow::{Context as _, bail};
+use serde_json::Value;
+
+/// Where the server is and how to reach it.
+#[derive(Debug, Clone)]
+pub struct Remote {
+    /// The server's base URL.
+    pub url: String,
+    /// The API key, if the server wants one.
+    pub api_key: Option<String>,
+    /// Print JSON instead of tables.
+    pub json: bool,
+}
+
+impl Remote {
+    async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+        headers: &[(&str, String)],
+    ) -> anyhow::Result<Value> {
+        let client = reqwest::Client::new();
+        let mut req = client.request(method, format!("{}{path}", self.url.trim_end_matches('/')));
+        if let Some(key) = &self.api_key {
+            req = req.bearer_auth(key);
+        }
+        for (k, v) in headers {
+            req = req.header(*k, v);
+        }
+        if let Some(body) = body {
+            req = req.json(&body);
+        }
+        let response = req
+            .send()
+            .await
+            .with_context(|| format!("reaching {}", self.url))?;
+        let status = response.status();
+        let body: Value = response.json().await.unwrap_or(Value::Null);
+        if !status.is_success() {
+            let message = body["error"]["message"].as_str().unwrap_or("no details");
+            bail!("{status}: {message}");
+        }
+        Ok(body)
+    }
+
+    fn print(&self, value: &Value, table: impl FnOnce(&Value)) {
+        if self.json {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(value).unwrap_or_default()
+            );
+        } else {
+            table(value);
+        }
+    }
+
+    /// `runs list`.
+    pub async fn list(
+        &self,
+        status: Option<String>,
+        workflow: Option<String>,
+    ) -> anyhow::Result<()> {
+        let mut query = vec!["limit=100".to_owned()];
+        query.extend(status.map(|s| format!("status={s}")));
+        query.extend(workflow.map(|w| format!("workflow={w}")));
+        let body = self
+            .call(
+                reqwest::Method::GET,
+                &format!("/runs?{}", query.join("&")),
+                None,
+                &[],
+            )
+            .await?;
+        self.print(&body, |b| {
+            println!(
+                "{:<40} {:<12} {:<10} {:>7}",
+                "RUN", "WORKFLOW", "STATUS", "VERSION"
+            );
+            for run in b["runs"].as_array().into_iter().flatten() {
+                println!(
+                    "{:<40} {:<12} {} {:>7}",
+                    run["id"].as_str().unwrap_or(""),
+                    run["workflow"].as_str().unwrap_or(""),
+                    paint_status(run["status"].as_str().unwrap_or("")),
+                    run["version"].as_u64().unwrap_or(0)
+                );
+            }
+        });
+        Ok(())
+    }
+
+    /// `runs show`.
+    pub async fn show(&self, id: &str) -> anyhow::Result<()> {
+        let body = self
+            .call(reqwest::Method::GET, &format!("/runs/{id}"), None, &[])
+            .await?;
+        self.print(&body, |b| {
+            println!("run       {}", b["id"].as_str().unwrap_or(""));
+            println!("workflow  {}", b["workflow"].as_str().unwrap_or(""));
+            println!(
+                "status    {}",
+                paint_status(b["status"].as_str().unwrap_or(""))
+            );
+            println!("version   {}", b["version"]);
+            println!("input     {}", b["input"]);
+            if !b["output"].is_null() {
+                println!("output    {}", b["output"]);
+            }
+            if !b["error"].is_null() {
+                println!(
+                    "error     {}: {}",
+                    b["error"]["kind"].as_str().unwrap_or(""),
+                    b["error"]["message"].as_str().unwrap_or("")
+                );
+            }
+            for w in b["waits"].as_array().into_iter().flatten() {
+                let what = w["url"].as_str().or(w["event"].as_str()).unwrap_or("");
+                println!(
+                    "waiting   {} {} {}",
+                    w["kind"].as_str().unwrap_or(""),
+                    w["operation"].as_str().unwrap_or(""),
+                    what
+                );
+            }
+        });
+        Ok(())
+    }
+
+    /// `runs timeline`.
+    pub async fn timeline(&self, id: &str) -> anyhow::Result<()> {
+        let body = self
+            .call(
+                reqwest::Method::GET,
+                &format!("/runs/{id}/timeline?limit=1000"),
+                None,
+                &[],
+            )
+            .await?;
+        self.print(&body, |b| {
+            println!(
+                "{:>4}  {:<22} {:<18} {:<28} DETAILS",
+                "SEQ", "EVENT", "SUB-TYPE", "OPERATION"
+            );
+            for e in b["events"].as_array().into_iter().flatten() {
+                let mut details = if e["Details"].is_null() {
+                    String::new()
+                } else {
+                    e["Details"].to_string()
+                };
+                if details.len() > 80 {
+                    details.truncate(77);
+                    details.push_str("...");
+                }
+                println!(
+                    "{:>4}  {:<22} {:<18} {:<28} {details}",
+                    e["Seq"].as_u64().unwrap_or(0),
+                    e["EventType"].as_str().unwrap_or(""),
+                    e["SubType"].as_str().unwrap_or(""),
+                    e["Id"].as_str().or(e["Name"].as_str()).unwrap_or("")
+                );
+            }
+        });
+        Ok(())
+    }
+
+    /// `runs cancel`.
+    pub async fn cancel(&self, id: &str, if_match: Option<u64>) -> anyhow::Result<()> {
+        let headers: Vec<(&str, String)> = if_match
+            .map(|v| ("If-Match", format!("\"{v}\"")))
+            .into_iter()
+            .collect();
+        let body = self
+            .call(
+                reqwest::Method::POST,
+                &format!("/runs/{id}/cancel"),
+                None,
+                &headers,
+            )
+            .await?;
+        self.print(&body, |b| {
+            println!(
+                "run {} is {}",
+                id,
+                paint_status(b["status"].as_str().unwrap_or(""))
+            )
+        });
+        Ok(())
+    }
+
+    /// `runs send-event`.
+    pub async fn send_event(&self, id: &str, name: &str, payload: &str) -> anyhow::Result<()> {
+        let value: Value =
+            serde_json::from_str(payload).context("the event payload must be JSON")?;
+        let body = self
+            .call(
+                reqwest::Method::POST,
+                &format!("/runs/{id}/events/{name}"),
+                Some(value),
+                &[],
+            )
+            .await?;
+        self.print(&body, |b| {
+            let dup = if b["duplicate"] == true {
+                " (duplicate, ignored)"
+            } else {
+                ""
+            };
+            println!("event '{name}' delivered to {id}{dup}");
+        });
+        Ok(())
+    }
+}
+
+fn paint_status(status: &str) -> String {
+    if !std::io::stdout().is_terminal() {
+        return format!("{status:<10}");
+    }
+    let colour = match status {
+        "completed" => "32",
+        "failed" | "parked" => "31",
+        "cancelled" => "90",
+        "waiting" => "33",
+        _ => "36",
+    };
+    format!("\x1b[{colour}m{status:<10}\x1b[0m")
+}
