@@ -559,11 +559,13 @@ impl RunStore for EmbeddedBackend {
     async fn due_runs(&self, before: Timestamp, limit: usize) -> Result<Vec<DueRun>, StoreError> {
         self.tx(move |tx, _| {
                 let mut stmt = tx
-                    .prepare_cached("SELECT tenant, run_id, due_at FROM runs WHERE due_at IS NOT NULL AND due_at <= ?1 ORDER BY due_at LIMIT ?2")
+                    .prepare_cached("SELECT tenant, run_id, due_at, status FROM runs WHERE due_at IS NOT NULL AND due_at <= ?1 ORDER BY due_at LIMIT ?2")
                     .map_err(sql)?;
                 let rows = stmt
                     .query_map(params![before.0, limit as i64], |r| {
-                        Ok(DueRun { tenant: TenantId(r.get(0)?), run_id: RunId(r.get(1)?), due_at: Timestamp(r.get(2)?) })
+                        let status: String = r.get(3)?;
+                        let status = RunStatus::ALL.into_iter().find(|s| s.as_str() == status).unwrap_or(RunStatus::Pending);
+                        Ok(DueRun { tenant: TenantId(r.get(0)?), run_id: RunId(r.get(1)?), due_at: Timestamp(r.get(2)?), status })
                     })
                     .map_err(sql)?;
                 rows.map(|r| r.map_err(sql)).collect()

@@ -113,6 +113,32 @@ pub struct SweepReport {
     pub due: usize,
     /// Wake-ups sent.
     pub woken: usize,
+    /// Of those, runs whose holder's lease expired (a crashed step).
+    pub expired_leases: usize,
+    /// Of those, waiting runs whose timer, deadline, heartbeat timeout or retry fell due,
+    /// or that received a delivery.
+    pub due_waits: usize,
+    /// Of those, runnable runs whose wake-up was lost.
+    pub lost_wakeups: usize,
+}
+
+/// What one batch of wake-ups did, for the queue's partial-batch-failure report.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct BatchReport {
+    /// Each wake-up's outcome, in batch order.
+    pub outcomes: Vec<Result<WakeOutcome, String>>,
+}
+
+impl BatchReport {
+    /// Indexes of the wake-ups to redeliver: those that failed or were aborted.
+    pub fn failed(&self) -> Vec<usize> {
+        self.outcomes
+            .iter()
+            .enumerate()
+            .filter(|(_, o)| matches!(o, Err(_) | Ok(WakeOutcome::Aborted(_))))
+            .map(|(i, _)| i)
+            .collect()
+    }
 }
 
 /// The durable engine over a backend.
@@ -944,7 +970,7 @@ impl Engine {
         let due = self.backend.store.due_runs(now, limit).await?;
         let mut report = SweepReport {
             due: due.len(),
-            woken: 0,
+            ..SweepReport::default()
         };
         for run in due {
             let wake = WakeUp {
@@ -953,11 +979,37 @@ impl Engine {
                 reason: WakeReason::Sweep,
                 epoch_hint: 0,
             };
-            if self.backend.queue.send(&wake, Duration::ZERO).await.is_ok() {
-                report.woken += 1;
+            if self
+                .backend
+                .queue
+                .send(&wake, Duration::ZERO)
+                .await
+                .is_err()
+            {
+                continue;
+            }
+            report.woken += 1;
+            match run.status {
+                RunStatus::Running => report.expired_leases += 1,
+                RunStatus::Waiting => report.due_waits += 1,
+                _ => report.lost_wakeups += 1,
             }
         }
         Ok(report)
+    }
+
+    /// Handle a batch of wake-ups (an SQS batch) concurrently, each with `deadline` as
+    /// its time limit. Duplicates in one batch are harmless: the lease lets one through.
+    pub async fn handle_batch(&self, wakes: &[WakeUp], deadline: Option<Timestamp>) -> BatchReport {
+        let outcomes =
+            futures::future::join_all(wakes.iter().map(|w| self.handle_wakeup_until(w, deadline)))
+                .await;
+        BatchReport {
+            outcomes: outcomes
+                .into_iter()
+                .map(|o| o.map_err(|e| e.to_string()))
+                .collect(),
+        }
     }
 
     /// Take up to `max` wake-ups from the queue and handle each, acknowledging those

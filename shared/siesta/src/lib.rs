@@ -79,7 +79,7 @@ pub mod retry;
 pub mod time;
 
 pub use context::Context;
-pub use engine::{Engine, EngineConfig, EngineError, SweepReport, WakeOutcome};
+pub use engine::{BatchReport, Engine, EngineConfig, EngineError, SweepReport, WakeOutcome};
 pub use error::{Error, ErrorKind, StepError};
 pub use model::*;
 pub use registry::Registry;

@@ -185,6 +185,9 @@ pub struct DueRun {
     pub run_id: RunId,
     /// When it fell due.
     pub due_at: Timestamp,
+    /// Its status: running means its lease expired, waiting a timer or deadline fell
+    /// due or a delivery arrived, pending that its wake-up was lost.
+    pub status: RunStatus,
 }
 
 /// Durable storage of runs and everything that belongs to them.

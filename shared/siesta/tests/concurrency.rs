@@ -181,3 +181,85 @@ async fn a_crashed_holder_is_recovered_by_the_sweep_after_its_lease_expires() {
     w.advance(LEASE_TTL).await;
     assert_eq!(World::output(&w.run(&id).await), json!(2));
 }
+
+#[tokio::test]
+async fn sweep_reports_expired_leases_due_waits_and_lost_wakeups() {
+    let mut reg = Registry::new();
+    reg.register("sleepy", |ctx: Context, _: serde_json::Value| async move {
+        ctx.sleep(Duration::from_secs(60)).await
+    });
+    reg.register("two", |ctx: Context, _: serde_json::Value| async move {
+        ctx.step("a", |_| async { Ok(1) }).await?;
+        ctx.step("b", |_| async { Ok(2) }).await
+    });
+    let mut w = World::new(reg);
+    let sleeper = w.start("sleepy", json!(null)).await;
+    w.settle().await;
+    let crashed = w.start("two", json!(null)).await;
+    w.probe.crash_after(1);
+    w.settle().await;
+    w.restart();
+    // A run whose wake-up is lost: its message is taken and dropped.
+    let lost = w.start("sleepy", json!(null)).await;
+    for m in w
+        .embedded
+        .backend()
+        .queue
+        .receive(100, Duration::from_secs(3600))
+        .await
+        .unwrap()
+    {
+        w.embedded.backend().queue.ack(&m.receipt).await.unwrap();
+    }
+    w.clock.advance(LEASE_TTL + Duration::from_secs(60));
+    let report = w.engine.sweep(100).await.unwrap();
+    assert_eq!((report.due, report.woken), (3, 3), "{report:?}");
+    assert_eq!(
+        (report.expired_leases, report.due_waits, report.lost_wakeups),
+        (1, 1, 1),
+        "{report:?}"
+    );
+    w.settle().await;
+    assert_eq!(w.run(&sleeper).await.status, RunStatus::Completed);
+    assert_eq!(w.run(&crashed).await.status, RunStatus::Completed);
+    assert_eq!(
+        w.run(&lost).await.status,
+        RunStatus::Waiting,
+        "now asleep on its own timer"
+    );
+    let again = w.engine.sweep(100).await.unwrap();
+    assert_eq!(again.due, 0, "idempotent: nothing is due any more");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_with_duplicates_advances_each_run_once_and_reports_no_failures() {
+    let effects = Arc::new(AtomicU32::new(0));
+    let mut reg = Registry::new();
+    let e = effects.clone();
+    reg.register("once", move |ctx: Context, _: serde_json::Value| {
+        let e = e.clone();
+        async move {
+            ctx.step("effect", move |_| async move {
+                e.fetch_add(1, Ordering::SeqCst);
+                Ok(())
+            })
+            .await
+        }
+    });
+    let w = World::new(reg);
+    let a = w.start("once", json!(null)).await;
+    let b = w.start("once", json!(null)).await;
+    let wake = |id: &RunId| WakeUp {
+        tenant: w.tenant.clone(),
+        run_id: id.clone(),
+        reason: WakeReason::Started,
+        epoch_hint: 0,
+    };
+    let batch = [wake(&a), wake(&b), wake(&a), wake(&RunId::from("missing"))];
+    let report = w.engine.handle_batch(&batch, None).await;
+    assert!(report.failed().is_empty(), "{report:?}");
+    assert_eq!(report.outcomes[3], Ok(WakeOutcome::NotFound));
+    assert_eq!(effects.load(Ordering::SeqCst), 2);
+    assert_eq!(w.run(&a).await.status, RunStatus::Completed);
+    assert_eq!(w.run(&b).await.status, RunStatus::Completed);
+}
