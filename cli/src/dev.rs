@@ -176,8 +176,11 @@ async fn handle(
         headers,
         body,
     };
+    let public = matches!(req.path.as_str(), "/healthz" | "/openapi.json");
     let response = if req.path == "/hooks" || req.path.starts_with("/hooks/") {
         app.hooks.handle(req).await
+    } else if public {
+        app.api.handle(&TenantId::from("default"), req).await
     } else {
         match tenant(&app.keys, &req.headers) {
             Ok(tenant) => app.api.handle(&tenant, req).await,

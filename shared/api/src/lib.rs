@@ -8,6 +8,7 @@
 //! see [`ApiError`].
 
 mod error;
+mod openapi;
 mod view;
 mod webhook;
 
@@ -21,6 +22,7 @@ use siesta::ports::{DeliverOutcome, RunFilter};
 use siesta::*;
 
 pub use error::ApiError;
+pub use openapi::{ROUTES, Route, openapi};
 pub use view::{OperationsSummary, RunView, WaitView};
 pub use webhook::{DEFAULT_MAX_BODY, WebhookReceiver};
 
@@ -143,6 +145,7 @@ impl ControlApi {
             .collect();
         let method = &req.method;
         match (method.as_str(), segments.as_slice()) {
+            ("GET", ["openapi.json"]) => Ok(ApiResponse::json(StatusCode::OK, openapi())),
             ("GET", ["healthz"]) => Ok(ApiResponse::json(
                 StatusCode::OK,
                 serde_json::json!({"status": "ok"}),

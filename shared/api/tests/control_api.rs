@@ -482,3 +482,30 @@ async fn prefer_wait_returns_202_with_the_view_while_the_run_is_unfinished() {
     assert!(started.elapsed() >= Duration::from_millis(900));
     assert_eq!(r.body["id"], id.as_str());
 }
+
+#[tokio::test]
+async fn every_documented_route_is_routed() {
+    let w = World::new();
+    for route in siesta_api::ROUTES
+        .iter()
+        .filter(|r| !r.path.starts_with("/hooks"))
+    {
+        let path = route.path.replace("{id}", "x").replace("{name}", "n");
+        let method: Method = route.method.to_uppercase().parse().unwrap();
+        let r = w.call("a", method, &path, &[], "{}").await;
+        assert_ne!(
+            r.status,
+            StatusCode::METHOD_NOT_ALLOWED,
+            "{} {}",
+            route.method,
+            route.path
+        );
+        assert_ne!(
+            r.body["error"]["message"], "route not found",
+            "{} {}",
+            route.method, route.path
+        );
+    }
+    let doc = w.call("a", Method::GET, "/openapi.json", &[], "").await;
+    assert_eq!(doc.body["openapi"], "3.1.0");
+}
