@@ -211,6 +211,19 @@ impl Engine {
         }
     }
 
+    /// Store a caller's value as a payload (offloaded when large); a value that cannot
+    /// be stored is the caller's problem.
+    async fn encode(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+        value: &serde_json::Value,
+    ) -> Result<Payload, EngineError> {
+        encode_payload(&self.backend, &self.context_config(), tenant, run_id, value)
+            .await
+            .map_err(|e| EngineError::InvalidInput(e.to_string()))
+    }
+
     async fn send_wake(
         &self,
         tenant: &TenantId,
@@ -252,21 +265,14 @@ impl Engine {
         wf.validate(&input).map_err(EngineError::InvalidInput)?;
         let now = self.clock.now();
         let id = run_id.unwrap_or_else(RunId::generate);
-        let payload = encode_payload(&self.backend, &self.context_config(), tenant, &id, &input)
-            .await
-            .map_err(|e| EngineError::InvalidInput(e.to_string()))?;
+        let payload = self.encode(tenant, &id, &input).await?;
         let mut run = Run::new(tenant.clone(), id, workflow, payload, now);
         run.timeline_seq = 1;
-        let started = TimelineEvent {
-            seq: 1,
-            at: now,
-            event_type: EventType::ExecutionStarted,
-            sub_type: None,
-            id: None,
-            parent_id: None,
-            name: Some(workflow.to_owned()),
-            details: serde_json::json!({"Workflow": workflow}),
-        };
+        let started = TimelineEvent::execution_started(
+            now,
+            workflow,
+            serde_json::json!({"Workflow": workflow}),
+        );
         match self.backend.store.create_run(&run, &started).await {
             Ok(()) => {}
             Err(StoreError::AlreadyExists) => return Err(EngineError::AlreadyExists),
@@ -639,15 +645,7 @@ impl Engine {
         value: serde_json::Value,
         delivery_id: Option<DeliveryId>,
     ) -> Result<DeliverOutcome, EngineError> {
-        let payload = encode_payload(
-            &self.backend,
-            &self.context_config(),
-            tenant,
-            run_id,
-            &value,
-        )
-        .await
-        .map_err(|e| EngineError::InvalidInput(e.to_string()))?;
+        let payload = self.encode(tenant, run_id, &value).await?;
         let id =
             delivery_id.unwrap_or_else(|| DeliveryId(format!("event:{}", uuid::Uuid::new_v4())));
         let event = self.delivery_event(
@@ -676,15 +674,7 @@ impl Engine {
         value: serde_json::Value,
         delivery_id: Option<DeliveryId>,
     ) -> Result<DeliverOutcome, EngineError> {
-        let payload = encode_payload(
-            &self.backend,
-            &self.context_config(),
-            tenant,
-            run_id,
-            &value,
-        )
-        .await
-        .map_err(|e| EngineError::InvalidInput(e.to_string()))?;
+        let payload = self.encode(tenant, run_id, &value).await?;
         let id =
             delivery_id.unwrap_or_else(|| DeliveryId(format!("message:{}", uuid::Uuid::new_v4())));
         let event = self.delivery_event(
@@ -719,15 +709,7 @@ impl Engine {
             delivery_id.unwrap_or_else(|| DeliveryId(format!("callback-outcome:{callback_id}")));
         let (body, status) = match outcome {
             Ok(value) => {
-                let payload = encode_payload(
-                    &self.backend,
-                    &self.context_config(),
-                    &record.tenant,
-                    &record.run_id,
-                    &value,
-                )
-                .await
-                .map_err(|e| EngineError::InvalidInput(e.to_string()))?;
+                let payload = self.encode(&record.tenant, &record.run_id, &value).await?;
                 (
                     DeliveryBody::CallbackSucceeded {
                         callback_id: callback_id.clone(),

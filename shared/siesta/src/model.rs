@@ -704,6 +704,26 @@ pub struct TimelineEvent {
     pub details: serde_json::Value,
 }
 
+impl TimelineEvent {
+    /// The first event of a run (`seq` 1).
+    pub fn execution_started(
+        at: Timestamp,
+        workflow: &str,
+        details: serde_json::Value,
+    ) -> TimelineEvent {
+        TimelineEvent {
+            seq: 1,
+            at,
+            event_type: EventType::ExecutionStarted,
+            sub_type: None,
+            id: None,
+            parent_id: None,
+            name: Some(workflow.to_owned()),
+            details,
+        }
+    }
+}
+
 /// Timeline event types: AWS durable execution history types plus Siesta's own.
 #[allow(missing_docs)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -89,16 +89,11 @@ where
                         run_id: ctx.shared.run_id.clone(),
                         position: op.position.clone(),
                     });
-                    let started = TimelineEvent {
-                        seq: 1,
-                        at: now,
-                        event_type: EventType::ExecutionStarted,
-                        sub_type: None,
-                        id: None,
-                        parent_id: None,
-                        name: Some(workflow.clone()),
-                        details: serde_json::json!({"ParentRunId": ctx.shared.run_id, "ParentOperationId": op.position}),
-                    };
+                    let started = TimelineEvent::execution_started(
+                        now,
+                        &workflow,
+                        serde_json::json!({"ParentRunId": ctx.shared.run_id, "ParentOperationId": op.position}),
+                    );
                     child.timeline_seq = 1;
                     let wait = Wait {
                         kind: WaitKind::Child {
