@@ -1,1 +1,247 @@
-//! placeholder
+//! The backend conformance suite: every Siesta storage backend passes it unchanged.
+//!
+//! The engine relies on the contracts written on the [ports](siesta::ports): the
+//! conditional writes of a [`RunStore`](siesta::ports::RunStore), the content
+//! addressing of an [`ArtifactStore`](siesta::ports::ArtifactStore) and the
+//! at-least-once, delayed delivery of a [`WakeQueue`](siesta::ports::WakeQueue). Each
+//! function in [`cases`] checks one of them against a [`Harness`]: a backend, the clock
+//! it reads, and a way to let time pass.
+//!
+//! A backend crate runs the whole suite with one macro call in an integration test; the
+//! expression is evaluated once per case and must produce a `Future<Output = Harness>`:
+//!
+//! ```ignore
+//! async fn harness() -> siesta_conformance::Harness {
+//!     let dir = tempfile::tempdir().unwrap();
+//!     let clock = std::sync::Arc::new(siesta::ManualClock::default());
+//!     let backend = my_backend::open(dir.path(), clock.clone()).backend();
+//!     siesta_conformance::Harness::manual(backend, clock, 3).hold(dir)
+//! }
+//!
+//! siesta_conformance::conformance_suite!(harness());
+//! ```
+//!
+//! The macro expands to one `#[tokio::test]` per case, named after it, so the crate that
+//! calls it needs `tokio` (with `macros` and `rt-multi-thread`) among its
+//! dev-dependencies.
+//!
+//! # Sharing real infrastructure
+//! The cases are written so that a backend on real infrastructure (DynamoDB, S3 and SQS
+//! on LocalStack) can run them concurrently against one table and one bucket: every
+//! case uses fresh tenant and run ids, reads time only from [`Harness::clock`], lets
+//! time pass only with [`Harness::advance`], and looks for its own items only. The
+//! global due index is probed in a window far in the past that no other case writes to.
+//! The queue cases acknowledge every message they receive and count receptions, so they
+//! need the harness's queue (and its dead-letter queue) to themselves: a real backend
+//! should create a fresh queue pair per harness. Real-time waits are at most 2 s each.
+
+use std::any::Any;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use siesta::ports::Backend;
+use siesta::{Clock, ManualClock, SystemClock, Timestamp};
+
+pub mod cases;
+mod support;
+
+type Advance = dyn Fn(Duration) -> BoxFuture<'static, ()> + Send + Sync;
+
+/// What a conformance case runs against: a backend, its clock, and a way to let time
+/// pass.
+#[derive(Clone)]
+pub struct Harness {
+    /// The backend under test.
+    pub backend: Backend,
+    /// The clock the backend reads; cases take every timestamp from it.
+    pub clock: Arc<dyn Clock>,
+    /// How many times the queue hands out a wake-up before it dead-letters it.
+    pub max_receives: u32,
+    advance: Arc<Advance>,
+    guards: Vec<Arc<dyn Any + Send + Sync>>,
+}
+
+impl fmt::Debug for Harness {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Harness")
+            .field("now", &self.clock.now())
+            .field("max_receives", &self.max_receives)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Harness {
+    /// A harness over `backend`, which reads `clock`; `advance` lets `d` pass on that
+    /// clock (and on the backend's), and `max_receives` is the queue's receive limit.
+    pub fn new(
+        backend: Backend,
+        clock: Arc<dyn Clock>,
+        advance: impl Fn(Duration) -> BoxFuture<'static, ()> + Send + Sync + 'static,
+        max_receives: u32,
+    ) -> Self {
+        Harness {
+            backend,
+            clock,
+            max_receives,
+            advance: Arc::new(advance),
+            guards: Vec::new(),
+        }
+    }
+
+    /// A harness whose backend reads a [`ManualClock`]: passing time moves the clock.
+    pub fn manual(backend: Backend, clock: Arc<ManualClock>, max_receives: u32) -> Self {
+        let moved = clock.clone();
+        Harness::new(
+            backend,
+            clock,
+            move |d| {
+                moved.advance(d);
+                Box::pin(async {})
+            },
+            max_receives,
+        )
+    }
+
+    /// A harness whose backend reads the system clock: passing time sleeps.
+    pub fn system(backend: Backend, max_receives: u32) -> Self {
+        Harness::new(
+            backend,
+            Arc::new(SystemClock),
+            |d| Box::pin(tokio::time::sleep(d)),
+            max_receives,
+        )
+    }
+
+    /// Keep `guard` (a temporary directory, a container handle) alive as long as the
+    /// harness or any clone of it.
+    pub fn hold<T: Send + Sync + 'static>(mut self, guard: T) -> Self {
+        self.guards.push(Arc::new(guard));
+        self
+    }
+
+    /// Let `d` pass, as the backend sees time.
+    pub async fn advance(&self, d: Duration) {
+        (self.advance)(d).await
+    }
+
+    /// The current time on the harness's clock.
+    pub fn now(&self) -> Timestamp {
+        self.clock.now()
+    }
+}
+
+/// Expands to one `#[tokio::test(flavor = "multi_thread", worker_threads = 2)]` per
+/// case of the suite, each named after its case and running it on a fresh
+/// `$make.await` (a [`Harness`]).
+#[macro_export]
+macro_rules! conformance_suite {
+    (@expand (@names) $($case:ident)*) => {
+        &[$(stringify!($case)),*]
+    };
+    (@expand (@tests $make:expr) $($case:ident)*) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() {
+                $crate::cases::$case($make.await).await;
+            }
+        )*
+    };
+    (@list $how:tt) => {
+        $crate::conformance_suite! { @expand $how
+            // runs
+            create_and_get_run
+            tenant_isolation
+            // leases
+            claim_takes_the_lease
+            claim_resumes_a_waiting_run
+            claim_conflicts_while_the_lease_is_live
+            claim_after_lease_expiry_takes_over
+            concurrent_claims_exactly_one_wins
+            claim_conflicts_on_finished_and_parked_runs
+            claim_on_missing_run_is_not_found
+            renew_lease_extends_without_a_version_bump
+            renew_lease_with_a_stale_epoch_conflicts
+            // checkpoints
+            checkpoint_writes_everything_atomically
+            checkpoint_with_a_stale_version_writes_nothing
+            checkpoint_with_a_stale_epoch_writes_nothing
+            checkpoint_after_a_delivery_conflicts_on_version_only
+            checkpoint_without_epoch_is_guarded_by_version
+            checkpoint_rolls_back_when_a_timeline_seq_exists
+            checkpoint_rolls_back_when_a_child_run_exists
+            journal_entry_upsert_replaces
+            checkpoint_replaces_callback_and_tool_call_records
+            checkpoint_closing_callbacks_keep_their_owner
+            callback_and_tool_call_records_round_trip
+            // deliveries
+            deliver_appends_delivery_and_event
+            deliver_to_a_leased_run_keeps_its_due_at
+            deliver_duplicate_changes_nothing
+            deliver_to_missing_or_finished_run
+            concurrent_deliveries_get_gapless_seqs
+            callback_delivery_needs_an_open_record
+            callback_heartbeat_keeps_it_open_and_success_closes_it
+            callback_failure_closes_it
+            parent_delivery_is_applied_inside_the_checkpoint
+            parent_delivery_is_skipped_when_duplicate_or_parent_finished
+            load_history_returns_journal_and_deliveries_in_order
+            // reading
+            timeline_pages_are_gapless
+            list_runs_newest_first_with_cursor_paging
+            list_runs_filters_by_status_and_workflow
+            due_runs_order_limit_and_bound
+            due_index_is_sparse
+            // artifacts
+            artifact_put_get_round_trip
+            artifact_of_one_mebibyte_round_trips
+            artifact_missing_is_not_found
+            // queue
+            queue_send_receive_ack
+            queue_delayed_message_is_invisible_until_due
+            queue_visibility_timeout_redelivers
+            queue_extend_visibility_keeps_it_hidden
+            queue_dead_letters_after_max_receives
+            queue_ack_with_unknown_receipt_is_ok
+        }
+    };
+    (@names) => {
+        $crate::conformance_suite!(@list (@names))
+    };
+    ($make:expr) => {
+        $crate::conformance_suite! { @list (@tests $make) }
+    };
+}
+
+/// Every case of the suite, by name, in the order [`conformance_suite!`] runs them.
+pub const CASES: &[&str] = conformance_suite!(@names);
+
+#[cfg(test)]
+mod tests {
+    use super::CASES;
+
+    /// Every `pub async fn` in `cases` is in the suite, exactly once.
+    #[test]
+    fn every_case_is_in_the_suite() {
+        let sources = [
+            include_str!("cases/runs.rs"),
+            include_str!("cases/leases.rs"),
+            include_str!("cases/checkpoints.rs"),
+            include_str!("cases/deliveries.rs"),
+            include_str!("cases/reading.rs"),
+            include_str!("cases/artifacts.rs"),
+            include_str!("cases/queue.rs"),
+        ];
+        let mut defined: Vec<&str> = sources
+            .iter()
+            .flat_map(|s| s.lines())
+            .filter_map(|l| l.trim().strip_prefix("pub async fn "))
+            .map(|l| l.split('(').next().unwrap_or_default())
+            .collect();
+        defined.sort_unstable();
+        let mut listed: Vec<&str> = CASES.to_vec();
+        listed.sort_unstable();
+        assert_eq!(defined, listed);
+    }
+}

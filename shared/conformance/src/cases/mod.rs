@@ -1,0 +1,19 @@
+//! The cases, one contract each. Every case takes a fresh [`Harness`](crate::Harness)
+//! and panics, naming what it expected and what it found, when the backend breaks the
+//! contract.
+
+mod artifacts;
+mod checkpoints;
+mod deliveries;
+mod leases;
+mod queue;
+mod reading;
+mod runs;
+
+pub use artifacts::*;
+pub use checkpoints::*;
+pub use deliveries::*;
+pub use leases::*;
+pub use queue::*;
+pub use reading::*;
+pub use runs::*;
