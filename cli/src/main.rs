@@ -1,7 +1,6 @@
 //! `siesta`: run Siesta locally, on the embedded backend, with no AWS account.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
@@ -172,66 +171,74 @@ async fn dev(port: u16, data_dir: PathBuf, api_keys: &str) -> anyhow::Result<()>
 async fn demo(data_dir: Option<PathBuf>) -> anyhow::Result<()> {
     let temp = tempfile::tempdir()?;
     let dir = data_dir.unwrap_or_else(|| temp.path().to_owned());
-    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let embedded = siesta_embedded::EmbeddedBackend::open(dir.join("siesta.db"), clock.clone())
-        .context("opening the embedded backend")?;
-    let engine = Engine::new(
-        embedded.backend(),
-        clock,
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let server = siesta_cli::dev::start(
+        listener,
+        siesta_cli::dev::DevOptions::new(dir.clone()),
         siesta_workflows::registry(),
-        EngineConfig::default(),
+    )
+    .await?;
+    let base = format!("http://{}", server.addr);
+    let http = reqwest::Client::new();
+    println!(
+        "siesta dev stack on {base} (embedded backend, data in {})",
+        dir.display()
     );
-    let worker = {
-        let engine = engine.clone();
-        tokio::spawn(async move {
-            loop {
-                if let Err(e) = engine.work_queue_once(10).await {
-                    tracing::warn!(error = %e, "worker");
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        })
-    };
 
-    let tenant = TenantId::from("default");
     let input = serde_json::json!({"item": "Espresso machine", "amount": 129.0});
-    let run = engine.start(&tenant, "order", input.clone(), None).await?;
-    println!("started run {} of workflow `order` with {input}", run.id);
-    println!("data in {}\n", dir.display());
+    let run: serde_json::Value = http
+        .post(format!("{base}/runs"))
+        .json(&serde_json::json!({"workflow": "order", "input": input}))
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?;
+    let id = run["id"].as_str().context("run id")?.to_owned();
+    println!("POST /runs → run {id} of workflow `order` with {input}\n");
     println!(
         "{:>4}  {:<22} {:<18} {:<28} details",
         "seq", "event", "sub-type", "operation"
     );
 
-    let mut seen = 0u64;
+    let mut after = 0u64;
     let mut paid = false;
-    for _ in 0..500 {
-        for event in engine
-            .backend()
-            .store
-            .timeline(&tenant, &run.id, seen, 100)
+    for _ in 0..1000 {
+        let page: serde_json::Value = http
+            .get(format!("{base}/runs/{id}/timeline?after={after}"))
+            .send()
             .await?
-        {
-            seen = event.seq;
+            .json()
+            .await?;
+        for event in page["events"].as_array().into_iter().flatten() {
+            let event: TimelineEvent = serde_json::from_value(event.clone())?;
+            after = event.seq;
             print_event(&event);
-            if event.event_type == EventType::CallbackStarted && !paid {
-                let callback = event.details["CallbackId"]
-                    .as_str()
-                    .context("callback id")?
-                    .to_owned();
-                paid = true;
-                pay(&engine, CallbackId(callback)).await?;
-            }
         }
-        let current = engine.get_run(&tenant, &run.id).await?;
-        if current.status.is_finished() {
+        let view: serde_json::Value = http
+            .get(format!("{base}/runs/{id}"))
+            .send()
+            .await?
+            .json()
+            .await?;
+        if let (false, Some(url)) = (paid, view["waits"][0]["url"].as_str()) {
+            paid = true;
+            tokio::spawn(pay(http.clone(), url.to_owned()));
+        }
+        if matches!(
+            view["status"].as_str(),
+            Some("completed" | "failed" | "cancelled")
+        ) {
             println!(
-                "\nrun {} is {}: {}",
-                current.id,
-                current.status,
-                outcome(&current)
+                "\nrun {id} is {}: {}",
+                view["status"].as_str().unwrap_or(""),
+                if view["output"].is_null() {
+                    &view["error"]
+                } else {
+                    &view["output"]
+                }
             );
-            worker.abort();
+            server.stop();
             return Ok(());
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -239,30 +246,32 @@ async fn demo(data_dir: Option<PathBuf>) -> anyhow::Result<()> {
     bail!("the demo run did not finish in time")
 }
 
-/// Play the payment provider: the webhook arrives, and arrives again (a duplicate).
-async fn pay(engine: &Engine, callback: CallbackId) -> anyhow::Result<()> {
-    let engine = engine.clone();
-    tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        let payload = serde_json::json!({"status": "COMPLETED", "transaction_id": "txn_8f2c41"});
-        for attempt in 1..=2 {
-            let outcome = engine
-                .complete_callback(
-                    &callback,
-                    None,
-                    Ok(payload.clone()),
-                    Some(DeliveryId::from("psp-delivery-1")),
-                )
-                .await;
-            let said = match outcome {
-                Ok(ports::DeliverOutcome::Accepted(_)) => "accepted".to_owned(),
-                Ok(ports::DeliverOutcome::Duplicate) => "duplicate, ignored".to_owned(),
-                Err(e) => e.to_string(),
-            };
-            println!("      ↳ payment provider webhook #{attempt} for {callback}: {said}");
-        }
-    });
-    Ok(())
+/// Play the payment provider: it POSTs to the callback URL it was given, then its
+/// retry delivers the same webhook again (a duplicate, acknowledged and ignored).
+async fn pay(http: reqwest::Client, url: String) {
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let payload = serde_json::json!({"status": "COMPLETED", "transaction_id": "txn_8f2c41"});
+    for attempt in 1..=2 {
+        let said = match http
+            .post(&url)
+            .header("webhook-id", "psp-delivery-1")
+            .json(&payload)
+            .send()
+            .await
+        {
+            Ok(r) => {
+                let status = r.status();
+                let body: serde_json::Value = r.json().await.unwrap_or_default();
+                if body["duplicate"] == true {
+                    format!("{status}, duplicate, ignored")
+                } else {
+                    status.to_string()
+                }
+            }
+            Err(e) => e.to_string(),
+        };
+        println!("      ↳ payment provider POST {url} (delivery #{attempt}): {said}");
+    }
 }
 
 fn print_event(e: &TimelineEvent) {
@@ -285,12 +294,4 @@ fn print_event(e: &TimelineEvent) {
         op,
         details
     );
-}
-
-fn outcome(run: &Run) -> String {
-    match (&run.output, &run.error) {
-        (Some(Payload::Inline(v)), _) => v.to_string(),
-        (_, Some(e)) => e.to_string(),
-        _ => String::new(),
-    }
 }
