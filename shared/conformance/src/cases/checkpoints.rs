@@ -78,6 +78,16 @@ fn full_checkpoint(h: &Harness, current: &Run, epoch: Option<FencingEpoch>) -> C
     cp
 }
 
+/// Renumber `cp`'s events to follow `last`, as if the writer knew the timeline: no event
+/// collides, so only the version or epoch condition can refuse the write.
+fn events_after(cp: &mut Checkpoint, last: u64) {
+    cp.run.timeline_seq = last;
+    for e in &mut cp.timeline {
+        cp.run.timeline_seq += 1;
+        e.seq = cp.run.timeline_seq;
+    }
+}
+
 /// Assert that none of `cp`'s side items (callbacks, tool calls, child runs) exist.
 async fn assert_side_items_absent(h: &Harness, cp: &Checkpoint, what: &str) {
     for record in &cp.callbacks {
@@ -179,20 +189,12 @@ pub async fn checkpoint_with_a_stale_version_writes_nothing(h: Harness) {
     let tenant = tenant();
     let run = create(&h, &tenant).await;
     let held = claim(&h, &run, "engine-a", LEASE).await;
+    // No timeline event: the stale write's events collide with nothing, so only the
+    // version condition can refuse it.
     let mut first = checkpoint_over(&h, &held, Some(held.epoch), |_| {});
     first
         .journal
         .push(entry(&h, "first#0", 0, succeeded(serde_json::json!(1))));
-    push_event(
-        &mut first,
-        op_event(
-            h.now(),
-            EventType::StepSucceeded,
-            SubType::Step,
-            "first#0",
-            serde_json::Value::Null,
-        ),
-    );
     write(&h, &first).await;
     let before = snapshot(&h, &tenant, &run.id).await;
 
@@ -257,7 +259,8 @@ pub async fn checkpoint_after_a_delivery_conflicts_on_version_only(h: Harness) {
     let delivered = deliver(&h, &event_delivery(&h, &held, "nudge")).await;
     let before = snapshot(&h, &tenant, &run.id).await;
 
-    let cp = full_checkpoint(&h, &held, Some(held.epoch));
+    let mut cp = full_checkpoint(&h, &held, Some(held.epoch));
+    events_after(&mut cp, delivered.timeline_seq);
     let current = conflict(
         h.backend.store.checkpoint(&cp).await,
         "checkpoint after a delivery",
@@ -312,6 +315,7 @@ pub async fn checkpoint_without_epoch_is_guarded_by_version(h: Harness) {
         r.due_at = None;
     });
     push_event(&mut stale, event(0, h.now(), EventType::ExecutionCancelled));
+    events_after(&mut stale, cp.run.timeline_seq);
     let current = conflict(
         h.backend.store.checkpoint(&stale).await,
         "an unfenced checkpoint with a stale version",

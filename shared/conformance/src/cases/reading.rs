@@ -112,12 +112,18 @@ pub async fn timeline_pages_are_gapless(h: Harness) {
     let store = &h.backend.store;
     let mut paged = Vec::new();
     let mut after = 0;
-    loop {
+    for pages in 0.. {
+        assert!(pages <= expected.len(), "the timeline pages never end");
         let page = store
             .timeline(&tenant, &run.id, after, 5)
             .await
             .expect("timeline page");
         assert!(page.len() <= 5, "a page holds at most the limit");
+        assert!(
+            page.iter().all(|e| e.seq > after),
+            "timeline(after = {after}) returns only later events, got seqs {:?}",
+            page.iter().map(|e| e.seq).collect::<Vec<_>>()
+        );
         match page.last() {
             Some(last) => after = last.seq,
             None => break,
