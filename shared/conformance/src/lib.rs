@@ -173,7 +173,7 @@ macro_rules! conformance_suite {
             checkpoint_rolls_back_when_a_child_run_exists
             journal_entry_upsert_replaces
             checkpoint_replaces_callback_and_tool_call_records
-            checkpoint_closing_callbacks_keep_their_owner
+            checkpoint_closing_callbacks_refuse_later_outcomes
             callback_and_tool_call_records_round_trip
             // deliveries
             deliver_appends_delivery_and_event
@@ -185,7 +185,7 @@ macro_rules! conformance_suite {
             callback_heartbeat_keeps_it_open_and_success_closes_it
             callback_failure_closes_it
             parent_delivery_is_applied_inside_the_checkpoint
-            parent_delivery_is_skipped_when_duplicate_or_parent_finished
+            parent_delivery_is_skipped_when_duplicate_or_parent_gone
             load_history_returns_journal_and_deliveries_in_order
             // reading
             timeline_pages_are_gapless

@@ -410,19 +410,7 @@ impl RunStore for EmbeddedBackend {
                     })?;
                 }
                 for record in &cp.callbacks {
-                    // Records closed by a finishing run carry only the id; keep the rest.
-                    let mut record = record.clone();
-                    if let Some(existing) = get_callback(tx, &record.callback_id)? {
-                        if existing.status != CallbackStatus::Open && record.status == CallbackStatus::Closed {
-                            continue;
-                        }
-                        record.tenant = existing.tenant;
-                        record.run_id = existing.run_id;
-                    } else if record.tenant.0.is_empty() {
-                        record.tenant = tenant.clone();
-                        record.run_id = run_id.clone();
-                    }
-                    put_callback(tx, &record)?;
+                    put_callback(tx, record)?;
                 }
                 for record in &cp.tool_calls {
                     tx.execute(

@@ -491,77 +491,86 @@ pub async fn checkpoint_replaces_callback_and_tool_call_records(h: Harness) {
     );
 }
 
-/// The engine closes a finishing run's callbacks with records that carry only the
-/// callback id, position and status (tenant and run empty): the store keeps each
-/// record's owner, and a callback that already has an outcome stays closed with it.
-///
-/// This is how `siesta::Engine` uses `Checkpoint::callbacks` today; `ports.rs` does not
-/// spell it out.
-pub async fn checkpoint_closing_callbacks_keep_their_owner(h: Harness) {
+/// A checkpoint that closes callbacks (a timed-out wait, a finishing run) replaces
+/// their records, and a closed callback refuses any later outcome or heartbeat as
+/// `Gone`, while the run itself still accepts other deliveries.
+pub async fn checkpoint_closing_callbacks_refuse_later_outcomes(h: Harness) {
     let tenant = tenant();
-    let run = create(&h, &tenant).await;
-    let held = claim(&h, &run, "engine-a", LEASE).await;
-    let open = open_callback(&h, &held, "payment#0");
-    let answered = open_callback(&h, &held, "shipping#0");
-    let mut cp = checkpoint_over(&h, &held, Some(held.epoch), |_| {});
-    cp.callbacks = vec![open.clone(), answered.clone()];
+    let run = waiting_run(&h, &tenant).await;
+    let timed_out = open_callback(&h, &run, "payment#0");
+    let closed = open_callback(&h, &run, "shipping#0");
+    let mut cp = checkpoint_over(&h, &run, None, |_| {});
+    cp.callbacks = vec![timed_out.clone(), closed.clone()];
     write(&h, &cp).await;
-    deliver(
-        &h,
-        &callback_delivery(
-            &h,
-            &answered,
-            DeliveryBody::CallbackSucceeded {
-                callback_id: answered.callback_id.clone(),
-                value: json(serde_json::json!("shipped")),
-            },
-        ),
-    )
-    .await;
 
-    let current = get(&h, &tenant, &run.id).await;
-    let closing = |r: &CallbackRecord| CallbackRecord {
-        tenant: TenantId(String::new()),
-        run_id: RunId(String::new()),
-        status: CallbackStatus::Closed,
-        ..r.clone()
-    };
-    let mut end = checkpoint_over(&h, &current, Some(held.epoch), |r| {
-        r.status = RunStatus::Completed;
+    let held = claim(&h, &cp.run, "engine-a", LEASE).await;
+    let closing = [
+        CallbackRecord {
+            status: CallbackStatus::TimedOut,
+            ..timed_out.clone()
+        },
+        CallbackRecord {
+            status: CallbackStatus::Closed,
+            ..closed.clone()
+        },
+    ];
+    let mut cp = checkpoint_over(&h, &held, Some(held.epoch), |r| {
+        r.status = RunStatus::Waiting;
         r.lease = None;
-        r.due_at = None;
     });
-    end.callbacks = vec![closing(&open), closing(&answered)];
-    push_event(&mut end, event(0, h.now(), EventType::ExecutionSucceeded));
-    write(&h, &end).await;
-
-    for record in [&open, &answered] {
-        let got = h
-            .backend
-            .store
-            .get_callback(&record.callback_id)
-            .await
-            .expect("get_callback")
-            .expect("the callback record is still there");
-        assert_eq!(
-            (&got.tenant, &got.run_id),
-            (&record.tenant, &record.run_id),
-            "a closing record keeps the callback's owner"
-        );
-        assert_ne!(got.status, CallbackStatus::Open, "the callback is closed");
-    }
-    let answered_now = h
-        .backend
-        .store
-        .get_callback(&answered.callback_id)
-        .await
-        .expect("get_callback")
-        .expect("record");
-    assert_eq!(
-        answered_now.status,
-        CallbackStatus::Completed,
-        "a callback with an outcome keeps its status"
+    cp.callbacks = closing.to_vec();
+    push_event(
+        &mut cp,
+        op_event(
+            h.now(),
+            EventType::CallbackTimedOut,
+            SubType::Callback,
+            "payment#0",
+            serde_json::json!({"CallbackId": timed_out.callback_id}),
+        ),
     );
+    write(&h, &cp).await;
+    for record in &closing {
+        assert_eq!(
+            h.backend
+                .store
+                .get_callback(&record.callback_id)
+                .await
+                .expect("get_callback")
+                .as_ref(),
+            Some(record),
+            "the closing record replaced the open one"
+        );
+    }
+
+    let before = snapshot(&h, &tenant, &run.id).await;
+    for record in &closing {
+        let id = record.callback_id.clone();
+        for body in [
+            DeliveryBody::CallbackSucceeded {
+                callback_id: id.clone(),
+                value: json(serde_json::json!("late")),
+            },
+            DeliveryBody::CallbackHeartbeat { callback_id: id },
+        ] {
+            let got = h
+                .backend
+                .store
+                .deliver(&callback_delivery(&h, record, body))
+                .await;
+            assert!(
+                matches!(got, Err(StoreError::Gone(_))),
+                "an outcome for a {:?} callback: expected Gone, got {got:?}",
+                record.status
+            );
+        }
+    }
+    assert_eq!(
+        snapshot(&h, &tenant, &run.id).await,
+        before,
+        "refused outcomes change nothing"
+    );
+    deliver(&h, &event_delivery(&h, &cp.run, "still-listening")).await;
 }
 
 /// `get_callback` and `get_tool_call` return records exactly as written, every field

@@ -623,9 +623,9 @@ pub async fn parent_delivery_is_applied_inside_the_checkpoint(h: Harness) {
     assert_eq!(history.deliveries, vec![stored(&to_parent, 1)]);
 }
 
-/// A `parent_delivery` that is a duplicate, or whose parent has finished, is skipped:
-/// the child's checkpoint succeeds and the parent is left as it was.
-pub async fn parent_delivery_is_skipped_when_duplicate_or_parent_finished(h: Harness) {
+/// A `parent_delivery` that is a duplicate, or whose parent has finished or does not
+/// exist, is skipped: the child's checkpoint succeeds and the parent is left as it was.
+pub async fn parent_delivery_is_skipped_when_duplicate_or_parent_gone(h: Harness) {
     let tenant = tenant();
 
     // The parent already has this delivery.
@@ -666,6 +666,28 @@ pub async fn parent_delivery_is_skipped_when_duplicate_or_parent_finished(h: Har
         snapshot(&h, &tenant, &parent.id).await,
         parent_before,
         "a finished parent gets nothing"
+    );
+
+    // The parent does not exist (a child whose parent was never written, or removed).
+    let ghost = new_run(&h, &tenant, "ghost-parent");
+    let (child, to_parent) = child_of(&h, &ghost);
+    create_run(&h, &child).await;
+    let held = claim(&h, &child, "engine-child", LEASE).await;
+    let cp = completing(&h, &held, &to_parent);
+    write(&h, &cp).await;
+    assert_eq!(
+        get(&h, &tenant, &child.id).await,
+        cp.run,
+        "the child is completed"
+    );
+    assert_eq!(
+        h.backend
+            .store
+            .get_run(&tenant, &ghost.id)
+            .await
+            .expect("get_run"),
+        None,
+        "a missing parent is not created by the delivery"
     );
 }
 

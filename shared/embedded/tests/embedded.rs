@@ -1,0 +1,202 @@
+//! What the embedded backend promises beyond the port contracts: the file, its schema,
+//! several handles on one file, and bad data.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use siesta::ports::*;
+use siesta::*;
+use siesta_embedded::{DEFAULT_MAX_RECEIVES, EmbeddedBackend};
+
+fn open(path: &Path, clock: &Arc<ManualClock>) -> Backend {
+    EmbeddedBackend::open(path, clock.clone())
+        .expect("open the embedded backend")
+        .backend()
+}
+
+fn pending_run(clock: &ManualClock, tenant: &str) -> (Run, TimelineEvent) {
+    let now = clock.now();
+    let mut run = Run::new(
+        TenantId::from(tenant),
+        RunId::generate(),
+        "embedded",
+        Payload::Inline(serde_json::json!({})),
+        now,
+    );
+    run.timeline_seq = 1;
+    let started = TimelineEvent::execution_started(now, "embedded", serde_json::Value::Null);
+    (run, started)
+}
+
+fn wake(run: &Run) -> WakeUp {
+    WakeUp {
+        tenant: run.tenant.clone(),
+        run_id: run.id.clone(),
+        reason: WakeReason::Started,
+        epoch_hint: 0,
+    }
+}
+
+/// GIVEN a file written by one handle WHEN it is opened again (the schema is created
+/// only if missing) THEN everything is still there; missing directories are created.
+#[tokio::test]
+async fn reopening_keeps_everything() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let path = dir.path().join("nested/deeper/siesta.db");
+    let clock = Arc::new(ManualClock::default());
+    let (run, started) = pending_run(&clock, "t1");
+    {
+        let backend = open(&path, &clock);
+        backend
+            .store
+            .create_run(&run, &started)
+            .await
+            .expect("create_run");
+        backend
+            .queue
+            .send(&wake(&run), Duration::ZERO)
+            .await
+            .expect("send");
+    }
+    let backend = open(&path, &clock);
+    let again = open(&path, &clock);
+    assert_eq!(
+        backend
+            .store
+            .get_run(&run.tenant, &run.id)
+            .await
+            .expect("get_run"),
+        Some(run.clone())
+    );
+    let received = again
+        .queue
+        .receive(10, Duration::from_secs(30))
+        .await
+        .expect("receive");
+    assert_eq!(received.len(), 1);
+    assert_eq!(received[0].wake, wake(&run));
+}
+
+/// GIVEN two handles on one file (the dev server and a second process) WHEN they race
+/// to claim the same runs THEN exactly one claim per run wins and none fails with a
+/// busy database.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_handles_on_one_file_serialise_their_writes() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let path = dir.path().join("siesta.db");
+    let clock = Arc::new(ManualClock::default());
+    let (a, b) = (open(&path, &clock), open(&path, &clock));
+    for _ in 0..20 {
+        let (run, started) = pending_run(&clock, "t1");
+        a.store
+            .create_run(&run, &started)
+            .await
+            .expect("create_run");
+        let now = clock.now();
+        let claims = [(&a, "engine-a"), (&b, "engine-b")].map(|(backend, owner)| {
+            let store = backend.store.clone();
+            let (tenant, id) = (run.tenant.clone(), run.id.clone());
+            let claim = Claim {
+                owner: owner.into(),
+                now,
+                expires_at: now.plus(Duration::from_secs(60)),
+            };
+            tokio::spawn(async move { store.claim(&tenant, &id, &claim).await })
+        });
+        let mut won = 0;
+        for claim in claims {
+            match claim.await.expect("claim task") {
+                Ok(_) => won += 1,
+                Err(StoreError::Conflict(Some(_))) => {}
+                Err(e) => panic!("a racing claim failed: {e:?}"),
+            }
+        }
+        assert_eq!(won, 1, "exactly one claim wins");
+    }
+}
+
+/// GIVEN a row whose JSON is corrupt WHEN it is read THEN the read fails with
+/// `Invalid`, and nothing panics.
+#[tokio::test]
+async fn corrupt_rows_are_invalid_not_panics() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let path = dir.path().join("siesta.db");
+    let clock = Arc::new(ManualClock::default());
+    let backend = open(&path, &clock);
+    let (run, started) = pending_run(&clock, "t1");
+    backend
+        .store
+        .create_run(&run, &started)
+        .await
+        .expect("create_run");
+    backend
+        .queue
+        .send(&wake(&run), Duration::ZERO)
+        .await
+        .expect("send");
+
+    let raw = rusqlite::Connection::open(&path).expect("open the file directly");
+    raw.busy_timeout(Duration::from_secs(5))
+        .expect("busy timeout");
+    raw.execute_batch(
+        "UPDATE runs SET body = '{\"not\": \"a run\"'; \
+         UPDATE timeline SET body = '[]'; \
+         UPDATE queue SET body = 'garbage';",
+    )
+    .expect("corrupt the rows");
+    drop(raw);
+
+    let got = backend.store.get_run(&run.tenant, &run.id).await;
+    assert!(matches!(got, Err(StoreError::Invalid(_))), "got {got:?}");
+    let got = backend.store.timeline(&run.tenant, &run.id, 0, 10).await;
+    assert!(matches!(got, Err(StoreError::Invalid(_))), "got {got:?}");
+    let got = backend
+        .store
+        .list_runs(&run.tenant, &RunFilter::default(), None, 10)
+        .await;
+    assert!(matches!(got, Err(StoreError::Invalid(_))), "got {got:?}");
+    let got = backend.queue.receive(10, Duration::from_secs(1)).await;
+    assert!(matches!(got, Err(StoreError::Invalid(_))), "got {got:?}");
+    let got = backend
+        .store
+        .list_runs(&run.tenant, &RunFilter::default(), Some("no-colon"), 10)
+        .await;
+    assert!(
+        matches!(got, Err(StoreError::Invalid(_))),
+        "a malformed cursor: got {got:?}"
+    );
+}
+
+/// GIVEN the default options WHEN a wake-up is never acknowledged THEN it is handed out
+/// `DEFAULT_MAX_RECEIVES` (5) times, then dead-lettered.
+#[tokio::test]
+async fn the_default_receive_limit_is_five() {
+    assert_eq!(DEFAULT_MAX_RECEIVES, 5);
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let clock = Arc::new(ManualClock::default());
+    let backend = open(&dir.path().join("siesta.db"), &clock);
+    let (run, _) = pending_run(&clock, "t1");
+    backend
+        .queue
+        .send(&wake(&run), Duration::ZERO)
+        .await
+        .expect("send");
+    let mut counts = Vec::new();
+    for _ in 0..7 {
+        for m in backend
+            .queue
+            .receive(10, Duration::from_secs(1))
+            .await
+            .expect("receive")
+        {
+            counts.push(m.receive_count);
+        }
+        clock.advance(Duration::from_secs(2));
+    }
+    assert_eq!(counts, vec![1, 2, 3, 4, 5]);
+    assert_eq!(
+        backend.queue.dead_letters(10).await.expect("dead_letters"),
+        vec![wake(&run)]
+    );
+}
