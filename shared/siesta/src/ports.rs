@@ -229,17 +229,24 @@ pub trait RunStore: Send + Sync + 'static {
     async fn load_history(&self, tenant: &TenantId, run_id: &RunId) -> Result<History, StoreError>;
 
     /// Write a checkpoint atomically; see [`Checkpoint`]. [`StoreError::Conflict`] with
-    /// the current run when the version or epoch condition fails, and then nothing is
-    /// written.
+    /// the current run when the version or epoch condition fails or a timeline `seq`
+    /// exists already, [`StoreError::AlreadyExists`] when a child run exists already;
+    /// in every error case nothing is written. The parent delivery follows the rules of
+    /// [`RunStore::deliver`], except that a missing or finished parent or a duplicate id
+    /// skips it silently instead of failing the checkpoint.
     async fn checkpoint(&self, checkpoint: &Checkpoint) -> Result<(), StoreError>;
 
     /// Store a delivery. One `TransactWriteItems`: the delivery (condition: its id is new
-    /// for this run, else [`DeliverOutcome::Duplicate`] and nothing changes), its
-    /// timeline event, and the run (`inbox_seq` + 1, `timeline_seq` + 1, `version` + 1,
-    /// `due_at` = `received_at` when waiting; condition: the version read). For callback
-    /// bodies, the callback record must be open (else [`StoreError::Gone`]); success and
-    /// failure close it. [`StoreError::NotFound`] if the run does not exist,
-    /// [`StoreError::Gone`] if it is finished.
+    /// for this run), its timeline event, and the run (`inbox_seq` + 1, `timeline_seq` +
+    /// 1, `version` + 1, `due_at` = `received_at` when waiting, unchanged otherwise;
+    /// condition: the version read). Checks, in this order: [`StoreError::NotFound`] if
+    /// the run does not exist; [`DeliverOutcome::Duplicate`] (nothing changes) if the id
+    /// was stored before — so a retried webhook is acknowledged even after its callback
+    /// closed; [`StoreError::Gone`] if the run is finished; for callback bodies
+    /// [`StoreError::NotFound`] if the callback record is missing or belongs to another
+    /// run, [`StoreError::Gone`] if it is not open. Success and failure close the record;
+    /// heartbeats leave it open. A lost race on the version is retried inside the
+    /// adapter (re-read, re-condition), never surfaced as [`StoreError::Conflict`].
     async fn deliver(&self, delivery: &NewDelivery) -> Result<DeliverOutcome, StoreError>;
 
     /// A callback's index record. One `GetItem`.
@@ -264,8 +271,10 @@ pub trait RunStore: Send + Sync + 'static {
         limit: usize,
     ) -> Result<Vec<TimelineEvent>, StoreError>;
 
-    /// The tenant's runs, newest first, filtered, one page. One `Query` on a
-    /// tenant-keyed index.
+    /// The tenant's runs, newest first (ties broken by id), filtered, one page of at
+    /// most `limit`. One `Query` on a tenant-keyed index; a filtered page may hold fewer
+    /// than `limit` runs (DynamoDB applies the limit before the filter), so callers
+    /// follow `next_cursor` until it is `None`.
     async fn list_runs(
         &self,
         tenant: &TenantId,
@@ -352,14 +361,15 @@ pub trait WakeQueue: Send + Sync + 'static {
     async fn send(&self, wake: &WakeUp, delay: Duration) -> Result<(), StoreError>;
 
     /// Receive up to `max` visible wake-ups, hiding each for `visibility`. A message
-    /// received more than the queue's limit is moved to the dead-letter queue instead.
+    /// already received as many times as the queue's limit (SQS `maxReceiveCount`) is
+    /// moved to the dead-letter queue instead of being returned.
     async fn receive(
         &self,
         max: usize,
         visibility: Duration,
     ) -> Result<Vec<ReceivedWakeUp>, StoreError>;
 
-    /// Delete a received wake-up.
+    /// Delete a received wake-up. An unknown or stale receipt is not an error.
     async fn ack(&self, receipt: &str) -> Result<(), StoreError>;
 
     /// Hide a received wake-up for `visibility` more from now.
