@@ -12,12 +12,13 @@
 use std::future::Future;
 use std::pin::pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::Poll;
 use std::time::Duration;
 
 use crate::context::{
-    CommitError, Context, ContextConfig, Delta, Shared, Stop, decode_payload, encode_payload,
+    CommitError, Context, ContextConfig, Delta, LeaseWatch, Shared, Stop, decode_payload,
+    encode_payload,
 };
 use crate::error::Error;
 use crate::lifecycle::{LifecycleEvent, decide};
@@ -360,7 +361,7 @@ impl Engine {
         &self,
         mut run: Run,
         budget: Timestamp,
-        watch: &LeaseWatch,
+        watch: &Arc<LeaseWatch>,
     ) -> Result<WakeOutcome, EngineError> {
         let Some(workflow) = self.registry.get(&run.workflow).cloned() else {
             let error = ErrorInfo::new(
@@ -368,7 +369,7 @@ impl Engine {
                 format!("no workflow is registered as '{}'", run.workflow),
                 false,
             );
-            let shared = self.shared(run, History::default(), budget);
+            let shared = self.shared(run, History::default(), budget, watch);
             return self.finish(&shared, Ending::Fail(error)).await;
         };
         for _ in 0..self.config.max_passes.max(1) {
@@ -378,7 +379,7 @@ impl Engine {
                 .load_history(&run.tenant, &run.id)
                 .await?;
             let cancel = run.cancel_requested;
-            let shared = self.shared(run.clone(), history, budget);
+            let shared = self.shared(run.clone(), history, budget, watch);
             if cancel {
                 return self.finish(&shared, Ending::Cancel).await;
             }
@@ -443,7 +444,13 @@ impl Engine {
         ))
     }
 
-    fn shared(&self, run: Run, history: History, budget: Timestamp) -> Arc<Shared> {
+    fn shared(
+        &self,
+        run: Run,
+        history: History,
+        budget: Timestamp,
+        watch: &Arc<LeaseWatch>,
+    ) -> Arc<Shared> {
         Arc::new(Shared::new(
             self.backend.clone(),
             self.clock.clone(),
@@ -451,6 +458,7 @@ impl Engine {
             run,
             history,
             budget,
+            watch.clone(),
         ))
     }
 
@@ -1086,12 +1094,6 @@ fn unvisited(st: &crate::context::ExecState) -> Option<ErrorInfo> {
     })
 }
 
-#[derive(Default)]
-struct LeaseWatch {
-    lost: AtomicBool,
-    cancel: AtomicBool,
-}
-
 /// Renew the lease every third of its TTL until aborted; note a lost lease or a
 /// cancellation request for the engine to act on.
 async fn renew_lease(
@@ -1110,6 +1112,11 @@ async fn renew_lease(
             .await
         {
             Ok(run) => {
+                if let Some(lease) = &run.lease {
+                    watch
+                        .expires_at
+                        .fetch_max(lease.expires_at.millis(), Ordering::SeqCst);
+                }
                 if run.cancel_requested {
                     watch.cancel.store(true, Ordering::SeqCst);
                 }

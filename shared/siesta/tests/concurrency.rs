@@ -263,3 +263,79 @@ async fn a_batch_with_duplicates_advances_each_run_once_and_reports_no_failures(
     assert_eq!(w.run(&a).await.status, RunStatus::Completed);
     assert_eq!(w.run(&b).await.status, RunStatus::Completed);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewed_lease_is_not_shortened_by_the_next_checkpoint() {
+    let mut w = World::new(Registry::new());
+    let clock = w.clock.clone();
+    let (entered_tx, entered_rx) = tokio::sync::oneshot::channel::<()>();
+    let (release_tx, release_rx) = tokio::sync::oneshot::channel::<()>();
+    let gate = Arc::new(std::sync::Mutex::new(Some((entered_tx, release_rx))));
+    let mut reg = Registry::new();
+    reg.register("long", move |ctx: Context, _: serde_json::Value| {
+        let (clock, gate) = (clock.clone(), gate.clone());
+        async move {
+            ctx.step("slow", move |_| async move {
+                // Longer than the lease: only renewal keeps it.
+                clock.advance(Duration::from_secs(1));
+                tokio::time::sleep(Duration::from_millis(400)).await;
+                Ok(())
+            })
+            .await?;
+            ctx.step("held", move |_| async move {
+                let pair = gate.lock().unwrap().take();
+                if let Some((entered, release)) = pair {
+                    let _ = entered.send(());
+                    let _ = release.await;
+                }
+                Ok(())
+            })
+            .await
+        }
+    });
+    w.registry = reg.clone();
+    let (engine, _) = w.another_engine("holder");
+    let config = EngineConfig {
+        lease_ttl: Duration::from_millis(300),
+        ..engine.config().clone()
+    };
+    let holder = Engine::new(
+        engine.backend().clone(),
+        engine.clock().clone(),
+        reg,
+        config,
+    );
+    w.engine = holder.clone();
+    let id = w.start("long", json!(null)).await;
+    let wake = WakeUp {
+        tenant: w.tenant.clone(),
+        run_id: id.clone(),
+        reason: WakeReason::Started,
+        epoch_hint: 0,
+    };
+    let task = tokio::spawn(async move { holder.handle_wakeup(&wake).await });
+    entered_rx.await.unwrap();
+    let run = w.run(&id).await;
+    assert!(
+        run.is_leased(w.clock.now()),
+        "the checkpoint after `slow` kept the renewed lease: {:?} at {:?}",
+        run.lease,
+        w.clock.now()
+    );
+    let (other, _) = w.another_engine("intruder");
+    let intruder = WakeUp {
+        tenant: w.tenant.clone(),
+        run_id: id.clone(),
+        reason: WakeReason::Sweep,
+        epoch_hint: 0,
+    };
+    assert_eq!(
+        other.handle_wakeup(&intruder).await.unwrap(),
+        WakeOutcome::Busy
+    );
+    release_tx.send(()).unwrap();
+    assert_eq!(
+        task.await.unwrap().unwrap(),
+        WakeOutcome::Advanced(RunStatus::Completed)
+    );
+}

@@ -65,6 +65,18 @@ pub(crate) enum Stop {
     Abort(String),
 }
 
+/// What the lease-renewal task of an invocation learns, for the replay passes to act on.
+#[derive(Default)]
+pub(crate) struct LeaseWatch {
+    /// The lease was taken over.
+    pub lost: std::sync::atomic::AtomicBool,
+    /// Cancellation was requested.
+    pub cancel: std::sync::atomic::AtomicBool,
+    /// The latest renewed lease expiry (ms); checkpoints carry it, so a checkpoint
+    /// never shortens the lease it is written under.
+    pub expires_at: std::sync::atomic::AtomicI64,
+}
+
 /// Mutable state of one replay pass, behind a short-held lock.
 pub(crate) struct ExecState {
     pub run: Run,
@@ -97,6 +109,7 @@ pub(crate) struct Shared {
     pub epoch: FencingEpoch,
     state: Mutex<ExecState>,
     writer: tokio::sync::Mutex<()>,
+    watch: Arc<LeaseWatch>,
 }
 
 /// Everything one checkpoint adds besides the run itself.
@@ -127,6 +140,7 @@ impl Shared {
         run: Run,
         history: crate::ports::History,
         budget_deadline: Timestamp,
+        watch: Arc<LeaseWatch>,
     ) -> Shared {
         let epoch = run.lease.as_ref().map(|l| l.epoch).unwrap_or(run.epoch);
         let mut by_index = HashMap::new();
@@ -164,6 +178,7 @@ impl Shared {
                 inbox_loaded,
             }),
             writer: tokio::sync::Mutex::new(()),
+            watch,
         }
     }
 
@@ -212,6 +227,11 @@ impl Shared {
                     return Err(CommitError::InboxChanged);
                 }
                 let mut run = st.run.clone();
+                let renewed = Timestamp(self.watch.expires_at.load(Ordering::SeqCst));
+                if let Some(lease) = run.lease.as_mut().filter(|l| l.expires_at < renewed) {
+                    lease.expires_at = renewed;
+                    run.due_at = Some(renewed);
+                }
                 let expected_version = run.version;
                 run.version += 1;
                 run.updated_at = now;
