@@ -1,0 +1,304 @@
+//! Shared by the workflow tests: an engine on the embedded backend with a manual clock,
+//! and a scriptable notify receiver speaking just enough HTTP/1.1.
+#![allow(dead_code)]
+
+use std::collections::{HashSet, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use siesta::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Notify;
+
+/// An engine on a fresh embedded backend, time moved by hand.
+pub(crate) struct World {
+    _dir: tempfile::TempDir,
+    pub(crate) clock: Arc<ManualClock>,
+    pub(crate) engine: Engine,
+    pub(crate) tenant: TenantId,
+}
+
+impl World {
+    pub(crate) fn new() -> World {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = Arc::new(ManualClock::default());
+        let embedded =
+            siesta_embedded::EmbeddedBackend::open(dir.path().join("db"), clock.clone()).unwrap();
+        let engine = Engine::new(
+            embedded.backend(),
+            clock.clone(),
+            siesta_workflows::registry(),
+            EngineConfig::default(),
+        );
+        World {
+            _dir: dir,
+            clock,
+            engine,
+            tenant: TenantId::from("t"),
+        }
+    }
+
+    /// Create a run without working the queue.
+    pub(crate) async fn create(&self, workflow: &str, input: serde_json::Value) -> RunId {
+        self.engine
+            .start(&self.tenant, workflow, input, None)
+            .await
+            .unwrap()
+            .id
+    }
+
+    /// Start a run and work the queue until it is idle.
+    pub(crate) async fn start(&self, workflow: &str, input: serde_json::Value) -> RunId {
+        let id = self.create(workflow, input).await;
+        self.settle().await;
+        id
+    }
+
+    /// Work the queue until it is idle.
+    pub(crate) async fn settle(&self) {
+        self.engine.run_until_idle(100).await.unwrap();
+    }
+
+    /// Move the clock, sweep, and work the queue.
+    pub(crate) async fn advance(&self, d: Duration) {
+        self.clock.advance(d);
+        self.engine.sweep(100).await.unwrap();
+        self.settle().await;
+    }
+
+    pub(crate) async fn run(&self, id: &RunId) -> Run {
+        self.engine.get_run(&self.tenant, id).await.unwrap()
+    }
+
+    pub(crate) async fn output(&self, id: &RunId) -> serde_json::Value {
+        let run = self.run(id).await;
+        assert_eq!(run.status, RunStatus::Completed, "{:?}", run.error);
+        match run.output {
+            Some(Payload::Inline(v)) => v,
+            other => panic!("unexpected output {other:?}"),
+        }
+    }
+
+    pub(crate) async fn journal(&self, id: &RunId) -> Vec<JournalEntry> {
+        self.engine
+            .backend()
+            .store
+            .load_history(&self.tenant, id)
+            .await
+            .unwrap()
+            .journal
+    }
+
+    pub(crate) async fn entry(&self, id: &RunId, position: &str) -> Option<JournalEntry> {
+        self.journal(id)
+            .await
+            .into_iter()
+            .find(|e| e.position.as_str() == position)
+    }
+
+    pub(crate) async fn timeline(&self, id: &RunId) -> Vec<TimelineEvent> {
+        self.engine
+            .backend()
+            .store
+            .timeline(&self.tenant, id, 0, 1000)
+            .await
+            .unwrap()
+    }
+}
+
+/// How the receiver answers one POST.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Reply {
+    /// Answer with this status; a 2xx records the key as seen.
+    Status(u16),
+    /// Record the key as seen, then never answer (the caller crashes meanwhile).
+    RecordThenHang,
+}
+
+/// One POST as received.
+#[derive(Debug, Clone)]
+pub(crate) struct Post {
+    pub(crate) path: String,
+    pub(crate) key: Option<String>,
+    pub(crate) body: serde_json::Value,
+}
+
+#[derive(Default)]
+struct State {
+    replies: VecDeque<Reply>,
+    hang_next_connection: bool,
+    posts: Vec<Post>,
+    lookups: Vec<String>,
+    seen: HashSet<String>,
+    held: Vec<TcpStream>,
+}
+
+/// A notify endpoint: `POST /notify` takes a notice, `GET /notify/{key}` answers 200 or
+/// 404 by whether a POST with that key was accepted.
+#[derive(Clone)]
+pub(crate) struct Receiver {
+    pub(crate) url: String,
+    state: Arc<Mutex<State>>,
+    /// Signalled when a POST was handled or a connection was held unread.
+    pub(crate) arrived: Arc<Notify>,
+}
+
+impl Receiver {
+    pub(crate) async fn start() -> Receiver {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/notify", listener.local_addr().unwrap());
+        let receiver = Receiver {
+            url,
+            state: Arc::default(),
+            arrived: Arc::default(),
+        };
+        let rx = receiver.clone();
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let hold = std::mem::take(&mut rx.state().hang_next_connection);
+                if hold {
+                    // Accepted but never read: the caller's request is lost with it.
+                    rx.state().held.push(stream);
+                    rx.arrived.notify_one();
+                    continue;
+                }
+                let rx = rx.clone();
+                tokio::spawn(async move { rx.serve(stream).await });
+            }
+        });
+        receiver
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap()
+    }
+
+    /// Answer the next POSTs like this, in order; after them, 200.
+    pub(crate) fn script(&self, replies: impl IntoIterator<Item = Reply>) {
+        self.state().replies.extend(replies);
+    }
+
+    /// Accept the next connection and never read from it.
+    pub(crate) fn hang_next_connection(&self) {
+        self.state().hang_next_connection = true;
+    }
+
+    pub(crate) fn posts(&self) -> Vec<Post> {
+        self.state().posts.clone()
+    }
+
+    pub(crate) fn lookups(&self) -> Vec<String> {
+        self.state().lookups.clone()
+    }
+
+    async fn serve(&self, mut stream: TcpStream) {
+        let Some((method, path, headers, body)) = read_request(&mut stream).await else {
+            return;
+        };
+        let (status, text) = match (method.as_str(), path.strip_prefix("/notify")) {
+            ("POST", Some("")) => {
+                let key = header(&headers, "idempotency-key");
+                let post = Post {
+                    path: path.clone(),
+                    key: key.clone(),
+                    body: serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null),
+                };
+                let reply = {
+                    let mut st = self.state();
+                    st.posts.push(post);
+                    let reply = st.replies.pop_front().unwrap_or(Reply::Status(200));
+                    let accepted = matches!(reply, Reply::RecordThenHang)
+                        || matches!(reply, Reply::Status(s) if (200..300).contains(&s));
+                    if let (true, Some(key)) = (accepted, key) {
+                        st.seen.insert(key);
+                    }
+                    reply
+                };
+                self.arrived.notify_one();
+                match reply {
+                    Reply::Status(s) => (s, format!("{{\"status\":{s}}}")),
+                    Reply::RecordThenHang => {
+                        self.state().held.push(stream);
+                        return;
+                    }
+                }
+            }
+            ("GET", Some(rest)) if rest.starts_with('/') => {
+                let key = rest[1..].to_owned();
+                let mut st = self.state();
+                st.lookups.push(key.clone());
+                if st.seen.contains(&key) {
+                    (200, "{\"seen\":true}".to_owned())
+                } else {
+                    (404, "{\"seen\":false}".to_owned())
+                }
+            }
+            _ => (404, "{}".to_owned()),
+        };
+        let response = format!(
+            "HTTP/1.1 {status} {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{text}",
+            reason(status),
+            text.len()
+        );
+        let _ = stream.write_all(response.as_bytes()).await;
+        let _ = stream.shutdown().await;
+    }
+}
+
+type Request = (String, String, Vec<(String, String)>, Vec<u8>);
+
+async fn read_request(stream: &mut TcpStream) -> Option<Request> {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let head_end = loop {
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i;
+        }
+        let n = stream.read(&mut chunk).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    };
+    let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
+    let mut lines = head.split("\r\n");
+    let mut request_line = lines.next()?.split(' ');
+    let method = request_line.next()?.to_owned();
+    let path = request_line.next()?.to_owned();
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
+        .collect();
+    let length: usize = header(&headers, "content-length")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let mut body = buf[head_end + 4..].to_vec();
+    while body.len() < length {
+        let n = stream.read(&mut chunk).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        body.extend_from_slice(&chunk[..n]);
+    }
+    Some((method, path, headers, body))
+}
+
+fn header(headers: &[(String, String)], name: &str) -> Option<String> {
+    headers
+        .iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.clone())
+}
+
+fn reason(status: u16) -> &'static str {
+    match status {
+        200 => "OK",
+        404 => "Not Found",
+        422 => "Unprocessable Entity",
+        429 => "Too Many Requests",
+        500 => "Internal Server Error",
+        503 => "Service Unavailable",
+        _ => "Status",
+    }
+}
