@@ -32,16 +32,20 @@ pub struct DevOptions {
     pub sweep_every: Duration,
     /// Largest webhook body accepted.
     pub max_webhook_body: usize,
+    /// How long a lease lasts without renewal (how soon a crashed run is taken over).
+    pub lease_ttl: Duration,
 }
 
 impl DevOptions {
-    /// Defaults for `data_dir`: no API keys, a sweep every 5 s, 1 MiB webhooks.
+    /// Defaults for `data_dir`: no API keys, a sweep every 5 s, 1 MiB webhooks, 60 s
+    /// leases.
     pub fn new(data_dir: PathBuf) -> Self {
         DevOptions {
             data_dir,
             api_keys: HashMap::new(),
             sweep_every: Duration::from_secs(5),
             max_webhook_body: DEFAULT_MAX_BODY,
+            lease_ttl: Duration::from_secs(60),
         }
     }
 
@@ -106,6 +110,7 @@ pub async fn start(
         })?;
     let config = EngineConfig {
         callback_base_url: format!("http://{addr}"),
+        lease_ttl: options.lease_ttl,
         ..EngineConfig::default()
     };
     let engine = Engine::new(embedded.backend(), clock, registry, config);

@@ -51,6 +51,13 @@ enum Command {
         /// API keys as `key=tenant,...`; without any, auth is off and the tenant is `default`.
         #[arg(long, env = "SIESTA_API_KEYS", default_value = "")]
         api_keys: String,
+        /// Lease length in milliseconds: how soon a run held by a crashed process is
+        /// taken over.
+        #[arg(long, default_value_t = 60_000)]
+        lease_ttl_ms: u64,
+        /// How often the sweep runs, in milliseconds.
+        #[arg(long, default_value_t = 5_000)]
+        sweep_every_ms: u64,
     },
     /// Run the `order` example end to end on the embedded backend and print its timeline
     /// as it unfolds; this process plays the payment provider.
@@ -117,7 +124,15 @@ async fn main() -> anyhow::Result<()> {
             port,
             data_dir,
             api_keys,
-        } => dev(port, data_dir, &api_keys).await,
+            lease_ttl_ms,
+            sweep_every_ms,
+        } => {
+            let mut options = siesta_cli::dev::DevOptions::new(data_dir);
+            options.api_keys = siesta_cli::dev::DevOptions::parse_api_keys(&api_keys)?;
+            options.lease_ttl = Duration::from_millis(lease_ttl_ms.max(100));
+            options.sweep_every = Duration::from_millis(sweep_every_ms.max(50));
+            dev(port, options).await
+        }
         Command::Runs {
             url,
             api_key,
@@ -138,9 +153,7 @@ async fn main() -> anyhow::Result<()> {
     }
 }
 
-async fn dev(port: u16, data_dir: PathBuf, api_keys: &str) -> anyhow::Result<()> {
-    let mut options = siesta_cli::dev::DevOptions::new(data_dir);
-    options.api_keys = siesta_cli::dev::DevOptions::parse_api_keys(api_keys)?;
+async fn dev(port: u16, options: siesta_cli::dev::DevOptions) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
         .await
         .with_context(|| format!("binding 127.0.0.1:{port}"))?;

@@ -1,0 +1,139 @@
+//! `siesta dev` killed with SIGKILL while a `report` run is mid-way through its
+//! notification; restarted on the same data dir, the run completes and the team's
+//! endpoint received exactly one POST.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::{get, post};
+use serde_json::{Value, json};
+
+/// The team's endpoint: counts POSTs by idempotency key; the first one never answers,
+/// so the run is caught mid-call when the server is killed.
+#[derive(Clone, Default)]
+struct Receiver {
+    posts: Arc<Mutex<HashMap<String, u32>>>,
+    first_seen: Arc<tokio::sync::Notify>,
+}
+
+async fn notify(State(r): State<Receiver>, headers: HeaderMap) -> StatusCode {
+    let key = headers
+        .get("idempotency-key")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_owned();
+    let first = {
+        let mut posts = r.posts.lock().unwrap();
+        let n = posts.entry(key).or_insert(0);
+        *n += 1;
+        posts.values().sum::<u32>() == 1
+    };
+    if first {
+        r.first_seen.notify_one();
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+    }
+    StatusCode::OK
+}
+
+async fn seen(State(r): State<Receiver>, Path(key): Path<String>) -> StatusCode {
+    if r.posts.lock().unwrap().contains_key(&key) {
+        StatusCode::OK
+    } else {
+        StatusCode::NOT_FOUND
+    }
+}
+
+fn spawn_dev(data_dir: &std::path::Path) -> (Child, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_siesta"))
+        .args([
+            "dev",
+            "--port",
+            "0",
+            "--lease-ttl-ms",
+            "1000",
+            "--sweep-every-ms",
+            "200",
+            "--data-dir",
+        ])
+        .arg(data_dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start siesta dev");
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    // Keep draining: a closed pipe would kill the server at its next line of output.
+    std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
+    let url = line
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .expect("listening line")
+        .to_owned();
+    (child, url)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_mid_report_then_restart_completes_with_exactly_one_post() {
+    let receiver = Receiver::default();
+    let app = Router::new()
+        .route("/notify", post(notify))
+        .route("/notify/{key}", get(seen))
+        .with_state(receiver.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let notify_url = format!("http://{}/notify", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+
+    let dir = tempfile::tempdir().unwrap();
+    let (mut first, base) = spawn_dev(dir.path());
+    let http = reqwest::Client::new();
+    let run: Value = http
+        .post(format!("{base}/runs"))
+        .json(&json!({"workflow": "report", "input": {"issue": "ENG-7", "notify_url": notify_url}}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = run["id"].as_str().expect("run id").to_owned();
+    tokio::time::timeout(Duration::from_secs(30), receiver.first_seen.notified())
+        .await
+        .expect("the report reached its POST");
+    first.kill().unwrap(); // SIGKILL
+    first.wait().unwrap();
+
+    let (mut second, base) = spawn_dev(dir.path());
+    let mut done = Value::Null;
+    for _ in 0..60 {
+        done = http
+            .get(format!("{base}/runs/{id}/result"))
+            .header("Prefer", "wait=1")
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if done["status"] == "completed" || done["status"] == "failed" {
+            break;
+        }
+    }
+    second.kill().unwrap();
+    second.wait().unwrap();
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(done["output"]["notified"], true, "{done}");
+    let posts = receiver.posts.lock().unwrap().clone();
+    assert_eq!(posts.len(), 1, "one idempotency key: {posts:?}");
+    assert_eq!(
+        posts.values().sum::<u32>(),
+        1,
+        "exactly one POST: {posts:?}"
+    );
+}
