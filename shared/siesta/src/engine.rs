@@ -342,7 +342,8 @@ impl Engine {
         let budget = deadline.map_or(budget, |d| d.min(budget));
         let epoch = run.epoch;
         let watch = Arc::new(LeaseWatch::default());
-        let renewal = tokio::spawn(renew_lease(
+        // Dropping the invocation (a timeout around it, an aborted task) stops renewal too.
+        let _renewal = AbortOnDrop(tokio::spawn(renew_lease(
             self.backend.store.clone(),
             self.clock.clone(),
             run.tenant.clone(),
@@ -350,11 +351,9 @@ impl Engine {
             epoch,
             self.config.lease_ttl,
             watch.clone(),
-        ));
+        )));
         let span = tracing::info_span!("invocation", tenant = %run.tenant, run_id = %run.id, epoch = epoch.0);
-        let result = tracing::Instrument::instrument(self.advance(run, budget, &watch), span).await;
-        renewal.abort();
-        result
+        tracing::Instrument::instrument(self.advance(run, budget, &watch), span).await
     }
 
     async fn advance(
@@ -1092,6 +1091,15 @@ fn unvisited(st: &crate::context::ExecState) -> Option<ErrorInfo> {
             false,
         )
     })
+}
+
+/// Aborts a spawned task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// Renew the lease every third of its TTL until aborted; note a lost lease or a

@@ -1005,3 +1005,43 @@ async fn a_spent_time_budget_checkpoints_and_continues_in_a_new_invocation() {
         .count();
     assert_eq!(steps, 10, "no step ran twice across the continuation");
 }
+
+#[tokio::test]
+async fn a_failed_tool_call_asks_its_lookup_before_calling_again() {
+    let calls = counter();
+    let accepted = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let mut reg = Registry::new();
+    let (c, acc) = (calls.clone(), accepted.clone());
+    reg.register("charge", move |ctx: Context, _: serde_json::Value| {
+        let (c, acc, lookup_acc) = (c.clone(), acc.clone(), acc.clone());
+        async move {
+            ctx.tool_call("charge", &json!({"amount": 5}), move |call| async move {
+                c.fetch_add(1, Ordering::SeqCst);
+                // The far side acts, but the answer is lost: a timeout.
+                acc.lock()
+                    .unwrap()
+                    .push(call.idempotency_key().unwrap().to_string());
+                Err::<String, _>(StepError::timeout("no response"))
+            })
+            .retry(RetryStrategy::fixed(3, Duration::from_secs(5)))
+            .lookup(move |key| async move {
+                Ok(lookup_acc
+                    .lock()
+                    .unwrap()
+                    .contains(&key.to_string())
+                    .then(|| "charged".to_owned()))
+            })
+            .await
+        }
+    });
+    let w = World::new(reg);
+    let id = w.start("charge", json!(null)).await;
+    w.settle().await;
+    w.advance(Duration::from_secs(5)).await;
+    assert_eq!(World::output(&w.run(&id).await), json!("charged"));
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        1,
+        "the retry found the first call had happened"
+    );
+}

@@ -310,6 +310,41 @@ where
             if now < retry_at {
                 return ctx.suspend(Some(retry_at)).await;
             }
+            // A failed tool call may still have happened (a timeout after the far side
+            // acted): ask before calling again.
+            if let (Some(key), Some(lookup)) = (&key, lookup.take()) {
+                ctx.go_live();
+                ctx.boundary().await;
+                match lookup(key.clone()).await {
+                    Ok(Some(value)) => {
+                        return settle_success(
+                            &ctx,
+                            &op,
+                            sub,
+                            attempt,
+                            Some(key.clone()),
+                            value,
+                            Vec::new(),
+                            true,
+                        )
+                        .await;
+                    }
+                    Ok(None) => {}
+                    Err(e) => {
+                        return settle_failure(
+                            &ctx,
+                            &op,
+                            sub,
+                            &retry,
+                            park_on_exhaustion,
+                            attempt + 1,
+                            e.info().clone(),
+                            Some(key.clone()),
+                        )
+                        .await;
+                    }
+                }
+            }
             (attempt + 1, false)
         }
         Some(EntryState::Started { attempt, .. }) => match (&key, semantics) {
