@@ -219,14 +219,8 @@ async fn notify(
         .idempotency_key()
         .map(|k| k.to_string())
         .ok_or_else(|| StepError::fatal("a tool call without an idempotency key"))?;
-    let earlier = if call.attempt() > 1 {
-        lookup_notice(&url, &key).await?
-    } else {
-        None
-    };
-    if let Some(seen) = earlier {
-        return Ok(seen);
-    }
+    // Before a retry the engine has already asked `lookup_notice` whether an earlier
+    // attempt got through, so reaching here means it did not.
     post_notice(&url, &key, &notice).await
 }
 
