@@ -9,6 +9,7 @@
 
 mod error;
 mod openapi;
+pub mod signature;
 mod view;
 mod webhook;
 
