@@ -16,7 +16,7 @@ use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use siesta::*;
 use siesta_api::{
-    ApiError, ApiRequest, ApiResponse, ControlApi, DEFAULT_MAX_BODY, WebhookReceiver,
+    ApiError, ApiRequest, ApiResponse, ControlApi, DEFAULT_MAX_BODY, WebhookReceiver, WebhookSource,
 };
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
@@ -32,6 +32,8 @@ pub struct DevOptions {
     pub sweep_every: Duration,
     /// Largest webhook body accepted.
     pub max_webhook_body: usize,
+    /// Configured webhook sources (`/hooks/sources/{source}`).
+    pub sources: Vec<WebhookSource>,
     /// How long a lease lasts without renewal (how soon a crashed run is taken over).
     pub lease_ttl: Duration,
 }
@@ -46,6 +48,7 @@ impl DevOptions {
             sweep_every: Duration::from_secs(5),
             max_webhook_body: DEFAULT_MAX_BODY,
             lease_ttl: Duration::from_secs(60),
+            sources: Vec::new(),
         }
     }
 
@@ -116,7 +119,8 @@ pub async fn start(
     let engine = Engine::new(embedded.backend(), clock, registry, config);
     let app = App {
         api: ControlApi::new(engine.clone()),
-        hooks: WebhookReceiver::new(engine.clone(), options.max_webhook_body),
+        hooks: WebhookReceiver::new(engine.clone(), options.max_webhook_body)
+            .with_sources(options.sources.clone()),
         keys: Arc::new(options.api_keys.clone()),
     };
     // Bodies over the webhook limit get our JSON 413; the transport only guards memory.

@@ -58,6 +58,9 @@ enum Command {
         /// How often the sweep runs, in milliseconds.
         #[arg(long, default_value_t = 5_000)]
         sweep_every_ms: u64,
+        /// Webhook sources as a JSON array (see the README).
+        #[arg(long, env = "SIESTA_WEBHOOK_SOURCES", default_value = "")]
+        webhook_sources: String,
     },
     /// Run the `order` example end to end on the embedded backend and print its timeline
     /// as it unfolds; this process plays the payment provider.
@@ -126,11 +129,14 @@ async fn main() -> anyhow::Result<()> {
             api_keys,
             lease_ttl_ms,
             sweep_every_ms,
+            webhook_sources,
         } => {
             let mut options = siesta_cli::dev::DevOptions::new(data_dir);
             options.api_keys = siesta_cli::dev::DevOptions::parse_api_keys(&api_keys)?;
             options.lease_ttl = Duration::from_millis(lease_ttl_ms.max(100));
             options.sweep_every = Duration::from_millis(sweep_every_ms.max(50));
+            options.sources = siesta_api::WebhookSource::parse_all(&webhook_sources)
+                .map_err(anyhow::Error::msg)?;
             dev(port, options).await
         }
         Command::Runs {

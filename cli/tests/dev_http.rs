@@ -240,3 +240,114 @@ async fn tenant_b_cannot_see_cancel_or_signal_tenant_a_run() {
     assert_eq!(stale.status(), 412);
     server.stop();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signed_source_webhook_reaches_its_run_even_before_the_wait_and_bad_signatures_change_nothing()
+ {
+    use siesta_api::signature::{Scheme, Secret, sign};
+    let dir = tempfile::tempdir().unwrap();
+    let mut options = DevOptions::new(dir.path().to_owned());
+    options.sources = siesta_api::WebhookSource::parse_all(
+        r#"[{"name": "ci", "scheme": "standard-webhooks", "secrets": ["whsec_b2xkLXNlY3JldA==", "whsec_bmV3LXNlY3JldA=="],
+             "correlation": "/run_id", "event": "approval"}]"#,
+    )
+    .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let server = start(listener, options, siesta_workflows::registry())
+        .await
+        .unwrap();
+    let base = format!("http://{}", server.addr);
+    let client = reqwest::Client::new();
+    let run: Value = client
+        .post(format!("{base}/runs"))
+        .json(&json!({"workflow": "approval", "input": {"change": "bump the API"}}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = run["id"].as_str().unwrap().to_owned();
+    let hook = format!("{base}/hooks/sources/ci");
+    let body =
+        serde_json::to_vec(&json!({"run_id": id, "approved": true, "by": "ci-bot"})).unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let post = |headers: Vec<(&'static str, String)>, body: Vec<u8>| {
+        let mut req = client.post(&hook).body(body);
+        for (k, v) in headers {
+            req = req.header(k, v);
+        }
+        req.send()
+    };
+    // Wrong secret, tampered body, stale timestamp, no signature: 401, nothing delivered.
+    let wrong = sign(
+        Scheme::StandardWebhooks,
+        &Secret::parse("whsec_d3Jvbmc=").unwrap(),
+        "msg_0",
+        now,
+        &body,
+    );
+    assert_eq!(post(wrong, body.clone()).await.unwrap().status(), 401);
+    let good = sign(
+        Scheme::StandardWebhooks,
+        &Secret::parse("whsec_bmV3LXNlY3JldA==").unwrap(),
+        "msg_1",
+        now,
+        &body,
+    );
+    let mut tampered = body.clone();
+    tampered[2] ^= 1;
+    assert_eq!(post(good.clone(), tampered).await.unwrap().status(), 401);
+    let stale = sign(
+        Scheme::StandardWebhooks,
+        &Secret::parse("whsec_b2xkLXNlY3JldA==").unwrap(),
+        "msg_1",
+        now - 3600,
+        &body,
+    );
+    assert_eq!(post(stale, body.clone()).await.unwrap().status(), 401);
+    assert_eq!(post(vec![], body.clone()).await.unwrap().status(), 401);
+    let timeline: Value = client
+        .get(format!("{base}/runs/{id}/timeline"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(
+        !timeline.to_string().contains("EventDelivered"),
+        "bad webhooks delivered nothing"
+    );
+    // Signed with the rotated-in secret: accepted (whether or not the run waits yet), once.
+    let first = post(good.clone(), body.clone()).await.unwrap();
+    assert_eq!(first.status(), 200);
+    let again: Value = post(good, body.clone())
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(again["duplicate"], true);
+    let done: Value = client
+        .get(format!("{base}/runs/{id}/result"))
+        .header("Prefer", "wait=10")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(done["status"], "completed", "{done}");
+    let unknown = client
+        .post(format!("{base}/hooks/sources/nope"))
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unknown.status(), 404);
+    server.stop();
+}

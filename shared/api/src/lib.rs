@@ -25,7 +25,7 @@ use siesta::*;
 pub use error::ApiError;
 pub use openapi::{ROUTES, Route, openapi};
 pub use view::{OperationsSummary, RunView, WaitView};
-pub use webhook::{DEFAULT_MAX_BODY, WebhookReceiver};
+pub use webhook::{DEFAULT_MAX_BODY, SourceConfig, WebhookReceiver, WebhookSource};
 
 /// The longest `Prefer: wait=N` honoured.
 pub const MAX_WAIT: Duration = Duration::from_secs(60);

@@ -99,6 +99,13 @@ pub const ROUTES: &[Route] = &[
     },
     Route {
         method: "post",
+        path: "/hooks/sources/{source}",
+        summary: "Public webhook from a configured, signed source",
+        success: 200,
+        body: true,
+    },
+    Route {
+        method: "post",
         path: "/hooks/{token}",
         summary: "Public webhook addressed by a callback token",
         success: 200,

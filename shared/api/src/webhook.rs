@@ -1,16 +1,91 @@
 //! The public webhook receiver: `POST /hooks/{token}`, addressed by a callback's
-//! capability token (no API key: the token is the credential).
+//! capability token (no API key: the token is the credential), and
+//! `POST /hooks/sources/{source}` for configured providers that cannot carry our URL:
+//! their signature is verified over the raw body first, then a correlation id read from
+//! the body (a JSON pointer) names the run, and the webhook is delivered to it as a named
+//! event — kept if the run is not waiting for it yet.
 //!
 //! Order of checks, so that bad input changes nothing: size (413), route and token (404),
 //! JSON (400), then one durable write (the delivery, deduplicated by its id), then 2xx,
 //! then the wake-up. A delivery after the callback closed (completed, timed out) is 410.
 
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
 use http::{HeaderMap, Method, StatusCode};
+use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use siesta::ports::DeliverOutcome;
 use siesta::*;
 
+use crate::signature::{Scheme, Secret, SignatureError, Verifier};
 use crate::{ApiError, ApiRequest, ApiResponse};
+
+/// A configured webhook source, as written in configuration (JSON).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SourceConfig {
+    /// The `{source}` in `/hooks/sources/{source}`.
+    pub name: String,
+    /// The tenant whose runs it addresses (default `default`).
+    #[serde(default = "default_tenant")]
+    pub tenant: String,
+    /// `standard-webhooks`, `stripe` or `github`.
+    pub scheme: String,
+    /// Active secrets (several during a rotation).
+    pub secrets: Vec<String>,
+    /// JSON pointer to the run id in the body, e.g. `/data/metadata/run_id`.
+    pub correlation: String,
+    /// The event name delivered to the run (default: the source's name).
+    #[serde(default)]
+    pub event: Option<String>,
+    /// Timestamp tolerance in seconds (default 300).
+    #[serde(default)]
+    pub tolerance_secs: Option<u64>,
+}
+
+fn default_tenant() -> String {
+    "default".to_owned()
+}
+
+/// A webhook source ready to verify and route deliveries.
+#[derive(Debug, Clone)]
+pub struct WebhookSource {
+    name: String,
+    tenant: TenantId,
+    verifier: Verifier,
+    correlation: String,
+    event: String,
+}
+
+impl WebhookSource {
+    /// Build a source from its configuration.
+    pub fn from_config(c: SourceConfig) -> Result<Self, String> {
+        let scheme = Scheme::parse(&c.scheme).map_err(|e| format!("source {}: {e}", c.name))?;
+        let secrets = c.secrets.iter().map(|s| Secret::parse(s)).collect::<Result<Vec<_>, _>>().map_err(|e| format!("source {}: {e}", c.name))?;
+        if secrets.is_empty() {
+            return Err(format!("source {}: at least one secret is required", c.name));
+        }
+        if !c.correlation.starts_with('/') {
+            return Err(format!("source {}: correlation must be a JSON pointer like /data/run_id", c.name));
+        }
+        let mut verifier = Verifier::new(scheme, secrets);
+        if let Some(t) = c.tolerance_secs {
+            verifier.tolerance = Duration::from_secs(t);
+        }
+        Ok(WebhookSource { event: c.event.unwrap_or_else(|| c.name.clone()), tenant: TenantId(c.tenant), name: c.name, verifier, correlation: c.correlation })
+    }
+
+    /// Parse a JSON array of [`SourceConfig`]s (the `SIESTA_WEBHOOK_SOURCES` format).
+    pub fn parse_all(json: &str) -> Result<Vec<WebhookSource>, String> {
+        if json.trim().is_empty() {
+            return Ok(Vec::new());
+        }
+        let configs: Vec<SourceConfig> = serde_json::from_str(json).map_err(|e| format!("webhook sources: {e}"))?;
+        configs.into_iter().map(WebhookSource::from_config).collect()
+    }
+}
 
 /// The default largest body accepted: 1 MiB.
 pub const DEFAULT_MAX_BODY: usize = 1024 * 1024;
@@ -20,12 +95,19 @@ pub const DEFAULT_MAX_BODY: usize = 1024 * 1024;
 pub struct WebhookReceiver {
     engine: Engine,
     max_body: usize,
+    sources: Arc<HashMap<String, WebhookSource>>,
 }
 
 impl WebhookReceiver {
     /// A receiver over `engine` accepting bodies up to `max_body` bytes.
     pub fn new(engine: Engine, max_body: usize) -> Self {
-        WebhookReceiver { engine, max_body }
+        WebhookReceiver { engine, max_body, sources: Arc::new(HashMap::new()) }
+    }
+
+    /// With these configured sources.
+    pub fn with_sources(mut self, sources: Vec<WebhookSource>) -> Self {
+        self.sources = Arc::new(sources.into_iter().map(|s| (s.name.clone(), s)).collect());
+        self
     }
 
     /// Answer one webhook request.
@@ -53,6 +135,7 @@ impl WebhookReceiver {
             (&Method::POST, ["hooks", token]) if !token.is_empty() => {
                 self.by_token(&CallbackId::from(*token), req).await
             }
+            (&Method::POST, ["hooks", "sources", name]) => self.by_source(name, req).await,
             (_, ["hooks", ..]) => Err(ApiError::new(
                 StatusCode::METHOD_NOT_ALLOWED,
                 "method_not_allowed",
@@ -91,6 +174,33 @@ impl WebhookReceiver {
                 EngineError::NotFound => ApiError::not_found("callback"),
                 other => other.into(),
             })?;
+        Ok(acknowledged(outcome))
+    }
+}
+
+impl WebhookReceiver {
+    async fn by_source(&self, name: &str, req: &ApiRequest) -> Result<ApiResponse, ApiError> {
+        let source = self.sources.get(name).ok_or_else(|| ApiError::not_found("webhook source"))?;
+        let now = self.engine.clock().now().millis() / 1000;
+        let verified = source.verifier.verify(&req.headers, &req.body, now).map_err(|e| {
+            let code = match e {
+                SignatureError::TimestampOutOfTolerance => "timestamp_out_of_tolerance",
+                _ => "bad_signature",
+            };
+            ApiError::new(StatusCode::UNAUTHORIZED, code, e.to_string())
+        })?;
+        let value: serde_json::Value =
+            serde_json::from_slice(&req.body).map_err(|e| ApiError::bad_request(format!("malformed JSON body: {e}")))?;
+        let run_id = match value.pointer(&source.correlation) {
+            Some(serde_json::Value::String(s)) if !s.is_empty() => RunId(s.clone()),
+            _ => return Err(ApiError::bad_request(format!("the body has no correlation id at {}", source.correlation))),
+        };
+        let id = verified.delivery_id.unwrap_or_else(|| delivery_id(&req.headers, &req.body));
+        let delivery = DeliveryId(format!("source:{name}:{id}"));
+        let outcome = self.engine.deliver_event(&source.tenant, &run_id, &source.event, value, Some(delivery)).await.map_err(|e| match e {
+            EngineError::NotFound => ApiError::not_found("run"),
+            other => other.into(),
+        })?;
         Ok(acknowledged(outcome))
     }
 }
