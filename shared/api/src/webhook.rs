@@ -63,18 +63,35 @@ impl WebhookSource {
     /// Build a source from its configuration.
     pub fn from_config(c: SourceConfig) -> Result<Self, String> {
         let scheme = Scheme::parse(&c.scheme).map_err(|e| format!("source {}: {e}", c.name))?;
-        let secrets = c.secrets.iter().map(|s| Secret::parse(s)).collect::<Result<Vec<_>, _>>().map_err(|e| format!("source {}: {e}", c.name))?;
+        let secrets = c
+            .secrets
+            .iter()
+            .map(|s| Secret::parse(s))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| format!("source {}: {e}", c.name))?;
         if secrets.is_empty() {
-            return Err(format!("source {}: at least one secret is required", c.name));
+            return Err(format!(
+                "source {}: at least one secret is required",
+                c.name
+            ));
         }
         if !c.correlation.starts_with('/') {
-            return Err(format!("source {}: correlation must be a JSON pointer like /data/run_id", c.name));
+            return Err(format!(
+                "source {}: correlation must be a JSON pointer like /data/run_id",
+                c.name
+            ));
         }
         let mut verifier = Verifier::new(scheme, secrets);
         if let Some(t) = c.tolerance_secs {
             verifier.tolerance = Duration::from_secs(t);
         }
-        Ok(WebhookSource { event: c.event.unwrap_or_else(|| c.name.clone()), tenant: TenantId(c.tenant), name: c.name, verifier, correlation: c.correlation })
+        Ok(WebhookSource {
+            event: c.event.unwrap_or_else(|| c.name.clone()),
+            tenant: TenantId(c.tenant),
+            name: c.name,
+            verifier,
+            correlation: c.correlation,
+        })
     }
 
     /// Parse a JSON array of [`SourceConfig`]s (the `SIESTA_WEBHOOK_SOURCES` format).
@@ -82,8 +99,12 @@ impl WebhookSource {
         if json.trim().is_empty() {
             return Ok(Vec::new());
         }
-        let configs: Vec<SourceConfig> = serde_json::from_str(json).map_err(|e| format!("webhook sources: {e}"))?;
-        configs.into_iter().map(WebhookSource::from_config).collect()
+        let configs: Vec<SourceConfig> =
+            serde_json::from_str(json).map_err(|e| format!("webhook sources: {e}"))?;
+        configs
+            .into_iter()
+            .map(WebhookSource::from_config)
+            .collect()
     }
 }
 
@@ -101,7 +122,11 @@ pub struct WebhookReceiver {
 impl WebhookReceiver {
     /// A receiver over `engine` accepting bodies up to `max_body` bytes.
     pub fn new(engine: Engine, max_body: usize) -> Self {
-        WebhookReceiver { engine, max_body, sources: Arc::new(HashMap::new()) }
+        WebhookReceiver {
+            engine,
+            max_body,
+            sources: Arc::new(HashMap::new()),
+        }
     }
 
     /// With these configured sources.
@@ -180,27 +205,50 @@ impl WebhookReceiver {
 
 impl WebhookReceiver {
     async fn by_source(&self, name: &str, req: &ApiRequest) -> Result<ApiResponse, ApiError> {
-        let source = self.sources.get(name).ok_or_else(|| ApiError::not_found("webhook source"))?;
+        let source = self
+            .sources
+            .get(name)
+            .ok_or_else(|| ApiError::not_found("webhook source"))?;
         let now = self.engine.clock().now().millis() / 1000;
-        let verified = source.verifier.verify(&req.headers, &req.body, now).map_err(|e| {
-            let code = match e {
-                SignatureError::TimestampOutOfTolerance => "timestamp_out_of_tolerance",
-                _ => "bad_signature",
-            };
-            ApiError::new(StatusCode::UNAUTHORIZED, code, e.to_string())
-        })?;
-        let value: serde_json::Value =
-            serde_json::from_slice(&req.body).map_err(|e| ApiError::bad_request(format!("malformed JSON body: {e}")))?;
+        let verified = source
+            .verifier
+            .verify(&req.headers, &req.body, now)
+            .map_err(|e| {
+                let code = match e {
+                    SignatureError::TimestampOutOfTolerance => "timestamp_out_of_tolerance",
+                    _ => "bad_signature",
+                };
+                ApiError::new(StatusCode::UNAUTHORIZED, code, e.to_string())
+            })?;
+        let value: serde_json::Value = serde_json::from_slice(&req.body)
+            .map_err(|e| ApiError::bad_request(format!("malformed JSON body: {e}")))?;
         let run_id = match value.pointer(&source.correlation) {
             Some(serde_json::Value::String(s)) if !s.is_empty() => RunId(s.clone()),
-            _ => return Err(ApiError::bad_request(format!("the body has no correlation id at {}", source.correlation))),
+            _ => {
+                return Err(ApiError::bad_request(format!(
+                    "the body has no correlation id at {}",
+                    source.correlation
+                )));
+            }
         };
-        let id = verified.delivery_id.unwrap_or_else(|| delivery_id(&req.headers, &req.body));
+        let id = verified
+            .delivery_id
+            .unwrap_or_else(|| delivery_id(&req.headers, &req.body));
         let delivery = DeliveryId(format!("source:{name}:{id}"));
-        let outcome = self.engine.deliver_event(&source.tenant, &run_id, &source.event, value, Some(delivery)).await.map_err(|e| match e {
-            EngineError::NotFound => ApiError::not_found("run"),
-            other => other.into(),
-        })?;
+        let outcome = self
+            .engine
+            .deliver_event(
+                &source.tenant,
+                &run_id,
+                &source.event,
+                value,
+                Some(delivery),
+            )
+            .await
+            .map_err(|e| match e {
+                EngineError::NotFound => ApiError::not_found("run"),
+                other => other.into(),
+            })?;
         Ok(acknowledged(outcome))
     }
 }
