@@ -509,3 +509,67 @@ async fn every_documented_route_is_routed() {
     let doc = w.call("a", Method::GET, "/openapi.json", &[], "").await;
     assert_eq!(doc.body["openapi"], "3.1.0");
 }
+
+#[tokio::test]
+async fn a_webhook_after_its_callback_timed_out_is_gone_and_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::default());
+    let embedded =
+        siesta_embedded::EmbeddedBackend::open(dir.path().join("db"), clock.clone()).unwrap();
+    let mut reg = Registry::new();
+    reg.register("pay", |ctx: Context, _: serde_json::Value| async move {
+        let cb = ctx
+            .create_callback::<serde_json::Value>("payment")
+            .timeout(Duration::from_secs(3600))
+            .await?;
+        match cb.wait().await {
+            Ok(v) => Ok(v),
+            Err(e) => Ok(json!(e.kind().as_str())),
+        }
+    });
+    let engine = Engine::new(
+        embedded.backend(),
+        clock.clone(),
+        reg,
+        EngineConfig::default(),
+    );
+    let hooks = siesta_api::WebhookReceiver::new(engine.clone(), siesta_api::DEFAULT_MAX_BODY);
+    let tenant = TenantId::from("default");
+    let run = engine
+        .start(&tenant, "pay", json!(null), None)
+        .await
+        .unwrap();
+    engine.run_until_idle(10).await.unwrap();
+    let timeline = engine
+        .backend()
+        .store
+        .timeline(&tenant, &run.id, 0, 100)
+        .await
+        .unwrap();
+    let token = timeline
+        .iter()
+        .find(|e| e.event_type == EventType::CallbackStarted)
+        .unwrap()
+        .details["CallbackId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    clock.advance(Duration::from_secs(3600));
+    engine.sweep(10).await.unwrap();
+    engine.run_until_idle(10).await.unwrap();
+    let before = engine.get_run(&tenant, &run.id).await.unwrap();
+    assert_eq!(
+        before.output,
+        Some(Payload::Inline(json!("CallbackTimedOut")))
+    );
+    let req = ApiRequest {
+        method: Method::POST,
+        path: format!("/hooks/{token}"),
+        query: String::new(),
+        headers: HeaderMap::new(),
+        body: Bytes::from_static(br#"{"status":"COMPLETED"}"#),
+    };
+    let r = hooks.handle(req).await;
+    assert_eq!(r.status, StatusCode::GONE, "{}", r.body);
+    assert_eq!(engine.get_run(&tenant, &run.id).await.unwrap(), before);
+}
