@@ -1,5 +1,6 @@
 //! `siesta dev` through real HTTP on an ephemeral port.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -349,5 +350,87 @@ async fn a_signed_source_webhook_reaches_its_run_even_before_the_wait_and_bad_si
         .await
         .unwrap();
     assert_eq!(unknown.status(), 404);
+    server.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_concurrent_duplicate_deliveries_wake_the_run_exactly_once() {
+    let (server, _dir, base) = server("").await;
+    let client = reqwest::Client::new();
+    let run: Value = client
+        .post(format!("{base}/runs"))
+        .json(&json!({"workflow": "order", "input": {"item": "Lamp", "amount": 20}}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let run_url = format!("{base}/runs/{}", run["id"].as_str().unwrap());
+    let waiting = wait_for_status(&client, &run_url, None, "waiting").await;
+    let hook = waiting["waits"][0]["url"].as_str().unwrap().to_owned();
+    let payment = json!({"status": "COMPLETED", "transaction_id": "txn_dup"});
+    let limit = Arc::new(tokio::sync::Semaphore::new(64));
+    let mut tasks = Vec::new();
+    for _ in 0..1000 {
+        let (client, hook, payment, limit) =
+            (client.clone(), hook.clone(), payment.clone(), limit.clone());
+        tasks.push(tokio::spawn(async move {
+            let _permit = limit.acquire().await.unwrap();
+            let r = client
+                .post(&hook)
+                .header("webhook-id", "msg_storm")
+                .json(&payment)
+                .send()
+                .await
+                .unwrap();
+            (
+                r.status().as_u16(),
+                r.json::<Value>().await.unwrap()["duplicate"] == true,
+            )
+        }));
+    }
+    let (mut accepted, mut duplicates) = (0, 0);
+    for t in tasks {
+        let (status, duplicate) = t.await.unwrap();
+        assert_eq!(status, 200);
+        if duplicate {
+            duplicates += 1
+        } else {
+            accepted += 1
+        }
+    }
+    assert_eq!((accepted, duplicates), (1, 999));
+    let done: Value = client
+        .get(format!("{run_url}/result"))
+        .header("Prefer", "wait=10")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(done["status"], "completed", "{done}");
+    let timeline: Value = client
+        .get(format!("{run_url}/timeline?limit=1000"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let count = |t: &str| {
+        timeline["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["EventType"] == t)
+            .count()
+    };
+    assert_eq!(count("CallbackDelivered"), 1);
+    assert_eq!(count("CallbackSucceeded"), 1);
+    assert_eq!(count("ExecutionSucceeded"), 1);
+    // One invocation to pause at the callback, one woken by the single accepted delivery.
+    assert_eq!(count("InvocationCompleted"), 2, "woken exactly once");
     server.stop();
 }
