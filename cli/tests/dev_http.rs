@@ -276,7 +276,7 @@ async fn a_signed_source_webhook_reaches_its_run_even_before_the_wait_and_bad_si
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_secs() as i64;
-    let post = |headers: Vec<(&'static str, String)>, body: Vec<u8>| {
+    let post = |headers: Vec<(String, String)>, body: Vec<u8>| {
         let mut req = client.post(&hook).body(body);
         for (k, v) in headers {
             req = req.header(k, v);
@@ -286,7 +286,7 @@ async fn a_signed_source_webhook_reaches_its_run_even_before_the_wait_and_bad_si
     // Wrong secret, tampered body, stale timestamp, no signature: 401, nothing delivered.
     let wrong = sign(
         Scheme::StandardWebhooks,
-        &Secret::parse("whsec_d3Jvbmc=").unwrap(),
+        &Secret::parse(Scheme::StandardWebhooks, "whsec_d3Jvbmc=").unwrap(),
         "msg_0",
         now,
         &body,
@@ -294,7 +294,7 @@ async fn a_signed_source_webhook_reaches_its_run_even_before_the_wait_and_bad_si
     assert_eq!(post(wrong, body.clone()).await.unwrap().status(), 401);
     let good = sign(
         Scheme::StandardWebhooks,
-        &Secret::parse("whsec_bmV3LXNlY3JldA==").unwrap(),
+        &Secret::parse(Scheme::StandardWebhooks, "whsec_bmV3LXNlY3JldA==").unwrap(),
         "msg_1",
         now,
         &body,
@@ -304,7 +304,7 @@ async fn a_signed_source_webhook_reaches_its_run_even_before_the_wait_and_bad_si
     assert_eq!(post(good.clone(), tampered).await.unwrap().status(), 401);
     let stale = sign(
         Scheme::StandardWebhooks,
-        &Secret::parse("whsec_b2xkLXNlY3JldA==").unwrap(),
+        &Secret::parse(Scheme::StandardWebhooks, "whsec_b2xkLXNlY3JldA==").unwrap(),
         "msg_1",
         now - 3600,
         &body,

@@ -8,8 +8,9 @@
 //! see [`ApiError`].
 
 mod error;
+/// Webhook signature verification (re-exported from `siesta-webhook`).
+pub use siesta_webhook as signature;
 mod openapi;
-pub mod signature;
 mod view;
 mod webhook;
 

@@ -19,8 +19,8 @@ use sha2::{Digest, Sha256};
 use siesta::ports::DeliverOutcome;
 use siesta::*;
 
-use crate::signature::{Scheme, Secret, SignatureError, Verifier};
 use crate::{ApiError, ApiRequest, ApiResponse};
+use siesta_webhook::{Scheme, SignatureError, Verifier};
 
 /// A configured webhook source, as written in configuration (JSON).
 #[derive(Debug, Clone, Deserialize)]
@@ -62,28 +62,20 @@ pub struct WebhookSource {
 impl WebhookSource {
     /// Build a source from its configuration.
     pub fn from_config(c: SourceConfig) -> Result<Self, String> {
-        let scheme = Scheme::parse(&c.scheme).map_err(|e| format!("source {}: {e}", c.name))?;
-        let secrets = c
-            .secrets
-            .iter()
-            .map(|s| Secret::parse(s))
-            .collect::<Result<Vec<_>, _>>()
+        let scheme: Scheme = c
+            .scheme
+            .parse()
             .map_err(|e| format!("source {}: {e}", c.name))?;
-        if secrets.is_empty() {
-            return Err(format!(
-                "source {}: at least one secret is required",
-                c.name
-            ));
-        }
         if !c.correlation.starts_with('/') {
             return Err(format!(
                 "source {}: correlation must be a JSON pointer like /data/run_id",
                 c.name
             ));
         }
-        let mut verifier = Verifier::new(scheme, secrets);
+        let mut verifier = Verifier::from_config(scheme, &c.secrets)
+            .map_err(|e| format!("source {}: {e}", c.name))?;
         if let Some(t) = c.tolerance_secs {
-            verifier.tolerance = Duration::from_secs(t);
+            verifier = verifier.with_tolerance(Duration::from_secs(t));
         }
         Ok(WebhookSource {
             event: c.event.unwrap_or_else(|| c.name.clone()),
