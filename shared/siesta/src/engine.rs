@@ -551,31 +551,7 @@ impl Engine {
                         ErrorInfo::new("Failed", "the child run failed", false)
                     })),
                 };
-                let event_type = if outcome.is_ok() {
-                    EventType::ChainedInvokeSucceeded
-                } else {
-                    EventType::ChainedInvokeFailed
-                };
-                delta.parent_delivery = Some(NewDelivery {
-                    id: DeliveryId(format!("child-finished:{}", run.id)),
-                    tenant: run.tenant.clone(),
-                    run_id: parent.run_id.clone(),
-                    body: DeliveryBody::ChildFinished {
-                        position: parent.position.clone(),
-                        outcome: outcome.clone(),
-                    },
-                    received_at: now,
-                    event: TimelineEvent {
-                        seq: 0,
-                        at: now,
-                        event_type,
-                        sub_type: Some(SubType::ChainedInvoke),
-                        id: Some(parent.position.0.clone()),
-                        parent_id: None,
-                        name: Some(run.workflow.clone()),
-                        details: serde_json::json!({"ChildRunId": run.id, "Status": status}),
-                    },
-                });
+                delta.parent_delivery = Some(child_finished(&run, parent, outcome, status, now));
             }
         }
         let inbox_seen = expect_inbox.unwrap_or(run.inbox_seq);
@@ -898,25 +874,13 @@ impl Engine {
                 let history = self.backend.store.load_history(tenant, run_id).await?;
                 checkpoint.callbacks = open_callbacks(history.journal.iter(), &run);
                 if let Some(parent) = &run.parent {
-                    checkpoint.parent_delivery = Some(NewDelivery {
-                        id: DeliveryId(format!("child-finished:{}", run.id)),
-                        tenant: tenant.clone(),
-                        run_id: parent.run_id.clone(),
-                        body: DeliveryBody::ChildFinished {
-                            position: parent.position.clone(),
-                            outcome: Err(ErrorInfo::new(
-                                "Cancelled",
-                                format!("child run {} was cancelled", run.id),
-                                false,
-                            )),
-                        },
-                        received_at: now,
-                        event: self.delivery_event(
-                            EventType::ChainedInvokeFailed,
-                            Some(&run.workflow),
-                            serde_json::json!({"ChildRunId": run.id, "Status": "cancelled"}),
-                        ),
-                    });
+                    let outcome = Err(ErrorInfo::new(
+                        "Cancelled",
+                        format!("child run {} was cancelled", run.id),
+                        false,
+                    ));
+                    checkpoint.parent_delivery =
+                        Some(child_finished(&run, parent, outcome, status, now));
                 }
             }
             match self.backend.store.checkpoint(&checkpoint).await {
@@ -1044,6 +1008,41 @@ fn inline_detail(payload: &Payload) -> serde_json::Value {
     match payload {
         Payload::Inline(v) => v.clone(),
         Payload::Artifact(a) => serde_json::json!({"Artifact": a}),
+    }
+}
+
+/// The delivery that tells a parent run its child (started by `invoke`) finished.
+fn child_finished(
+    run: &Run,
+    parent: &ParentLink,
+    outcome: Result<Payload, ErrorInfo>,
+    status: RunStatus,
+    now: Timestamp,
+) -> NewDelivery {
+    let event_type = if outcome.is_ok() {
+        EventType::ChainedInvokeSucceeded
+    } else {
+        EventType::ChainedInvokeFailed
+    };
+    NewDelivery {
+        id: DeliveryId(format!("child-finished:{}", run.id)),
+        tenant: run.tenant.clone(),
+        run_id: parent.run_id.clone(),
+        body: DeliveryBody::ChildFinished {
+            position: parent.position.clone(),
+            outcome,
+        },
+        received_at: now,
+        event: TimelineEvent {
+            seq: 0,
+            at: now,
+            event_type,
+            sub_type: Some(SubType::ChainedInvoke),
+            id: Some(parent.position.0.clone()),
+            parent_id: None,
+            name: Some(run.workflow.clone()),
+            details: serde_json::json!({"ChildRunId": run.id, "Status": status}),
+        },
     }
 }
 
