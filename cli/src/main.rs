@@ -215,10 +215,7 @@ async fn demo(data_dir: Option<PathBuf>) -> anyhow::Result<()> {
         .await?;
     let id = run["id"].as_str().context("run id")?.to_owned();
     println!("POST /runs → run {id} of workflow `order` with {input}\n");
-    println!(
-        "{:>4}  {:<22} {:<18} {:<28} details",
-        "seq", "event", "sub-type", "operation"
-    );
+    println!("{}", siesta_cli::runs::TIMELINE_HEADER);
 
     let mut after = 0u64;
     let mut paid = false;
@@ -232,7 +229,7 @@ async fn demo(data_dir: Option<PathBuf>) -> anyhow::Result<()> {
         for event in page["events"].as_array().into_iter().flatten() {
             let event: TimelineEvent = serde_json::from_value(event.clone())?;
             after = event.seq;
-            print_event(&event);
+            println!("{}", siesta_cli::runs::timeline_row(&event));
         }
         let view: serde_json::Value = http
             .get(format!("{base}/runs/{id}"))
@@ -291,26 +288,4 @@ async fn pay(http: reqwest::Client, url: String) {
         };
         println!("      ↳ payment provider POST {url} (delivery #{attempt}): {said}");
     }
-}
-
-fn print_event(e: &TimelineEvent) {
-    let sub = e.sub_type.map(|s| format!("{s:?}")).unwrap_or_default();
-    let op = e.id.clone().or_else(|| e.name.clone()).unwrap_or_default();
-    let mut details = if e.details.is_null() {
-        String::new()
-    } else {
-        e.details.to_string()
-    };
-    if details.len() > 90 {
-        details.truncate(87);
-        details.push_str("...");
-    }
-    println!(
-        "{:>4}  {:<22} {:<18} {:<28} {}",
-        e.seq,
-        format!("{:?}", e.event_type),
-        sub,
-        op,
-        details
-    );
 }

@@ -142,27 +142,12 @@ impl Remote {
             )
             .await?;
         self.print(&body, |b| {
-            println!(
-                "{:>4}  {:<22} {:<18} {:<28} DETAILS",
-                "SEQ", "EVENT", "SUB-TYPE", "OPERATION"
-            );
+            println!("{TIMELINE_HEADER}");
             for e in b["events"].as_array().into_iter().flatten() {
-                let mut details = if e["Details"].is_null() {
-                    String::new()
-                } else {
-                    e["Details"].to_string()
-                };
-                if details.len() > 80 {
-                    details.truncate(77);
-                    details.push_str("...");
+                match serde_json::from_value::<siesta::TimelineEvent>(e.clone()) {
+                    Ok(event) => println!("{}", timeline_row(&event)),
+                    Err(_) => println!("{e}"),
                 }
-                println!(
-                    "{:>4}  {:<22} {:<18} {:<28} {details}",
-                    e["Seq"].as_u64().unwrap_or(0),
-                    e["EventType"].as_str().unwrap_or(""),
-                    e["SubType"].as_str().unwrap_or(""),
-                    e["Id"].as_str().or(e["Name"].as_str()).unwrap_or("")
-                );
             }
         });
         Ok(())
@@ -216,6 +201,32 @@ impl Remote {
     }
 }
 
+/// The header of [`timeline_row`]'s table.
+pub const TIMELINE_HEADER: &str =
+    " SEQ  EVENT                  SUB-TYPE           OPERATION                    DETAILS";
+
+/// One timeline event as a table row, details cut to fit a terminal line.
+pub fn timeline_row(e: &siesta::TimelineEvent) -> String {
+    let sub = e.sub_type.map(|s| format!("{s:?}")).unwrap_or_default();
+    let op = e.id.clone().or_else(|| e.name.clone()).unwrap_or_default();
+    let mut details = if e.details.is_null() {
+        String::new()
+    } else {
+        e.details.to_string()
+    };
+    if details.chars().count() > 80 {
+        // Cut on a character boundary: details may hold any UTF-8.
+        details = details.chars().take(77).collect::<String>() + "...";
+    }
+    format!(
+        "{:>4}  {:<22} {:<18} {:<28} {details}",
+        e.seq,
+        format!("{:?}", e.event_type),
+        sub,
+        op
+    )
+}
+
 fn paint_status(status: &str) -> String {
     if !std::io::stdout().is_terminal() {
         return format!("{status:<10}");
@@ -228,4 +239,21 @@ fn paint_status(status: &str) -> String {
         _ => "36",
     };
     format!("\x1b[{colour}m{status:<10}\x1b[0m")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_details_are_cut_on_a_character_boundary() {
+        let event = siesta::TimelineEvent::execution_started(
+            siesta::Timestamp(0),
+            "order",
+            serde_json::json!({"Item": "☕".repeat(100)}),
+        );
+        let row = timeline_row(&event);
+        assert!(row.ends_with("..."), "{row}");
+        assert!(row.starts_with("   1  ExecutionStarted"), "{row}");
+    }
 }
