@@ -1,0 +1,395 @@
+//! How each domain record is laid out as a DynamoDB item.
+//!
+//! The run item keeps as top-level attributes everything a condition or an `UpdateItem`
+//! touches (status, version, fencing epoch, lease, due time) and everything an index
+//! keys on; the rest of the run (input, output, error, inbox and timeline counters,
+//! parent link) is one JSON attribute, because no condition ever looks inside it. Other
+//! records are their key attributes plus a JSON `body`.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use siesta::ports::StoreError;
+use siesta::*;
+
+use crate::error::corrupt;
+use crate::keys::*;
+
+/// A DynamoDB item.
+pub(crate) type Item = HashMap<String, AttributeValue>;
+
+/// Run attributes.
+pub(crate) const STATUS: &str = "status";
+pub(crate) const VERSION: &str = "version";
+pub(crate) const EPOCH: &str = "epoch";
+pub(crate) const LEASE_OWNER: &str = "lease_owner";
+pub(crate) const LEASE_EXPIRES: &str = "lease_expires";
+pub(crate) const LEASE_EPOCH: &str = "lease_epoch";
+pub(crate) const UPDATED_AT: &str = "updated_at";
+pub(crate) const RUN_ID: &str = "run_id";
+const WORKFLOW: &str = "workflow";
+const CREATED_AT: &str = "created_at";
+const BODY: &str = "body";
+/// A delivery's inbox sequence number.
+pub(crate) const SEQ: &str = "seq";
+/// A callback record's status, which a delivery's condition checks.
+pub(crate) const CALLBACK_STATUS: &str = "callback_status";
+
+pub(crate) fn s(v: impl Into<String>) -> AttributeValue {
+    AttributeValue::S(v.into())
+}
+
+pub(crate) fn n(v: impl ToString) -> AttributeValue {
+    AttributeValue::N(v.to_string())
+}
+
+pub(crate) fn key(pk: String, sk: impl Into<String>) -> Item {
+    HashMap::from([(PK.to_owned(), s(pk)), (SK.to_owned(), s(sk))])
+}
+
+fn get_s<'a>(item: &'a Item, name: &str, what: &str) -> Result<&'a str, StoreError> {
+    match item.get(name) {
+        Some(AttributeValue::S(v)) => Ok(v),
+        _ => Err(corrupt(what, format!("no string attribute {name}"))),
+    }
+}
+
+fn get_n<T: std::str::FromStr>(item: &Item, name: &str, what: &str) -> Result<T, StoreError> {
+    match item.get(name) {
+        Some(AttributeValue::N(v)) => v
+            .parse()
+            .map_err(|_| corrupt(what, format!("{name} = {v} is not a number"))),
+        _ => Err(corrupt(what, format!("no number attribute {name}"))),
+    }
+}
+
+fn opt_n<T: std::str::FromStr>(
+    item: &Item,
+    name: &str,
+    what: &str,
+) -> Result<Option<T>, StoreError> {
+    match item.get(name) {
+        None | Some(AttributeValue::Null(_)) => Ok(None),
+        Some(_) => get_n(item, name, what).map(Some),
+    }
+}
+
+fn to_json<T: Serialize>(v: &T) -> Result<String, StoreError> {
+    serde_json::to_string(v).map_err(|e| StoreError::Invalid(e.to_string()))
+}
+
+fn from_json<T: DeserializeOwned>(item: &Item, what: &str) -> Result<T, StoreError> {
+    serde_json::from_str(get_s(item, BODY, what)?).map_err(|e| corrupt(what, e))
+}
+
+/// The part of a run that no condition looks into.
+#[derive(Serialize, Deserialize)]
+struct RunBody {
+    input: Payload,
+    output: Option<Payload>,
+    error: Option<ErrorInfo>,
+    inbox_seq: u64,
+    inbox_seen: u64,
+    timeline_seq: u64,
+    cancel_requested: bool,
+    parent: Option<ParentLink>,
+}
+
+/// The TTL of a record closed at `at`: kept for `retention`, then removed by DynamoDB.
+fn expiry(at: Timestamp, retention: Duration) -> AttributeValue {
+    n((at.0.max(0) as u64 / 1000) + retention.as_secs())
+}
+
+/// The run's item. A finished run gets a TTL; a run with a due time enters the sparse
+/// due index on its shard.
+pub(crate) fn run_item(run: &Run, retention: Duration) -> Result<Item, StoreError> {
+    let mut item = key(run_pk(&run.tenant, &run.id), RUN_SK);
+    item.insert(TENANT.into(), s(run.tenant.as_str()));
+    item.insert(RUN_ID.into(), s(run.id.as_str()));
+    item.insert(WORKFLOW.into(), s(&run.workflow));
+    item.insert(STATUS.into(), s(run.status.as_str()));
+    item.insert(VERSION.into(), n(run.version));
+    item.insert(EPOCH.into(), n(run.epoch.0));
+    item.insert(CREATED_AT.into(), n(run.created_at.0));
+    item.insert(UPDATED_AT.into(), n(run.updated_at.0));
+    item.insert(
+        CREATED_KEY.into(),
+        s(created_key(run.created_at.0, &run.id)),
+    );
+    if let Some(lease) = &run.lease {
+        item.insert(LEASE_OWNER.into(), s(&lease.owner));
+        item.insert(LEASE_EXPIRES.into(), n(lease.expires_at.0));
+        item.insert(LEASE_EPOCH.into(), n(lease.epoch.0));
+    }
+    if let Some(due) = run.due_at {
+        item.insert(DUE_AT.into(), n(due.0));
+        item.insert(DUE_SHARD.into(), s(due_shard(&run.tenant, &run.id)));
+    }
+    if run.status.is_finished() {
+        item.insert(EXPIRES_AT.into(), expiry(run.updated_at, retention));
+    }
+    let body = RunBody {
+        input: run.input.clone(),
+        output: run.output.clone(),
+        error: run.error.clone(),
+        inbox_seq: run.inbox_seq,
+        inbox_seen: run.inbox_seen,
+        timeline_seq: run.timeline_seq,
+        cancel_requested: run.cancel_requested,
+        parent: run.parent.clone(),
+    };
+    item.insert(BODY.into(), s(to_json(&body)?));
+    Ok(item)
+}
+
+/// The run stored in `item`.
+pub(crate) fn run_from_item(item: &Item) -> Result<Run, StoreError> {
+    const WHAT: &str = "run";
+    let body: RunBody = from_json(item, WHAT)?;
+    let status_name = get_s(item, STATUS, WHAT)?;
+    let status = RunStatus::ALL
+        .into_iter()
+        .find(|s| s.as_str() == status_name)
+        .ok_or_else(|| corrupt(WHAT, format!("unknown status {status_name}")))?;
+    let lease = match opt_n::<u64>(item, LEASE_EPOCH, WHAT)? {
+        Some(epoch) => Some(Lease {
+            owner: get_s(item, LEASE_OWNER, WHAT)?.to_owned(),
+            expires_at: Timestamp(get_n(item, LEASE_EXPIRES, WHAT)?),
+            epoch: FencingEpoch(epoch),
+        }),
+        None => None,
+    };
+    Ok(Run {
+        tenant: TenantId(get_s(item, TENANT, WHAT)?.to_owned()),
+        id: RunId(get_s(item, RUN_ID, WHAT)?.to_owned()),
+        workflow: get_s(item, WORKFLOW, WHAT)?.to_owned(),
+        input: body.input,
+        status,
+        version: get_n(item, VERSION, WHAT)?,
+        output: body.output,
+        error: body.error,
+        created_at: Timestamp(get_n(item, CREATED_AT, WHAT)?),
+        updated_at: Timestamp(get_n(item, UPDATED_AT, WHAT)?),
+        lease,
+        epoch: FencingEpoch(get_n(item, EPOCH, WHAT)?),
+        inbox_seq: body.inbox_seq,
+        inbox_seen: body.inbox_seen,
+        timeline_seq: body.timeline_seq,
+        due_at: opt_n(item, DUE_AT, WHAT)?.map(Timestamp),
+        cancel_requested: body.cancel_requested,
+        parent: body.parent,
+    })
+}
+
+/// A run's timeline event.
+pub(crate) fn timeline_item(
+    tenant: &TenantId,
+    run_id: &RunId,
+    event: &TimelineEvent,
+) -> Result<Item, StoreError> {
+    let mut item = key(run_pk(tenant, run_id), timeline_sk(event.seq));
+    item.insert(BODY.into(), s(to_json(event)?));
+    Ok(item)
+}
+
+/// The timeline event stored in `item`.
+pub(crate) fn timeline_from_item(item: &Item) -> Result<TimelineEvent, StoreError> {
+    from_json(item, "timeline event")
+}
+
+/// A run's journal entry.
+pub(crate) fn journal_item(
+    tenant: &TenantId,
+    run_id: &RunId,
+    entry: &JournalEntry,
+) -> Result<Item, StoreError> {
+    let mut item = key(run_pk(tenant, run_id), journal_sk(&entry.position));
+    item.insert(BODY.into(), s(to_json(entry)?));
+    Ok(item)
+}
+
+/// A run's delivery; its sort key is its dedup id.
+pub(crate) fn delivery_item(delivery: &Delivery) -> Result<Item, StoreError> {
+    let mut item = key(
+        run_pk(&delivery.tenant, &delivery.run_id),
+        delivery_sk(&delivery.id),
+    );
+    item.insert(SEQ.into(), n(delivery.seq));
+    item.insert(BODY.into(), s(to_json(delivery)?));
+    Ok(item)
+}
+
+/// One item of a run's history: a journal entry or a delivery.
+pub(crate) enum HistoryItem {
+    Journal(JournalEntry),
+    Delivery(Delivery),
+}
+
+/// The journal entry or delivery stored in `item`.
+pub(crate) fn history_from_item(item: &Item) -> Result<HistoryItem, StoreError> {
+    let sk = get_s(item, SK, "history")?;
+    if sk.starts_with(JOURNAL_PREFIX) {
+        Ok(HistoryItem::Journal(from_json(item, "journal entry")?))
+    } else if sk.starts_with(DELIVERY_PREFIX) {
+        Ok(HistoryItem::Delivery(from_json(item, "delivery")?))
+    } else {
+        Err(corrupt("history", format!("unexpected sort key {sk}")))
+    }
+}
+
+/// A callback's index record. A closed one gets a TTL: it only serves to tell a late
+/// webhook 410 from an unknown token 404.
+pub(crate) fn callback_item(
+    record: &CallbackRecord,
+    now: Timestamp,
+    retention: Duration,
+) -> Result<Item, StoreError> {
+    let mut item = key(callback_pk(&record.callback_id), RECORD_SK);
+    let status = serde_json::to_value(record.status)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default();
+    item.insert(CALLBACK_STATUS.into(), s(status));
+    if record.status != CallbackStatus::Open {
+        item.insert(EXPIRES_AT.into(), expiry(now, retention));
+    }
+    item.insert(BODY.into(), s(to_json(record)?));
+    Ok(item)
+}
+
+/// The callback record stored in `item`.
+pub(crate) fn callback_from_item(item: &Item) -> Result<CallbackRecord, StoreError> {
+    from_json(item, "callback")
+}
+
+/// The value of [`CALLBACK_STATUS`] for an open callback.
+pub(crate) fn open_callback_status() -> AttributeValue {
+    s("open")
+}
+
+/// A tool-call record.
+pub(crate) fn tool_call_item(record: &ToolCallRecord) -> Result<Item, StoreError> {
+    let mut item = key(tool_call_pk(&record.tenant, &record.key), RECORD_SK);
+    item.insert(BODY.into(), s(to_json(record)?));
+    Ok(item)
+}
+
+/// The tool-call record stored in `item`.
+pub(crate) fn tool_call_from_item(item: &Item) -> Result<ToolCallRecord, StoreError> {
+    from_json(item, "tool call")
+}
+
+/// A due-index entry, as the index projects it.
+pub(crate) fn due_from_item(item: &Item) -> Result<siesta::ports::DueRun, StoreError> {
+    const WHAT: &str = "due index";
+    let status_name = get_s(item, STATUS, WHAT)?;
+    Ok(siesta::ports::DueRun {
+        tenant: TenantId(get_s(item, TENANT, WHAT)?.to_owned()),
+        run_id: RunId(get_s(item, RUN_ID, WHAT)?.to_owned()),
+        due_at: Timestamp(get_n(item, DUE_AT, WHAT)?),
+        status: RunStatus::ALL
+            .into_iter()
+            .find(|s| s.as_str() == status_name)
+            .ok_or_else(|| corrupt(WHAT, format!("unknown status {status_name}")))?,
+    })
+}
+
+/// The created key of a tenant-index entry.
+pub(crate) fn created_key_of(item: &Item) -> Result<String, StoreError> {
+    get_s(item, CREATED_KEY, "tenant index").map(str::to_owned)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn sample() -> Run {
+        let mut run = Run::new(
+            TenantId("acme#1".into()),
+            RunId("run-1".into()),
+            "order",
+            Payload::Inline(json!({"item": "Lamp", "amount": 20})),
+            Timestamp(1_700_000_000_000),
+        );
+        run.lease = Some(Lease {
+            owner: "worker-a".into(),
+            expires_at: Timestamp(1_700_000_060_000),
+            epoch: FencingEpoch(3),
+        });
+        run.epoch = FencingEpoch(3);
+        run.inbox_seq = 2;
+        run.timeline_seq = 7;
+        run
+    }
+
+    #[test]
+    fn a_run_survives_the_round_trip_through_its_item() {
+        let run = sample();
+        let item = run_item(&run, Duration::from_secs(60)).unwrap();
+        assert_eq!(run_from_item(&item).unwrap(), run);
+    }
+
+    #[test]
+    fn a_run_without_lease_or_due_time_has_no_such_attributes() {
+        let mut run = sample();
+        run.lease = None;
+        run.due_at = None;
+        run.status = RunStatus::Completed;
+        let item = run_item(&run, Duration::from_secs(60)).unwrap();
+        for absent in [LEASE_EPOCH, LEASE_OWNER, LEASE_EXPIRES, DUE_AT, DUE_SHARD] {
+            assert!(!item.contains_key(absent), "{absent} is absent");
+        }
+        assert_eq!(run_from_item(&item).unwrap(), run);
+    }
+
+    #[test]
+    fn only_finished_runs_expire_after_the_retention() {
+        let mut run = sample();
+        let live = run_item(&run, Duration::from_secs(60)).unwrap();
+        assert!(!live.contains_key(EXPIRES_AT));
+        run.status = RunStatus::Failed;
+        let done = run_item(&run, Duration::from_secs(60)).unwrap();
+        assert_eq!(
+            done.get(EXPIRES_AT),
+            Some(&n(1_700_000_000u64 + 60)),
+            "seconds since the epoch, retention after the last update"
+        );
+    }
+
+    #[test]
+    fn a_corrupt_run_item_is_an_error_not_a_panic() {
+        let mut item = run_item(&sample(), Duration::ZERO).unwrap();
+        item.insert(STATUS.into(), s("sleeping"));
+        assert!(matches!(run_from_item(&item), Err(StoreError::Invalid(_))));
+        item.remove(STATUS);
+        assert!(matches!(run_from_item(&item), Err(StoreError::Invalid(_))));
+    }
+
+    #[test]
+    fn callback_status_attribute_matches_the_record() {
+        let record = CallbackRecord {
+            callback_id: CallbackId("cb".into()),
+            tenant: TenantId("t".into()),
+            run_id: RunId("r".into()),
+            position: Position("p".into()),
+            status: CallbackStatus::Open,
+            deadline: None,
+            created_at: Timestamp(0),
+        };
+        let item = callback_item(&record, Timestamp(0), Duration::ZERO).unwrap();
+        assert_eq!(item.get(CALLBACK_STATUS), Some(&open_callback_status()));
+        assert!(!item.contains_key(EXPIRES_AT));
+        let closed = CallbackRecord {
+            status: CallbackStatus::Completed,
+            ..record
+        };
+        let item = callback_item(&closed, Timestamp(0), Duration::ZERO).unwrap();
+        assert_ne!(item.get(CALLBACK_STATUS), Some(&open_callback_status()));
+        assert!(item.contains_key(EXPIRES_AT));
+        assert_eq!(callback_from_item(&item).unwrap(), closed);
+    }
+}

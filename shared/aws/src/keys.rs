@@ -1,0 +1,164 @@
+//! Key derivation for the single table: which partition and sort key each item has.
+//!
+//! Every item of a run lives in the run's partition (`pk` = [`run_pk`]), so loading a
+//! run's history is one `Query`. Ids are user-chosen strings, so each component is
+//! escaped (`%` → `%25`, `#` → `%23`) before it is joined with `#`: two different
+//! (tenant, run) pairs can never produce the same key.
+
+use sha2::{Digest, Sha256};
+use siesta::{CallbackId, DeliveryId, IdempotencyKey, Position, RunId, TenantId};
+
+/// The table's partition key attribute.
+pub const PK: &str = "pk";
+/// The table's sort key attribute.
+pub const SK: &str = "sk";
+/// The sort key of a run's own item (metadata, status, lease).
+pub const RUN_SK: &str = "RUN";
+/// The sort-key prefix shared by journal entries and deliveries: what replay loads.
+pub const HISTORY_PREFIX: &str = "H#";
+/// The sort-key prefix of journal entries.
+pub const JOURNAL_PREFIX: &str = "H#J#";
+/// The sort-key prefix of deliveries (callback outcomes, events, messages, child results).
+pub const DELIVERY_PREFIX: &str = "H#D#";
+/// The sort-key prefix of timeline events.
+pub const TIMELINE_PREFIX: &str = "T#";
+/// The sort key of a callback's index record and of a tool-call record.
+pub const RECORD_SK: &str = "REC";
+
+/// The sparse index of runs that fall due (timers, deadlines, lease expiries, runnable).
+pub const DUE_INDEX: &str = "due";
+/// The due index's partition key: one of [`DUE_SHARDS`] shards.
+pub const DUE_SHARD: &str = "due_shard";
+/// The due index's sort key: when the run falls due (ms since the epoch).
+pub const DUE_AT: &str = "due_at";
+/// How many partitions the due index is spread over, so that many runs with the same
+/// deadline do not all land on one partition.
+pub const DUE_SHARDS: u32 = 16;
+
+/// The index of a tenant's runs, newest first.
+pub const TENANT_INDEX: &str = "by_tenant";
+/// The tenant index's partition key.
+pub const TENANT: &str = "tenant";
+/// The tenant index's sort key: creation time and run id ([`created_key`]).
+pub const CREATED_KEY: &str = "created_key";
+
+/// The TTL attribute (seconds since the epoch), set on finished runs and closed records.
+pub const EXPIRES_AT: &str = "expires_at";
+
+fn escape(component: &str) -> String {
+    component.replace('%', "%25").replace('#', "%23")
+}
+
+/// The partition of a run and everything that belongs to it.
+pub fn run_pk(tenant: &TenantId, run_id: &RunId) -> String {
+    format!("R#{}#{}", escape(tenant.as_str()), escape(run_id.as_str()))
+}
+
+/// The sort key of a journal entry.
+pub fn journal_sk(position: &Position) -> String {
+    format!("{JOURNAL_PREFIX}{}", position.0)
+}
+
+/// The sort key of a delivery; its id is the dedup key.
+pub fn delivery_sk(id: &DeliveryId) -> String {
+    format!("{DELIVERY_PREFIX}{}", id.as_str())
+}
+
+/// The sort key of the timeline event with sequence number `seq`; zero-padded so that
+/// the sort key orders events by `seq`.
+pub fn timeline_sk(seq: u64) -> String {
+    format!("{TIMELINE_PREFIX}{seq:020}")
+}
+
+/// The partition of a callback's index record (the callback id is the webhook token).
+pub fn callback_pk(id: &CallbackId) -> String {
+    format!("C#{}", escape(id.as_str()))
+}
+
+/// The partition of a tool-call record.
+pub fn tool_call_pk(tenant: &TenantId, key: &IdempotencyKey) -> String {
+    format!("K#{}#{}", escape(tenant.as_str()), escape(key.0.as_str()))
+}
+
+/// The due-index shard of a run: a stable hash of its partition key, so a run always
+/// lands on the same shard and runs spread evenly over all of them.
+pub fn due_shard(tenant: &TenantId, run_id: &RunId) -> String {
+    let digest = Sha256::digest(run_pk(tenant, run_id).as_bytes());
+    let n = u32::from_be_bytes([digest[0], digest[1], digest[2], digest[3]]) % DUE_SHARDS;
+    shard_name(n)
+}
+
+/// The name of due-index shard `n`.
+pub fn shard_name(n: u32) -> String {
+    format!("{n:02}")
+}
+
+/// The tenant index's sort key: zero-padded creation time, then the id, so a
+/// descending `Query` lists newest first with ties broken by id.
+pub fn created_key(created_at_ms: i64, run_id: &RunId) -> String {
+    format!("{:020}#{}", created_at_ms.max(0), run_id.as_str())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn escaping_keeps_distinct_tenant_run_pairs_apart() {
+        let a = run_pk(&TenantId("a#b".into()), &RunId("c".into()));
+        let b = run_pk(&TenantId("a".into()), &RunId("b#c".into()));
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn timeline_keys_sort_by_sequence() {
+        assert!(timeline_sk(9) < timeline_sk(10));
+        assert!(timeline_sk(99_999) < timeline_sk(100_000));
+    }
+
+    #[test]
+    fn created_keys_sort_by_time_then_id() {
+        let r = |s: &str| RunId(s.into());
+        assert!(created_key(999, &r("z")) < created_key(1000, &r("a")));
+        assert!(created_key(1000, &r("a")) < created_key(1000, &r("b")));
+    }
+
+    #[test]
+    fn ten_thousand_runs_spread_over_every_due_shard() {
+        let mut counts = vec![0u32; DUE_SHARDS as usize];
+        let tenant = TenantId("t".into());
+        for i in 0..10_000 {
+            let shard: usize = due_shard(&tenant, &RunId(format!("run-{i}")))
+                .parse()
+                .unwrap();
+            counts[shard] += 1;
+        }
+        let even = 10_000 / DUE_SHARDS;
+        for (shard, n) in counts.iter().enumerate() {
+            assert!(
+                *n > even * 3 / 4 && *n < even * 5 / 4,
+                "shard {shard} holds {n} of 10 000 (even would be {even})"
+            );
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn run_keys_are_injective(t1 in ".{0,8}", r1 in ".{0,8}", t2 in ".{0,8}", r2 in ".{0,8}") {
+            prop_assume!((&t1, &r1) != (&t2, &r2));
+            prop_assert_ne!(
+                run_pk(&TenantId(t1), &RunId(r1)),
+                run_pk(&TenantId(t2), &RunId(r2))
+            );
+        }
+
+        #[test]
+        fn a_run_always_lands_on_the_same_valid_shard(t in ".{0,16}", r in ".{0,16}") {
+            let (tenant, run) = (TenantId(t), RunId(r));
+            let shard = due_shard(&tenant, &run);
+            prop_assert_eq!(&shard, &due_shard(&tenant, &run));
+            prop_assert!(shard.parse::<u32>().unwrap() < DUE_SHARDS);
+        }
+    }
+}

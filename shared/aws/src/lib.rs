@@ -1,0 +1,186 @@
+//! Siesta's AWS backend: every port on DynamoDB, S3 and SQS.
+//!
+//! - [`RunStore`](siesta::ports::RunStore) on one DynamoDB table (single-table design,
+//!   see `docs/dynamodb.md`): each atomic port operation is one conditional write or one
+//!   `TransactWriteItems`, conditioned on the run's version and fencing epoch.
+//! - [`ArtifactStore`](siesta::ports::ArtifactStore) on S3: content-addressed keys under
+//!   the tenant's prefix, created with `If-None-Match: *`, encrypted at rest.
+//! - [`WakeQueue`](siesta::ports::WakeQueue) on SQS with a redrive policy to a
+//!   dead-letter queue.
+//!
+//! The engine cannot tell this backend from the embedded one; the conformance suite
+//! runs unchanged against both. No SDK type leaves this crate: every SDK error is mapped
+//! to a [`StoreError`](siesta::ports::StoreError) here.
+//!
+//! ```no_run
+//! # async fn f() -> Result<(), siesta::ports::StoreError> {
+//! let sdk = aws_config::load_from_env().await;
+//! let names = siesta_aws::ResourceNames::from_env().expect("SIESTA_TABLE etc. set");
+//! let backend = siesta_aws::AwsBackend::new(&sdk, names).backend();
+//! # Ok(()) }
+//! ```
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_smithy_runtime_api::client::interceptors::SharedInterceptor;
+use siesta::ports::Backend;
+
+mod artifacts;
+mod delivery;
+mod error;
+mod item;
+pub mod keys;
+mod queue;
+mod store;
+
+pub use error::ConfigError;
+
+/// Where the backend's resources are: the table, the bucket and the queues.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResourceNames {
+    /// The DynamoDB table of runs.
+    pub table: String,
+    /// The S3 bucket of artifacts and large values.
+    pub bucket: String,
+    /// The URL of the SQS queue of wake-ups.
+    pub queue_url: String,
+    /// The URL of its dead-letter queue.
+    pub dead_letter_queue_url: String,
+}
+
+impl ResourceNames {
+    /// Read the names from `SIESTA_TABLE`, `SIESTA_BUCKET`, `SIESTA_QUEUE_URL` and
+    /// `SIESTA_DLQ_URL`.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        let var = |name: &'static str| {
+            std::env::var(name)
+                .ok()
+                .filter(|v| !v.trim().is_empty())
+                .ok_or(ConfigError::Missing(name))
+        };
+        Ok(ResourceNames {
+            table: var("SIESTA_TABLE")?,
+            bucket: var("SIESTA_BUCKET")?,
+            queue_url: var("SIESTA_QUEUE_URL")?,
+            dead_letter_queue_url: var("SIESTA_DLQ_URL")?,
+        })
+    }
+}
+
+/// Tuning of the AWS backend.
+#[derive(Debug, Clone)]
+pub struct AwsOptions {
+    /// How long finished runs and closed dedup records are kept before DynamoDB's TTL
+    /// removes them.
+    pub retention: Duration,
+    /// Interceptors added to all three clients (request counting, fault injection).
+    pub interceptors: Vec<SharedInterceptor>,
+}
+
+impl Default for AwsOptions {
+    fn default() -> Self {
+        AwsOptions {
+            retention: Duration::from_secs(30 * 24 * 3600),
+            interceptors: Vec::new(),
+        }
+    }
+}
+
+/// DynamoDB capacity this backend has consumed, as DynamoDB reported it
+/// (`ReturnConsumedCapacity: TOTAL` on every request).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct ConsumedCapacity {
+    /// Write capacity units (transactional writes count double, as DynamoDB bills them).
+    pub write_units: f64,
+    /// Read capacity units.
+    pub read_units: f64,
+}
+
+/// The SDK configuration from the environment, the way every AWS tool reads it (the
+/// default credential chain, `AWS_REGION`, `AWS_ENDPOINT_URL`,
+/// `AWS_ENDPOINT_URL_<SERVICE>`), with timeouts so that a hung connection becomes a
+/// retryable error instead of a stuck invocation.
+pub async fn sdk_config_from_env() -> aws_config::SdkConfig {
+    let timeouts = aws_config::timeout::TimeoutConfig::builder()
+        .connect_timeout(Duration::from_secs(3))
+        .operation_attempt_timeout(Duration::from_secs(10))
+        .operation_timeout(Duration::from_secs(30))
+        .build();
+    aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .timeout_config(timeouts)
+        .load()
+        .await
+}
+
+/// The AWS backend: clients built once (per Lambda container) and shared.
+#[derive(Clone)]
+pub struct AwsBackend {
+    store: Arc<store::DynamoStore>,
+    artifacts: Arc<artifacts::S3Artifacts>,
+    queue: Arc<queue::SqsQueue>,
+}
+
+impl AwsBackend {
+    /// A backend over `names`, with clients configured from `sdk` (credentials, region,
+    /// `AWS_ENDPOINT_URL_<SERVICE>` overrides).
+    pub fn new(sdk: &aws_config::SdkConfig, names: ResourceNames) -> Self {
+        Self::with_options(sdk, names, AwsOptions::default())
+    }
+
+    /// Like [`AwsBackend::new`], with `options`.
+    pub fn with_options(
+        sdk: &aws_config::SdkConfig,
+        names: ResourceNames,
+        options: AwsOptions,
+    ) -> Self {
+        let mut dynamodb = aws_sdk_dynamodb::config::Builder::from(sdk);
+        // Emulators serve buckets by path, not by virtual host.
+        let mut s3 = aws_sdk_s3::config::Builder::from(sdk)
+            .force_path_style(sdk.endpoint_url().is_some() || s3_endpoint_overridden());
+        let mut sqs = aws_sdk_sqs::config::Builder::from(sdk);
+        for interceptor in &options.interceptors {
+            dynamodb.push_interceptor(interceptor.clone());
+            s3.push_interceptor(interceptor.clone());
+            sqs.push_interceptor(interceptor.clone());
+        }
+        let dynamodb = aws_sdk_dynamodb::Client::from_conf(dynamodb.build());
+        let s3 = aws_sdk_s3::Client::from_conf(s3.build());
+        let sqs = aws_sdk_sqs::Client::from_conf(sqs.build());
+        AwsBackend {
+            store: Arc::new(store::DynamoStore::new(
+                dynamodb,
+                names.table,
+                options.retention,
+            )),
+            artifacts: Arc::new(artifacts::S3Artifacts::new(s3, names.bucket)),
+            queue: Arc::new(queue::SqsQueue::new(
+                sqs,
+                names.queue_url,
+                names.dead_letter_queue_url,
+            )),
+        }
+    }
+
+    /// The DynamoDB capacity consumed so far.
+    pub fn consumed_capacity(&self) -> ConsumedCapacity {
+        let (write_units, read_units) = self.store.capacity.totals();
+        ConsumedCapacity {
+            write_units,
+            read_units,
+        }
+    }
+
+    /// The three ports over these resources.
+    pub fn backend(&self) -> Backend {
+        Backend {
+            store: self.store.clone(),
+            artifacts: self.artifacts.clone(),
+            queue: self.queue.clone(),
+        }
+    }
+}
+
+fn s3_endpoint_overridden() -> bool {
+    std::env::var_os("AWS_ENDPOINT_URL_S3").is_some()
+}

@@ -1,0 +1,884 @@
+//! [`RunStore`] on one DynamoDB table.
+//!
+//! Every atomic port operation is one conditional `UpdateItem` or one
+//! `TransactWriteItems`. Failed conditions come back with the item as it is
+//! (`ReturnValuesOnConditionCheckFailure: ALL_OLD`), which becomes the port's
+//! [`StoreError::Conflict`] carrying the current run. Transactions carry a
+//! `ClientRequestToken`, so the SDK's retry after an ambiguous failure (a timeout after
+//! the write may have applied) is answered by DynamoDB as the original write instead of
+//! being applied twice; single-item writes resolve the same ambiguity by looking at the
+//! item their condition failed on.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+use aws_sdk_dynamodb::types::{
+    ConditionCheck, ConsumedCapacity, KeysAndAttributes, Put, ReturnConsumedCapacity, ReturnValue,
+    ReturnValuesOnConditionCheckFailure, TransactWriteItem,
+};
+use siesta::ports::*;
+use siesta::*;
+
+use crate::delivery::{DeliveryPlan, Planned, plan_delivery};
+use crate::error::{corrupt, sdk};
+use crate::item::*;
+use crate::keys::*;
+
+/// How many times a write that lost a race on a record other than the caller's run
+/// (a parent run, a callback, plain contention) is re-read and retried.
+const RACE_ATTEMPTS: usize = 8;
+
+/// DynamoDB capacity consumed, in units, as DynamoDB reports it.
+#[derive(Debug, Default)]
+pub(crate) struct CapacityMeter {
+    /// Write capacity units, in thousandths.
+    write_milli: AtomicU64,
+    /// Read capacity units, in thousandths.
+    read_milli: AtomicU64,
+}
+
+impl CapacityMeter {
+    fn add(&self, write: bool, consumed: &[ConsumedCapacity]) {
+        let units: f64 = consumed.iter().filter_map(|c| c.capacity_units()).sum();
+        let milli = (units * 1000.0).round() as u64;
+        let counter = if write {
+            &self.write_milli
+        } else {
+            &self.read_milli
+        };
+        counter.fetch_add(milli, Ordering::Relaxed);
+    }
+
+    /// (write units, read units) consumed so far.
+    pub(crate) fn totals(&self) -> (f64, f64) {
+        (
+            self.write_milli.load(Ordering::Relaxed) as f64 / 1000.0,
+            self.read_milli.load(Ordering::Relaxed) as f64 / 1000.0,
+        )
+    }
+}
+
+/// The run store on DynamoDB.
+pub(crate) struct DynamoStore {
+    client: Client,
+    table: String,
+    retention: Duration,
+    pub(crate) capacity: Arc<CapacityMeter>,
+}
+
+/// What a transaction item is, so a cancellation reason can be traced to its cause.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    Run,
+    Journal,
+    Timeline,
+    Callback,
+    ToolCall,
+    ChildRun,
+    ChildTimeline,
+    DeliveryRecord,
+    DeliveryTimeline,
+    DeliveryRun,
+    DeliveryCallback,
+}
+
+/// One reason a transaction was cancelled, for the item at the same index.
+#[derive(Debug)]
+struct Reason {
+    code: String,
+    item: Option<Item>,
+}
+
+impl Reason {
+    fn condition_failed(&self) -> bool {
+        self.code == "ConditionalCheckFailed"
+    }
+}
+
+/// A transaction under construction.
+#[derive(Default)]
+struct Tx {
+    items: Vec<TransactWriteItem>,
+    roles: Vec<Role>,
+}
+
+/// How a transaction ended.
+enum TxOutcome {
+    Committed,
+    /// Cancelled: the reasons, one per item, with the roles of the items.
+    Cancelled(Vec<(Role, Reason)>),
+}
+
+fn build<T, E: std::fmt::Display>(r: Result<T, E>) -> Result<T, StoreError> {
+    r.map_err(|e| StoreError::Invalid(format!("building a DynamoDB request: {e}")))
+}
+
+fn names(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+impl Tx {
+    fn put(
+        &mut self,
+        table: &str,
+        role: Role,
+        item: Item,
+        condition: Option<(&str, HashMap<String, String>, Item)>,
+    ) -> Result<(), StoreError> {
+        let mut put = Put::builder().table_name(table).set_item(Some(item));
+        if let Some((expr, names, values)) = condition {
+            put = put
+                .condition_expression(expr)
+                .set_expression_attribute_names(Some(names).filter(|n| !n.is_empty()))
+                .set_expression_attribute_values(Some(values).filter(|v| !v.is_empty()))
+                .return_values_on_condition_check_failure(
+                    ReturnValuesOnConditionCheckFailure::AllOld,
+                );
+        }
+        self.items.push(
+            TransactWriteItem::builder()
+                .put(build(put.build())?)
+                .build(),
+        );
+        self.roles.push(role);
+        Ok(())
+    }
+
+    /// Put `item` only if nothing has its key yet.
+    fn insert(&mut self, table: &str, role: Role, item: Item) -> Result<(), StoreError> {
+        self.put(
+            table,
+            role,
+            item,
+            Some(("attribute_not_exists(pk)", HashMap::new(), HashMap::new())),
+        )
+    }
+
+    /// Put a run item conditioned on the version read (and the writer's epoch).
+    fn put_run(
+        &mut self,
+        table: &str,
+        role: Role,
+        item: Item,
+        expected_version: u64,
+        epoch: Option<FencingEpoch>,
+    ) -> Result<(), StoreError> {
+        let mut values = HashMap::from([(":v".to_owned(), n(expected_version))]);
+        let mut expr = "#version = :v".to_owned();
+        let mut attr_names = names(&[("#version", VERSION)]);
+        if let Some(epoch) = epoch {
+            expr.push_str(" AND #lease_epoch = :e");
+            values.insert(":e".into(), n(epoch.0));
+            attr_names.insert("#lease_epoch".into(), LEASE_EPOCH.into());
+        }
+        self.put(table, role, item, Some((&expr, attr_names, values)))
+    }
+
+    fn delivery(
+        &mut self,
+        table: &str,
+        plan: &DeliveryPlan,
+        retention: Duration,
+    ) -> Result<(), StoreError> {
+        self.insert(table, Role::DeliveryRecord, delivery_item(&plan.delivery)?)?;
+        self.insert(
+            table,
+            Role::DeliveryTimeline,
+            timeline_item(&plan.run.tenant, &plan.run.id, &plan.event)?,
+        )?;
+        self.put_run(
+            table,
+            Role::DeliveryRun,
+            run_item(&plan.run, retention)?,
+            plan.read_version,
+            None,
+        )?;
+        if let Some((record, closes)) = &plan.callback {
+            let open = (
+                "#callback_status = :open",
+                names(&[("#callback_status", CALLBACK_STATUS)]),
+                HashMap::from([(":open".to_owned(), open_callback_status())]),
+            );
+            if *closes {
+                let item = callback_item(record, plan.delivery.received_at, retention)?;
+                self.put(table, Role::DeliveryCallback, item, Some(open))?;
+            } else {
+                let check = ConditionCheck::builder()
+                    .table_name(table)
+                    .set_key(Some(key(callback_pk(&record.callback_id), RECORD_SK)))
+                    .condition_expression(open.0)
+                    .set_expression_attribute_names(Some(open.1))
+                    .set_expression_attribute_values(Some(open.2));
+                self.items.push(
+                    TransactWriteItem::builder()
+                        .condition_check(build(check.build())?)
+                        .build(),
+                );
+                self.roles.push(Role::DeliveryCallback);
+            }
+        }
+        Ok(())
+    }
+}
+
+impl DynamoStore {
+    pub(crate) fn new(client: Client, table: String, retention: Duration) -> Self {
+        DynamoStore {
+            client,
+            table,
+            retention,
+            capacity: Arc::default(),
+        }
+    }
+
+    /// Run one transaction; contention-only cancellations are retried a few times.
+    async fn transact(&self, op: &str, tx: Tx) -> Result<TxOutcome, StoreError> {
+        if tx.items.len() > 100 {
+            return Err(StoreError::Invalid(format!(
+                "{op}: {} items exceed DynamoDB's 100 per transaction",
+                tx.items.len()
+            )));
+        }
+        let mut backoff = Duration::from_millis(10);
+        for attempt in 1..=RACE_ATTEMPTS {
+            let result = self
+                .client
+                .transact_write_items()
+                .set_transact_items(Some(tx.items.clone()))
+                // Idempotency window: an SDK retry of this very call after a timeout is
+                // answered as the original, never applied twice.
+                .client_request_token(uuid::Uuid::new_v4().to_string())
+                .return_consumed_capacity(ReturnConsumedCapacity::Total)
+                .send()
+                .await;
+            match result {
+                Ok(out) => {
+                    self.capacity.add(true, out.consumed_capacity());
+                    return Ok(TxOutcome::Committed);
+                }
+                Err(e) => {
+                    let cancelled = match e.as_service_error() {
+                        Some(TransactWriteItemsError::TransactionCanceledException(c)) => c
+                            .cancellation_reasons()
+                            .iter()
+                            .map(|r| Reason {
+                                code: r.code().unwrap_or("None").to_owned(),
+                                item: r.item().cloned(),
+                            })
+                            .collect::<Vec<_>>(),
+                        _ => return Err(sdk(op, e)),
+                    };
+                    if cancelled.iter().any(Reason::condition_failed) {
+                        return Ok(TxOutcome::Cancelled(
+                            tx.roles.iter().copied().zip(cancelled).collect(),
+                        ));
+                    }
+                    if cancelled.iter().any(|r| {
+                        r.code == "ValidationError" || r.code == "ItemCollectionSizeLimitExceeded"
+                    }) {
+                        return Err(StoreError::Invalid(format!("{op}: {cancelled:?}")));
+                    }
+                    // Contention or throttling only: nothing was written; try again.
+                    if attempt == RACE_ATTEMPTS {
+                        return Err(StoreError::Unavailable(format!(
+                            "{op}: transaction kept being cancelled: {cancelled:?}"
+                        )));
+                    }
+                    tokio::time::sleep(backoff).await;
+                    backoff *= 2;
+                }
+            }
+        }
+        unreachable!("the loop returns on its last attempt")
+    }
+
+    async fn get_item(&self, op: &str, key: Item) -> Result<Option<Item>, StoreError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .set_key(Some(key))
+            .consistent_read(true)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await
+            .map_err(|e| sdk(op, e))?;
+        if let Some(c) = out.consumed_capacity() {
+            self.capacity.add(false, std::slice::from_ref(c));
+        }
+        Ok(out.item)
+    }
+
+    /// Strongly consistent reads of up to 100 keys in one request (plus retries of
+    /// unprocessed keys), returned by key.
+    async fn batch_get(
+        &self,
+        op: &str,
+        keys: Vec<Item>,
+    ) -> Result<HashMap<(String, String), Item>, StoreError> {
+        let mut found = HashMap::new();
+        let mut pending = Some(build(
+            KeysAndAttributes::builder()
+                .set_keys(Some(keys))
+                .consistent_read(true)
+                .build(),
+        )?);
+        let mut backoff = Duration::from_millis(10);
+        while let Some(request) = pending.take() {
+            let out = self
+                .client
+                .batch_get_item()
+                .request_items(&self.table, request)
+                .return_consumed_capacity(ReturnConsumedCapacity::Total)
+                .send()
+                .await
+                .map_err(|e| sdk(op, e))?;
+            self.capacity.add(false, out.consumed_capacity());
+            for item in out
+                .responses
+                .unwrap_or_default()
+                .remove(&self.table)
+                .unwrap_or_default()
+            {
+                let key = item_key(&item)?;
+                found.insert(key, item);
+            }
+            pending = out
+                .unprocessed_keys
+                .and_then(|mut u| u.remove(&self.table))
+                .filter(|k| !k.keys().is_empty());
+            if pending.is_some() {
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(1));
+            }
+        }
+        Ok(found)
+    }
+
+    /// Read what a delivery decides on, in one request: the run, the dedup record and
+    /// the callback record.
+    async fn plan(&self, d: &NewDelivery) -> Result<Planned, StoreError> {
+        let run_key = key(run_pk(&d.tenant, &d.run_id), RUN_SK);
+        let dedup_key = key(run_pk(&d.tenant, &d.run_id), delivery_sk(&d.id));
+        let mut keys = vec![run_key.clone(), dedup_key.clone()];
+        let callback_key = d
+            .body
+            .callback_id()
+            .map(|id| key(callback_pk(id), RECORD_SK));
+        keys.extend(callback_key.clone());
+        let mut found = self.batch_get("deliver", keys).await?;
+        let run = found
+            .remove(&item_key(&run_key)?)
+            .map(|i| run_from_item(&i))
+            .transpose()?;
+        let stored = found.contains_key(&item_key(&dedup_key)?);
+        let callback = match callback_key {
+            Some(k) => found
+                .remove(&item_key(&k)?)
+                .map(|i| callback_from_item(&i))
+                .transpose()?,
+            None => None,
+        };
+        plan_delivery(d, run, stored, callback)
+    }
+
+    async fn query_pages(
+        &self,
+        op: &str,
+        build_query: impl Fn(
+            aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder,
+        )
+            -> aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder,
+        limit: Option<usize>,
+    ) -> Result<Vec<Item>, StoreError> {
+        let mut items = Vec::new();
+        let mut start = None;
+        loop {
+            let mut q = build_query(self.client.query().table_name(&self.table))
+                .set_exclusive_start_key(start.take())
+                .return_consumed_capacity(ReturnConsumedCapacity::Total);
+            if let Some(limit) = limit {
+                q = q.limit((limit - items.len()).min(1000) as i32);
+            }
+            let out = q.send().await.map_err(|e| sdk(op, e))?;
+            if let Some(c) = out.consumed_capacity() {
+                self.capacity.add(false, std::slice::from_ref(c));
+            }
+            items.extend(out.items.unwrap_or_default());
+            start = out.last_evaluated_key.filter(|k| !k.is_empty());
+            if start.is_none() || limit.is_some_and(|l| items.len() >= l) {
+                return Ok(items);
+            }
+        }
+    }
+
+    async fn current_run(&self, tenant: &TenantId, run_id: &RunId) -> Result<Run, StoreError> {
+        self.get_run(tenant, run_id)
+            .await?
+            .ok_or(StoreError::NotFound)
+    }
+}
+
+fn item_key(item: &Item) -> Result<(String, String), StoreError> {
+    match (item.get(PK), item.get(SK)) {
+        (
+            Some(aws_sdk_dynamodb::types::AttributeValue::S(pk)),
+            Some(aws_sdk_dynamodb::types::AttributeValue::S(sk)),
+        ) => Ok((pk.clone(), sk.clone())),
+        _ => Err(corrupt("table", "an item without pk/sk")),
+    }
+}
+
+fn reason_of(reasons: &[(Role, Reason)], role: Role) -> Option<&Reason> {
+    reasons
+        .iter()
+        .filter(|(r, _)| *r == role)
+        .map(|(_, reason)| reason)
+        .find(|r| r.condition_failed())
+}
+
+#[async_trait]
+impl RunStore for DynamoStore {
+    async fn create_run(&self, run: &Run, started: &TimelineEvent) -> Result<(), StoreError> {
+        let mut tx = Tx::default();
+        tx.insert(&self.table, Role::Run, run_item(run, self.retention)?)?;
+        tx.insert(
+            &self.table,
+            Role::Timeline,
+            timeline_item(&run.tenant, &run.id, started)?,
+        )?;
+        match self.transact("create_run", tx).await? {
+            TxOutcome::Committed => Ok(()),
+            TxOutcome::Cancelled(_) => Err(StoreError::AlreadyExists),
+        }
+    }
+
+    async fn get_run(&self, tenant: &TenantId, run_id: &RunId) -> Result<Option<Run>, StoreError> {
+        self.get_item("get_run", key(run_pk(tenant, run_id), RUN_SK))
+            .await?
+            .map(|i| run_from_item(&i))
+            .transpose()
+    }
+
+    async fn claim(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+        claim: &Claim,
+    ) -> Result<Run, StoreError> {
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(key(run_pk(tenant, run_id), RUN_SK)))
+            .update_expression(
+                "SET #status = :running, #version = #version + :one, #epoch = #epoch + :one, \
+                 #lease_epoch = #epoch + :one, #lease_owner = :owner, #lease_expires = :expires, \
+                 #due_at = :expires, #due_shard = :shard, #updated_at = :now",
+            )
+            .condition_expression(
+                "attribute_exists(pk) AND #status IN (:pending, :running, :waiting) \
+                 AND (attribute_not_exists(#lease_expires) OR #lease_expires <= :now)",
+            )
+            .set_expression_attribute_names(Some(names(&[
+                ("#status", STATUS),
+                ("#version", VERSION),
+                ("#epoch", EPOCH),
+                ("#lease_epoch", LEASE_EPOCH),
+                ("#lease_owner", LEASE_OWNER),
+                ("#lease_expires", LEASE_EXPIRES),
+                ("#due_at", DUE_AT),
+                ("#due_shard", DUE_SHARD),
+                ("#updated_at", UPDATED_AT),
+            ])))
+            .set_expression_attribute_values(Some(HashMap::from([
+                (":running".to_owned(), s(RunStatus::Running.as_str())),
+                (":pending".to_owned(), s(RunStatus::Pending.as_str())),
+                (":waiting".to_owned(), s(RunStatus::Waiting.as_str())),
+                (":one".to_owned(), n(1)),
+                (":owner".to_owned(), s(&claim.owner)),
+                (":expires".to_owned(), n(claim.expires_at.0)),
+                (":shard".to_owned(), s(due_shard(tenant, run_id))),
+                (":now".to_owned(), n(claim.now.0)),
+            ])))
+            .return_values(ReturnValue::AllNew)
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await;
+        match result {
+            Ok(out) => {
+                if let Some(c) = out.consumed_capacity() {
+                    self.capacity.add(true, std::slice::from_ref(c));
+                }
+                run_from_item(&out.attributes.unwrap_or_default())
+            }
+            Err(e) => match e.as_service_error() {
+                Some(UpdateItemError::ConditionalCheckFailedException(c)) => {
+                    let current = c
+                        .item()
+                        .map(run_from_item)
+                        .transpose()?
+                        .ok_or(StoreError::NotFound)?;
+                    // A retry of a claim that did apply finds its own lease.
+                    let ours = current.lease.as_ref().is_some_and(|l| {
+                        l.owner == claim.owner && l.expires_at == claim.expires_at
+                    });
+                    if ours && current.status == RunStatus::Running {
+                        Ok(current)
+                    } else {
+                        Err(StoreError::Conflict(Some(Box::new(current))))
+                    }
+                }
+                _ => Err(sdk("claim", e)),
+            },
+        }
+    }
+
+    async fn renew_lease(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+        epoch: FencingEpoch,
+        expires_at: Timestamp,
+    ) -> Result<Run, StoreError> {
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(key(run_pk(tenant, run_id), RUN_SK)))
+            .update_expression(
+                "SET #lease_expires = :expires, #due_at = :expires, #due_shard = :shard",
+            )
+            .condition_expression("#lease_epoch = :epoch")
+            .set_expression_attribute_names(Some(names(&[
+                ("#lease_epoch", LEASE_EPOCH),
+                ("#lease_expires", LEASE_EXPIRES),
+                ("#due_at", DUE_AT),
+                ("#due_shard", DUE_SHARD),
+            ])))
+            .set_expression_attribute_values(Some(HashMap::from([
+                (":expires".to_owned(), n(expires_at.0)),
+                (":epoch".to_owned(), n(epoch.0)),
+                (":shard".to_owned(), s(due_shard(tenant, run_id))),
+            ])))
+            .return_values(ReturnValue::AllNew)
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await;
+        match result {
+            Ok(out) => {
+                if let Some(c) = out.consumed_capacity() {
+                    self.capacity.add(true, std::slice::from_ref(c));
+                }
+                run_from_item(&out.attributes.unwrap_or_default())
+            }
+            Err(e) => match e.as_service_error() {
+                Some(UpdateItemError::ConditionalCheckFailedException(c)) => {
+                    match c.item().map(run_from_item).transpose()? {
+                        Some(current) => Err(StoreError::Conflict(Some(Box::new(current)))),
+                        None => Err(StoreError::NotFound),
+                    }
+                }
+                _ => Err(sdk("renew_lease", e)),
+            },
+        }
+    }
+
+    async fn load_history(&self, tenant: &TenantId, run_id: &RunId) -> Result<History, StoreError> {
+        let pk = run_pk(tenant, run_id);
+        let items = self
+            .query_pages(
+                "load_history",
+                |q| {
+                    q.key_condition_expression("pk = :pk AND begins_with(sk, :history)")
+                        .expression_attribute_values(":pk", s(&pk))
+                        .expression_attribute_values(":history", s(HISTORY_PREFIX))
+                        .consistent_read(true)
+                },
+                None,
+            )
+            .await?;
+        let mut history = History::default();
+        for item in &items {
+            match history_from_item(item)? {
+                HistoryItem::Journal(entry) => history.journal.push(entry),
+                HistoryItem::Delivery(delivery) => history.deliveries.push(delivery),
+            }
+        }
+        history.deliveries.sort_by_key(|d| d.seq);
+        Ok(history)
+    }
+
+    async fn checkpoint(&self, cp: &Checkpoint) -> Result<(), StoreError> {
+        let (tenant, run_id) = (&cp.run.tenant, &cp.run.id);
+        for _ in 0..RACE_ATTEMPTS {
+            let mut tx = Tx::default();
+            tx.put_run(
+                &self.table,
+                Role::Run,
+                run_item(&cp.run, self.retention)?,
+                cp.expected_version,
+                cp.epoch,
+            )?;
+            for entry in &cp.journal {
+                tx.put(
+                    &self.table,
+                    Role::Journal,
+                    journal_item(tenant, run_id, entry)?,
+                    None,
+                )?;
+            }
+            for event in &cp.timeline {
+                tx.insert(
+                    &self.table,
+                    Role::Timeline,
+                    timeline_item(tenant, run_id, event)?,
+                )?;
+            }
+            for record in &cp.callbacks {
+                let item = callback_item(record, cp.run.updated_at, self.retention)?;
+                tx.put(&self.table, Role::Callback, item, None)?;
+            }
+            for record in &cp.tool_calls {
+                tx.put(&self.table, Role::ToolCall, tool_call_item(record)?, None)?;
+            }
+            for (child, started) in &cp.child_runs {
+                tx.insert(
+                    &self.table,
+                    Role::ChildRun,
+                    run_item(child, self.retention)?,
+                )?;
+                tx.insert(
+                    &self.table,
+                    Role::ChildTimeline,
+                    timeline_item(&child.tenant, &child.id, started)?,
+                )?;
+            }
+            if let Some(delivery) = &cp.parent_delivery {
+                // A missing or finished parent, or a duplicate, skips the delivery.
+                match self.plan(delivery).await {
+                    Ok(Planned::Apply(plan)) => tx.delivery(&self.table, &plan, self.retention)?,
+                    Ok(Planned::Duplicate)
+                    | Err(StoreError::NotFound)
+                    | Err(StoreError::Gone(_)) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            let reasons = match self.transact("checkpoint", tx).await? {
+                TxOutcome::Committed => return Ok(()),
+                TxOutcome::Cancelled(reasons) => reasons,
+            };
+            if let Some(reason) = reason_of(&reasons, Role::Run) {
+                let current = reason
+                    .item
+                    .as_ref()
+                    .map(run_from_item)
+                    .transpose()?
+                    .ok_or(StoreError::NotFound)?;
+                return Err(StoreError::Conflict(Some(Box::new(current))));
+            }
+            if reason_of(&reasons, Role::Timeline).is_some() {
+                let current = self.current_run(tenant, run_id).await?;
+                return Err(StoreError::Conflict(Some(Box::new(current))));
+            }
+            if reason_of(&reasons, Role::ChildRun).is_some()
+                || reason_of(&reasons, Role::ChildTimeline).is_some()
+            {
+                return Err(StoreError::AlreadyExists);
+            }
+            // Only the parent's records moved since they were read: read them again.
+        }
+        Err(StoreError::Unavailable(
+            "checkpoint: the parent run kept changing".into(),
+        ))
+    }
+
+    async fn deliver(&self, delivery: &NewDelivery) -> Result<DeliverOutcome, StoreError> {
+        for _ in 0..RACE_ATTEMPTS {
+            let plan = match self.plan(delivery).await? {
+                Planned::Duplicate => return Ok(DeliverOutcome::Duplicate),
+                Planned::Apply(plan) => plan,
+            };
+            let mut tx = Tx::default();
+            tx.delivery(&self.table, &plan, self.retention)?;
+            match self.transact("deliver", tx).await? {
+                TxOutcome::Committed => return Ok(DeliverOutcome::Accepted(Box::new(plan.run))),
+                TxOutcome::Cancelled(reasons) => {
+                    if reason_of(&reasons, Role::DeliveryRecord).is_some() {
+                        return Ok(DeliverOutcome::Duplicate);
+                    }
+                    // The run or the callback changed since the read: decide again.
+                }
+            }
+        }
+        Err(StoreError::Unavailable(
+            "deliver: the run kept changing".into(),
+        ))
+    }
+
+    async fn get_callback(
+        &self,
+        callback_id: &CallbackId,
+    ) -> Result<Option<CallbackRecord>, StoreError> {
+        self.get_item("get_callback", key(callback_pk(callback_id), RECORD_SK))
+            .await?
+            .map(|i| callback_from_item(&i))
+            .transpose()
+    }
+
+    async fn get_tool_call(
+        &self,
+        tenant: &TenantId,
+        key_: &IdempotencyKey,
+    ) -> Result<Option<ToolCallRecord>, StoreError> {
+        self.get_item("get_tool_call", key(tool_call_pk(tenant, key_), RECORD_SK))
+            .await?
+            .map(|i| tool_call_from_item(&i))
+            .transpose()
+    }
+
+    async fn timeline(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<TimelineEvent>, StoreError> {
+        if limit == 0 || after == u64::MAX {
+            return Ok(Vec::new());
+        }
+        let pk = run_pk(tenant, run_id);
+        let items = self
+            .query_pages(
+                "timeline",
+                |q| {
+                    q.key_condition_expression("pk = :pk AND sk BETWEEN :from AND :to")
+                        .expression_attribute_values(":pk", s(&pk))
+                        .expression_attribute_values(":from", s(timeline_sk(after + 1)))
+                        .expression_attribute_values(":to", s(timeline_sk(u64::MAX)))
+                        .consistent_read(true)
+                },
+                Some(limit),
+            )
+            .await?;
+        items.iter().map(timeline_from_item).collect()
+    }
+
+    async fn list_runs(
+        &self,
+        tenant: &TenantId,
+        filter: &RunFilter,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<RunPage, StoreError> {
+        let limit = limit.clamp(1, 100);
+        let start = match cursor {
+            None => None,
+            Some(c) => {
+                let (_, run) = c
+                    .split_once('#')
+                    .ok_or_else(|| StoreError::Invalid("malformed cursor".into()))?;
+                let mut k = key(run_pk(tenant, &RunId(run.to_owned())), RUN_SK);
+                k.insert(TENANT.into(), s(tenant.as_str()));
+                k.insert(CREATED_KEY.into(), s(c));
+                Some(k)
+            }
+        };
+        // One more than the page, to know whether there is a next one.
+        let out = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .index_name(TENANT_INDEX)
+            .key_condition_expression("#tenant = :tenant")
+            .expression_attribute_names("#tenant", TENANT)
+            .expression_attribute_values(":tenant", s(tenant.as_str()))
+            .scan_index_forward(false)
+            .limit(limit as i32 + 1)
+            .set_exclusive_start_key(start)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await
+            .map_err(|e| sdk("list_runs", e))?;
+        if let Some(c) = out.consumed_capacity() {
+            self.capacity.add(false, std::slice::from_ref(c));
+        }
+        let mut entries = out.items.unwrap_or_default();
+        let next_cursor = if entries.len() > limit {
+            entries.truncate(limit);
+            Some(created_key_of(entries.last().expect("limit >= 1"))?)
+        } else {
+            None
+        };
+        if entries.is_empty() {
+            return Ok(RunPage {
+                runs: Vec::new(),
+                next_cursor,
+            });
+        }
+        // The index holds keys only (it never changes after a run is created, so
+        // checkpoints cost it nothing); the runs themselves come from one batch read.
+        let keys: Vec<Item> = entries
+            .iter()
+            .map(|e| item_key(e).map(|(pk, sk)| key(pk, sk)))
+            .collect::<Result<_, _>>()?;
+        let mut found = self.batch_get("list_runs", keys).await?;
+        let mut runs = Vec::with_capacity(entries.len());
+        for entry in &entries {
+            if let Some(item) = found.remove(&item_key(entry)?) {
+                let run = run_from_item(&item)?;
+                let wanted = filter.status.is_none_or(|s| s == run.status)
+                    && filter.workflow.as_ref().is_none_or(|w| *w == run.workflow);
+                if wanted {
+                    runs.push(run);
+                }
+            }
+        }
+        Ok(RunPage { runs, next_cursor })
+    }
+
+    async fn due_runs(&self, before: Timestamp, limit: usize) -> Result<Vec<DueRun>, StoreError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        // One bounded Query per shard, concurrently; the earliest `limit` of them all.
+        let shards = (0..DUE_SHARDS).map(|shard| {
+            let shard = shard_name(shard);
+            async move {
+                self.query_pages(
+                    "due_runs",
+                    |q| {
+                        q.index_name(DUE_INDEX)
+                            .key_condition_expression("#shard = :shard AND #due_at <= :before")
+                            .expression_attribute_names("#shard", DUE_SHARD)
+                            .expression_attribute_names("#due_at", DUE_AT)
+                            .expression_attribute_values(":shard", s(&shard))
+                            .expression_attribute_values(":before", n(before.0))
+                    },
+                    Some(limit),
+                )
+                .await
+            }
+        });
+        let mut due: Vec<DueRun> = Vec::new();
+        for items in futures::future::try_join_all(shards).await? {
+            for item in &items {
+                due.push(due_from_item(item)?);
+            }
+        }
+        due.sort_by(|a, b| (a.due_at, &a.tenant, &a.run_id).cmp(&(b.due_at, &b.tenant, &b.run_id)));
+        due.truncate(limit);
+        Ok(due)
+    }
+}
