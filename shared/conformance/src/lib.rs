@@ -140,6 +140,16 @@ macro_rules! conformance_suite {
     (@expand (@names) $($case:ident)*) => {
         &[$(stringify!($case)),*]
     };
+    (@expand (@optional $make:expr) $($case:ident)*) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() {
+                if let Some(harness) = $make.await {
+                    $crate::cases::$case(harness).await;
+                }
+            }
+        )*
+    };
     (@expand (@tests $make:expr) $($case:ident)*) => {
         $(
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -208,6 +218,9 @@ macro_rules! conformance_suite {
     };
     (@names) => {
         $crate::conformance_suite!(@list (@names))
+    };
+    (optional $make:expr) => {
+        $crate::conformance_suite! { @list (@optional $make) }
     };
     ($make:expr) => {
         $crate::conformance_suite! { @list (@tests $make) }
