@@ -2,6 +2,8 @@
 
 #![allow(dead_code, unreachable_pub)]
 
+pub mod faults;
+
 use std::collections::HashMap;
 
 use aws_sdk_sqs::types::QueueAttributeName;
@@ -90,5 +92,23 @@ impl Emulators {
             dead_letter_queue_url: dlq_url,
         };
         AwsBackend::with_options(&self.sdk, names, options)
+    }
+}
+
+impl Emulators {
+    /// A backend whose clients use `sdk` (a faulty HTTP client, short timeouts) on the
+    /// shared table and bucket, with a fresh queue pair.
+    pub async fn backend_on(
+        &self,
+        sdk: &aws_config::SdkConfig,
+        max_receives: u32,
+        options: AwsOptions,
+    ) -> AwsBackend {
+        let fresh = Emulators {
+            sdk: sdk.clone(),
+            table: self.table.clone(),
+            bucket: self.bucket.clone(),
+        };
+        fresh.backend_with(max_receives, options).await
     }
 }
