@@ -32,9 +32,11 @@ mod error;
 mod item;
 pub mod keys;
 mod queue;
+mod requests;
 mod store;
 
 pub use error::ConfigError;
+pub use requests::{RequestCounter, RequestCounts};
 
 /// Where the backend's resources are: the table, the bucket and the queues.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,0 +1,257 @@
+//! Benchmark: AWS requests, capacity and list-price cost per step and per
+//! webhook-resumed wait, on the emulators (DynamoDB Local reports consumed capacity as
+//! DynamoDB does). Figures, not assertions except the targets, which it checks
+//! and reports: `cargo bench -p siesta-aws` with the emulators up (`./scripts/test`
+//! starts them; by hand: `scripts/emulators start && eval "$(scripts/emulators env)"`).
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::sync::Arc;
+
+use serde_json::json;
+use siesta::*;
+use siesta_aws::{AwsOptions, RequestCounter};
+
+const STEPS: u32 = 100;
+const RUNS: usize = 5;
+const WAITS: u32 = 10;
+
+// On-demand list prices, us-east-1, in dollars.
+const WRITE_UNIT: f64 = 0.625 / 1e6;
+const READ_UNIT: f64 = 0.125 / 1e6;
+const SQS_REQUEST: f64 = 0.40 / 1e6;
+const S3_PUT: f64 = 0.005 / 1e3;
+const S3_GET: f64 = 0.0004 / 1e3;
+
+fn registry() -> Registry {
+    let mut reg = Registry::new();
+    reg.register("hundred", |ctx: Context, _: serde_json::Value| async move {
+        let mut total = 0u64;
+        for i in 0..STEPS {
+            total += ctx
+                .step("work", move |_| async move { Ok(u64::from(i)) })
+                .await?;
+        }
+        Ok(total)
+    });
+    reg.register("waits", |ctx: Context, _: serde_json::Value| async move {
+        let mut got = Vec::new();
+        for _ in 0..WAITS {
+            let cb = ctx
+                .create_callback::<serde_json::Value>("approval")
+                .timeout(std::time::Duration::from_secs(3600))
+                .await?;
+            got.push(cb.wait().await?);
+        }
+        Ok(got.len())
+    });
+    reg
+}
+
+struct Figures {
+    ddb_writes: f64,
+    ddb_reads: f64,
+    wcu: f64,
+    rcu: f64,
+    sqs_sends: f64,
+    sqs_other: f64,
+    s3_puts: f64,
+    s3_gets: f64,
+}
+
+impl Figures {
+    fn per(counter: &RequestCounter, capacity: siesta_aws::ConsumedCapacity, n: f64) -> Self {
+        let ddb = |ops: &[&str]| {
+            ops.iter()
+                .map(|o| counter.total("dynamodb", Some(o)))
+                .sum::<u64>() as f64
+                / n
+        };
+        let sqs_all = counter.total("sqs", None) as f64 / n;
+        let sqs_sends = counter.total("sqs", Some("SendMessage")) as f64 / n;
+        Figures {
+            ddb_writes: ddb(&[
+                "TransactWriteItems",
+                "UpdateItem",
+                "PutItem",
+                "DeleteItem",
+                "BatchWriteItem",
+            ]),
+            ddb_reads: ddb(&["GetItem", "BatchGetItem", "Query"]),
+            wcu: capacity.write_units / n,
+            rcu: capacity.read_units / n,
+            sqs_sends,
+            sqs_other: sqs_all - sqs_sends,
+            s3_puts: counter.total("s3", Some("PUT")) as f64 / n,
+            s3_gets: counter.total("s3", Some("GET")) as f64 / n,
+        }
+    }
+
+    fn dollars_per_million(&self) -> f64 {
+        1e6 * (self.wcu * WRITE_UNIT
+            + self.rcu * READ_UNIT
+            + (self.sqs_sends + self.sqs_other) * SQS_REQUEST
+            + self.s3_puts * S3_PUT
+            + self.s3_gets * S3_GET)
+    }
+
+    fn print(&self, what: &str) {
+        println!("  per {what}:");
+        println!(
+            "    DynamoDB write requests {:>8.3}   WCU {:>8.3}",
+            self.ddb_writes, self.wcu
+        );
+        println!(
+            "    DynamoDB read requests  {:>8.3}   RCU {:>8.3}",
+            self.ddb_reads, self.rcu
+        );
+        println!(
+            "    SQS requests            {:>8.3}   (SendMessage {:.3}; receive/delete {:.3})",
+            self.sqs_sends + self.sqs_other,
+            self.sqs_sends,
+            self.sqs_other
+        );
+        println!(
+            "    S3 requests             {:>8.3}   (PUT {:.3}, GET {:.3})",
+            self.s3_puts + self.s3_gets,
+            self.s3_puts,
+            self.s3_gets
+        );
+        println!(
+            "    cost per million {what}s at on-demand list prices: ${:.2}",
+            self.dollars_per_million()
+        );
+    }
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let Some(env) = support::emulators().await else {
+        return;
+    };
+    let tenant = TenantId(format!("bench-{}", uuid::Uuid::new_v4().simple()));
+
+    // A: back-to-back steps.
+    let counter = RequestCounter::new();
+    let aws = env
+        .backend_with(
+            5,
+            AwsOptions {
+                interceptors: vec![counter.interceptor()],
+                ..AwsOptions::default()
+            },
+        )
+        .await;
+    let engine = Engine::new(
+        aws.backend(),
+        Arc::new(SystemClock),
+        registry(),
+        EngineConfig::default(),
+    );
+    let before = aws.consumed_capacity();
+    counter.reset();
+    let started = std::time::Instant::now();
+    for _ in 0..RUNS {
+        let run = engine
+            .start(&tenant, "hundred", json!(null), None)
+            .await
+            .expect("start");
+        engine.run_until_idle(100).await.expect("work");
+        let run = engine.get_run(&tenant, &run.id).await.expect("run");
+        assert_eq!(run.status, RunStatus::Completed, "{:?}", run.error);
+    }
+    let elapsed = started.elapsed();
+    let steps = f64::from(STEPS) * RUNS as f64;
+    let after = aws.consumed_capacity();
+    let capacity = siesta_aws::ConsumedCapacity {
+        write_units: after.write_units - before.write_units,
+        read_units: after.read_units - before.read_units,
+    };
+    let a = Figures::per(&counter, capacity, steps);
+    println!(
+        "AWS backend on the emulators: {RUNS} runs of a {STEPS}-step workflow ({steps} steps, {:.1} s)",
+        elapsed.as_secs_f64()
+    );
+    a.print("step");
+    println!("  requests: {:?}", counter.snapshot());
+
+    // B: webhook-resumed waits.
+    counter.reset();
+    let before = aws.consumed_capacity();
+    let run = engine
+        .start(&tenant, "waits", json!(null), None)
+        .await
+        .expect("start");
+    engine.run_until_idle(100).await.expect("work");
+    for i in 0..WAITS {
+        let history = aws
+            .backend()
+            .store
+            .load_history(&tenant, &run.id)
+            .await
+            .expect("history");
+        let callback = history
+            .journal
+            .iter()
+            .find_map(|e| match &e.state {
+                EntryState::Waiting(Wait {
+                    kind: WaitKind::Callback { callback_id, .. },
+                    ..
+                }) => Some(callback_id.clone()),
+                _ => None,
+            })
+            .expect("waiting on a callback");
+        engine
+            .complete_callback(
+                &callback,
+                None,
+                Ok(json!({"n": i})),
+                Some(DeliveryId(format!("hook-{i}"))),
+            )
+            .await
+            .expect("webhook");
+        engine.run_until_idle(100).await.expect("work");
+    }
+    let run = engine.get_run(&tenant, &run.id).await.expect("run");
+    assert_eq!(run.status, RunStatus::Completed, "{:?}", run.error);
+    let after = aws.consumed_capacity();
+    let capacity = siesta_aws::ConsumedCapacity {
+        write_units: after.write_units - before.write_units,
+        read_units: after.read_units - before.read_units,
+    };
+    // The load_history calls above are the benchmark's own, not the engine's.
+    let own_queries = f64::from(WAITS);
+    let mut b = Figures::per(&counter, capacity, f64::from(WAITS));
+    b.ddb_reads -= own_queries / f64::from(WAITS);
+    println!(
+        "{WAITS} webhook-resumed waits in one run (the callback lookup, the delivery, the wake-up, the resume):"
+    );
+    b.print("wait");
+    println!("  requests: {:?}", counter.snapshot());
+
+    println!("targets:");
+    println!(
+        "  DynamoDB write requests per step <= 1.5: {:.3} {}",
+        a.ddb_writes,
+        if a.ddb_writes <= 1.5 { "met" } else { "MISSED" }
+    );
+    println!(
+        "  no S3 request for values under the threshold: {} {}",
+        a.s3_puts + a.s3_gets,
+        if a.s3_puts + a.s3_gets == 0.0 {
+            "met"
+        } else {
+            "MISSED"
+        }
+    );
+    let sends_per_run = a.sqs_sends * f64::from(STEPS);
+    println!(
+        "  no SQS message between back-to-back steps: {sends_per_run:.2} SendMessage per {STEPS}-step run {}",
+        if sends_per_run <= 1.0 {
+            "met (the start's wake-up only)"
+        } else {
+            "MISSED"
+        }
+    );
+}
