@@ -22,7 +22,7 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
 /// How the dev server runs.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct DevOptions {
     /// Where the embedded backend keeps its file.
     pub data_dir: PathBuf,
@@ -36,6 +36,26 @@ pub struct DevOptions {
     pub sources: Vec<WebhookSource>,
     /// How long a lease lasts without renewal (how soon a crashed run is taken over).
     pub lease_ttl: Duration,
+    /// The clock the engine and the backend read; `None`: the system clock. Tests pass
+    /// a [`ManualClock`] to move past a deadline without waiting for it.
+    pub clock: Option<Arc<dyn Clock>>,
+}
+
+impl std::fmt::Debug for DevOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DevOptions")
+            .field("data_dir", &self.data_dir)
+            .field("api_keys", &self.api_keys.len())
+            .field("sweep_every", &self.sweep_every)
+            .field("max_webhook_body", &self.max_webhook_body)
+            .field("sources", &self.sources)
+            .field("lease_ttl", &self.lease_ttl)
+            .field(
+                "clock",
+                &self.clock.as_ref().map_or("system", |_| "injected"),
+            )
+            .finish_non_exhaustive()
+    }
 }
 
 impl DevOptions {
@@ -49,6 +69,7 @@ impl DevOptions {
             max_webhook_body: DEFAULT_MAX_BODY,
             lease_ttl: Duration::from_secs(60),
             sources: Vec::new(),
+            clock: None,
         }
     }
 
@@ -102,7 +123,10 @@ pub async fn start(
     registry: Registry,
 ) -> anyhow::Result<DevServer> {
     let addr = listener.local_addr()?;
-    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let clock: Arc<dyn Clock> = options
+        .clock
+        .clone()
+        .unwrap_or_else(|| Arc::new(SystemClock));
     let embedded =
         siesta_embedded::EmbeddedBackend::open(options.data_dir.join("siesta.db"), clock.clone())
             .with_context(|| {

@@ -7,16 +7,40 @@ use serde_json::{Value, json};
 use siesta_cli::dev::{DevOptions, DevServer, start};
 
 async fn server(keys: &str) -> (DevServer, tempfile::TempDir, String) {
+    let keys = DevOptions::parse_api_keys(keys).unwrap();
+    server_with(|o| o.api_keys = keys, siesta_workflows::registry()).await
+}
+
+/// A dev server on an ephemeral port with `registry`, its options (a 200 ms sweep)
+/// adjusted by `configure`.
+async fn server_with(
+    configure: impl FnOnce(&mut DevOptions),
+    registry: siesta::Registry,
+) -> (DevServer, tempfile::TempDir, String) {
     let dir = tempfile::tempdir().unwrap();
     let mut options = DevOptions::new(dir.path().to_owned());
-    options.api_keys = DevOptions::parse_api_keys(keys).unwrap();
     options.sweep_every = Duration::from_millis(200);
+    configure(&mut options);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let server = start(listener, options, siesta_workflows::registry())
-        .await
-        .unwrap();
+    let server = start(listener, options, registry).await.unwrap();
     let base = format!("http://{}", server.addr);
     (server, dir, base)
+}
+
+async fn get_json(client: &reqwest::Client, url: &str) -> Value {
+    let r = client.get(url).send().await.unwrap();
+    assert!(r.status().is_success(), "GET {url}: {}", r.status());
+    r.json().await.unwrap()
+}
+
+/// The `EventType`s of a run's timeline, in order.
+async fn event_types(client: &reqwest::Client, run_url: &str) -> Vec<String> {
+    get_json(client, &format!("{run_url}/timeline?limit=1000")).await["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["EventType"].as_str().unwrap().to_owned())
+        .collect()
 }
 
 async fn wait_for_status(
@@ -432,5 +456,287 @@ async fn a_thousand_concurrent_duplicate_deliveries_wake_the_run_exactly_once() 
     assert_eq!(count("ExecutionSucceeded"), 1);
     // One invocation to pause at the callback, one woken by the single accepted delivery.
     assert_eq!(count("InvocationCompleted"), 2, "woken exactly once");
+    server.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idempotency_key_replays_the_same_run_and_rejects_a_different_body() {
+    let (server, _dir, base) = server("").await;
+    let client = reqwest::Client::new();
+    let start_run = |key: &str, body: &Value| {
+        client
+            .post(format!("{base}/runs"))
+            .header("Idempotency-Key", key)
+            .json(body)
+            .send()
+    };
+    let lamp = json!({"workflow": "order", "input": {"item": "Lamp", "amount": 20}});
+    let first = start_run("order-1", &lamp).await.unwrap();
+    assert_eq!(first.status(), 201);
+    assert!(first.headers().get("idempotent-replayed").is_none());
+    let first: Value = first.json().await.unwrap();
+    let id = first["id"].as_str().unwrap().to_owned();
+    let run_url = format!("{base}/runs/{id}");
+    wait_for_status(&client, &run_url, None, "waiting").await;
+
+    // The same key and body: the first run, as it is now; nothing new is started.
+    let replay = start_run("order-1", &lamp).await.unwrap();
+    assert_eq!(replay.status(), 201);
+    assert_eq!(replay.headers()["idempotent-replayed"], "true");
+    assert_eq!(replay.headers()["location"], format!("/runs/{id}").as_str());
+    let replay: Value = replay.json().await.unwrap();
+    assert_eq!(replay["id"], id.as_str());
+    assert_eq!(replay["status"], "waiting", "{replay}");
+
+    // The same key with another body, or another workflow: 422, nothing created.
+    for other in [
+        json!({"workflow": "order", "input": {"item": "Lamp", "amount": 21}}),
+        json!({"workflow": "approval", "input": {"change": "Lamp"}}),
+    ] {
+        let mismatch = start_run("order-1", &other).await.unwrap();
+        assert_eq!(mismatch.status(), 422, "{other}");
+        let body: Value = mismatch.json().await.unwrap();
+        assert_eq!(body["error"]["code"], "idempotency_key_reused", "{body}");
+    }
+    let runs = get_json(&client, &format!("{base}/runs")).await["runs"].clone();
+    assert_eq!(runs.as_array().unwrap().len(), 1, "{runs}");
+    assert_eq!(runs[0]["id"], id.as_str());
+    let events = event_types(&client, &run_url).await;
+    assert_eq!(
+        events.iter().filter(|e| *e == "ExecutionStarted").count(),
+        1,
+        "{events:?}"
+    );
+    let view = get_json(&client, &run_url).await;
+    assert_eq!(view["input"], lamp["input"], "the first body is kept");
+
+    // Another key is another run.
+    let second = start_run("order-2", &lamp).await.unwrap();
+    assert_eq!(second.status(), 201);
+    assert!(second.headers().get("idempotent-replayed").is_none());
+    let second: Value = second.json().await.unwrap();
+    assert_ne!(second["id"], id.as_str());
+
+    // An input too large to keep inline (stored as an artifact) replays and mismatches
+    // the same way.
+    let big_item = "x".repeat(40 * 1024);
+    let big = json!({"workflow": "order", "input": {"item": big_item, "amount": 5}});
+    let big_first: Value = start_run("order-big", &big)
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let big_replay = start_run("order-big", &big).await.unwrap();
+    assert_eq!(big_replay.status(), 201);
+    assert_eq!(big_replay.headers()["idempotent-replayed"], "true");
+    assert_eq!(
+        big_replay.json::<Value>().await.unwrap()["id"],
+        big_first["id"]
+    );
+    let big_other =
+        json!({"workflow": "order", "input": {"item": format!("{big_item}y"), "amount": 5}});
+    assert_eq!(
+        start_run("order-big", &big_other).await.unwrap().status(),
+        422
+    );
+    let runs = get_json(&client, &format!("{base}/runs")).await["runs"].clone();
+    assert_eq!(runs.as_array().unwrap().len(), 3, "{runs}");
+    server.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn if_match_cancel_refuses_a_stale_version_and_cancels_at_the_current_one() {
+    let (server, _dir, base) = server("").await;
+    let client = reqwest::Client::new();
+    let run: Value = client
+        .post(format!("{base}/runs"))
+        .json(&json!({"workflow": "order", "input": {"item": "Lamp", "amount": 20}}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let run_url = format!("{base}/runs/{}", run["id"].as_str().unwrap());
+    let waiting = wait_for_status(&client, &run_url, None, "waiting").await;
+    let version = waiting["version"].as_u64().unwrap();
+    let shown = client.get(&run_url).send().await.unwrap();
+    let etag = shown.headers()["etag"].to_str().unwrap().to_owned();
+    assert_eq!(etag, format!("\"{version}\""));
+    let cancel = |if_match: String| {
+        client
+            .post(format!("{run_url}/cancel"))
+            .header("If-Match", if_match)
+            .send()
+    };
+
+    for stale in [version - 1, version + 1] {
+        let r = cancel(format!("\"{stale}\"")).await.unwrap();
+        assert_eq!(r.status(), 412, "If-Match {stale} at version {version}");
+        let body: Value = r.json().await.unwrap();
+        assert_eq!(body["error"]["code"], "version_mismatch", "{body}");
+    }
+    assert_eq!(cancel("not-a-version".into()).await.unwrap().status(), 400);
+    let unchanged = get_json(&client, &run_url).await;
+    assert_eq!(unchanged["version"], version, "{unchanged}");
+    assert_eq!(unchanged["status"], "waiting");
+    assert_eq!(unchanged["cancel_requested"], false);
+
+    let r = cancel(etag.clone()).await.unwrap();
+    assert!(r.status() == 200 || r.status() == 202, "{}", r.status());
+    let cancelled = wait_for_status(&client, &run_url, None, "cancelled").await;
+    assert!(cancelled["version"].as_u64().unwrap() > version);
+    assert!(
+        event_types(&client, &run_url)
+            .await
+            .contains(&"ExecutionCancelled".to_owned())
+    );
+    // Finished now: a second cancel is 409 whatever the version.
+    assert_eq!(
+        client
+            .post(format!("{run_url}/cancel"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        409
+    );
+    server.stop();
+}
+
+/// A workflow whose "payment provider" calls the callback URL back at once, inside the
+/// step that submits the payment — before the run reaches `wait()`.
+fn early_callback_registry() -> siesta::Registry {
+    let mut registry = siesta_workflows::registry();
+    registry.register("pay_at_once", |ctx: siesta::Context, _: Value| async move {
+        let payment = ctx
+            .create_callback::<Value>("payment")
+            .timeout(Duration::from_secs(3600))
+            .await?;
+        let url = payment.url();
+        let status: u16 = ctx
+            .step("charge", move |_| async move {
+                let r = reqwest::Client::new()
+                    .post(&url)
+                    .header("webhook-id", "psp-early-1")
+                    .json(&json!({"status": "COMPLETED", "transaction_id": "txn_early"}))
+                    .send()
+                    .await?;
+                Ok(r.status().as_u16())
+            })
+            .await?;
+        let event = payment.wait().await?;
+        Ok(json!({"webhook_status": status, "payment": event}))
+    });
+    registry
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_webhook_that_arrives_before_the_wait_is_kept_and_consumed() {
+    let (server, _dir, base) = server_with(|_| {}, early_callback_registry()).await;
+    let client = reqwest::Client::new();
+    let run: Value = client
+        .post(format!("{base}/runs"))
+        .json(&json!({"workflow": "pay_at_once", "input": null}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let run_url = format!("{base}/runs/{}", run["id"].as_str().unwrap());
+    let done: Value = client
+        .get(format!("{run_url}/result"))
+        .header("Prefer", "wait=10")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(done["output"]["webhook_status"], 200, "{done}");
+    assert_eq!(done["output"]["payment"]["transaction_id"], "txn_early");
+    let events = event_types(&client, &run_url).await;
+    let at = |t: &str| events.iter().position(|e| e == t).unwrap_or(usize::MAX);
+    assert!(
+        at("CallbackDelivered") < at("StepSucceeded"),
+        "delivered while the step that precedes the wait ran: {events:?}"
+    );
+    assert_eq!(
+        events.iter().filter(|e| *e == "CallbackDelivered").count(),
+        1
+    );
+    assert_eq!(
+        events.iter().filter(|e| *e == "CallbackSucceeded").count(),
+        1
+    );
+    server.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_webhook_after_the_payment_timed_out_is_gone_and_the_order_failed() {
+    use siesta::{Clock, ManualClock};
+    let clock = Arc::new(ManualClock::default());
+    let injected: Arc<dyn Clock> = clock.clone();
+    let (server, _dir, base) =
+        server_with(|o| o.clock = Some(injected), siesta_workflows::registry()).await;
+    let client = reqwest::Client::new();
+    let run: Value = client
+        .post(format!("{base}/runs"))
+        .json(&json!({"workflow": "order", "input": {"item": "Lamp", "amount": 20}}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let run_url = format!("{base}/runs/{}", run["id"].as_str().unwrap());
+    let waiting = wait_for_status(&client, &run_url, None, "waiting").await;
+    let hook = waiting["waits"][0]["url"].as_str().unwrap().to_owned();
+    let hour = Duration::from_secs(3600);
+    assert_eq!(
+        waiting["waits"][0]["deadline"],
+        clock.now().plus(hour).millis(),
+        "{waiting}"
+    );
+
+    // A sweep or two at the old time change nothing; past the deadline, one times the
+    // payment out and the order fails.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(get_json(&client, &run_url).await["status"], "waiting");
+    clock.advance(hour + Duration::from_secs(1));
+    let failed = wait_for_status(&client, &run_url, None, "failed").await;
+    assert!(
+        failed["error"].to_string().contains("CallbackTimedOut"),
+        "{failed}"
+    );
+    assert!(
+        event_types(&client, &run_url)
+            .await
+            .contains(&"CallbackTimedOut".to_owned())
+    );
+
+    let late = client
+        .post(&hook)
+        .header("webhook-id", "psp-late-1")
+        .json(&json!({"status": "COMPLETED", "transaction_id": "txn_late"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(late.status(), 410);
+    assert_eq!(late.json::<Value>().await.unwrap()["error"]["code"], "gone");
+    let after = get_json(&client, &run_url).await;
+    assert_eq!(
+        after["version"], failed["version"],
+        "the late webhook changed nothing"
+    );
+    assert_eq!(after["status"], "failed");
+    assert!(
+        !event_types(&client, &run_url)
+            .await
+            .contains(&"CallbackDelivered".to_owned())
+    );
     server.stop();
 }
