@@ -121,6 +121,8 @@ pub struct SweepReport {
     pub due_waits: usize,
     /// Of those, runnable runs whose wake-up was lost.
     pub lost_wakeups: usize,
+    /// Runs parked because a wake-up of theirs kept failing and was dead-lettered.
+    pub parked_dead_letters: usize,
 }
 
 /// What one batch of wake-ups did, for the queue's partial-batch-failure report.
@@ -948,7 +950,90 @@ impl Engine {
                 _ => report.lost_wakeups += 1,
             }
         }
+        report.parked_dead_letters = self.park_dead_letters(limit).await?;
         Ok(report)
+    }
+
+    /// Park every run whose wake-up kept failing until the queue dead-lettered it, with
+    /// the reason in its error and timeline, so that an operator sees it instead of a
+    /// run that silently stopped. A run that is finished or parked already, or whose
+    /// lease is live (someone is working on it), is left alone. Bounded by `limit`;
+    /// returns how many runs it parked. The messages stay in the dead-letter queue for
+    /// the operator to inspect and redrive.
+    pub async fn park_dead_letters(&self, limit: usize) -> Result<usize, EngineError> {
+        let dead = self.backend.queue.dead_letters(limit).await?;
+        let mut seen = std::collections::HashSet::new();
+        let mut parked = 0;
+        for wake in dead {
+            if !seen.insert((wake.tenant.clone(), wake.run_id.clone())) {
+                continue;
+            }
+            let Some(run) = self
+                .backend
+                .store
+                .get_run(&wake.tenant, &wake.run_id)
+                .await?
+            else {
+                continue;
+            };
+            if run.status.is_finished() || run.status == RunStatus::Parked {
+                continue;
+            }
+            // Take the lease first: parking is then an ordinary fenced checkpoint, and a
+            // run someone holds is not parked under them.
+            let now = self.clock.now();
+            let claim = Claim {
+                owner: format!("{}#dead-letter", self.config.owner),
+                now,
+                expires_at: now.plus(self.config.lease_ttl),
+            };
+            let run = match self
+                .backend
+                .store
+                .claim(&wake.tenant, &wake.run_id, &claim)
+                .await
+            {
+                Ok(run) => run,
+                Err(StoreError::Conflict(_) | StoreError::NotFound) => continue,
+                Err(e) => return Err(e.into()),
+            };
+            let status = decide(run.status, LifecycleEvent::Park)
+                .map_err(|e| EngineError::Gone(e.to_string()))?;
+            let reason = ErrorInfo::new(
+                "DeadLettered",
+                "a wake-up of this run kept failing and went to the dead-letter queue; \
+                 fix the cause, then resume or cancel the run",
+                false,
+            );
+            let mut next = run.clone();
+            next.status = status;
+            next.version += 1;
+            next.updated_at = now;
+            next.lease = None;
+            next.due_at = None;
+            next.error = Some(reason.clone());
+            next.timeline_seq += 1;
+            let mut checkpoint = Checkpoint::new(next.clone(), run.version, Some(run.epoch));
+            checkpoint.timeline.push(TimelineEvent {
+                seq: next.timeline_seq,
+                at: now,
+                event_type: EventType::RunParked,
+                sub_type: None,
+                id: None,
+                parent_id: None,
+                name: Some(run.workflow.clone()),
+                details: serde_json::json!({"Error": reason, "WakeUp": wake}),
+            });
+            match self.backend.store.checkpoint(&checkpoint).await {
+                Ok(()) => {
+                    tracing::warn!(tenant = %run.tenant, run_id = %run.id, "run parked: its wake-up was dead-lettered");
+                    parked += 1;
+                }
+                Err(StoreError::Conflict(_)) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(parked)
     }
 
     /// Handle a batch of wake-ups (an SQS batch) concurrently, each with `deadline` as
@@ -976,7 +1061,10 @@ impl Engine {
             .await?;
         let n = received.len();
         for message in received {
-            match self.handle_wakeup(&message.wake).await {
+            match self
+                .keep_hidden_while(&message.receipt, self.handle_wakeup(&message.wake))
+                .await
+            {
                 Ok(WakeOutcome::Aborted(why)) => {
                     tracing::warn!(run_id = %message.wake.run_id, %why, "invocation aborted; the wake-up will be redelivered");
                 }
@@ -987,6 +1075,24 @@ impl Engine {
             }
         }
         Ok(n)
+    }
+
+    /// Run `work`, extending the visibility of the message `receipt` every half lease
+    /// while it lasts, so that a run worked on for longer than the visibility timeout is
+    /// not handed to a second worker meanwhile.
+    async fn keep_hidden_while<T>(&self, receipt: &str, work: impl Future<Output = T>) -> T {
+        let every = (self.config.lease_ttl / 2).max(Duration::from_millis(100));
+        let mut work = std::pin::pin!(work);
+        loop {
+            tokio::select! {
+                out = &mut work => return out,
+                _ = tokio::time::sleep(every) => {
+                    if let Err(e) = self.backend.queue.extend_visibility(receipt, self.config.lease_ttl).await {
+                        tracing::warn!(error = %e, "could not extend a wake-up's visibility");
+                    }
+                }
+            }
+        }
     }
 
     /// Work the queue until it has nothing visible; returns how many wake-ups were

@@ -1,0 +1,163 @@
+//! Wake-ups that keep failing: the dead-lettered run is parked with the reason, and a
+//! run worked on longer than the visibility timeout is not handed out twice.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::json;
+use siesta::ports::*;
+use siesta::*;
+use support::World;
+
+fn registry() -> Registry {
+    let mut reg = Registry::new();
+    reg.register("nap", |ctx: Context, _: serde_json::Value| async move {
+        ctx.sleep(Duration::from_secs(3600)).await?;
+        Ok("rested")
+    });
+    reg
+}
+
+/// Receive the run's wake-up until the queue dead-letters it (the default limit is 5),
+/// never acknowledging it: a handler that fails every time.
+async fn fail_until_dead_lettered(w: &World, run_id: &RunId) {
+    for _ in 0..10 {
+        let got = w
+            .engine
+            .backend()
+            .queue
+            .receive(10, Duration::from_secs(1))
+            .await
+            .unwrap();
+        w.clock.advance(Duration::from_secs(2));
+        if got.is_empty() {
+            break;
+        }
+    }
+    let dead = w.engine.backend().queue.dead_letters(100).await.unwrap();
+    assert!(
+        dead.iter().any(|d| &d.run_id == run_id),
+        "dead-lettered: {dead:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_whose_wake_up_is_dead_lettered_is_parked_with_the_reason_once() {
+    let w = World::new(registry());
+    let id = w.start("nap", json!(null)).await;
+    fail_until_dead_lettered(&w, &id).await;
+
+    let report = w.engine.sweep(100).await.unwrap();
+    assert_eq!(report.parked_dead_letters, 1, "{report:?}");
+    let run = w.run(&id).await;
+    assert_eq!(run.status, RunStatus::Parked);
+    assert_eq!(run.error.as_ref().unwrap().kind, "DeadLettered");
+    assert!(run.lease.is_none() && run.due_at.is_none(), "{run:?}");
+    let last = w.timeline(&id).await.pop().unwrap();
+    assert_eq!(last.event_type, EventType::RunParked);
+    assert_eq!(last.details["Error"]["kind"], "DeadLettered", "{last:?}");
+
+    let again = w.engine.sweep(100).await.unwrap();
+    assert_eq!(again.parked_dead_letters, 0, "parked once: {again:?}");
+    assert_eq!(w.run(&id).await.version, run.version);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_letter_for_a_finished_or_leased_run_changes_nothing() {
+    let mut reg = registry();
+    reg.register("quick", |_ctx: Context, _: serde_json::Value| async move {
+        Ok(1)
+    });
+    let w = World::new(reg);
+    let done = w.start("quick", json!(null)).await;
+    fail_until_dead_lettered(&w, &done).await;
+    w.engine
+        .handle_wakeup(&WakeUp {
+            tenant: w.tenant.clone(),
+            run_id: done.clone(),
+            reason: WakeReason::Started,
+            epoch_hint: 0,
+        })
+        .await
+        .unwrap();
+    assert_eq!(w.run(&done).await.status, RunStatus::Completed);
+
+    let held = w.start("nap", json!(null)).await;
+    fail_until_dead_lettered(&w, &held).await;
+    let now = w.clock.now();
+    w.engine
+        .backend()
+        .store
+        .claim(
+            &w.tenant,
+            &held,
+            &Claim {
+                owner: "someone-else".into(),
+                now,
+                expires_at: now.plus(Duration::from_secs(600)),
+            },
+        )
+        .await
+        .unwrap();
+    let (done_before, held_before) = (w.run(&done).await, w.run(&held).await);
+
+    let report = w.engine.sweep(100).await.unwrap();
+    assert_eq!(report.parked_dead_letters, 0, "{report:?}");
+    assert_eq!(w.run(&done).await, done_before);
+    assert_eq!(w.run(&held).await, held_before);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wake_up_worked_on_past_its_visibility_timeout_is_not_handed_out_twice() {
+    let mut reg = Registry::new();
+    reg.register("slow", |ctx: Context, _: serde_json::Value| async move {
+        ctx.step("work", |_| async {
+            tokio::time::sleep(Duration::from_millis(1200)).await;
+            Ok(())
+        })
+        .await?;
+        Ok("done")
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let backend = siesta_embedded::EmbeddedBackend::open(dir.path().join("s.db"), clock.clone())
+        .unwrap()
+        .backend();
+    let engine = Engine::new(
+        backend.clone(),
+        clock,
+        reg,
+        EngineConfig {
+            // The worker receives with the lease as the visibility timeout.
+            lease_ttl: Duration::from_millis(300),
+            ..EngineConfig::default()
+        },
+    );
+    let tenant = TenantId::from("acme");
+    let run = engine
+        .start(&tenant, "slow", json!(null), None)
+        .await
+        .unwrap();
+
+    let worker = tokio::spawn({
+        let engine = engine.clone();
+        async move { engine.work_queue_once(1).await.unwrap() }
+    });
+    // Another worker polls all through the slow step: the message stays hidden.
+    let mut stolen = 0;
+    while !worker.is_finished() {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        stolen += backend
+            .queue
+            .receive(10, Duration::from_secs(30))
+            .await
+            .unwrap()
+            .len();
+    }
+    assert_eq!(worker.await.unwrap(), 1);
+    assert_eq!(stolen, 0, "the wake-up was handed to a second worker");
+    let run = engine.get_run(&tenant, &run.id).await.unwrap();
+    assert_eq!(run.status, RunStatus::Completed, "{:?}", run.error);
+}
