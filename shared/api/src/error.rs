@@ -74,6 +74,11 @@ impl From<EngineError> for ApiError {
                 format!("the run is already {status}"),
             ),
             EngineError::Gone(m) => ApiError::new(StatusCode::GONE, "gone", m),
+            EngineError::NotParked(status) => ApiError::new(
+                StatusCode::CONFLICT,
+                "not_parked",
+                format!("only a parked run can be resumed; this one is {status}"),
+            ),
             EngineError::Store(StoreError::NotFound) => ApiError::not_found("run"),
             EngineError::Store(e) if e.is_retryable() => ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,

@@ -160,6 +160,7 @@ impl ControlApi {
                 self.timeline(tenant, &RunId::from(*id), req).await
             }
             ("POST", ["runs", id, "cancel"]) => self.cancel(tenant, &RunId::from(*id), req).await,
+            ("POST", ["runs", id, "resume"]) => self.resume(tenant, &RunId::from(*id), req).await,
             ("POST", ["runs", id, "events", name]) => {
                 self.event(tenant, &RunId::from(*id), name, req).await
             }
@@ -381,24 +382,26 @@ impl ControlApi {
         ))
     }
 
+    async fn resume(
+        &self,
+        tenant: &TenantId,
+        id: &RunId,
+        req: &ApiRequest,
+    ) -> Result<ApiResponse, ApiError> {
+        let run = self.engine.resume(tenant, id, if_match(req)?).await?;
+        Ok(ApiResponse::run(
+            StatusCode::ACCEPTED,
+            &self.view(tenant, &run).await?,
+        ))
+    }
+
     async fn cancel(
         &self,
         tenant: &TenantId,
         id: &RunId,
         req: &ApiRequest,
     ) -> Result<ApiResponse, ApiError> {
-        let if_match = match header_str(&req.headers, "if-match")? {
-            None => None,
-            Some(v) => Some(
-                v.trim()
-                    .trim_start_matches("W/")
-                    .trim_matches('"')
-                    .parse::<u64>()
-                    .map_err(|_| {
-                        ApiError::bad_request("If-Match must be a run version (its ETag)")
-                    })?,
-            ),
-        };
+        let if_match = if_match(req)?;
         let run = self.engine.cancel(tenant, id, if_match).await?;
         let status = if run.status.is_finished() {
             StatusCode::OK
@@ -588,4 +591,17 @@ fn same_input(stored: &Payload, requested: &serde_json::Value) -> bool {
             .map(|b| hex::encode(Sha256::digest(b)) == a.sha256)
             .unwrap_or(false),
     }
+}
+
+/// The run version named by `If-Match` (its ETag), if any.
+fn if_match(req: &ApiRequest) -> Result<Option<u64>, ApiError> {
+    header_str(&req.headers, "if-match")?
+        .map(|v| {
+            v.trim()
+                .trim_start_matches("W/")
+                .trim_matches('"')
+                .parse::<u64>()
+                .map_err(|_| ApiError::bad_request("If-Match must be a run version (its ETag)"))
+        })
+        .transpose()
 }

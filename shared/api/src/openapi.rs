@@ -64,6 +64,13 @@ pub const ROUTES: &[Route] = &[
     },
     Route {
         method: "post",
+        path: "/runs/{id}/resume",
+        summary: "Resume a parked run (If-Match optional)",
+        success: 202,
+        body: false,
+    },
+    Route {
+        method: "post",
         path: "/runs/{id}/events/{name}",
         summary: "Deliver a named event",
         success: 202,

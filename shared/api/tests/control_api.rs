@@ -573,3 +573,38 @@ async fn a_webhook_after_its_callback_timed_out_is_gone_and_changes_nothing() {
     assert_eq!(r.status, StatusCode::GONE, "{}", r.body);
     assert_eq!(engine.get_run(&tenant, &run.id).await.unwrap(), before);
 }
+
+#[tokio::test]
+async fn only_a_parked_run_can_be_resumed() {
+    let w = World::new();
+    let r = w
+        .call(
+            "a",
+            Method::POST,
+            "/runs",
+            &[],
+            r#"{"workflow":"approve","input":null}"#,
+        )
+        .await;
+    let id = r.body["id"].as_str().unwrap().to_owned();
+    w.settle().await;
+    let before = w
+        .call("a", Method::GET, &format!("/runs/{id}"), &[], "")
+        .await;
+    let resume = w
+        .call("a", Method::POST, &format!("/runs/{id}/resume"), &[], "")
+        .await;
+    assert_eq!(resume.status, StatusCode::CONFLICT, "{}", resume.body);
+    assert_eq!(code(&resume), "not_parked");
+    let other = w
+        .call("b", Method::POST, &format!("/runs/{id}/resume"), &[], "")
+        .await;
+    assert_eq!(other.status, StatusCode::NOT_FOUND, "another tenant's run");
+    let after = w
+        .call("a", Method::GET, &format!("/runs/{id}"), &[], "")
+        .await;
+    assert_eq!(
+        after.body["version"], before.body["version"],
+        "nothing changed"
+    );
+}

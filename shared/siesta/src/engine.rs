@@ -86,6 +86,9 @@ pub enum EngineError {
     /// The callback or run no longer accepts this.
     #[error("gone: {0}")]
     Gone(String),
+    /// Only a parked run can be resumed.
+    #[error("the run is {0}, not parked")]
+    NotParked(RunStatus),
     /// Storage failed; retrying may help.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -916,6 +919,64 @@ impl Engine {
         Err(EngineError::Store(StoreError::Unavailable(
             "the run kept changing while cancelling".to_owned(),
         )))
+    }
+
+    /// Resume a parked run once its cause is fixed: it becomes pending, due now, and is
+    /// woken; replay continues from its journal (an unresolved cause parks it again).
+    /// `if_match` guards against a stale view (the run's version).
+    pub async fn resume(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+        if_match: Option<u64>,
+    ) -> Result<Run, EngineError> {
+        let run = self.get_run(tenant, run_id).await?;
+        if if_match.is_some_and(|v| v != run.version) {
+            return Err(EngineError::VersionMismatch {
+                current: run.version,
+            });
+        }
+        if run.status != RunStatus::Parked {
+            return Err(if run.status.is_finished() {
+                EngineError::AlreadyFinished(run.status)
+            } else {
+                EngineError::NotParked(run.status)
+            });
+        }
+        let status = decide(run.status, LifecycleEvent::Resume)
+            .map_err(|e| EngineError::Gone(e.to_string()))?;
+        let now = self.clock.now();
+        let mut next = run.clone();
+        next.status = status;
+        next.version += 1;
+        next.updated_at = now;
+        next.due_at = Some(now);
+        next.timeline_seq += 1;
+        let mut checkpoint = Checkpoint::new(next.clone(), run.version, None);
+        checkpoint.timeline.push(TimelineEvent {
+            seq: next.timeline_seq,
+            at: now,
+            event_type: EventType::RunResumed,
+            sub_type: None,
+            id: None,
+            parent_id: None,
+            name: Some(run.workflow.clone()),
+            details: serde_json::json!({"ParkedFor": run.error}),
+        });
+        next.error = None;
+        checkpoint.run = next.clone();
+        match self.backend.store.checkpoint(&checkpoint).await {
+            Ok(()) => {}
+            Err(StoreError::Conflict(Some(current))) => {
+                return Err(EngineError::VersionMismatch {
+                    current: current.version,
+                });
+            }
+            Err(e) => return Err(e.into()),
+        }
+        self.send_wake(tenant, run_id, WakeReason::Delivery, Duration::ZERO, 0)
+            .await;
+        Ok(next)
     }
 
     /// Wake every run that is due: fired timers, passed deadlines, expired leases, lost

@@ -759,6 +759,8 @@ pub enum EventType {
     ToolCallRecorded,
     /// The run needs an operator.
     RunParked,
+    /// An operator resumed a parked run.
+    RunResumed,
     /// Cancellation was requested.
     CancelRequested,
 }

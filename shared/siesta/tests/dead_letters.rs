@@ -161,3 +161,45 @@ async fn a_wake_up_worked_on_past_its_visibility_timeout_is_not_handed_out_twice
     let run = engine.get_run(&tenant, &run.id).await.unwrap();
     assert_eq!(run.status, RunStatus::Completed, "{:?}", run.error);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parked_run_resumes_where_it_stopped_once_an_operator_says_so() {
+    let w = World::new(registry());
+    let id = w.start("nap", json!(null)).await;
+    fail_until_dead_lettered(&w, &id).await;
+    w.engine.sweep(100).await.unwrap();
+    let parked = w.run(&id).await;
+    assert_eq!(parked.status, RunStatus::Parked);
+
+    let stale = w
+        .engine
+        .resume(&w.tenant, &id, Some(parked.version - 1))
+        .await;
+    assert!(
+        matches!(stale, Err(EngineError::VersionMismatch { .. })),
+        "{stale:?}"
+    );
+    let resumed = w
+        .engine
+        .resume(&w.tenant, &id, Some(parked.version))
+        .await
+        .unwrap();
+    assert_eq!(resumed.status, RunStatus::Pending);
+    assert!(resumed.error.is_none());
+    w.settle().await;
+    let run = w.run(&id).await;
+    assert_eq!(
+        run.status,
+        RunStatus::Waiting,
+        "back to its nap: {:?}",
+        run.error
+    );
+    let events: Vec<EventType> = w.timeline(&id).await.iter().map(|e| e.event_type).collect();
+    assert!(events.contains(&EventType::RunResumed), "{events:?}");
+
+    let again = w.engine.resume(&w.tenant, &id, None).await;
+    assert!(
+        matches!(again, Err(EngineError::NotParked(RunStatus::Waiting))),
+        "{again:?}"
+    );
+}
