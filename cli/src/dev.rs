@@ -39,6 +39,9 @@ pub struct DevOptions {
     /// The clock the engine and the backend read; `None`: the system clock. Tests pass
     /// a [`ManualClock`] to move past a deadline without waiting for it.
     pub clock: Option<Arc<dyn Clock>>,
+    /// The backend to run on; `None`: the embedded one in `data_dir`. `siesta dev
+    /// --backend aws` passes the AWS backend (DynamoDB, S3, SQS).
+    pub backend: Option<siesta::ports::Backend>,
 }
 
 impl std::fmt::Debug for DevOptions {
@@ -53,6 +56,10 @@ impl std::fmt::Debug for DevOptions {
             .field(
                 "clock",
                 &self.clock.as_ref().map_or("system", |_| "injected"),
+            )
+            .field(
+                "backend",
+                &self.backend.as_ref().map_or("embedded", |_| "given"),
             )
             .finish_non_exhaustive()
     }
@@ -70,6 +77,7 @@ impl DevOptions {
             lease_ttl: Duration::from_secs(60),
             sources: Vec::new(),
             clock: None,
+            backend: None,
         }
     }
 
@@ -127,20 +135,26 @@ pub async fn start(
         .clock
         .clone()
         .unwrap_or_else(|| Arc::new(SystemClock));
-    let embedded =
-        siesta_embedded::EmbeddedBackend::open(options.data_dir.join("siesta.db"), clock.clone())
-            .with_context(|| {
+    let backend = match options.backend.clone() {
+        Some(backend) => backend,
+        None => siesta_embedded::EmbeddedBackend::open(
+            options.data_dir.join("siesta.db"),
+            clock.clone(),
+        )
+        .with_context(|| {
             format!(
                 "opening the embedded backend in {}",
                 options.data_dir.display()
             )
-        })?;
+        })?
+        .backend(),
+    };
     let config = EngineConfig {
         callback_base_url: format!("http://{addr}"),
         lease_ttl: options.lease_ttl,
         ..EngineConfig::default()
     };
-    let engine = Engine::new(embedded.backend(), clock, registry, config);
+    let engine = Engine::new(backend, clock, registry, config);
     let app = App {
         api: ControlApi::new(engine.clone()),
         hooks: WebhookReceiver::new(engine.clone(), options.max_webhook_body)
