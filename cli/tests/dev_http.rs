@@ -510,6 +510,21 @@ async fn idempotency_key_replays_the_same_run_and_rejects_a_different_body() {
     let view = get_json(&client, &run_url).await;
     assert_eq!(view["input"], lamp["input"], "the first body is kept");
 
+    // The same key and input for another workflow (an input both accept): 422 too.
+    let both = json!({"item": "Lamp", "amount": 20, "change": "Lamp"});
+    let as_order = start_run("order-3", &json!({"workflow": "order", "input": both}))
+        .await
+        .unwrap();
+    assert_eq!(as_order.status(), 201);
+    let as_approval = start_run("order-3", &json!({"workflow": "approval", "input": both}))
+        .await
+        .unwrap();
+    assert_eq!(as_approval.status(), 422);
+    assert_eq!(
+        as_approval.json::<Value>().await.unwrap()["error"]["code"],
+        "idempotency_key_reused"
+    );
+
     // Another key is another run.
     let second = start_run("order-2", &lamp).await.unwrap();
     assert_eq!(second.status(), 201);
@@ -541,7 +556,7 @@ async fn idempotency_key_replays_the_same_run_and_rejects_a_different_body() {
         422
     );
     let runs = get_json(&client, &format!("{base}/runs")).await["runs"].clone();
-    assert_eq!(runs.as_array().unwrap().len(), 3, "{runs}");
+    assert_eq!(runs.as_array().unwrap().len(), 4, "{runs}");
     server.stop();
 }
 
@@ -737,6 +752,286 @@ async fn a_webhook_after_the_payment_timed_out_is_gone_and_the_order_failed() {
         !event_types(&client, &run_url)
             .await
             .contains(&"CallbackDelivered".to_owned())
+    );
+    server.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_signature_scheme_accepts_old_and_new_secrets_and_refuses_forgeries_tampering_and_stale_timestamps()
+ {
+    use siesta_api::signature::{Scheme, Secret, sign};
+    struct Case {
+        source: &'static str,
+        scheme: Scheme,
+        old: &'static str,
+        new: &'static str,
+        wrong: &'static str,
+    }
+    let cases = [
+        Case {
+            source: "sw",
+            scheme: Scheme::StandardWebhooks,
+            old: "whsec_b2xkLXNlY3JldA==",
+            new: "whsec_bmV3LXNlY3JldA==",
+            wrong: "whsec_d3Jvbmc=",
+        },
+        Case {
+            source: "stripe",
+            scheme: Scheme::Stripe,
+            old: "whsec_old_stripe_secret",
+            new: "whsec_new_stripe_secret",
+            wrong: "whsec_not_our_secret",
+        },
+        Case {
+            source: "gh",
+            scheme: Scheme::GitHub,
+            old: "old github secret",
+            new: "new github secret",
+            wrong: "wrong github secret",
+        },
+    ];
+    let config: Vec<Value> = cases
+        .iter()
+        .map(|c| {
+            json!({"name": c.source, "scheme": c.scheme.as_str(), "secrets": [c.old, c.new],
+                   "correlation": "/run_id", "event": "approval"})
+        })
+        .collect();
+    let sources = siesta_api::WebhookSource::parse_all(&Value::from(config).to_string()).unwrap();
+    let (server, _dir, base) =
+        server_with(|o| o.sources = sources, siesta_workflows::registry()).await;
+    let client = reqwest::Client::new();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+
+    for case in &cases {
+        let scheme = case.scheme;
+        let name = case.source;
+        let signed = |secret: &str, delivery: &str, at: i64, body: &[u8]| {
+            sign(
+                scheme,
+                &Secret::parse(scheme, secret).unwrap(),
+                delivery,
+                at,
+                body,
+            )
+        };
+        let post = |headers: Vec<(String, String)>, body: Vec<u8>| {
+            let mut req = client
+                .post(format!("{base}/hooks/sources/{name}"))
+                .body(body);
+            for (k, v) in headers {
+                req = req.header(k, v);
+            }
+            async move {
+                let r = req.send().await.unwrap();
+                let status = r.status().as_u16();
+                (status, r.json::<Value>().await.unwrap())
+            }
+        };
+        // One approval run per secret, both waiting for their decision.
+        let mut runs = Vec::new();
+        for _ in 0..2 {
+            let run: Value = client
+                .post(format!("{base}/runs"))
+                .json(
+                    &json!({"workflow": "approval", "input": {"change": format!("{name} change")}}),
+                )
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            let url = format!("{base}/runs/{}", run["id"].as_str().unwrap());
+            let waiting = wait_for_status(&client, &url, None, "waiting").await;
+            runs.push((run["id"].as_str().unwrap().to_owned(), url, waiting));
+        }
+        let body_for = |id: &str| {
+            serde_json::to_vec(&json!({"run_id": id, "approved": true, "by": name})).unwrap()
+        };
+        let (new_id, new_url, new_waiting) = &runs[0];
+        let body = body_for(new_id);
+        let good = signed(case.new, "d-new", now, &body);
+
+        let (status, error) = post(signed(case.wrong, "d-new", now, &body), body.clone()).await;
+        assert_eq!(
+            (status, &error["error"]["code"]),
+            (401, &json!("bad_signature")),
+            "{name} wrong secret: {error}"
+        );
+        let tampered = String::from_utf8(body.clone())
+            .unwrap()
+            .replace(&format!("\"by\":\"{name}\""), "\"by\":\"mallory\"")
+            .into_bytes();
+        assert_ne!(tampered, body);
+        let (status, error) = post(good.clone(), tampered).await;
+        assert_eq!(
+            (status, &error["error"]["code"]),
+            (401, &json!("bad_signature")),
+            "{name} tampered: {error}"
+        );
+        let (status, error) = post(vec![], body.clone()).await;
+        assert_eq!(status, 401, "{name} unsigned: {error}");
+        if scheme != Scheme::GitHub {
+            // GitHub signs no timestamp; the other two refuse one 10 minutes off either way.
+            for at in [now - 600, now + 600] {
+                let (status, error) =
+                    post(signed(case.new, "d-new", at, &body), body.clone()).await;
+                assert_eq!(
+                    (status, &error["error"]["code"]),
+                    (401, &json!("timestamp_out_of_tolerance")),
+                    "{name} at {at} (now {now}): {error}"
+                );
+            }
+        }
+        let unchanged = get_json(&client, new_url).await;
+        assert_eq!(
+            unchanged["version"], new_waiting["version"],
+            "{name}: {unchanged}"
+        );
+        assert!(
+            !event_types(&client, new_url)
+                .await
+                .contains(&"EventDelivered".to_owned()),
+            "{name}: refused webhooks delivered nothing"
+        );
+
+        // Signed with the new secret, under the delivery id the refused ones used: accepted.
+        let (status, ack) = post(good, body.clone()).await;
+        assert_eq!(
+            (status, &ack["duplicate"]),
+            (200, &json!(false)),
+            "{name} new secret: {ack}"
+        );
+        // Signed with the old, still configured secret: accepted too.
+        let (old_id, old_url, _) = &runs[1];
+        let old_body = body_for(old_id);
+        let (status, ack) = post(signed(case.old, "d-old", now, &old_body), old_body).await;
+        assert_eq!(
+            (status, &ack["duplicate"]),
+            (200, &json!(false)),
+            "{name} old secret: {ack}"
+        );
+        for url in [new_url, old_url] {
+            let done: Value = client
+                .get(format!("{url}/result"))
+                .header("Prefer", "wait=10")
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            assert_eq!(done["status"], "completed", "{name}: {done}");
+            assert_eq!(done["output"]["approved_by"], name, "{done}");
+        }
+    }
+    server.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signed_source_webhook_completes_the_callback_its_body_names_once_and_only_for_its_tenant()
+ {
+    use siesta_api::signature::{Scheme, Secret, sign};
+    const SECRET: &str = "whsec_cHNwLXNlY3JldA==";
+    let sources = siesta_api::WebhookSource::parse_all(&format!(
+        r#"[{{"name": "psp", "scheme": "standard-webhooks", "secrets": ["{SECRET}"], "callback": "/callback_id"}},
+            {{"name": "elsewhere", "tenant": "other", "scheme": "standard-webhooks", "secrets": ["{SECRET}"], "callback": "/callback_id"}}]"#
+    ))
+    .unwrap();
+    let (server, _dir, base) =
+        server_with(|o| o.sources = sources, siesta_workflows::registry()).await;
+    let client = reqwest::Client::new();
+    let run: Value = client
+        .post(format!("{base}/runs"))
+        .json(&json!({"workflow": "order", "input": {"item": "Lamp", "amount": 20}}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let run_url = format!("{base}/runs/{}", run["id"].as_str().unwrap());
+    let waiting = wait_for_status(&client, &run_url, None, "waiting").await;
+    let callback_id = waiting["waits"][0]["callback_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let post = |source: &str, secret: &str, delivery: &str, body: &Value| {
+        let body = serde_json::to_vec(body).unwrap();
+        let secret = Secret::parse(Scheme::StandardWebhooks, secret).unwrap();
+        let mut req = client.post(format!("{base}/hooks/sources/{source}"));
+        for (k, v) in sign(Scheme::StandardWebhooks, &secret, delivery, now, &body) {
+            req = req.header(k, v);
+        }
+        async move {
+            let r = req.body(body).send().await.unwrap();
+            let status = r.status().as_u16();
+            (status, r.json::<Value>().await.unwrap())
+        }
+    };
+    let paid =
+        json!({"callback_id": callback_id, "status": "COMPLETED", "transaction_id": "txn_src"});
+
+    let (status, _) = post("psp", "whsec_d3Jvbmc=", "d1", &paid).await;
+    assert_eq!(status, 401, "wrong secret");
+    let (status, _) = post("elsewhere", SECRET, "d1", &paid).await;
+    assert_eq!(
+        status, 404,
+        "another tenant's source cannot reach this callback"
+    );
+    let (status, _) = post(
+        "psp",
+        SECRET,
+        "d1",
+        &json!({"callback_id": "cb_nope", "status": "COMPLETED", "transaction_id": "t"}),
+    )
+    .await;
+    assert_eq!(status, 404, "unknown callback");
+    let (status, _) = post(
+        "psp",
+        SECRET,
+        "d1",
+        &json!({"status": "COMPLETED", "transaction_id": "t"}),
+    )
+    .await;
+    assert_eq!(status, 400, "no callback id in the body");
+    let unchanged = get_json(&client, &run_url).await;
+    assert_eq!(unchanged["version"], waiting["version"], "{unchanged}");
+
+    let (status, ack) = post("psp", SECRET, "d1", &paid).await;
+    assert_eq!((status, &ack["duplicate"]), (200, &json!(false)), "{ack}");
+    let done: Value = client
+        .get(format!("{run_url}/result"))
+        .header("Prefer", "wait=10")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(done["output"]["transaction_id"], "txn_src");
+    let (status, ack) = post("psp", SECRET, "d1", &paid).await;
+    assert_eq!(
+        (status, &ack["duplicate"]),
+        (200, &json!(true)),
+        "the provider's retry: {ack}"
+    );
+    let (status, _) = post("psp", SECRET, "d2", &paid).await;
+    assert_eq!(status, 410, "another delivery to the closed callback");
+    let events = event_types(&client, &run_url).await;
+    assert_eq!(
+        events.iter().filter(|e| *e == "CallbackDelivered").count(),
+        1,
+        "{events:?}"
     );
     server.stop();
 }

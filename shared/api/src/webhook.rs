@@ -3,7 +3,10 @@
 //! `POST /hooks/sources/{source}` for configured providers that cannot carry our URL:
 //! their signature is verified over the raw body first, then a correlation id read from
 //! the body (a JSON pointer) names the run, and the webhook is delivered to it as a named
-//! event — kept if the run is not waiting for it yet.
+//! event — kept if the run is not waiting for it yet. A source configured with a
+//! `callback` pointer instead reads a callback's token from the body and completes that
+//! callback with the verified body, as `/hooks/{token}` would (for a provider that is
+//! handed the token as metadata and signs what it sends back).
 //!
 //! Order of checks, so that bad input changes nothing: size (413), route and token (404),
 //! JSON (400), then one durable write (the delivery, deduplicated by its id), then 2xx,
@@ -36,7 +39,15 @@ pub struct SourceConfig {
     /// Active secrets (several during a rotation).
     pub secrets: Vec<String>,
     /// JSON pointer to the run id in the body, e.g. `/data/metadata/run_id`.
+    /// Required unless `callback` is given.
+    #[serde(default)]
     pub correlation: String,
+    /// JSON pointer to a callback's token (id) in the body, e.g.
+    /// `/data/metadata/callback_id`: the verified body completes that callback (of this
+    /// source's tenant) instead of being delivered to a run as an event. Exclusive with
+    /// `correlation` and `event`.
+    #[serde(default)]
+    pub callback: Option<String>,
     /// The event name delivered to the run (default: the source's name).
     #[serde(default)]
     pub event: Option<String>,
@@ -57,6 +68,7 @@ pub struct WebhookSource {
     verifier: Verifier,
     correlation: String,
     event: String,
+    callback: Option<String>,
 }
 
 impl WebhookSource {
@@ -66,11 +78,34 @@ impl WebhookSource {
             .scheme
             .parse()
             .map_err(|e| format!("source {}: {e}", c.name))?;
-        if !c.correlation.starts_with('/') {
-            return Err(format!(
-                "source {}: correlation must be a JSON pointer like /data/run_id",
-                c.name
-            ));
+        match (&c.callback, c.correlation.is_empty()) {
+            (None, _) if !c.correlation.starts_with('/') => {
+                return Err(format!(
+                    "source {}: correlation must be a JSON pointer like /data/run_id",
+                    c.name
+                ));
+            }
+            (Some(pointer), _) if !pointer.starts_with('/') => {
+                return Err(format!(
+                    "source {}: callback must be a JSON pointer like /data/callback_id",
+                    c.name
+                ));
+            }
+            (Some(_), false) => {
+                return Err(format!(
+                    "source {}: give either correlation (deliver an event to a run) or \
+                     callback (complete a callback), not both",
+                    c.name
+                ));
+            }
+            (Some(_), true) if c.event.is_some() => {
+                return Err(format!(
+                    "source {}: event names the event delivered to a run; a callback \
+                     source completes a callback and takes none",
+                    c.name
+                ));
+            }
+            _ => {}
         }
         let mut verifier = Verifier::from_config(scheme, &c.secrets)
             .map_err(|e| format!("source {}: {e}", c.name))?;
@@ -83,6 +118,7 @@ impl WebhookSource {
             name: c.name,
             verifier,
             correlation: c.correlation,
+            callback: c.callback,
         })
     }
 
@@ -214,6 +250,29 @@ impl WebhookReceiver {
             })?;
         let value: serde_json::Value = serde_json::from_slice(&req.body)
             .map_err(|e| ApiError::bad_request(format!("malformed JSON body: {e}")))?;
+        let id = verified
+            .delivery_id
+            .unwrap_or_else(|| delivery_id(&req.headers, &req.body));
+        let delivery = DeliveryId(format!("source:{name}:{id}"));
+        if let Some(pointer) = &source.callback {
+            let token = match value.pointer(pointer) {
+                Some(serde_json::Value::String(s)) if !s.is_empty() => CallbackId(s.clone()),
+                _ => {
+                    return Err(ApiError::bad_request(format!(
+                        "the body has no callback id at {pointer}"
+                    )));
+                }
+            };
+            let outcome = self
+                .engine
+                .complete_callback(&token, Some(&source.tenant), Ok(value), Some(delivery))
+                .await
+                .map_err(|e| match e {
+                    EngineError::NotFound => ApiError::not_found("callback"),
+                    other => other.into(),
+                })?;
+            return Ok(acknowledged(outcome));
+        }
         let run_id = match value.pointer(&source.correlation) {
             Some(serde_json::Value::String(s)) if !s.is_empty() => RunId(s.clone()),
             _ => {
@@ -223,10 +282,6 @@ impl WebhookReceiver {
                 )));
             }
         };
-        let id = verified
-            .delivery_id
-            .unwrap_or_else(|| delivery_id(&req.headers, &req.body));
-        let delivery = DeliveryId(format!("source:{name}:{id}"));
         let outcome = self
             .engine
             .deliver_event(
@@ -266,5 +321,67 @@ pub(crate) fn acknowledged(outcome: DeliverOutcome) -> ApiResponse {
         status: StatusCode::OK,
         headers: HeaderMap::new(),
         body: serde_json::json!({"received": true, "duplicate": duplicate}),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(json: &str) -> Result<Vec<WebhookSource>, String> {
+        WebhookSource::parse_all(json)
+    }
+
+    #[test]
+    fn a_source_routes_by_correlation_or_by_callback_but_not_both() {
+        let by_run = parse(
+            r#"[{"name": "ci", "scheme": "github", "secrets": ["s"], "correlation": "/run_id"}]"#,
+        )
+        .unwrap();
+        assert_eq!(
+            (
+                by_run[0].correlation.as_str(),
+                by_run[0].callback.as_deref()
+            ),
+            ("/run_id", None)
+        );
+        assert_eq!(
+            by_run[0].event, "ci",
+            "the event defaults to the source's name"
+        );
+        let by_callback = parse(
+            r#"[{"name": "psp", "scheme": "stripe", "secrets": ["whsec_x"], "callback": "/data/callback_id"}]"#,
+        )
+        .unwrap();
+        assert_eq!(
+            by_callback[0].callback.as_deref(),
+            Some("/data/callback_id")
+        );
+
+        for (bad, says) in [
+            (
+                r#"[{"name": "a", "scheme": "github", "secrets": ["s"]}]"#,
+                "correlation must be a JSON pointer",
+            ),
+            (
+                r#"[{"name": "a", "scheme": "github", "secrets": ["s"], "correlation": "run_id"}]"#,
+                "correlation must be a JSON pointer",
+            ),
+            (
+                r#"[{"name": "a", "scheme": "github", "secrets": ["s"], "callback": "cb"}]"#,
+                "callback must be a JSON pointer",
+            ),
+            (
+                r#"[{"name": "a", "scheme": "github", "secrets": ["s"], "callback": "/cb", "correlation": "/run_id"}]"#,
+                "not both",
+            ),
+            (
+                r#"[{"name": "a", "scheme": "github", "secrets": ["s"], "callback": "/cb", "event": "payment"}]"#,
+                "takes none",
+            ),
+        ] {
+            let e = parse(bad).unwrap_err();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
     }
 }
