@@ -63,7 +63,8 @@ enum Command {
         webhook_sources: String,
     },
     /// Run the `order` example end to end on the embedded backend and print its timeline
-    /// as it unfolds; this process plays the payment provider.
+    /// as it unfolds; this process plays the payment provider, whose webhooks are signed
+    /// (Standard Webhooks) and verified by the server.
     Demo {
         /// Keep the data here (default: a temporary directory).
         #[arg(long)]
@@ -191,17 +192,34 @@ async fn demo(data_dir: Option<PathBuf>) -> anyhow::Result<()> {
     let temp = tempfile::tempdir()?;
     let dir = data_dir.unwrap_or_else(|| temp.path().to_owned());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let server = siesta_cli::dev::start(
-        listener,
-        siesta_cli::dev::DevOptions::new(dir.clone()),
-        siesta_workflows::registry(),
-    )
-    .await?;
+    let mut options = siesta_cli::dev::DevOptions::new(dir.clone());
+    // The payment provider signs its webhooks with a fresh Standard Webhooks secret: 40
+    // random hex digits are valid base64 (a 30-byte key) after `whsec_`.
+    let secret = format!("whsec_{}", &CallbackId::generate().0["cb_".len()..]);
+    options.sources = vec![
+        siesta_api::WebhookSource::from_config(siesta_api::SourceConfig {
+            name: PAYMENTS_SOURCE.to_owned(),
+            tenant: "default".to_owned(),
+            scheme: "standard-webhooks".to_owned(),
+            secrets: vec![secret.clone()],
+            correlation: String::new(),
+            callback: Some("/callback_id".to_owned()),
+            event: None,
+            tolerance_secs: None,
+        })
+        .map_err(anyhow::Error::msg)?,
+    ];
+    let server = siesta_cli::dev::start(listener, options, siesta_workflows::registry()).await?;
     let base = format!("http://{}", server.addr);
     let http = reqwest::Client::new();
     println!(
         "siesta dev stack on {base} (embedded backend, data in {})",
         dir.display()
+    );
+    println!(
+        "webhook source `{PAYMENTS_SOURCE}` (Standard Webhooks, secret {}…): a signed POST to \
+         /hooks/sources/{PAYMENTS_SOURCE} completes the callback its body names",
+        &secret[..12]
     );
 
     let input = serde_json::json!({"item": "Espresso machine", "amount": 129.0});
@@ -237,9 +255,14 @@ async fn demo(data_dir: Option<PathBuf>) -> anyhow::Result<()> {
             .await?
             .json()
             .await?;
-        if let (false, Some(url)) = (paid, view["waits"][0]["url"].as_str()) {
+        if let (false, Some(callback_id)) = (paid, view["waits"][0]["callback_id"].as_str()) {
             paid = true;
-            tokio::spawn(pay(http.clone(), url.to_owned()));
+            tokio::spawn(pay(
+                http.clone(),
+                base.clone(),
+                callback_id.to_owned(),
+                secret.clone(),
+            ));
         }
         if matches!(
             view["status"].as_str(),
@@ -262,30 +285,56 @@ async fn demo(data_dir: Option<PathBuf>) -> anyhow::Result<()> {
     bail!("the demo run did not finish in time")
 }
 
-/// Play the payment provider: it POSTs to the callback URL it was given, then its
-/// retry delivers the same webhook again (a duplicate, acknowledged and ignored).
-async fn pay(http: reqwest::Client, url: String) {
+/// The webhook source the demo's payment provider posts to.
+const PAYMENTS_SOURCE: &str = "payments";
+
+/// Play the payment provider: it was handed the callback's id as metadata, and POSTs a
+/// webhook signed with its Standard Webhooks secret to the `payments` source, which
+/// verifies the signature over the raw body and completes that callback. A forged copy
+/// (another key) is refused first; the provider's retry of the genuine delivery is a
+/// duplicate, acknowledged and ignored.
+async fn pay(http: reqwest::Client, base: String, callback_id: String, secret: String) {
+    use siesta_api::signature::{Scheme, Secret, sign};
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let payload = serde_json::json!({"status": "COMPLETED", "transaction_id": "txn_8f2c41"});
-    for attempt in 1..=2 {
-        let said = match http
-            .post(&url)
-            .header("webhook-id", "psp-delivery-1")
-            .json(&payload)
-            .send()
-            .await
-        {
+    let url = format!("{base}/hooks/sources/{PAYMENTS_SOURCE}");
+    let body = serde_json::to_vec(&serde_json::json!({
+        "callback_id": callback_id, "status": "COMPLETED", "transaction_id": "txn_8f2c41"
+    }))
+    .unwrap_or_default();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    let (Ok(genuine), Ok(forger)) = (
+        Secret::parse(Scheme::StandardWebhooks, &secret),
+        Secret::from_bytes(b"not the provider's key".to_vec()),
+    ) else {
+        println!("      ↳ payment provider: bad signing secret");
+        return;
+    };
+    let deliveries = [
+        ("forged copy, signed with another key", &forger),
+        ("delivery #1", &genuine),
+        ("delivery #2, the provider's retry", &genuine),
+    ];
+    for (what, key) in deliveries {
+        let mut request = http.post(&url).body(body.clone());
+        for (name, value) in sign(Scheme::StandardWebhooks, key, "psp-delivery-1", now, &body) {
+            request = request.header(name, value);
+        }
+        let said = match request.send().await {
             Ok(r) => {
                 let status = r.status();
-                let body: serde_json::Value = r.json().await.unwrap_or_default();
-                if body["duplicate"] == true {
-                    format!("{status}, duplicate, ignored")
-                } else {
-                    status.to_string()
+                let answer: serde_json::Value = r.json().await.unwrap_or_default();
+                match (status.is_success(), answer["duplicate"] == true) {
+                    (true, true) => format!("{status}, signature verified, duplicate ignored"),
+                    (true, false) => {
+                        format!("{status}, signature verified, recorded for the callback")
+                    }
+                    (false, _) => format!("{status}, refused: {}", answer["error"]["message"]),
                 }
             }
             Err(e) => e.to_string(),
         };
-        println!("      ↳ payment provider POST {url} (delivery #{attempt}): {said}");
+        println!("      ↳ payment provider POST /hooks/sources/{PAYMENTS_SOURCE} ({what}): {said}");
     }
 }
