@@ -40,7 +40,8 @@ enum Command {
         action: RunsAction,
     },
     /// Serve the API and webhooks on 127.0.0.1, with a queue worker and a sweep ticker,
-    /// on the embedded backend (data kept in `--data-dir`, surviving restarts).
+    /// on the embedded backend (data kept in `--data-dir`, surviving restarts) or, with
+    /// `--backend aws`, on DynamoDB, S3 and SQS.
     Dev {
         /// Port to listen on (0 picks a free one).
         #[arg(long, default_value_t = 8080)]
@@ -61,6 +62,12 @@ enum Command {
         /// Webhook sources as a JSON array (see the README).
         #[arg(long, env = "SIESTA_WEBHOOK_SOURCES", default_value = "")]
         webhook_sources: String,
+        /// Where runs live: `embedded` (a SQLite file in `--data-dir`) or `aws`
+        /// (DynamoDB, S3 and SQS, on the emulators or on AWS).
+        #[arg(long, env = "SIESTA_BACKEND", value_enum, default_value_t = BackendKind::Embedded)]
+        backend: BackendKind,
+        #[command(flatten)]
+        aws: AwsArgs,
     },
     /// Run the `order` example end to end on the embedded backend and print its timeline
     /// as it unfolds; this process plays the payment provider, whose webhooks are signed
@@ -70,6 +77,50 @@ enum Command {
         #[arg(long)]
         data_dir: Option<PathBuf>,
     },
+}
+
+/// Which backend `siesta dev` runs on.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum BackendKind {
+    /// A SQLite file in the data dir; nothing else needed.
+    Embedded,
+    /// DynamoDB, S3 and SQS, configured as every AWS tool is (the default credential
+    /// chain, `AWS_REGION`, `AWS_ENDPOINT_URL`, `AWS_ENDPOINT_URL_<SERVICE>`).
+    Aws,
+}
+
+/// Where the AWS backend's resources are.
+#[derive(clap::Args)]
+struct AwsArgs {
+    /// The DynamoDB table of runs.
+    #[arg(long, env = "SIESTA_TABLE")]
+    table: Option<String>,
+    /// The S3 bucket of artifacts.
+    #[arg(long, env = "SIESTA_BUCKET")]
+    bucket: Option<String>,
+    /// The SQS queue of wake-ups (its URL).
+    #[arg(long, env = "SIESTA_QUEUE_URL")]
+    queue_url: Option<String>,
+    /// Its dead-letter queue (its URL).
+    #[arg(long, env = "SIESTA_DLQ_URL")]
+    dlq_url: Option<String>,
+}
+
+impl AwsArgs {
+    /// The resource names, or a clear error naming what is missing.
+    fn names(self) -> anyhow::Result<siesta_aws::ResourceNames> {
+        let need = |v: Option<String>, flag: &str, var: &str| {
+            v.filter(|v| !v.trim().is_empty()).with_context(|| {
+                format!("--backend aws needs {flag} (or {var}); `siesta bootstrap` creates the resources and prints them")
+            })
+        };
+        Ok(siesta_aws::ResourceNames {
+            table: need(self.table, "--table", "SIESTA_TABLE")?,
+            bucket: need(self.bucket, "--bucket", "SIESTA_BUCKET")?,
+            queue_url: need(self.queue_url, "--queue-url", "SIESTA_QUEUE_URL")?,
+            dead_letter_queue_url: need(self.dlq_url, "--dlq-url", "SIESTA_DLQ_URL")?,
+        })
+    }
 }
 
 #[derive(Subcommand)]
@@ -131,6 +182,8 @@ async fn main() -> anyhow::Result<()> {
             lease_ttl_ms,
             sweep_every_ms,
             webhook_sources,
+            backend,
+            aws,
         } => {
             let mut options = siesta_cli::dev::DevOptions::new(data_dir);
             options.api_keys = siesta_cli::dev::DevOptions::parse_api_keys(&api_keys)?;
@@ -138,6 +191,15 @@ async fn main() -> anyhow::Result<()> {
             options.sweep_every = Duration::from_millis(sweep_every_ms.max(50));
             options.sources = siesta_api::WebhookSource::parse_all(&webhook_sources)
                 .map_err(anyhow::Error::msg)?;
+            if backend == BackendKind::Aws {
+                let names = aws.names()?;
+                let sdk = siesta_aws::sdk_config_from_env().await;
+                println!(
+                    "AWS backend: table {}, bucket {}, queue {}",
+                    names.table, names.bucket, names.queue_url
+                );
+                options.backend = Some(siesta_aws::AwsBackend::new(&sdk, names).backend());
+            }
             dev(port, options).await
         }
         Command::Runs {
@@ -166,11 +228,14 @@ async fn dev(port: u16, options: siesta_cli::dev::DevOptions) -> anyhow::Result<
         .with_context(|| format!("binding 127.0.0.1:{port}"))?;
     let server =
         siesta_cli::dev::start(listener, options.clone(), siesta_workflows::registry()).await?;
-    println!(
-        "siesta dev listening on http://{} (data in {})",
-        server.addr,
-        options.data_dir.display()
-    );
+    match options.backend {
+        Some(_) => println!("siesta dev listening on http://{}", server.addr),
+        None => println!(
+            "siesta dev listening on http://{} (data in {})",
+            server.addr,
+            options.data_dir.display()
+        ),
+    }
     println!(
         "workflows: {}",
         server
