@@ -27,6 +27,7 @@ use aws_smithy_runtime_api::client::interceptors::SharedInterceptor;
 use siesta::ports::Backend;
 
 mod artifacts;
+pub mod bootstrap;
 mod delivery;
 mod error;
 mod item;
@@ -34,6 +35,7 @@ pub mod keys;
 mod queue;
 mod requests;
 mod store;
+pub mod testing;
 
 pub use error::ConfigError;
 pub use requests::{RequestCounter, RequestCounts};
@@ -137,17 +139,13 @@ impl AwsBackend {
         options: AwsOptions,
     ) -> Self {
         let mut dynamodb = aws_sdk_dynamodb::config::Builder::from(sdk);
-        // Emulators serve buckets by path, not by virtual host.
-        let mut s3 = aws_sdk_s3::config::Builder::from(sdk)
-            .force_path_style(sdk.endpoint_url().is_some() || s3_endpoint_overridden());
         let mut sqs = aws_sdk_sqs::config::Builder::from(sdk);
         for interceptor in &options.interceptors {
             dynamodb.push_interceptor(interceptor.clone());
-            s3.push_interceptor(interceptor.clone());
             sqs.push_interceptor(interceptor.clone());
         }
         let dynamodb = aws_sdk_dynamodb::Client::from_conf(dynamodb.build());
-        let s3 = aws_sdk_s3::Client::from_conf(s3.build());
+        let s3 = s3_client(sdk, &options.interceptors);
         let sqs = aws_sdk_sqs::Client::from_conf(sqs.build());
         AwsBackend {
             store: Arc::new(store::DynamoStore::new(
@@ -183,6 +181,17 @@ impl AwsBackend {
     }
 }
 
-fn s3_endpoint_overridden() -> bool {
-    std::env::var_os("AWS_ENDPOINT_URL_S3").is_some()
+/// An S3 client; with an endpoint override (an emulator) buckets are addressed by path,
+/// not by virtual host.
+fn s3_client(
+    sdk: &aws_config::SdkConfig,
+    interceptors: &[SharedInterceptor],
+) -> aws_sdk_s3::Client {
+    let overridden =
+        sdk.endpoint_url().is_some() || std::env::var_os("AWS_ENDPOINT_URL_S3").is_some();
+    let mut s3 = aws_sdk_s3::config::Builder::from(sdk).force_path_style(overridden);
+    for interceptor in interceptors {
+        s3.push_interceptor(interceptor.clone());
+    }
+    aws_sdk_s3::Client::from_conf(s3.build())
 }

@@ -1,0 +1,119 @@
+//! For tests against the emulators (or a real account): find them, create the shared
+//! table and bucket once per process from `infra/template.yaml`, and a fresh queue pair
+//! per backend. Without `AWS_ENDPOINT_URL_DYNAMODB` the tests skip, saying how to start
+//! the emulators — unless `SIESTA_AWS_TESTS=required` (the test command sets it), in
+//! which case they fail instead.
+
+use tokio::sync::OnceCell;
+
+use crate::bootstrap::{NewResources, Plan};
+use crate::{AwsBackend, AwsOptions, ResourceNames};
+
+/// The emulators' SDK configuration and the shared table and bucket.
+#[derive(Clone)]
+pub struct Emulators {
+    /// The SDK configuration the tests use.
+    pub sdk: aws_config::SdkConfig,
+    /// The shared table.
+    pub table: String,
+    /// The shared bucket.
+    pub bucket: String,
+}
+
+static SHARED: OnceCell<(String, String)> = OnceCell::const_new();
+
+/// Whether the test command requires the AWS tests to run.
+pub fn required() -> bool {
+    std::env::var("SIESTA_AWS_TESTS").as_deref() == Ok("required")
+}
+
+/// The emulators, or `None` (with instructions on stderr) when they are not configured
+/// and the test command did not require them.
+///
+/// # Panics
+/// When `SIESTA_AWS_TESTS=required` and they are not configured, or when the shared
+/// resources cannot be created: a test run that needs them must fail, not skip.
+pub async fn emulators() -> Option<Emulators> {
+    if std::env::var_os("AWS_ENDPOINT_URL_DYNAMODB").is_none() {
+        assert!(
+            !required(),
+            "SIESTA_AWS_TESTS=required but AWS_ENDPOINT_URL_DYNAMODB is not set: \
+             start the emulators (scripts/emulators start) and export scripts/emulators env"
+        );
+        eprintln!(
+            "skipped: the AWS emulators are not running; start them with \
+             `scripts/emulators start && eval \"$(scripts/emulators env)\"` \
+             (./scripts/test does this itself)"
+        );
+        return None;
+    }
+    let sdk = crate::sdk_config_from_env().await;
+    let (table, bucket) = SHARED
+        .get_or_init(|| async {
+            let names = NewResources::with_prefix(&format!("siesta-test-{}", short_id()));
+            let plan = Plan::from_embedded_template().expect("infra/template.yaml");
+            // Clients made here belong to this test's runtime; only names are shared.
+            let sdk = crate::sdk_config_from_env().await;
+            plan.create_table(&aws_sdk_dynamodb::Client::new(&sdk), &names.table)
+                .await
+                .expect("create the test table");
+            plan.create_bucket(&crate::s3_client(&sdk, &[]), &names.bucket, &sdk)
+                .await
+                .expect("create the test bucket");
+            (names.table, names.bucket)
+        })
+        .await
+        .clone();
+    Some(Emulators { sdk, table, bucket })
+}
+
+fn short_id() -> String {
+    uuid::Uuid::new_v4().simple().to_string()[..12].to_owned()
+}
+
+impl Emulators {
+    /// A backend on the shared table and bucket with a fresh queue pair whose receive
+    /// limit is `max_receives`.
+    pub async fn backend(&self, max_receives: u32) -> AwsBackend {
+        self.backend_with(max_receives, AwsOptions::default()).await
+    }
+
+    /// Like [`Emulators::backend`], with `options`.
+    pub async fn backend_with(&self, max_receives: u32, options: AwsOptions) -> AwsBackend {
+        let names = self.names(max_receives).await;
+        AwsBackend::with_options(&self.sdk, names, options)
+    }
+
+    /// Like [`Emulators::backend_with`], with clients built from `sdk` (a faulty HTTP
+    /// client, short timeouts).
+    pub async fn backend_on(
+        &self,
+        sdk: &aws_config::SdkConfig,
+        max_receives: u32,
+        options: AwsOptions,
+    ) -> AwsBackend {
+        let names = self.names(max_receives).await;
+        AwsBackend::with_options(sdk, names, options)
+    }
+
+    /// The shared table and bucket with a fresh queue pair from the template.
+    pub async fn names(&self, max_receives: u32) -> ResourceNames {
+        let plan = Plan::from_embedded_template().expect("infra/template.yaml");
+        let name = format!("siesta-test-{}", short_id());
+        let (queue_url, dead_letter_queue_url) = plan
+            .create_queues(
+                &aws_sdk_sqs::Client::new(&self.sdk),
+                &name,
+                &format!("{name}-dlq"),
+                Some(max_receives),
+            )
+            .await
+            .expect("create a test queue pair");
+        ResourceNames {
+            table: self.table.clone(),
+            bucket: self.bucket.clone(),
+            queue_url,
+            dead_letter_queue_url,
+        }
+    }
+}
