@@ -16,7 +16,10 @@ async fn bootstrap_creates_the_template_resources_and_is_idempotent() {
     ));
     let plan = Plan::from_embedded_template().unwrap();
     let first = plan.create(&env.sdk, &names).await.expect("bootstrap");
-    let second = plan.create(&env.sdk, &names).await.expect("bootstrap again");
+    let second = plan
+        .create(&env.sdk, &names)
+        .await
+        .expect("bootstrap again");
     assert_eq!(first, second, "the same resources, found again");
 
     let table = aws_sdk_dynamodb::Client::new(&env.sdk)
@@ -47,7 +50,10 @@ async fn bootstrap_creates_the_template_resources_and_is_idempotent() {
         .remove(&QueueAttributeName::RedrivePolicy)
         .unwrap();
     let redrive: serde_json::Value = serde_json::from_str(&redrive).unwrap();
-    assert_eq!(redrive["maxReceiveCount"].to_string().trim_matches('"'), "5");
+    assert_eq!(
+        redrive["maxReceiveCount"].to_string().trim_matches('"'),
+        "5"
+    );
 
     // The backend works on what was created.
     let backend = siesta_aws::AwsBackend::new(&env.sdk, first).backend();
@@ -61,5 +67,8 @@ async fn bootstrap_creates_the_template_resources_and_is_idempotent() {
         )
         .await
         .unwrap();
-    assert_eq!(&backend.artifacts.get(&artifact).await.unwrap()[..], b"hello");
+    assert_eq!(
+        &backend.artifacts.get(&artifact).await.unwrap()[..],
+        b"hello"
+    );
 }
