@@ -69,6 +69,15 @@ enum Command {
         #[command(flatten)]
         aws: AwsArgs,
     },
+    /// Create the AWS backend's table, bucket, queue and dead-letter queue from
+    /// infra/template.yaml (idempotent), where the AWS configuration points (the
+    /// emulators or an account), and print the `SIESTA_*` settings that name them.
+    Bootstrap {
+        /// Name prefix: `<prefix>-runs`, `<prefix>-artifacts`, `<prefix>-wakeups`,
+        /// `<prefix>-wakeups-dlq`.
+        #[arg(long, default_value = "siesta-dev")]
+        prefix: String,
+    },
     /// Run the `order` example end to end on the embedded backend and print its timeline
     /// as it unfolds; this process plays the payment provider, whose webhooks are signed
     /// (Standard Webhooks) and verified by the server.
@@ -175,6 +184,18 @@ async fn main() -> anyhow::Result<()> {
         .init();
     match Cli::parse().command {
         Command::Demo { data_dir } => demo(data_dir).await,
+        Command::Bootstrap { prefix } => {
+            let sdk = siesta_aws::sdk_config_from_env().await;
+            let plan = siesta_aws::bootstrap::Plan::from_embedded_template()?;
+            let names = siesta_aws::bootstrap::NewResources::with_prefix(&prefix);
+            let created = plan.create(&sdk, &names).await?;
+            eprintln!("created (or found) the resources of infra/template.yaml:");
+            println!("export SIESTA_TABLE={}", created.table);
+            println!("export SIESTA_BUCKET={}", created.bucket);
+            println!("export SIESTA_QUEUE_URL={}", created.queue_url);
+            println!("export SIESTA_DLQ_URL={}", created.dead_letter_queue_url);
+            Ok(())
+        }
         Command::Dev {
             port,
             data_dir,
