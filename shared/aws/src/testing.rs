@@ -96,6 +96,21 @@ impl Emulators {
         AwsBackend::with_options(sdk, names, options)
     }
 
+    /// The same emulators with a table of its own, for a test that reads the global due
+    /// index and must not see the runs of tests running beside it.
+    pub async fn with_own_table(&self) -> Emulators {
+        let table = format!("siesta-test-{}-runs", short_id());
+        Plan::from_embedded_template()
+            .expect("infra/template.yaml")
+            .create_table(&aws_sdk_dynamodb::Client::new(&self.sdk), &table)
+            .await
+            .expect("create a test table");
+        Emulators {
+            table,
+            ..self.clone()
+        }
+    }
+
     /// The shared table and bucket with a fresh queue pair from the template.
     pub async fn names(&self, max_receives: u32) -> ResourceNames {
         let plan = Plan::from_embedded_template().expect("infra/template.yaml");
