@@ -1,0 +1,21 @@
+//! Lambda entry point of the sweep function. The scheduled event's content does not
+//! matter (EventBridge Scheduler or a rule both invoke it); it is logged and ignored.
+
+use lambda_runtime::{Error, LambdaEvent, service_fn};
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    siesta_lambda::init_logging();
+    let settings = siesta_lambda::Settings::from_env()?;
+    let sdk = siesta_aws::sdk_config_from_env().await;
+    let engine = settings.engine(&sdk).await;
+    let (page, pages) = (settings.sweep_page, settings.sweep_pages);
+    lambda_runtime::run(service_fn(move |event: LambdaEvent<serde_json::Value>| {
+        let engine = engine.clone();
+        async move {
+            tracing::debug!(event = %event.payload, "scheduled");
+            Ok::<_, Error>(siesta_sweep::handle(&engine, page, pages).await?)
+        }
+    }))
+    .await
+}

@@ -1,0 +1,123 @@
+//! Configuration from the environment, and the engine built from it.
+
+use std::time::Duration;
+
+use siesta::{Engine, EngineConfig, SystemClock};
+use siesta_api::WebhookSource;
+use siesta_aws::{AwsBackend, ResourceNames};
+
+/// Why a function cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    /// A variable is missing or malformed.
+    #[error("configuration: {0}")]
+    Config(String),
+    /// The webhook sources could not be read from SSM Parameter Store.
+    #[error("reading webhook sources from SSM parameter {parameter}: {message}")]
+    Ssm {
+        /// The parameter's name.
+        parameter: String,
+        /// What went wrong.
+        message: String,
+    },
+}
+
+/// Everything a function reads from its environment.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The table, bucket and queues (`SIESTA_TABLE`, `SIESTA_BUCKET`, `SIESTA_QUEUE_URL`,
+    /// `SIESTA_DLQ_URL`).
+    pub resources: ResourceNames,
+    /// The JWT claim that names the tenant (`SIESTA_TENANT_CLAIM`, default `tenant`).
+    pub tenant_claim: String,
+    /// The public base URL callback URLs are built on (`SIESTA_CALLBACK_BASE_URL`).
+    pub callback_base_url: String,
+    /// How long a lease lasts (`SIESTA_LEASE_TTL_MS`, default 60 000).
+    pub lease_ttl: Duration,
+    /// Time kept back before the invocation's deadline to checkpoint and hand over
+    /// (`SIESTA_SAFETY_MARGIN_MS`, default 10 000).
+    pub safety_margin: Duration,
+    /// Runs per sweep page (`SIESTA_SWEEP_PAGE`, default 500).
+    pub sweep_page: usize,
+    /// Sweep pages per invocation at most (`SIESTA_SWEEP_PAGES`, default 10).
+    pub sweep_pages: usize,
+    /// Webhook sources as JSON (`SIESTA_WEBHOOK_SOURCES`).
+    pub webhook_sources: String,
+    /// An SSM parameter (SecureString) holding the webhook sources instead
+    /// (`SIESTA_WEBHOOK_SOURCES_PARAMETER`).
+    pub webhook_sources_parameter: Option<String>,
+}
+
+fn var(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
+fn number<T: std::str::FromStr>(name: &str, default: T) -> Result<T, SetupError> {
+    match var(name) {
+        None => Ok(default),
+        Some(v) => v
+            .trim()
+            .parse()
+            .map_err(|_| SetupError::Config(format!("{name}={v} is not a number"))),
+    }
+}
+
+impl Settings {
+    /// Read the settings from the environment.
+    pub fn from_env() -> Result<Settings, SetupError> {
+        Ok(Settings {
+            resources: ResourceNames::from_env().map_err(|e| SetupError::Config(e.to_string()))?,
+            tenant_claim: var("SIESTA_TENANT_CLAIM").unwrap_or_else(|| "tenant".into()),
+            callback_base_url: var("SIESTA_CALLBACK_BASE_URL")
+                .unwrap_or_else(|| "http://127.0.0.1:8080".into()),
+            lease_ttl: Duration::from_millis(number("SIESTA_LEASE_TTL_MS", 60_000)?),
+            safety_margin: Duration::from_millis(number("SIESTA_SAFETY_MARGIN_MS", 10_000)?),
+            sweep_page: number("SIESTA_SWEEP_PAGE", 500)?,
+            sweep_pages: number("SIESTA_SWEEP_PAGES", 10)?,
+            webhook_sources: var("SIESTA_WEBHOOK_SOURCES").unwrap_or_default(),
+            webhook_sources_parameter: var("SIESTA_WEBHOOK_SOURCES_PARAMETER"),
+        })
+    }
+
+    /// The engine over the AWS backend, with the example workflows' registry. Build it
+    /// once per container, outside the handler: the SDK clients keep their connections.
+    pub async fn engine(&self, sdk: &aws_config::SdkConfig) -> Engine {
+        let backend = AwsBackend::new(sdk, self.resources.clone()).backend();
+        let config = EngineConfig {
+            lease_ttl: self.lease_ttl,
+            callback_base_url: self.callback_base_url.clone(),
+            ..EngineConfig::default()
+        };
+        Engine::new(
+            backend,
+            std::sync::Arc::new(SystemClock),
+            siesta_workflows::registry(),
+            config,
+        )
+    }
+
+    /// The webhook sources: from the SSM parameter when one is named (a SecureString,
+    /// decrypted), otherwise from `SIESTA_WEBHOOK_SOURCES`.
+    pub async fn webhook_sources(
+        &self,
+        sdk: &aws_config::SdkConfig,
+    ) -> Result<Vec<WebhookSource>, SetupError> {
+        let json = match &self.webhook_sources_parameter {
+            None => self.webhook_sources.clone(),
+            Some(name) => aws_sdk_ssm::Client::new(sdk)
+                .get_parameter()
+                .name(name)
+                .with_decryption(true)
+                .send()
+                .await
+                .map_err(|e| SetupError::Ssm {
+                    parameter: name.clone(),
+                    message: aws_sdk_ssm::error::DisplayErrorContext(e).to_string(),
+                })?
+                .parameter
+                .and_then(|p| p.value)
+                .unwrap_or_default(),
+        };
+        WebhookSource::parse_all(&json).map_err(SetupError::Config)
+    }
+}
