@@ -5,8 +5,17 @@ use serde_json::{Value, json};
 use siesta::{Engine, EngineError, SweepReport};
 use siesta_lambda::metrics::{Unit, emit};
 
-/// Sweep up to `pages` pages of `page` due runs; the counts of all of them.
-pub async fn handle(engine: &Engine, page: usize, pages: usize) -> Result<Value, EngineError> {
+/// Sweep up to `pages` pages of `page` due runs; the counts of all of them. `event` is
+/// the scheduled event (EventBridge Scheduler's input or a rule's `Scheduled Event`),
+/// logged for correlation.
+pub async fn handle(
+    engine: &Engine,
+    event: &Value,
+    page: usize,
+    pages: usize,
+) -> Result<Value, EngineError> {
+    let _span =
+        tracing::info_span!("sweep", event_id = %event["id"], time = %event["time"]).entered();
     let mut total = SweepReport::default();
     let mut swept_pages = 0;
     for _ in 0..pages.max(1) {

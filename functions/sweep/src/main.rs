@@ -1,5 +1,4 @@
-//! Lambda entry point of the sweep function. The scheduled event's content does not
-//! matter (EventBridge Scheduler or a rule both invoke it); it is logged and ignored.
+//! Lambda entry point of the sweep function, invoked on a schedule.
 
 use lambda_runtime::{Error, LambdaEvent, service_fn};
 
@@ -13,8 +12,7 @@ async fn main() -> Result<(), Error> {
     lambda_runtime::run(service_fn(move |event: LambdaEvent<serde_json::Value>| {
         let engine = engine.clone();
         async move {
-            tracing::debug!(event = %event.payload, "scheduled");
-            Ok::<_, Error>(siesta_sweep::handle(&engine, page, pages).await?)
+            Ok::<_, Error>(siesta_sweep::handle(&engine, &event.payload, page, pages).await?)
         }
     }))
     .await

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use siesta::{Engine, EngineConfig, SystemClock};
+use siesta::{Engine, EngineConfig, Registry, SystemClock};
 use siesta_api::WebhookSource;
 use siesta_aws::{AwsBackend, ResourceNames};
 
@@ -82,18 +82,18 @@ impl Settings {
     /// The engine over the AWS backend, with the example workflows' registry. Build it
     /// once per container, outside the handler: the SDK clients keep their connections.
     pub async fn engine(&self, sdk: &aws_config::SdkConfig) -> Engine {
+        self.engine_with(sdk, siesta_workflows::registry()).await
+    }
+
+    /// Like [`Settings::engine`], running `registry`'s workflows.
+    pub async fn engine_with(&self, sdk: &aws_config::SdkConfig, registry: Registry) -> Engine {
         let backend = AwsBackend::new(sdk, self.resources.clone()).backend();
         let config = EngineConfig {
             lease_ttl: self.lease_ttl,
             callback_base_url: self.callback_base_url.clone(),
             ..EngineConfig::default()
         };
-        Engine::new(
-            backend,
-            std::sync::Arc::new(SystemClock),
-            siesta_workflows::registry(),
-            config,
-        )
+        Engine::new(backend, std::sync::Arc::new(SystemClock), registry, config)
     }
 
     /// The webhook sources: from the SSM parameter when one is named (a SecureString,

@@ -1,0 +1,370 @@
+//! The four Lambda functions' handlers, driven with events in the exact shapes AWS sends
+//! (kept as files in `fixtures/`), against the emulators with resources made from
+//! `infra/template.yaml`: real SQS messages are received from the emulator's queue and
+//! wrapped into SQS events, as the event source mapping does.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
+use base64::Engine as _;
+use lambda_http::{Body, Request, Response};
+use serde_json::{Value, json};
+use siesta::{Engine, Registry};
+use siesta_api::signature::{Scheme, Secret, sign};
+use siesta_lambda::Settings;
+
+const SECRET: &str = "whsec_cHNwLXNlY3JldA==";
+
+fn fixture(name: &str) -> String {
+    let path = format!("{}/fixtures/{name}", env!("CARGO_MANIFEST_DIR"));
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+fn http_event(name: &str, replacements: &[(&str, &str)]) -> Request {
+    let mut json = fixture(name);
+    for (from, to) in replacements {
+        json = json.replace(from, to);
+    }
+    lambda_http::request::from_str(&json).expect("an HTTP API v2 event")
+}
+
+fn json_of(response: Response<Body>) -> (u16, Value) {
+    let status = response.status().as_u16();
+    let body = match response.body() {
+        Body::Text(t) => serde_json::from_str(t).unwrap(),
+        Body::Binary(b) => serde_json::from_slice(b).unwrap(),
+        _ => Value::Null,
+    };
+    (status, body)
+}
+
+/// The functions of one deployment over a fresh queue pair.
+struct Stack {
+    engine: Engine,
+    start: siesta_start::Start,
+    webhook: siesta_webhook_fn::Webhook,
+    settings: Settings,
+    sqs: aws_sdk_sqs::Client,
+    tenant: String,
+}
+
+async fn stack(registry: Registry, lease_ttl: Duration) -> Option<Stack> {
+    // A table of its own: the sweep reads the global due index, and must not wake the
+    // runs of tests running beside this one.
+    let env = siesta_aws::testing::emulators()
+        .await?
+        .with_own_table()
+        .await;
+    let settings = Settings {
+        resources: env.names(5).await,
+        tenant_claim: "tenant".into(),
+        callback_base_url: "https://a1b2c3d4e5.execute-api.us-east-1.amazonaws.com".into(),
+        lease_ttl,
+        safety_margin: Duration::from_secs(2),
+        sweep_page: 100,
+        sweep_pages: 3,
+        webhook_sources: format!(
+            r#"[{{"name": "psp", "scheme": "standard-webhooks", "secrets": ["{SECRET}"], "callback": "/callback_id"}}]"#
+        ),
+        webhook_sources_parameter: None,
+    };
+    let engine = settings.engine_with(&env.sdk, registry).await;
+    let webhook =
+        siesta_webhook_fn::Webhook::new(engine.clone(), settings.clone(), env.sdk.clone())
+            .await
+            .expect("webhook sources");
+    Some(Stack {
+        start: siesta_start::Start::new(engine.clone(), "tenant"),
+        webhook,
+        engine,
+        sqs: aws_sdk_sqs::Client::new(&env.sdk),
+        settings,
+        // Webhook sources deliver to the tenant `default`.
+        tenant: "default".into(),
+    })
+}
+
+impl Stack {
+    async fn api(&self, fixture_name: &str, run_id: &str) -> (u16, Value) {
+        let req = http_event(
+            fixture_name,
+            &[("TENANT", &self.tenant), ("RUN_ID", run_id)],
+        );
+        json_of(self.start.handle(req).await)
+    }
+
+    async fn signed_webhook(&self, delivery_id: &str, body: &Value) -> (u16, Value) {
+        let body = serde_json::to_vec(body).unwrap();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs() as i64;
+        let secret = Secret::parse(Scheme::StandardWebhooks, SECRET).unwrap();
+        let headers = sign(Scheme::StandardWebhooks, &secret, delivery_id, now, &body);
+        let header = |name: &str| {
+            headers
+                .iter()
+                .find(|(k, _)| k.eq_ignore_ascii_case(name))
+                .map(|(_, v)| v.clone())
+                .unwrap()
+        };
+        let encoded = base64::engine::general_purpose::STANDARD.encode(&body);
+        let req = http_event(
+            "http-api-v2-webhook-source.json",
+            &[
+                ("WEBHOOK_ID", &header("webhook-id")),
+                ("WEBHOOK_TIMESTAMP", &header("webhook-timestamp")),
+                ("WEBHOOK_SIGNATURE", &header("webhook-signature")),
+                ("BODY_BASE64", &encoded),
+            ],
+        );
+        json_of(self.webhook.handle(req).await)
+    }
+
+    /// Receive what is on the queue now, as the event source mapping does, as one SQS
+    /// event built on the fixture's record.
+    async fn sqs_event(&self) -> SqsEvent {
+        let out = self
+            .sqs
+            .receive_message()
+            .queue_url(&self.settings.resources.queue_url)
+            .max_number_of_messages(10)
+            .wait_time_seconds(1)
+            .visibility_timeout(30)
+            .send()
+            .await
+            .unwrap();
+        let template: Value = serde_json::from_str(&fixture("sqs-batch.json")).unwrap();
+        let records: Vec<Value> = out
+            .messages()
+            .iter()
+            .map(|m| {
+                let mut r = template["Records"][0].clone();
+                r["messageId"] = json!(m.message_id().unwrap());
+                r["receiptHandle"] = json!(m.receipt_handle().unwrap());
+                r["body"] = json!(m.body().unwrap());
+                r
+            })
+            .collect();
+        serde_json::from_value(json!({ "Records": records })).unwrap()
+    }
+
+    /// Invoke the step function on `event`, then delete the messages it did not report
+    /// failed, as the event source mapping does.
+    async fn step(&self, event: SqsEvent) -> SqsBatchResponse {
+        let deadline = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64
+            + 60_000;
+        let receipts: Vec<(String, String)> = event
+            .records
+            .iter()
+            .map(|r| {
+                (
+                    r.message_id.clone().unwrap(),
+                    r.receipt_handle.clone().unwrap(),
+                )
+            })
+            .collect();
+        let response =
+            siesta_step::handle(&self.engine, event, deadline, self.settings.safety_margin).await;
+        for (id, receipt) in receipts {
+            if !response
+                .batch_item_failures
+                .iter()
+                .any(|f| f.item_identifier == id)
+            {
+                let _ = self
+                    .sqs
+                    .delete_message()
+                    .queue_url(&self.settings.resources.queue_url)
+                    .receipt_handle(receipt)
+                    .send()
+                    .await;
+            }
+        }
+        response
+    }
+
+    /// Step through the queue until the run reaches `status`.
+    async fn step_until(&self, run_id: &str, status: &str) -> Value {
+        for _ in 0..40 {
+            let event = self.sqs_event().await;
+            if !event.records.is_empty() {
+                let response = self.step(event).await;
+                assert!(response.batch_item_failures.is_empty(), "{response:?}");
+            }
+            let (_, run) = self.api("http-api-v2-get-run.json", run_id).await;
+            if run["status"] == status {
+                return run;
+            }
+        }
+        panic!("run {run_id} never reached {status}")
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_order_started_over_http_pauses_a_signed_webhook_and_sqs_complete_it_and_duplicates_change_nothing()
+ {
+    let Some(s) = stack(siesta_workflows::registry(), Duration::from_secs(30)).await else {
+        return;
+    };
+    let (status, run) = s.api("http-api-v2-start-order.json", "").await;
+    assert_eq!(status, 201, "{run}");
+    let run_id = run["id"].as_str().unwrap().to_owned();
+    let (status, again) = s.api("http-api-v2-start-order.json", "").await;
+    assert_eq!(
+        (status, again["id"].as_str()),
+        (201, Some(run_id.as_str())),
+        "Idempotency-Key replay"
+    );
+
+    let waiting = s.step_until(&run_id, "waiting").await;
+    let callback_id = waiting["waits"][0]["callback_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let paid =
+        json!({"callback_id": callback_id, "status": "COMPLETED", "transaction_id": "txn_lambda"});
+    let (status, ack) = s.signed_webhook("psp-1", &paid).await;
+    assert_eq!((status, &ack["duplicate"]), (200, &json!(false)), "{ack}");
+    let (status, ack) = s.signed_webhook("psp-1", &paid).await;
+    assert_eq!(
+        (status, &ack["duplicate"]),
+        (200, &json!(true)),
+        "the retry: {ack}"
+    );
+
+    // The webhook's wake-up arrives twice in one batch (SQS is at-least-once).
+    let mut event = s.sqs_event().await;
+    assert!(!event.records.is_empty(), "the webhook sent a wake-up");
+    let duplicate = event.records[0].clone();
+    event.records.push(duplicate);
+    let response = s.step(event).await;
+    assert!(response.batch_item_failures.is_empty(), "{response:?}");
+    let done = s.step_until(&run_id, "completed").await;
+    assert_eq!(done["output"]["transaction_id"], "txn_lambda", "{done}");
+
+    // A late duplicate of the wake-up, delivered again: nothing changes.
+    let wake = json!({"tenant": s.tenant, "run_id": run_id, "reason": "delivery"});
+    let mut event = s.sqs_event().await;
+    let template: Value = serde_json::from_str(&fixture("sqs-batch.json")).unwrap();
+    let mut record = template["Records"][0].clone();
+    record["messageId"] = json!("late-duplicate");
+    record["body"] = json!(wake.to_string());
+    event.records.push(serde_json::from_value(record).unwrap());
+    let response = s.step(event).await;
+    assert!(response.batch_item_failures.is_empty(), "{response:?}");
+    let (_, after) = s.api("http-api-v2-get-run.json", &run_id).await;
+    assert_eq!(
+        after["version"], done["version"],
+        "duplicates changed nothing"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_without_the_tenant_claim_is_401() {
+    let Some(s) = stack(siesta_workflows::registry(), Duration::from_secs(30)).await else {
+        return;
+    };
+    let (status, body) = json_of(
+        s.start
+            .handle(http_event("http-api-v2-no-tenant.json", &[]))
+            .await,
+    );
+    assert_eq!(status, 401, "{body}");
+    assert_eq!(body["error"]["code"], "unauthorized", "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partial_batch_failure_reports_only_the_failed_message() {
+    let Some(s) = stack(siesta_workflows::registry(), Duration::from_secs(30)).await else {
+        return;
+    };
+    let (status, run) = s.api("http-api-v2-start-order.json", "").await;
+    assert_eq!(status, 201);
+    let mut event = s.sqs_event().await;
+    assert_eq!(event.records.len(), 1, "the start's wake-up");
+    let template: Value = serde_json::from_str(&fixture("sqs-batch.json")).unwrap();
+    let mut poison = template["Records"][0].clone();
+    poison["messageId"] = json!("poison-1");
+    poison["body"] = json!("not a wake-up");
+    event.records.push(serde_json::from_value(poison).unwrap());
+    let response = s.step(event).await;
+    let failed: Vec<&str> = response
+        .batch_item_failures
+        .iter()
+        .map(|f| f.item_identifier.as_str())
+        .collect();
+    assert_eq!(failed, ["poison-1"], "only the bad message is redelivered");
+    let (_, after) = s
+        .api("http-api-v2-get-run.json", run["id"].as_str().unwrap())
+        .await;
+    assert_eq!(
+        after["status"], "waiting",
+        "the good one was handled: {after}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_invocation_killed_mid_run_is_recovered_by_the_sweep_after_its_lease_expires() {
+    let first = Arc::new(AtomicBool::new(true));
+    let mut registry = siesta_workflows::registry();
+    let f = first.clone();
+    registry.register("slow", move |ctx: siesta::Context, _: Value| {
+        let f = f.clone();
+        async move {
+            ctx.step("work", move |_| async move {
+                if f.swap(false, Ordering::SeqCst) {
+                    // The first invocation is killed in here.
+                    tokio::time::sleep(Duration::from_secs(30)).await;
+                }
+                Ok("done".to_owned())
+            })
+            .await
+        }
+    });
+    let Some(s) = stack(registry, Duration::from_millis(1500)).await else {
+        return;
+    };
+    let tenant = siesta::TenantId::from(s.tenant.as_str());
+    let run = s
+        .engine
+        .start(&tenant, "slow", json!(null), None)
+        .await
+        .unwrap();
+    let event = s.sqs_event().await;
+    assert_eq!(event.records.len(), 1);
+    let engine = s.engine.clone();
+    let invocation = tokio::spawn(async move {
+        siesta_step::handle(&engine, event, u64::MAX / 2, Duration::from_secs(2)).await
+    });
+    while first.load(Ordering::SeqCst) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    invocation.abort();
+    let _ = invocation.await;
+    let held = s.engine.get_run(&tenant, &run.id).await.unwrap();
+    assert_eq!(
+        held.status,
+        siesta::RunStatus::Running,
+        "killed while holding the lease"
+    );
+
+    // Before the lease expires the sweep leaves it alone; after, it wakes it.
+    let scheduled: Value = serde_json::from_str(&fixture("eventbridge-scheduled.json")).unwrap();
+    let counts = siesta_sweep::handle(&s.engine, &scheduled, 100, 3)
+        .await
+        .unwrap();
+    assert_eq!(counts["expired_leases"], 0, "{counts}");
+    tokio::time::sleep(Duration::from_millis(1800)).await;
+    let counts = siesta_sweep::handle(&s.engine, &scheduled, 100, 3)
+        .await
+        .unwrap();
+    assert_eq!(counts["expired_leases"], 1, "{counts}");
+    let done = s.step_until(run.id.as_str(), "completed").await;
+    assert_eq!(done["output"], "done", "{done}");
+}
