@@ -368,3 +368,48 @@ async fn a_step_invocation_killed_mid_run_is_recovered_by_the_sweep_after_its_le
     let done = s.step_until(run.id.as_str(), "completed").await;
     assert_eq!(done["output"], "done", "{done}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webhook_sources_come_from_an_ssm_secure_string() {
+    let Some(env) = siesta_aws::testing::emulators().await else {
+        return;
+    };
+    let parameter = format!(
+        "/siesta/test/{}/webhook-sources",
+        uuid::Uuid::new_v4().simple()
+    );
+    aws_sdk_ssm::Client::new(&env.sdk)
+        .put_parameter()
+        .name(&parameter)
+        .r#type(aws_sdk_ssm::types::ParameterType::SecureString)
+        .value(format!(
+            r#"[{{"name": "psp", "scheme": "standard-webhooks", "secrets": ["{SECRET}"], "callback": "/callback_id"}}]"#
+        ))
+        .send()
+        .await
+        .expect("put the parameter");
+    let settings = Settings {
+        resources: env.names(5).await,
+        tenant_claim: "tenant".into(),
+        callback_base_url: "https://a1b2c3d4e5.execute-api.us-east-1.amazonaws.com".into(),
+        lease_ttl: Duration::from_secs(30),
+        safety_margin: Duration::from_secs(2),
+        sweep_page: 100,
+        sweep_pages: 1,
+        webhook_sources: String::new(),
+        webhook_sources_parameter: Some(parameter),
+    };
+    let sources = settings
+        .webhook_sources(&env.sdk)
+        .await
+        .expect("read from SSM");
+    assert_eq!(sources.len(), 1);
+    assert_eq!(sources[0].name(), "psp");
+
+    let missing = Settings {
+        webhook_sources_parameter: Some("/siesta/test/missing".into()),
+        ..settings
+    };
+    let err = missing.webhook_sources(&env.sdk).await.unwrap_err();
+    assert!(err.to_string().contains("/siesta/test/missing"), "{err}");
+}

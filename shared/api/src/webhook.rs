@@ -72,6 +72,11 @@ pub struct WebhookSource {
 }
 
 impl WebhookSource {
+    /// The source's name: the `{source}` of `/hooks/sources/{source}`.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
     /// Build a source from its configuration.
     pub fn from_config(c: SourceConfig) -> Result<Self, String> {
         let scheme: Scheme = c
