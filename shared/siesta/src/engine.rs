@@ -16,6 +16,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::Poll;
 use std::time::Duration;
 
+use futures::StreamExt;
+
 use crate::context::{
     CommitError, Context, ContextConfig, Delta, LeaseWatch, Shared, Stop, decode_payload,
     encode_payload,
@@ -146,6 +148,9 @@ impl BatchReport {
             .collect()
     }
 }
+
+/// How many wake-ups the sweep sends at once.
+const SWEEP_SENDS_IN_FLIGHT: usize = 16;
 
 /// The durable engine over a backend.
 #[derive(Clone)]
@@ -988,24 +993,28 @@ impl Engine {
             due: due.len(),
             ..SweepReport::default()
         };
-        for run in due {
-            let wake = WakeUp {
-                tenant: run.tenant,
-                run_id: run.run_id,
-                reason: WakeReason::Sweep,
-                epoch_hint: 0,
-            };
-            if self
-                .backend
-                .queue
-                .send(&wake, Duration::ZERO)
-                .await
-                .is_err()
-            {
+        // Sends go out concurrently: a page of hundreds of due runs would otherwise
+        // cost hundreds of queue round trips in a row.
+        let sent: Vec<(RunStatus, bool)> = futures::stream::iter(due)
+            .map(|run| async move {
+                let wake = WakeUp {
+                    tenant: run.tenant,
+                    run_id: run.run_id,
+                    reason: WakeReason::Sweep,
+                    epoch_hint: 0,
+                };
+                let ok = self.backend.queue.send(&wake, Duration::ZERO).await.is_ok();
+                (run.status, ok)
+            })
+            .buffer_unordered(SWEEP_SENDS_IN_FLIGHT)
+            .collect()
+            .await;
+        for (status, ok) in sent {
+            if !ok {
                 continue;
             }
             report.woken += 1;
-            match run.status {
+            match status {
                 RunStatus::Running => report.expired_leases += 1,
                 RunStatus::Waiting => report.due_waits += 1,
                 _ => report.lost_wakeups += 1,
