@@ -63,6 +63,7 @@ async fn stack(registry: Registry, lease_ttl: Duration) -> Option<Stack> {
         callback_base_url: "https://a1b2c3d4e5.execute-api.us-east-1.amazonaws.com".into(),
         lease_ttl,
         safety_margin: Duration::from_secs(2),
+        retention: Duration::from_secs(86_400),
         sweep_page: 100,
         sweep_pages: 3,
         webhook_sources: format!(
@@ -394,6 +395,7 @@ async fn webhook_sources_come_from_an_ssm_secure_string() {
         callback_base_url: "https://a1b2c3d4e5.execute-api.us-east-1.amazonaws.com".into(),
         lease_ttl: Duration::from_secs(30),
         safety_margin: Duration::from_secs(2),
+        retention: Duration::from_secs(86_400),
         sweep_page: 100,
         sweep_pages: 1,
         webhook_sources: String::new(),

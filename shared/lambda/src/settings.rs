@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use siesta::{Engine, EngineConfig, Registry, SystemClock};
 use siesta_api::WebhookSource;
-use siesta_aws::{AwsBackend, ResourceNames};
+use siesta_aws::{AwsBackend, AwsOptions, ResourceNames};
 
 /// Why a function cannot start.
 #[derive(Debug, thiserror::Error)]
@@ -37,6 +37,9 @@ pub struct Settings {
     /// Time kept back before the invocation's deadline to checkpoint and hand over
     /// (`SIESTA_SAFETY_MARGIN_MS`, default 10 000).
     pub safety_margin: Duration,
+    /// How long finished runs and closed callbacks are kept (`SIESTA_RETENTION_DAYS`,
+    /// default 30).
+    pub retention: Duration,
     /// Runs per sweep page (`SIESTA_SWEEP_PAGE`, default 500).
     pub sweep_page: usize,
     /// Sweep pages per invocation at most (`SIESTA_SWEEP_PAGES`, default 10).
@@ -72,6 +75,7 @@ impl Settings {
                 .unwrap_or_else(|| "http://127.0.0.1:8080".into()),
             lease_ttl: Duration::from_millis(number("SIESTA_LEASE_TTL_MS", 60_000)?),
             safety_margin: Duration::from_millis(number("SIESTA_SAFETY_MARGIN_MS", 10_000)?),
+            retention: Duration::from_secs(86_400 * number("SIESTA_RETENTION_DAYS", 30u64)?),
             sweep_page: number("SIESTA_SWEEP_PAGE", 500)?,
             sweep_pages: number("SIESTA_SWEEP_PAGES", 10)?,
             webhook_sources: var("SIESTA_WEBHOOK_SOURCES").unwrap_or_default(),
@@ -87,7 +91,11 @@ impl Settings {
 
     /// Like [`Settings::engine`], running `registry`'s workflows.
     pub async fn engine_with(&self, sdk: &aws_config::SdkConfig, registry: Registry) -> Engine {
-        let backend = AwsBackend::new(sdk, self.resources.clone()).backend();
+        let options = AwsOptions {
+            retention: self.retention,
+            ..AwsOptions::default()
+        };
+        let backend = AwsBackend::with_options(sdk, self.resources.clone(), options).backend();
         let config = EngineConfig {
             lease_ttl: self.lease_ttl,
             callback_base_url: self.callback_base_url.clone(),
