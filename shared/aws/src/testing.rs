@@ -51,7 +51,7 @@ pub async fn emulators() -> Option<Emulators> {
     let (table, bucket) = SHARED
         .get_or_init(|| async {
             let names = NewResources::with_prefix(&format!("siesta-test-{}", short_id()));
-            let plan = Plan::from_embedded_template().expect("infra/template.yaml");
+            let plan = test_plan();
             // Clients made here belong to this test's runtime; only names are shared.
             let sdk = crate::sdk_config_from_env().await;
             plan.create_table(&aws_sdk_dynamodb::Client::new(&sdk), &names.table)
@@ -65,6 +65,14 @@ pub async fn emulators() -> Option<Emulators> {
         .await
         .clone();
     Some(Emulators { sdk, table, bucket })
+}
+
+/// The template's plan, but the tables it makes can be deleted (tests that make their
+/// own table give it back to the in-memory DynamoDB Local when done).
+pub fn test_plan() -> Plan {
+    let mut plan = Plan::from_embedded_template().expect("infra/template.yaml");
+    plan.table.deletion_protection = false;
+    plan
 }
 
 fn short_id() -> String {
@@ -100,8 +108,7 @@ impl Emulators {
     /// index and must not see the runs of tests running beside it.
     pub async fn with_own_table(&self) -> Emulators {
         let table = format!("siesta-test-{}-runs", short_id());
-        Plan::from_embedded_template()
-            .expect("infra/template.yaml")
+        test_plan()
             .create_table(&aws_sdk_dynamodb::Client::new(&self.sdk), &table)
             .await
             .expect("create a test table");
@@ -113,7 +120,7 @@ impl Emulators {
 
     /// The shared table and bucket with a fresh queue pair from the template.
     pub async fn names(&self, max_receives: u32) -> ResourceNames {
-        let plan = Plan::from_embedded_template().expect("infra/template.yaml");
+        let plan = test_plan();
         let name = format!("siesta-test-{}", short_id());
         let (queue_url, dead_letter_queue_url) = plan
             .create_queues(

@@ -22,7 +22,10 @@ async fn bootstrap_creates_the_template_resources_and_is_idempotent() {
         .expect("bootstrap again");
     assert_eq!(first, second, "the same resources, found again");
 
-    let table = aws_sdk_dynamodb::Client::new(&env.sdk)
+    // The table: keys, both indexes with their keys and projections, on demand, TTL,
+    // deletion protection (the template's default).
+    let dynamodb = aws_sdk_dynamodb::Client::new(&env.sdk);
+    let table = dynamodb
         .describe_table()
         .table_name(&names.table)
         .send()
@@ -30,29 +33,173 @@ async fn bootstrap_creates_the_template_resources_and_is_idempotent() {
         .unwrap()
         .table
         .unwrap();
-    let mut indexes: Vec<String> = table
+    let keys = |k: &[aws_sdk_dynamodb::types::KeySchemaElement]| -> Vec<String> {
+        k.iter()
+            .map(|k| format!("{} {}", k.attribute_name(), k.key_type().as_str()))
+            .collect()
+    };
+    assert_eq!(keys(table.key_schema()), ["pk HASH", "sk RANGE"]);
+    let mut indexes: Vec<(String, Vec<String>, String)> = table
         .global_secondary_indexes()
         .iter()
-        .filter_map(|i| i.index_name().map(str::to_owned))
+        .map(|i| {
+            (
+                i.index_name().unwrap_or_default().to_owned(),
+                keys(i.key_schema()),
+                i.projection()
+                    .and_then(|p| p.projection_type())
+                    .map(|p| p.as_str().to_owned())
+                    .unwrap_or_default(),
+            )
+        })
         .collect();
     indexes.sort();
-    assert_eq!(indexes, ["by_tenant", "due"]);
+    assert_eq!(
+        indexes,
+        [
+            (
+                "by_tenant".to_owned(),
+                vec!["tenant HASH".to_owned(), "created_key RANGE".to_owned()],
+                "KEYS_ONLY".to_owned()
+            ),
+            (
+                "due".to_owned(),
+                vec!["due_shard HASH".to_owned(), "due_at RANGE".to_owned()],
+                "INCLUDE".to_owned()
+            ),
+        ]
+    );
+    assert_eq!(
+        table
+            .billing_mode_summary()
+            .and_then(|b| b.billing_mode())
+            .map(|b| b.as_str()),
+        Some("PAY_PER_REQUEST")
+    );
+    assert_eq!(table.deletion_protection_enabled(), Some(true));
+    let ttl = dynamodb
+        .describe_time_to_live()
+        .table_name(&names.table)
+        .send()
+        .await
+        .unwrap()
+        .time_to_live_description
+        .unwrap();
+    assert_eq!(ttl.attribute_name(), Some("expires_at"));
+    assert_eq!(
+        ttl.time_to_live_status().map(|s| s.as_str()),
+        Some("ENABLED")
+    );
 
-    let redrive = aws_sdk_sqs::Client::new(&env.sdk)
+    // The queues: the redrive policy with the template's limit, its visibility timeout.
+    let sqs = aws_sdk_sqs::Client::new(&env.sdk);
+    let mut attributes = sqs
         .get_queue_attributes()
         .queue_url(&first.queue_url)
-        .attribute_names(QueueAttributeName::RedrivePolicy)
+        .attribute_names(QueueAttributeName::All)
+        .send()
+        .await
+        .unwrap()
+        .attributes
+        .unwrap();
+    let redrive: serde_json::Value = serde_json::from_str(
+        &attributes
+            .remove(&QueueAttributeName::RedrivePolicy)
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        redrive["maxReceiveCount"].to_string().trim_matches('"'),
+        "5"
+    );
+    assert!(
+        redrive["deadLetterTargetArn"]
+            .as_str()
+            .unwrap()
+            .ends_with(&names.dead_letter_queue)
+    );
+    assert_eq!(
+        attributes
+            .get(&QueueAttributeName::VisibilityTimeout)
+            .map(String::as_str),
+        Some("900")
+    );
+    let dlq_retention = sqs
+        .get_queue_attributes()
+        .queue_url(&first.dead_letter_queue_url)
+        .attribute_names(QueueAttributeName::MessageRetentionPeriod)
         .send()
         .await
         .unwrap()
         .attributes
         .unwrap()
-        .remove(&QueueAttributeName::RedrivePolicy)
+        .remove(&QueueAttributeName::MessageRetentionPeriod);
+    assert_eq!(dlq_retention.as_deref(), Some("1209600"));
+
+    // A queue that drifted from the template is brought back to it.
+    sqs.set_queue_attributes()
+        .queue_url(&first.queue_url)
+        .attributes(QueueAttributeName::VisibilityTimeout, "30")
+        .send()
+        .await
         .unwrap();
-    let redrive: serde_json::Value = serde_json::from_str(&redrive).unwrap();
+    let again = plan
+        .create(&env.sdk, &names)
+        .await
+        .expect("bootstrap a third time");
+    assert_eq!(again, first);
+    let visibility = sqs
+        .get_queue_attributes()
+        .queue_url(&first.queue_url)
+        .attribute_names(QueueAttributeName::VisibilityTimeout)
+        .send()
+        .await
+        .unwrap()
+        .attributes
+        .unwrap()
+        .remove(&QueueAttributeName::VisibilityTimeout);
+    assert_eq!(visibility.as_deref(), Some("900"));
+
+    // The bucket: encryption, public access block, TLS-only policy on the bucket's ARN.
+    let s3 = aws_sdk_s3::Client::from_conf(
+        aws_sdk_s3::config::Builder::from(&env.sdk)
+            .force_path_style(true)
+            .build(),
+    );
+    let encryption = s3
+        .get_bucket_encryption()
+        .bucket(&names.bucket)
+        .send()
+        .await
+        .unwrap();
+    let algorithm = encryption
+        .server_side_encryption_configuration()
+        .and_then(|c| c.rules().first())
+        .and_then(|r| r.apply_server_side_encryption_by_default())
+        .map(|d| d.sse_algorithm().as_str().to_owned());
+    assert_eq!(algorithm.as_deref(), Some("AES256"));
+    let block = s3
+        .get_public_access_block()
+        .bucket(&names.bucket)
+        .send()
+        .await
+        .unwrap()
+        .public_access_block_configuration
+        .unwrap();
+    assert_eq!(block.block_public_acls(), Some(true));
+    assert_eq!(block.restrict_public_buckets(), Some(true));
+    let policy = s3
+        .get_bucket_policy()
+        .bucket(&names.bucket)
+        .send()
+        .await
+        .unwrap()
+        .policy
+        .unwrap();
+    let policy: serde_json::Value = serde_json::from_str(&policy).unwrap();
     assert_eq!(
-        redrive["maxReceiveCount"].to_string().trim_matches('"'),
-        "5"
+        policy["Statement"][0]["Resource"][1],
+        format!("arn:aws:s3:::{}/*", names.bucket)
     );
 
     // The backend works on what was created.
@@ -71,4 +218,25 @@ async fn bootstrap_creates_the_template_resources_and_is_idempotent() {
         &backend.artifacts.get(&artifact).await.unwrap()[..],
         b"hello"
     );
+
+    // Deletion protection holds; lifted, the table can be given back.
+    let refused = dynamodb
+        .delete_table()
+        .table_name(&names.table)
+        .send()
+        .await;
+    assert!(refused.is_err(), "deletion protection");
+    dynamodb
+        .update_table()
+        .table_name(&names.table)
+        .deletion_protection_enabled(false)
+        .send()
+        .await
+        .unwrap();
+    dynamodb
+        .delete_table()
+        .table_name(&names.table)
+        .send()
+        .await
+        .unwrap();
 }
