@@ -38,7 +38,7 @@ impl Start {
             let replayed = response.headers.contains_key("idempotent-replayed");
             tracing::info!(status = response.status.as_u16(), "answered");
             if replayed {
-                emit("start", &[("IdempotentReplays", Unit::Count, 1.0)]);
+                emit("start", &[("IdempotentReplays", Unit::Count, &[1.0])]);
             }
             from_api_response(response)
         }

@@ -4,6 +4,7 @@
 use serde_json::{Value, json};
 use siesta::{Engine, EngineError, SweepReport};
 use siesta_lambda::metrics::{Unit, emit};
+use tracing::Instrument;
 
 /// Sweep up to `pages` pages of `page` due runs; the counts of all of them. `event` is
 /// the scheduled event (EventBridge Scheduler's input or a rule's `Scheduled Event`),
@@ -14,8 +15,11 @@ pub async fn handle(
     page: usize,
     pages: usize,
 ) -> Result<Value, EngineError> {
-    let _span =
-        tracing::info_span!("sweep", event_id = %event["id"], time = %event["time"]).entered();
+    let span = tracing::info_span!("sweep", event_id = %event["id"], time = %event["time"]);
+    sweep(engine, page, pages).instrument(span).await
+}
+
+async fn sweep(engine: &Engine, page: usize, pages: usize) -> Result<Value, EngineError> {
     let mut total = SweepReport::default();
     let mut swept_pages = 0;
     for _ in 0..pages.max(1) {
@@ -44,18 +48,22 @@ pub async fn handle(
     emit(
         "sweep",
         &[
-            ("SweepWoken", Unit::Count, total.woken as f64),
+            ("SweepWoken", Unit::Count, &[total.woken as f64]),
             (
                 "SweepExpiredLeases",
                 Unit::Count,
-                total.expired_leases as f64,
+                &[total.expired_leases as f64],
             ),
-            ("SweepDueWaits", Unit::Count, total.due_waits as f64),
-            ("SweepLostWakeUps", Unit::Count, total.lost_wakeups as f64),
+            ("SweepDueWaits", Unit::Count, &[total.due_waits as f64]),
+            (
+                "SweepLostWakeUps",
+                Unit::Count,
+                &[total.lost_wakeups as f64],
+            ),
             (
                 "SweepParkedDeadLetters",
                 Unit::Count,
-                total.parked_dead_letters as f64,
+                &[total.parked_dead_letters as f64],
             ),
         ],
     );

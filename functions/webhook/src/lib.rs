@@ -76,12 +76,12 @@ impl Webhook {
                     (
                         "WebhookDuplicates",
                         Unit::Count,
-                        f64::from(u8::from(duplicate)),
+                        &[f64::from(u8::from(duplicate))],
                     ),
                     (
                         "WebhooksRefused",
                         Unit::Count,
-                        f64::from(u8::from(!response.status.is_success())),
+                        &[f64::from(u8::from(!response.status.is_success()))],
                     ),
                 ],
             );

@@ -15,17 +15,77 @@ mod settings;
 pub use settings::{Settings, SetupError};
 
 /// Log `tracing` events as JSON lines (what CloudWatch Logs Insights queries), at the
-/// level `RUST_LOG` names (default `info`). Spans' fields — the run id and the tenant —
-/// are on every line inside them.
+/// level `RUST_LOG` names, else the function's log level (`AWS_LAMBDA_LOG_LEVEL`, set by
+/// Lambda's logging configuration), else `info`. The innermost span's fields — the tenant and
+/// run id of the wake-up, request or invocation being handled — are on every line inside
+/// it, as `span.tenant` and `span.run_id`.
 pub fn init_logging() {
-    let _ = tracing_subscriber::fmt()
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    let _ = tracing::subscriber::set_global_default(json_subscriber(std::io::stdout, filter));
+}
+
+fn json_subscriber<W>(
+    writer: W,
+    filter: tracing_subscriber::EnvFilter,
+) -> impl tracing::Subscriber + Send + Sync
+where
+    W: for<'w> tracing_subscriber::fmt::MakeWriter<'w> + Send + Sync + 'static,
+{
+    tracing_subscriber::fmt()
         .json()
         .with_current_span(true)
         .with_span_list(false)
         .with_target(false)
         .without_time()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .try_init();
+        .with_writer(writer)
+        .with_env_filter(filter)
+        .finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use serde_json::Value;
+
+    #[derive(Clone, Default)]
+    struct Buffer(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Buffer {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn every_line_inside_a_run_span_is_json_carrying_the_tenant_and_run_id() {
+        let buffer = Buffer::default();
+        let writer = buffer.clone();
+        let subscriber = super::json_subscriber(move || writer.clone(), "info".into());
+        tracing::subscriber::with_default(subscriber, || {
+            let _wake = tracing::info_span!("wake", tenant = "acme", run_id = "run_1").entered();
+            tracing::info!("claimed");
+            let _inner =
+                tracing::info_span!("invocation", tenant = "acme", run_id = "run_1", epoch = 3)
+                    .entered();
+            tracing::warn!(step = "charge", "retrying");
+        });
+        let text = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
+        let lines: Vec<Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("a JSON line"))
+            .collect();
+        assert_eq!(lines.len(), 2, "{text}");
+        for line in &lines {
+            assert_eq!(line["span"]["tenant"], "acme", "{line}");
+            assert_eq!(line["span"]["run_id"], "run_1", "{line}");
+        }
+        assert_eq!(lines[1]["fields"]["message"], "retrying");
+        assert_eq!(lines[1]["level"], "WARN");
+    }
 }

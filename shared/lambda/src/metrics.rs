@@ -26,8 +26,14 @@ impl Unit {
     }
 }
 
+/// One metric of an EMF line: its name, unit and values. One value is written as a
+/// number, several as an array (EMF's way of carrying up to 100 samples in one line, e.g.
+/// the latency of each wake-up in a batch); a metric without values is left out.
+pub type Metric<'a> = (&'a str, Unit, &'a [f64]);
+
 /// The EMF line for `metrics` of `function` (the one dimension), at `timestamp_ms`.
-pub fn line(function: &str, metrics: &[(&str, Unit, f64)], timestamp_ms: u128) -> String {
+pub fn line(function: &str, metrics: &[Metric<'_>], timestamp_ms: u128) -> String {
+    let metrics: Vec<&Metric<'_>> = metrics.iter().filter(|(_, _, v)| !v.is_empty()).collect();
     let mut root = Map::new();
     root.insert(
         "_aws".into(),
@@ -41,14 +47,18 @@ pub fn line(function: &str, metrics: &[(&str, Unit, f64)], timestamp_ms: u128) -
         }),
     );
     root.insert("Function".into(), Value::from(function));
-    for (name, _, value) in metrics {
-        root.insert((*name).into(), json!(value));
+    for (name, _, values) in metrics {
+        let value = match values {
+            [one] => json!(one),
+            many => json!(many),
+        };
+        root.insert((*name).into(), value);
     }
     Value::Object(root).to_string()
 }
 
 /// Print the EMF line for `metrics` of `function`, now.
-pub fn emit(function: &str, metrics: &[(&str, Unit, f64)]) {
+pub fn emit(function: &str, metrics: &[Metric<'_>]) {
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis());
@@ -64,8 +74,8 @@ mod tests {
         let l = line(
             "step",
             &[
-                ("StepLatency", Unit::Milliseconds, 12.5),
-                ("Conflicts", Unit::Count, 1.0),
+                ("StepLatency", Unit::Milliseconds, &[12.5]),
+                ("Conflicts", Unit::Count, &[1.0]),
             ],
             1_700_000_000_000,
         );
@@ -82,5 +92,24 @@ mod tests {
         assert_eq!(v["StepLatency"], 12.5);
         assert_eq!(v["Conflicts"], 1.0);
         assert!(!l.contains('\n'), "one line");
+    }
+
+    #[test]
+    fn several_values_of_a_metric_are_one_array_and_a_metric_without_values_is_left_out() {
+        let l = line(
+            "step",
+            &[
+                ("StepLatency", Unit::Milliseconds, &[3.0, 40.0, 7.5]),
+                ("Retries", Unit::Count, &[]),
+            ],
+            1,
+        );
+        let v: Value = serde_json::from_str(&l).unwrap();
+        assert_eq!(v["StepLatency"], json!([3.0, 40.0, 7.5]));
+        assert_eq!(
+            v["_aws"]["CloudWatchMetrics"][0]["Metrics"],
+            json!([{"Name": "StepLatency", "Unit": "Milliseconds"}])
+        );
+        assert!(v.get("Retries").is_none(), "{l}");
     }
 }
