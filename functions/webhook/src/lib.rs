@@ -63,10 +63,27 @@ impl Webhook {
 
     /// Answer one webhook.
     pub async fn handle(&self, req: Request) -> Response<Body> {
-        let span = tracing::info_span!("webhook", path = %req.uri().path());
+        let sources = self.sources().await;
+        // The source's tenant when the path names a configured source; a token's tenant
+        // is only known once the callback is looked up.
+        let source = req
+            .uri()
+            .path()
+            .strip_prefix("/hooks/sources/")
+            .map(|name| name.trim_end_matches('/').to_owned());
+        let tenant = source
+            .as_deref()
+            .and_then(|name| sources.iter().find(|s| s.name() == name))
+            .map(|s| s.tenant().to_string());
+        let span = tracing::info_span!(
+            "webhook",
+            path = %req.uri().path(),
+            source = source.as_deref().unwrap_or_default(),
+            tenant = tenant.as_deref().unwrap_or_default(),
+        );
         async {
-            let receiver = WebhookReceiver::new(self.engine.clone(), DEFAULT_MAX_BODY)
-                .with_sources(self.sources().await);
+            let receiver =
+                WebhookReceiver::new(self.engine.clone(), DEFAULT_MAX_BODY).with_sources(sources);
             let response = receiver.handle(to_api_request(req)).await;
             let duplicate = response.body["duplicate"] == serde_json::Value::Bool(true);
             tracing::info!(status = response.status.as_u16(), duplicate, "answered");

@@ -77,6 +77,11 @@ impl WebhookSource {
         &self.name
     }
 
+    /// The tenant whose runs and callbacks the source addresses.
+    pub fn tenant(&self) -> &TenantId {
+        &self.tenant
+    }
+
     /// Build a source from its configuration.
     pub fn from_config(c: SourceConfig) -> Result<Self, String> {
         let scheme: Scheme = c
