@@ -1,5 +1,20 @@
 //! CloudWatch Embedded Metric Format: one JSON line on stdout that CloudWatch Logs turns
 //! into metrics, without an API call from the function.
+//!
+//! The functions' metrics, in namespace `Siesta` with the dimension `Function`:
+//!
+//! | function | metric | unit | what |
+//! |---|---|---|---|
+//! | step | `StepLatency` | ms | each wake-up's handling (one sample per wake-up) |
+//! | step | `WakeUps`, `Advanced` | count | wake-ups in the batch; runs advanced |
+//! | step | `Conflicts` | count | wake-ups for a run another invocation held (lease) |
+//! | step | `Aborted` | count | invocations that lost their lease or storage mid-run |
+//! | step | `Retries` | count | records SQS delivered again (`ApproximateReceiveCount` > 1) |
+//! | step | `BatchItemFailures` | count | records reported failed (incl. poison messages) |
+//! | start | `IdempotentReplays` | count | a request answered from its `Idempotency-Key` |
+//! | webhook | `WebhookDuplicates` | count | a delivery already received |
+//! | webhook | `WebhooksRefused` | count | a non-2xx answer (bad signature, unknown source…) |
+//! | sweep | `SweepWoken`, `SweepExpiredLeases`, `SweepDueWaits`, `SweepLostWakeUps`, `SweepParkedDeadLetters` | count | what the sweep did |
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
