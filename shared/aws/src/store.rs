@@ -16,12 +16,14 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
-use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+use aws_sdk_dynamodb::operation::update_item::{UpdateItemError, UpdateItemOutput};
 use aws_sdk_dynamodb::types::{
     ConditionCheck, ConsumedCapacity, KeysAndAttributes, Put, ReturnConsumedCapacity, ReturnValue,
     ReturnValuesOnConditionCheckFailure, TransactWriteItem,
 };
+use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
 use siesta::ports::*;
 use siesta::*;
 
@@ -421,6 +423,33 @@ impl DynamoStore {
         }
     }
 
+    /// The outcome of a conditional `UpdateItem` on a run item (`ALL_NEW` on success,
+    /// `ALL_OLD` on a failed condition): `Ok(run after)`, `Err(run as it is)` when the
+    /// condition failed, [`StoreError::NotFound`] when there is no run.
+    fn updated_run(
+        &self,
+        op: &str,
+        result: Result<UpdateItemOutput, SdkError<UpdateItemError, HttpResponse>>,
+    ) -> Result<Result<Run, Box<Run>>, StoreError> {
+        match result {
+            Ok(out) => {
+                if let Some(c) = out.consumed_capacity() {
+                    self.capacity.add(true, std::slice::from_ref(c));
+                }
+                run_from_item(&out.attributes.unwrap_or_default()).map(Ok)
+            }
+            Err(e) => match e.as_service_error() {
+                Some(UpdateItemError::ConditionalCheckFailedException(c)) => {
+                    match c.item().map(run_from_item).transpose()? {
+                        Some(current) => Ok(Err(Box::new(current))),
+                        None => Err(StoreError::NotFound),
+                    }
+                }
+                _ => Err(sdk(op, e)),
+            },
+        }
+    }
+
     async fn current_run(&self, tenant: &TenantId, run_id: &RunId) -> Result<Run, StoreError> {
         self.get_run(tenant, run_id)
             .await?
@@ -515,32 +544,20 @@ impl RunStore for DynamoStore {
             .return_consumed_capacity(ReturnConsumedCapacity::Total)
             .send()
             .await;
-        match result {
-            Ok(out) => {
-                if let Some(c) = out.consumed_capacity() {
-                    self.capacity.add(true, std::slice::from_ref(c));
+        match self.updated_run("claim", result)? {
+            Ok(run) => Ok(run),
+            Err(current) => {
+                // A retry of a claim that did apply finds its own lease.
+                let ours = current
+                    .lease
+                    .as_ref()
+                    .is_some_and(|l| l.owner == claim.owner && l.expires_at == claim.expires_at);
+                if ours && current.status == RunStatus::Running {
+                    Ok(*current)
+                } else {
+                    Err(StoreError::Conflict(Some(current)))
                 }
-                run_from_item(&out.attributes.unwrap_or_default())
             }
-            Err(e) => match e.as_service_error() {
-                Some(UpdateItemError::ConditionalCheckFailedException(c)) => {
-                    let current = c
-                        .item()
-                        .map(run_from_item)
-                        .transpose()?
-                        .ok_or(StoreError::NotFound)?;
-                    // A retry of a claim that did apply finds its own lease.
-                    let ours = current.lease.as_ref().is_some_and(|l| {
-                        l.owner == claim.owner && l.expires_at == claim.expires_at
-                    });
-                    if ours && current.status == RunStatus::Running {
-                        Ok(current)
-                    } else {
-                        Err(StoreError::Conflict(Some(Box::new(current))))
-                    }
-                }
-                _ => Err(sdk("claim", e)),
-            },
         }
     }
 
@@ -576,23 +593,8 @@ impl RunStore for DynamoStore {
             .return_consumed_capacity(ReturnConsumedCapacity::Total)
             .send()
             .await;
-        match result {
-            Ok(out) => {
-                if let Some(c) = out.consumed_capacity() {
-                    self.capacity.add(true, std::slice::from_ref(c));
-                }
-                run_from_item(&out.attributes.unwrap_or_default())
-            }
-            Err(e) => match e.as_service_error() {
-                Some(UpdateItemError::ConditionalCheckFailedException(c)) => {
-                    match c.item().map(run_from_item).transpose()? {
-                        Some(current) => Err(StoreError::Conflict(Some(Box::new(current)))),
-                        None => Err(StoreError::NotFound),
-                    }
-                }
-                _ => Err(sdk("renew_lease", e)),
-            },
-        }
+        self.updated_run("renew_lease", result)?
+            .map_err(|current| StoreError::Conflict(Some(current)))
     }
 
     async fn load_history(&self, tenant: &TenantId, run_id: &RunId) -> Result<History, StoreError> {
