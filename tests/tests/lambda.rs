@@ -65,7 +65,6 @@ async fn stack(registry: Registry, lease_ttl: Duration) -> Option<Stack> {
         safety_margin: Duration::from_secs(2),
         retention: Duration::from_secs(86_400),
         sweep_page: 100,
-        sweep_pages: 3,
         webhook_sources: format!(
             r#"[{{"name": "psp", "scheme": "standard-webhooks", "secrets": ["{SECRET}"], "callback": "/callback_id"}}]"#
         ),
@@ -357,12 +356,12 @@ async fn a_step_invocation_killed_mid_run_is_recovered_by_the_sweep_after_its_le
 
     // Before the lease expires the sweep leaves it alone; after, it wakes it.
     let scheduled: Value = serde_json::from_str(&fixture("eventbridge-scheduled.json")).unwrap();
-    let counts = siesta_sweep::handle(&s.engine, &scheduled, 100, 3)
+    let counts = siesta_sweep::handle(&s.engine, &scheduled, 100)
         .await
         .unwrap();
     assert_eq!(counts["expired_leases"], 0, "{counts}");
     tokio::time::sleep(Duration::from_millis(1800)).await;
-    let counts = siesta_sweep::handle(&s.engine, &scheduled, 100, 3)
+    let counts = siesta_sweep::handle(&s.engine, &scheduled, 100)
         .await
         .unwrap();
     assert_eq!(counts["expired_leases"], 1, "{counts}");
@@ -375,6 +374,17 @@ async fn webhook_sources_come_from_an_ssm_secure_string() {
     let Some(env) = siesta_aws::testing::emulators().await else {
         return;
     };
+    if std::env::var_os("AWS_ENDPOINT_URL_SSM").is_none() {
+        // Not AWS's real SSM beside the emulators' tables and queues.
+        assert!(
+            !siesta_aws::testing::required(),
+            "SIESTA_AWS_TESTS=required but AWS_ENDPOINT_URL_SSM is not set (scripts/emulators env exports it)"
+        );
+        eprintln!(
+            "skipped: AWS_ENDPOINT_URL_SSM is not set; `eval \"$(scripts/emulators env)\"` sets it"
+        );
+        return;
+    }
     let parameter = format!(
         "/siesta/test/{}/webhook-sources",
         uuid::Uuid::new_v4().simple()
@@ -414,7 +424,6 @@ async fn webhook_sources_come_from_an_ssm_secure_string() {
         safety_margin: Duration::from_secs(2),
         retention: Duration::from_secs(86_400),
         sweep_page: 100,
-        sweep_pages: 1,
         webhook_sources: String::new(),
         webhook_sources_parameter: Some(parameter),
     };
@@ -493,4 +502,79 @@ async fn near_its_deadline_the_step_function_checkpoints_and_continues_in_a_new_
     assert!(response.batch_item_failures.is_empty(), "{response:?}");
     let done = s.step_until(run.id.as_str(), "completed").await;
     assert_eq!(done["output"], json!([0, 1, 2, 3, 4, 5]), "{done}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sweep_invocation_wakes_each_due_run_once() {
+    let Some(s) = stack(siesta_workflows::registry(), Duration::from_secs(30)).await else {
+        return;
+    };
+    let tenant = siesta::TenantId::from(s.tenant.as_str());
+    let mut runs = Vec::new();
+    for _ in 0..3 {
+        let run = s
+            .engine
+            .start(
+                &tenant,
+                "order",
+                json!({"item": "Lamp", "amount": 20}),
+                None,
+            )
+            .await
+            .unwrap();
+        runs.push(run.id.to_string());
+    }
+    // Their start wake-ups are lost: the runs are due, for the sweep to find.
+    let lost = s.sqs_event().await;
+    assert_eq!(lost.records.len(), 3);
+    for r in &lost.records {
+        s.sqs
+            .delete_message()
+            .queue_url(&s.settings.resources.queue_url)
+            .receipt_handle(r.receipt_handle.clone().unwrap())
+            .send()
+            .await
+            .unwrap();
+    }
+    let scheduled: Value = serde_json::from_str(&fixture("eventbridge-scheduled.json")).unwrap();
+    // Two invocations with pages of 2: the first wakes two, the second (once those
+    // were handled) the third; none twice.
+    let first = siesta_sweep::handle(&s.engine, &scheduled, 2)
+        .await
+        .unwrap();
+    assert_eq!(
+        (&first["woken"], &first["backlog"]),
+        (&json!(2), &json!(true)),
+        "{first}"
+    );
+    let event = s.sqs_event().await;
+    let mut woken = wake_ids(&event);
+    assert_eq!(woken.len(), 2, "{woken:?}");
+    let response = s.step(event).await;
+    assert!(response.batch_item_failures.is_empty(), "{response:?}");
+    // Their next wake-ups (the order moves on) are not the sweep's.
+    let _ = s.step(s.sqs_event().await).await;
+    let second = siesta_sweep::handle(&s.engine, &scheduled, 2)
+        .await
+        .unwrap();
+    assert_eq!(
+        (&second["woken"], &second["backlog"]),
+        (&json!(1), &json!(false)),
+        "{second}"
+    );
+    woken.extend(wake_ids(&s.sqs_event().await));
+    woken.sort();
+    runs.sort();
+    assert_eq!(woken, runs, "each due run woken once");
+}
+
+fn wake_ids(event: &SqsEvent) -> Vec<String> {
+    event
+        .records
+        .iter()
+        .map(|r| {
+            let w: Value = serde_json::from_str(r.body.as_deref().unwrap()).unwrap();
+            w["run_id"].as_str().unwrap().to_owned()
+        })
+        .collect()
 }

@@ -11,14 +11,6 @@ use siesta::{BatchReport, Engine, Timestamp, WakeOutcome};
 use siesta_lambda::metrics::{Unit, emit};
 use tracing::Instrument;
 
-/// When to stop taking new work: `margin` before the deadline — but never in the first
-/// half of the time left, so a function whose timeout is shorter than twice the margin
-/// still makes progress instead of handing over at once, forever.
-pub fn stop_at(now_ms: i64, deadline_ms: i64, margin: Duration) -> i64 {
-    let left = (deadline_ms - now_ms).max(0);
-    (deadline_ms - margin.as_millis() as i64).max(now_ms + left / 2)
-}
-
 /// Handle one SQS batch; `deadline_ms` is the invocation's deadline (ms since the
 /// epoch, `Context::deadline`).
 ///
@@ -32,10 +24,11 @@ pub async fn handle(
     deadline_ms: u64,
     safety_margin: Duration,
 ) -> SqsBatchResponse {
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64);
-    let stop_at = Timestamp(stop_at(now_ms, deadline_ms as i64, safety_margin));
+    let stop_at = Timestamp(siesta_lambda::stop_at(
+        siesta_lambda::now_ms(),
+        deadline_ms as i64,
+        safety_margin,
+    ));
     let mut failed: Vec<String> = Vec::new();
     let mut wakes = Vec::new();
     let mut ids = Vec::new();
@@ -131,24 +124,4 @@ pub async fn handle(
         })
         .collect();
     response
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn work_stops_a_safety_margin_before_the_deadline() {
-        assert_eq!(stop_at(0, 900_000, Duration::from_secs(10)), 890_000);
-    }
-
-    #[test]
-    fn a_timeout_shorter_than_twice_the_margin_still_leaves_half_the_time_for_work() {
-        assert_eq!(stop_at(1_000, 7_000, Duration::from_secs(10)), 4_000);
-        assert_eq!(
-            stop_at(5_000, 4_000, Duration::from_secs(10)),
-            5_000,
-            "already late"
-        );
-    }
 }

@@ -1,71 +1,59 @@
-//! The sweep function, on a schedule: up to `pages` bounded sweeps, stopping early when
-//! a page comes back short; logs and returns what it did.
+//! The sweep function, on a schedule: one bounded sweep — at most `page` due runs woken
+//! per invocation — logged and returned as counts. A full page means more runs are due
+//! than one invocation wakes: the next scheduled sweep takes the next ones (once these
+//! have been handled and left the due index), and `SweepBacklog` says so.
+//!
+//! One page, not several in a row: [`Engine::sweep`] returns the earliest due runs, and
+//! a run stays due until the step function has handled its wake-up, so a second page
+//! taken at once would be the first page again — the same wake-ups sent twice.
 
 use serde_json::{Value, json};
-use siesta::{Engine, EngineError, SweepReport};
+use siesta::{Engine, EngineError};
 use siesta_lambda::metrics::{Unit, emit};
 use tracing::Instrument;
 
-/// Sweep up to `pages` pages of `page` due runs; the counts of all of them. `event` is
-/// the scheduled event (EventBridge Scheduler's input or a rule's `Scheduled Event`),
-/// logged for correlation.
-pub async fn handle(
-    engine: &Engine,
-    event: &Value,
-    page: usize,
-    pages: usize,
-) -> Result<Value, EngineError> {
+/// Wake at most `page` due runs; the counts. `event` is the scheduled event (EventBridge
+/// Scheduler's input or a rule's `Scheduled Event`), logged for correlation.
+pub async fn handle(engine: &Engine, event: &Value, page: usize) -> Result<Value, EngineError> {
     let span = tracing::info_span!("sweep", event_id = %event["id"], time = %event["time"]);
-    sweep(engine, page, pages).instrument(span).await
-}
-
-async fn sweep(engine: &Engine, page: usize, pages: usize) -> Result<Value, EngineError> {
-    let mut total = SweepReport::default();
-    let mut swept_pages = 0;
-    for _ in 0..pages.max(1) {
+    async {
         let report = engine.sweep(page).await?;
-        swept_pages += 1;
-        total.due += report.due;
-        total.woken += report.woken;
-        total.expired_leases += report.expired_leases;
-        total.due_waits += report.due_waits;
-        total.lost_wakeups += report.lost_wakeups;
-        total.parked_dead_letters += report.parked_dead_letters;
-        if report.due < page {
-            break;
+        let backlog = report.due >= page;
+        let counts = json!({
+            "due": report.due,
+            "woken": report.woken,
+            "expired_leases": report.expired_leases,
+            "due_waits": report.due_waits,
+            "lost_wakeups": report.lost_wakeups,
+            "parked_dead_letters": report.parked_dead_letters,
+            "backlog": backlog,
+        });
+        if backlog {
+            tracing::warn!(counts = %counts, page, "a full page: more runs are due than one sweep wakes; the next sweep goes on (raise SIESTA_SWEEP_PAGE to wake more at once)");
+        } else {
+            tracing::info!(counts = %counts, "swept");
         }
+        emit(
+            "sweep",
+            &[
+                ("SweepWoken", Unit::Count, &[report.woken as f64]),
+                (
+                    "SweepExpiredLeases",
+                    Unit::Count,
+                    &[report.expired_leases as f64],
+                ),
+                ("SweepDueWaits", Unit::Count, &[report.due_waits as f64]),
+                ("SweepLostWakeUps", Unit::Count, &[report.lost_wakeups as f64]),
+                (
+                    "SweepParkedDeadLetters",
+                    Unit::Count,
+                    &[report.parked_dead_letters as f64],
+                ),
+                ("SweepBacklog", Unit::Count, &[f64::from(u8::from(backlog))]),
+            ],
+        );
+        Ok(counts)
     }
-    let counts = json!({
-        "pages": swept_pages,
-        "due": total.due,
-        "woken": total.woken,
-        "expired_leases": total.expired_leases,
-        "due_waits": total.due_waits,
-        "lost_wakeups": total.lost_wakeups,
-        "parked_dead_letters": total.parked_dead_letters,
-    });
-    tracing::info!(counts = %counts, "swept");
-    emit(
-        "sweep",
-        &[
-            ("SweepWoken", Unit::Count, &[total.woken as f64]),
-            (
-                "SweepExpiredLeases",
-                Unit::Count,
-                &[total.expired_leases as f64],
-            ),
-            ("SweepDueWaits", Unit::Count, &[total.due_waits as f64]),
-            (
-                "SweepLostWakeUps",
-                Unit::Count,
-                &[total.lost_wakeups as f64],
-            ),
-            (
-                "SweepParkedDeadLetters",
-                Unit::Count,
-                &[total.parked_dead_letters as f64],
-            ),
-        ],
-    );
-    Ok(counts)
+    .instrument(span)
+    .await
 }

@@ -8,12 +8,10 @@ async fn main() -> Result<(), Error> {
     let settings = siesta_lambda::Settings::from_env()?;
     let sdk = siesta_aws::sdk_config_from_env().await;
     let engine = settings.engine(&sdk).await;
-    let (page, pages) = (settings.sweep_page, settings.sweep_pages);
+    let page = settings.sweep_page;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<serde_json::Value>| {
         let engine = engine.clone();
-        async move {
-            Ok::<_, Error>(siesta_sweep::handle(&engine, &event.payload, page, pages).await?)
-        }
+        async move { Ok::<_, Error>(siesta_sweep::handle(&engine, &event.payload, page).await?) }
     }))
     .await
 }

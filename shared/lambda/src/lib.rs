@@ -25,6 +25,21 @@ pub fn init_logging() {
     let _ = tracing::subscriber::set_global_default(json_subscriber(std::io::stdout, filter));
 }
 
+/// When to stop taking new work: `margin` before the deadline — but never in the first
+/// half of the time left, so a function whose timeout is shorter than twice the margin
+/// still makes progress instead of handing over at once, forever.
+pub fn stop_at(now_ms: i64, deadline_ms: i64, margin: std::time::Duration) -> i64 {
+    let left = (deadline_ms - now_ms).max(0);
+    (deadline_ms - margin.as_millis() as i64).max(now_ms + left / 2)
+}
+
+/// Milliseconds since the epoch, now (the unit of `Context::deadline`).
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
 fn json_subscriber<W>(
     writer: W,
     filter: tracing_subscriber::EnvFilter,
@@ -87,5 +102,26 @@ mod tests {
         }
         assert_eq!(lines[1]["fields"]["message"], "retrying");
         assert_eq!(lines[1]["level"], "WARN");
+    }
+
+    #[test]
+    fn work_stops_a_safety_margin_before_the_deadline() {
+        assert_eq!(
+            super::stop_at(0, 900_000, std::time::Duration::from_secs(10)),
+            890_000
+        );
+    }
+
+    #[test]
+    fn a_timeout_shorter_than_twice_the_margin_still_leaves_half_the_time_for_work() {
+        assert_eq!(
+            super::stop_at(1_000, 7_000, std::time::Duration::from_secs(10)),
+            4_000
+        );
+        assert_eq!(
+            super::stop_at(5_000, 4_000, std::time::Duration::from_secs(10)),
+            5_000,
+            "already late"
+        );
     }
 }

@@ -40,10 +40,8 @@ pub struct Settings {
     /// How long finished runs and closed callbacks are kept (`SIESTA_RETENTION_DAYS`,
     /// default 30).
     pub retention: Duration,
-    /// Runs per sweep page (`SIESTA_SWEEP_PAGE`, default 500).
+    /// Due runs one sweep invocation wakes at most (`SIESTA_SWEEP_PAGE`, default 500).
     pub sweep_page: usize,
-    /// Sweep pages per invocation at most (`SIESTA_SWEEP_PAGES`, default 10).
-    pub sweep_pages: usize,
     /// Webhook sources as JSON (`SIESTA_WEBHOOK_SOURCES`).
     pub webhook_sources: String,
     /// An SSM parameter (SecureString) holding the webhook sources instead
@@ -77,7 +75,6 @@ impl Settings {
             safety_margin: Duration::from_millis(number("SIESTA_SAFETY_MARGIN_MS", 10_000)?),
             retention: Duration::from_secs(86_400 * number("SIESTA_RETENTION_DAYS", 30u64)?),
             sweep_page: number("SIESTA_SWEEP_PAGE", 500)?,
-            sweep_pages: number("SIESTA_SWEEP_PAGES", 10)?,
             webhook_sources: var("SIESTA_WEBHOOK_SOURCES").unwrap_or_default(),
             webhook_sources_parameter: var("SIESTA_WEBHOOK_SOURCES_PARAMETER"),
         })
