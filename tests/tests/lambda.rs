@@ -16,6 +16,7 @@ use siesta_api::signature::{Scheme, Secret, sign};
 use siesta_lambda::Settings;
 
 const SECRET: &str = "whsec_cHNwLXNlY3JldA==";
+const ROTATED: &str = "whsec_cm90YXRlZC1wc3Atc2VjcmV0";
 
 fn fixture(name: &str) -> String {
     let path = format!("{}/fixtures/{name}", env!("CARGO_MANIFEST_DIR"));
@@ -38,6 +39,41 @@ fn json_of(response: Response<Body>) -> (u16, Value) {
         _ => Value::Null,
     };
     (status, body)
+}
+
+/// A webhook from the `psp` source signed with `secret` (Standard Webhooks), as API
+/// Gateway delivers it (base64 body), answered by the webhook function.
+async fn signed_webhook(
+    webhook: &siesta_webhook_fn::Webhook,
+    secret: &str,
+    delivery_id: &str,
+    body: &Value,
+) -> (u16, Value) {
+    let body = serde_json::to_vec(body).unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let secret = Secret::parse(Scheme::StandardWebhooks, secret).unwrap();
+    let headers = sign(Scheme::StandardWebhooks, &secret, delivery_id, now, &body);
+    let header = |name: &str| {
+        headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.clone())
+            .unwrap()
+    };
+    let encoded = base64::engine::general_purpose::STANDARD.encode(&body);
+    let req = http_event(
+        "http-api-v2-webhook-source.json",
+        &[
+            ("WEBHOOK_ID", &header("webhook-id")),
+            ("WEBHOOK_TIMESTAMP", &header("webhook-timestamp")),
+            ("WEBHOOK_SIGNATURE", &header("webhook-signature")),
+            ("BODY_BASE64", &encoded),
+        ],
+    );
+    json_of(webhook.handle(req).await)
 }
 
 /// The functions of one deployment over a fresh queue pair.
@@ -96,31 +132,7 @@ impl Stack {
     }
 
     async fn signed_webhook(&self, delivery_id: &str, body: &Value) -> (u16, Value) {
-        let body = serde_json::to_vec(body).unwrap();
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_secs() as i64;
-        let secret = Secret::parse(Scheme::StandardWebhooks, SECRET).unwrap();
-        let headers = sign(Scheme::StandardWebhooks, &secret, delivery_id, now, &body);
-        let header = |name: &str| {
-            headers
-                .iter()
-                .find(|(k, _)| k.eq_ignore_ascii_case(name))
-                .map(|(_, v)| v.clone())
-                .unwrap()
-        };
-        let encoded = base64::engine::general_purpose::STANDARD.encode(&body);
-        let req = http_event(
-            "http-api-v2-webhook-source.json",
-            &[
-                ("WEBHOOK_ID", &header("webhook-id")),
-                ("WEBHOOK_TIMESTAMP", &header("webhook-timestamp")),
-                ("WEBHOOK_SIGNATURE", &header("webhook-signature")),
-                ("BODY_BASE64", &encoded),
-            ],
-        );
-        json_of(self.webhook.handle(req).await)
+        signed_webhook(&self.webhook, SECRET, delivery_id, body).await
     }
 
     /// Receive what is on the queue now, as the event source mapping does, as one SQS
@@ -370,7 +382,8 @@ async fn a_step_invocation_killed_mid_run_is_recovered_by_the_sweep_after_its_le
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn webhook_sources_come_from_an_ssm_secure_string() {
+async fn webhook_sources_come_from_an_ssm_secure_string_and_a_rotated_secret_takes_effect_at_the_next_refresh()
+ {
     let Some(env) = siesta_aws::testing::emulators().await else {
         return;
     };
@@ -389,13 +402,17 @@ async fn webhook_sources_come_from_an_ssm_secure_string() {
         "/siesta/test/{}/webhook-sources",
         uuid::Uuid::new_v4().simple()
     );
-    let put = aws_sdk_ssm::Client::new(&env.sdk)
+    let ssm = aws_sdk_ssm::Client::new(&env.sdk);
+    let sources_with = |secret: &str| {
+        format!(
+            r#"[{{"name": "psp", "scheme": "standard-webhooks", "secrets": ["{secret}"], "callback": "/callback_id"}}]"#
+        )
+    };
+    let put = ssm
         .put_parameter()
         .name(&parameter)
         .r#type(aws_sdk_ssm::types::ParameterType::SecureString)
-        .value(format!(
-            r#"[{{"name": "psp", "scheme": "standard-webhooks", "secrets": ["{SECRET}"], "callback": "/callback_id"}}]"#
-        ))
+        .value(sources_with(SECRET))
         .send()
         .await;
     if let Err(e) = put {
@@ -425,7 +442,7 @@ async fn webhook_sources_come_from_an_ssm_secure_string() {
         retention: Duration::from_secs(86_400),
         sweep_page: 100,
         webhook_sources: String::new(),
-        webhook_sources_parameter: Some(parameter),
+        webhook_sources_parameter: Some(parameter.clone()),
     };
     let sources = settings
         .webhook_sources(&env.sdk)
@@ -436,10 +453,42 @@ async fn webhook_sources_come_from_an_ssm_secure_string() {
 
     let missing = Settings {
         webhook_sources_parameter: Some("/siesta/test/missing".into()),
-        ..settings
+        ..settings.clone()
     };
     let err = missing.webhook_sources(&env.sdk).await.unwrap_err();
     assert!(err.to_string().contains("/siesta/test/missing"), "{err}");
+
+    // The function reads the parameter once, then again once the cache is a second old.
+    let engine = settings.engine(&env.sdk).await;
+    let webhook = siesta_webhook_fn::Webhook::new(engine, settings, env.sdk.clone())
+        .await
+        .expect("sources from SSM")
+        .with_refresh(Duration::from_secs(1));
+    // A verified delivery for no known callback is 404; a bad signature 401.
+    let unknown = json!({"callback_id": "cb_unknown", "status": "COMPLETED"});
+    let (status, body) = signed_webhook(&webhook, SECRET, "d-1", &unknown).await;
+    assert_eq!(status, 404, "verified with the secret from SSM: {body}");
+    let (status, body) = signed_webhook(&webhook, ROTATED, "d-2", &unknown).await;
+    assert_eq!(status, 401, "not yet the rotated secret: {body}");
+
+    ssm.put_parameter()
+        .name(&parameter)
+        .r#type(aws_sdk_ssm::types::ParameterType::SecureString)
+        .value(sources_with(ROTATED))
+        .overwrite(true)
+        .send()
+        .await
+        .expect("rotate the secret");
+    let (status, _) = signed_webhook(&webhook, ROTATED, "d-3", &unknown).await;
+    assert_eq!(status, 401, "cached until the refresh");
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    let (status, body) = signed_webhook(&webhook, ROTATED, "d-4", &unknown).await;
+    assert_eq!(
+        status, 404,
+        "refreshed: the rotated secret verifies: {body}"
+    );
+    let (status, _) = signed_webhook(&webhook, SECRET, "d-5", &unknown).await;
+    assert_eq!(status, 401, "the old secret no longer does");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -25,6 +25,7 @@ pub struct Webhook {
     settings: Settings,
     sdk: aws_config::SdkConfig,
     sources: Arc<RwLock<(Vec<WebhookSource>, Instant)>>,
+    refresh: Duration,
 }
 
 impl Webhook {
@@ -40,18 +41,25 @@ impl Webhook {
             settings,
             sdk,
             sources: Arc::new(RwLock::new((sources, Instant::now()))),
+            refresh: SOURCES_REFRESH,
         })
+    }
+
+    /// Read the sources again once they are `every` old (default [`SOURCES_REFRESH`]).
+    pub fn with_refresh(mut self, every: Duration) -> Self {
+        self.refresh = every;
+        self
     }
 
     async fn sources(&self) -> Vec<WebhookSource> {
         {
             let cached = self.sources.read().await;
-            if cached.1.elapsed() < SOURCES_REFRESH {
+            if cached.1.elapsed() < self.refresh {
                 return cached.0.clone();
             }
         }
         let mut cached = self.sources.write().await;
-        if cached.1.elapsed() >= SOURCES_REFRESH {
+        if cached.1.elapsed() >= self.refresh {
             match self.settings.webhook_sources(&self.sdk).await {
                 Ok(fresh) => *cached = (fresh, Instant::now()),
                 // Keep serving with what was read before; try again next time.
