@@ -6,25 +6,25 @@ use std::time::Duration;
 
 use serde_json::json;
 use siesta::*;
+use siesta_testing::TestEnv;
 use siesta_workflows::approval::APPROVAL_TIMEOUT;
-use support::World;
 
-async fn decide(w: &World, id: &RunId, decision: serde_json::Value) {
+async fn decide(w: &TestEnv, id: &RunId, decision: serde_json::Value) {
     let outcome = w
-        .engine
-        .deliver_event(&w.tenant, id, "approval", decision, None)
+        .engine()
+        .deliver_event(w.tenant(), id, "approval", decision, None)
         .await
         .unwrap();
     assert!(matches!(
         outcome,
         siesta::ports::DeliverOutcome::Accepted(_)
     ));
-    w.settle().await;
+    w.run_until_idle().await;
 }
 
 #[tokio::test]
 async fn an_approved_change_executes_its_plan_step_by_step() {
-    let w = World::new();
+    let w = support::env();
     let id = w
         .start(
             "approval",
@@ -40,7 +40,7 @@ async fn an_approved_change_executes_its_plan_step_by_step() {
         json!({"approved": true, "by": "alice", "comment": "go"}),
     )
     .await;
-    let out = w.output(&id).await;
+    let out = w.output::<serde_json::Value>(&id).await;
     assert_eq!(out["approved_by"], "alice");
     assert_eq!(out["comment"], "go");
     let executed = out["executed"].as_array().unwrap();
@@ -64,7 +64,7 @@ async fn an_approved_change_executes_its_plan_step_by_step() {
 
 #[tokio::test]
 async fn a_rejected_change_parks_the_run_with_who_and_why() {
-    let w = World::new();
+    let w = support::env();
     let id = w
         .start("approval", json!({"change": "drop the audit table"}))
         .await;
@@ -95,7 +95,7 @@ async fn a_rejected_change_parks_the_run_with_who_and_why() {
 
 #[tokio::test]
 async fn no_decision_within_three_days_fails_the_run() {
-    let w = World::new();
+    let w = support::env();
     let id = w
         .start("approval", json!({"change": "rotate the keys"}))
         .await;
@@ -110,29 +110,34 @@ async fn no_decision_within_three_days_fails_the_run() {
 
     // A decision after the timeout changes nothing.
     let late = w
-        .engine
+        .engine()
         .deliver_event(
-            &w.tenant,
+            w.tenant(),
             &id,
             "approval",
             json!({"approved": true, "by": "carol"}),
             None,
         )
         .await;
-    w.settle().await;
+    w.run_until_idle().await;
     assert!(matches!(late, Err(EngineError::Gone(_))), "{late:?}");
     assert_eq!(w.run(&id).await.status, RunStatus::Failed);
 }
 
 #[tokio::test]
 async fn a_decision_delivered_before_the_wait_is_kept() {
-    let w = World::new();
+    let w = support::env();
     // Created, not yet run: the run has not reached its wait.
     let id = w
-        .create("approval", json!({"change": "revert the last deploy"}))
-        .await;
+        .create(
+            "approval",
+            json!({"change": "revert the last deploy"}),
+            None,
+        )
+        .await
+        .unwrap();
     decide(&w, &id, json!({"approved": true, "by": "dana"})).await;
-    let out = w.output(&id).await;
+    let out = w.output::<serde_json::Value>(&id).await;
     assert_eq!(out["approved_by"], "dana");
     assert_eq!(out["comment"], serde_json::Value::Null);
     // A rollback's plan has no snapshot step.
@@ -141,10 +146,10 @@ async fn a_decision_delivered_before_the_wait_is_kept() {
 
 #[tokio::test]
 async fn invalid_input_is_refused_at_start() {
-    let w = World::new();
+    let w = support::env();
     let err = w
-        .engine
-        .start(&w.tenant, "approval", json!({"change": 5}), None)
+        .engine()
+        .start(w.tenant(), "approval", json!({"change": 5}), None)
         .await
         .unwrap_err();
     assert!(matches!(err, EngineError::InvalidInput(_)), "{err}");

@@ -9,18 +9,19 @@ use std::time::Duration;
 use serde_json::json;
 use siesta::context::idempotency_key;
 use siesta::*;
+use siesta_testing::TestEnv;
 use siesta_workflows::Notice;
-use support::{Receiver, Reply, World};
+use support::{Receiver, Reply};
 
 /// The key the engine derives for the run's `notify_team` call.
-fn expected_key(w: &World, id: &RunId, issue: &str, sha256: &str) -> IdempotencyKey {
+fn expected_key(w: &TestEnv, id: &RunId, issue: &str, sha256: &str) -> IdempotencyKey {
     let notice = Notice {
         run_id: id.to_string(),
         issue: issue.to_owned(),
         artifact_sha256: sha256.to_owned(),
     };
     idempotency_key(
-        &w.tenant,
+        w.tenant(),
         id,
         &Position::from("notify_team#0"),
         &serde_json::to_vec(&notice).unwrap(),
@@ -28,18 +29,18 @@ fn expected_key(w: &World, id: &RunId, issue: &str, sha256: &str) -> Idempotency
 }
 
 /// The key recorded with the `notify_team` call while it is `running`.
-async fn running_key(w: &World, id: &RunId) -> IdempotencyKey {
+async fn running_key(w: &TestEnv, id: &RunId) -> IdempotencyKey {
     match w.entry(id, "notify_team#0").await.map(|e| e.state) {
         Some(EntryState::Started { key: Some(key), .. }) => key,
         other => panic!("notify_team is not running: {other:?}"),
     }
 }
 
-async fn tool_call(w: &World, key: &IdempotencyKey) -> ToolCallRecord {
-    w.engine
+async fn tool_call(w: &TestEnv, key: &IdempotencyKey) -> ToolCallRecord {
+    w.engine()
         .backend()
         .store
-        .get_tool_call(&w.tenant, key)
+        .get_tool_call(w.tenant(), key)
         .await
         .unwrap()
         .expect("no tool-call record")
@@ -47,7 +48,7 @@ async fn tool_call(w: &World, key: &IdempotencyKey) -> ToolCallRecord {
 
 #[tokio::test]
 async fn a_report_is_stored_and_posted_once_with_the_tool_calls_key() {
-    let w = World::new();
+    let w = support::env();
     let rx = Receiver::start().await;
     let id = w
         .start(
@@ -55,14 +56,14 @@ async fn a_report_is_stored_and_posted_once_with_the_tool_calls_key() {
             json!({"issue": "login page times out", "notify_url": rx.url}),
         )
         .await;
-    let out = w.output(&id).await;
+    let out = w.output::<serde_json::Value>(&id).await;
     assert_eq!(out["issue"], "login page times out");
     assert_eq!(out["notified"], true);
     assert_eq!(out["artifact"]["media_type"], "text/markdown");
     let sha = out["artifact"]["sha256"].as_str().unwrap().to_owned();
 
     let artifact: ArtifactRef = serde_json::from_value(out["artifact"].clone()).unwrap();
-    let bytes = w.engine.backend().artifacts.get(&artifact).await.unwrap();
+    let bytes = w.engine().backend().artifacts.get(&artifact).await.unwrap();
     assert_eq!(bytes.len() as u64, artifact.size);
     let markdown = String::from_utf8(bytes.to_vec()).unwrap();
     assert!(markdown.starts_with("# ISSUE-"), "{markdown}");
@@ -92,7 +93,7 @@ async fn a_report_is_stored_and_posted_once_with_the_tool_calls_key() {
 
 #[tokio::test]
 async fn a_503_is_retried_on_the_durable_timer_until_the_post_succeeds() {
-    let w = World::new();
+    let w = support::env();
     let rx = Receiver::start().await;
     rx.script([Reply::Status(503), Reply::Status(503), Reply::Status(200)]);
     let id = w
@@ -109,14 +110,14 @@ async fn a_503_is_retried_on_the_durable_timer_until_the_post_succeeds() {
     ));
 
     // Nothing happens until the timer is due.
-    w.settle().await;
+    w.run_until_idle().await;
     assert_eq!(rx.posts().len(), 1);
 
     w.advance(Duration::from_secs(60)).await;
     assert_eq!(w.run(&id).await.status, RunStatus::Waiting);
     assert_eq!(rx.posts().len(), 2);
     w.advance(Duration::from_secs(60)).await;
-    let out = w.output(&id).await;
+    let out = w.output::<serde_json::Value>(&id).await;
     assert_eq!(out["notified"], true);
 
     let posts = rx.posts();
@@ -141,7 +142,7 @@ async fn a_503_is_retried_on_the_durable_timer_until_the_post_succeeds() {
 
 #[tokio::test]
 async fn a_4xx_fails_the_run_without_a_retry() {
-    let w = World::new();
+    let w = support::env();
     let rx = Receiver::start().await;
     rx.script([Reply::Status(422)]);
     let id = w
@@ -158,7 +159,7 @@ async fn a_4xx_fails_the_run_without_a_retry() {
 
 #[tokio::test]
 async fn an_unreachable_receiver_is_retried_not_failed() {
-    let w = World::new();
+    let w = support::env();
     // A port nobody listens on: bind, note it, close.
     let port = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -182,18 +183,18 @@ async fn an_unreachable_receiver_is_retried_not_failed() {
 
 #[tokio::test]
 async fn an_empty_notify_url_skips_the_post() {
-    let w = World::new();
+    let w = support::env();
     let id = w
         .start("report", json!({"issue": "SIESTA-9", "notify_url": ""}))
         .await;
-    let out = w.output(&id).await;
+    let out = w.output::<serde_json::Value>(&id).await;
     assert_eq!(out["notified"], false);
     assert_eq!(out["artifact"]["media_type"], "text/markdown");
 }
 
 #[tokio::test]
 async fn an_empty_issue_fails_the_run() {
-    let w = World::new();
+    let w = support::env();
     let id = w
         .start("report", json!({"issue": "  ", "notify_url": ""}))
         .await;
@@ -202,11 +203,16 @@ async fn an_empty_issue_fails_the_run() {
 
 /// Run the first invocation in a task and kill it once the receiver has the POST (or
 /// holds its connection): the run is left `running` with the tool call `running`.
-async fn crash_during_the_post(w: &World, rx: &Receiver, issue: &str) -> RunId {
+async fn crash_during_the_post(w: &TestEnv, rx: &Receiver, issue: &str) -> RunId {
     let id = w
-        .create("report", json!({"issue": issue, "notify_url": rx.url}))
-        .await;
-    let engine = w.engine.clone();
+        .create(
+            "report",
+            json!({"issue": issue, "notify_url": rx.url}),
+            None,
+        )
+        .await
+        .unwrap();
+    let engine = w.engine();
     let worker = tokio::spawn(async move { engine.run_until_idle(100).await });
     tokio::time::timeout(Duration::from_secs(10), rx.arrived.notified())
         .await
@@ -221,7 +227,7 @@ async fn crash_during_the_post(w: &World, rx: &Receiver, issue: &str) -> RunId {
 
 #[tokio::test]
 async fn after_a_crash_a_post_the_receiver_took_is_not_made_again() {
-    let w = World::new();
+    let w = support::env();
     let rx = Receiver::start().await;
     rx.script([Reply::RecordThenHang]);
     let id = crash_during_the_post(&w, &rx, "SIESTA-100").await;
@@ -230,9 +236,9 @@ async fn after_a_crash_a_post_the_receiver_took_is_not_made_again() {
 
     // The lease runs out; the sweep re-wakes the run; replay finds the call running and
     // asks the receiver, which has it.
-    w.advance(EngineConfig::default().lease_ttl + Duration::from_secs(1))
+    w.advance(w.config().lease_ttl + Duration::from_secs(1))
         .await;
-    let out = w.output(&id).await;
+    let out = w.output::<serde_json::Value>(&id).await;
     assert_eq!(out["notified"], true);
     assert_eq!(rx.posts().len(), 1, "no second POST");
     assert_eq!(rx.lookups(), vec![key.to_string()]);
@@ -241,16 +247,16 @@ async fn after_a_crash_a_post_the_receiver_took_is_not_made_again() {
 
 #[tokio::test]
 async fn after_a_crash_a_post_the_receiver_never_saw_is_made_once() {
-    let w = World::new();
+    let w = support::env();
     let rx = Receiver::start().await;
     rx.hang_next_connection();
     let id = crash_during_the_post(&w, &rx, "SIESTA-101").await;
     let key = running_key(&w, &id).await;
     assert!(rx.posts().is_empty());
 
-    w.advance(EngineConfig::default().lease_ttl + Duration::from_secs(1))
+    w.advance(w.config().lease_ttl + Duration::from_secs(1))
         .await;
-    let out = w.output(&id).await;
+    let out = w.output::<serde_json::Value>(&id).await;
     assert_eq!(out["notified"], true);
     let posts = rx.posts();
     assert_eq!(posts.len(), 1, "{posts:?}");

@@ -9,7 +9,7 @@ mod support;
 use std::process::Command;
 
 use serde_json::json;
-use support::{Receiver, World};
+use support::Receiver;
 
 /// Set in the child so that `child` runs only when started by `parent`.
 const CHILD_MARKER: &str = "SIESTA_WORKFLOWS_ENV_CHILD";
@@ -70,8 +70,8 @@ async fn child() {
     let Ok(expect) = std::env::var(CHILD_MARKER) else {
         return;
     };
-    let w = World::new();
+    let w = support::env();
     let id = w.start("report", json!({"issue": "SIESTA-314"})).await;
-    let out = w.output(&id).await;
+    let out = w.output::<serde_json::Value>(&id).await;
     assert_eq!(out["notified"], expect == "notified", "{out}");
 }

@@ -9,7 +9,8 @@ use std::time::Duration;
 use serde_json::json;
 use siesta::ports::{WakeReason, WakeUp};
 use siesta::*;
-use support::{LEASE_TTL, World};
+use siesta_testing::LEASE_TTL;
+use support::{create, output, world};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn zombie_holder_with_a_stale_fencing_epoch_writes_nothing() {
@@ -37,22 +38,22 @@ async fn zombie_holder_with_a_stale_fencing_epoch_writes_nothing() {
             Ok(who)
         }
     });
-    let w = World::new(reg);
-    let id = w.start("slow", json!(null)).await;
+    let w = world(reg);
+    let id = create(&w, "slow", json!(null)).await;
     let wake = WakeUp {
-        tenant: w.tenant.clone(),
+        tenant: w.tenant().clone(),
         run_id: id.clone(),
         reason: WakeReason::Started,
         epoch_hint: 0,
     };
-    let zombie = w.engine.clone();
+    let zombie = w.engine().clone();
     let zombie_wake = wake.clone();
     let zombie_task = tokio::spawn(async move { zombie.handle_wakeup(&zombie_wake).await });
     entered_rx.await.unwrap();
     let zombie_epoch = w.run(&id).await.epoch;
 
     // The zombie's lease lapses; another engine takes over and finishes the run.
-    w.clock.advance(LEASE_TTL + Duration::from_secs(1));
+    w.clock().advance(LEASE_TTL + Duration::from_secs(1));
     let (successor, _) = w.another_engine("engine-b");
     assert_eq!(
         successor.handle_wakeup(&wake).await.unwrap(),
@@ -67,7 +68,7 @@ async fn zombie_holder_with_a_stale_fencing_epoch_writes_nothing() {
     assert!(matches!(outcome, WakeOutcome::Aborted(_)), "{outcome:?}");
     let run = w.run(&id).await;
     assert_eq!(run, after_successor, "the zombie changed nothing");
-    assert_eq!(World::output(&run), json!("successor"));
+    assert_eq!(output(&run), json!("successor"));
     assert_eq!(w.timeline(&id).await.len(), timeline_len);
 }
 
@@ -88,10 +89,10 @@ async fn two_concurrent_engines_never_both_advance_a_run() {
                 .await
             }
         });
-        let w = World::new(reg);
-        let id = w.start("once", json!(null)).await;
+        let w = world(reg);
+        let id = create(&w, "once", json!(null)).await;
         let wake = WakeUp {
-            tenant: w.tenant.clone(),
+            tenant: w.tenant().clone(),
             run_id: id.clone(),
             reason: WakeReason::Started,
             epoch_hint: 0,
@@ -129,25 +130,25 @@ async fn duplicate_wakeups_are_harmless() {
             .await
         }
     });
-    let w = World::new(reg);
-    let id = w.start("once", json!(null)).await;
+    let w = world(reg);
+    let id = create(&w, "once", json!(null)).await;
     let wake = WakeUp {
-        tenant: w.tenant.clone(),
+        tenant: w.tenant().clone(),
         run_id: id.clone(),
         reason: WakeReason::Sweep,
         epoch_hint: 0,
     };
     for _ in 0..5 {
-        w.embedded
+        w.embedded()
             .backend()
             .queue
             .send(&wake, Duration::ZERO)
             .await
             .unwrap();
     }
-    w.settle().await;
-    w.engine.sweep(100).await.unwrap();
-    w.settle().await;
+    w.run_until_idle().await;
+    w.engine().sweep(100).await.unwrap();
+    w.run_until_idle().await;
     assert_eq!(effects.load(Ordering::SeqCst), 1);
     assert_eq!(w.run(&id).await.status, RunStatus::Completed);
 }
@@ -159,11 +160,11 @@ async fn a_crashed_holder_is_recovered_by_the_sweep_after_its_lease_expires() {
         ctx.step("a", |_| async { Ok(1) }).await?;
         ctx.step("b", |_| async { Ok(2) }).await
     });
-    let mut w = World::new(reg);
-    let id = w.start("two", json!(null)).await;
-    w.probe.crash_after(1);
-    w.settle().await;
-    assert!(w.probe.is_dead());
+    let w = world(reg);
+    let id = create(&w, "two", json!(null)).await;
+    w.probe().crash_after(1);
+    w.run_until_idle().await;
+    assert!(w.probe().is_dead());
     w.restart();
     let run = w.run(&id).await;
     assert_eq!(run.status, RunStatus::Running);
@@ -179,7 +180,7 @@ async fn a_crashed_holder_is_recovered_by_the_sweep_after_its_lease_expires() {
         "not while the lease is live"
     );
     w.advance(LEASE_TTL).await;
-    assert_eq!(World::output(&w.run(&id).await), json!(2));
+    assert_eq!(output(&w.run(&id).await), json!(2));
 }
 
 #[tokio::test]
@@ -192,34 +193,34 @@ async fn sweep_reports_expired_leases_due_waits_and_lost_wakeups() {
         ctx.step("a", |_| async { Ok(1) }).await?;
         ctx.step("b", |_| async { Ok(2) }).await
     });
-    let mut w = World::new(reg);
-    let sleeper = w.start("sleepy", json!(null)).await;
-    w.settle().await;
-    let crashed = w.start("two", json!(null)).await;
-    w.probe.crash_after(1);
-    w.settle().await;
+    let w = world(reg);
+    let sleeper = create(&w, "sleepy", json!(null)).await;
+    w.run_until_idle().await;
+    let crashed = create(&w, "two", json!(null)).await;
+    w.probe().crash_after(1);
+    w.run_until_idle().await;
     w.restart();
     // A run whose wake-up is lost: its message is taken and dropped.
-    let lost = w.start("sleepy", json!(null)).await;
+    let lost = create(&w, "sleepy", json!(null)).await;
     for m in w
-        .embedded
+        .embedded()
         .backend()
         .queue
         .receive(100, Duration::from_secs(3600))
         .await
         .unwrap()
     {
-        w.embedded.backend().queue.ack(&m.receipt).await.unwrap();
+        w.embedded().backend().queue.ack(&m.receipt).await.unwrap();
     }
-    w.clock.advance(LEASE_TTL + Duration::from_secs(60));
-    let report = w.engine.sweep(100).await.unwrap();
+    w.clock().advance(LEASE_TTL + Duration::from_secs(60));
+    let report = w.engine().sweep(100).await.unwrap();
     assert_eq!((report.due, report.woken), (3, 3), "{report:?}");
     assert_eq!(
         (report.expired_leases, report.due_waits, report.lost_wakeups),
         (1, 1, 1),
         "{report:?}"
     );
-    w.settle().await;
+    w.run_until_idle().await;
     assert_eq!(w.run(&sleeper).await.status, RunStatus::Completed);
     assert_eq!(w.run(&crashed).await.status, RunStatus::Completed);
     assert_eq!(
@@ -227,7 +228,7 @@ async fn sweep_reports_expired_leases_due_waits_and_lost_wakeups() {
         RunStatus::Waiting,
         "now asleep on its own timer"
     );
-    let again = w.engine.sweep(100).await.unwrap();
+    let again = w.engine().sweep(100).await.unwrap();
     assert_eq!(again.due, 0, "idempotent: nothing is due any more");
 }
 
@@ -246,17 +247,17 @@ async fn a_batch_with_duplicates_advances_each_run_once_and_reports_no_failures(
             .await
         }
     });
-    let w = World::new(reg);
-    let a = w.start("once", json!(null)).await;
-    let b = w.start("once", json!(null)).await;
+    let w = world(reg);
+    let a = create(&w, "once", json!(null)).await;
+    let b = create(&w, "once", json!(null)).await;
     let wake = |id: &RunId| WakeUp {
-        tenant: w.tenant.clone(),
+        tenant: w.tenant().clone(),
         run_id: id.clone(),
         reason: WakeReason::Started,
         epoch_hint: 0,
     };
     let batch = [wake(&a), wake(&b), wake(&a), wake(&RunId::from("missing"))];
-    let report = w.engine.handle_batch(&batch, None).await;
+    let report = w.engine().handle_batch(&batch, None).await;
     assert!(report.failed().is_empty(), "{report:?}");
     assert_eq!(report.outcomes[3], Ok(WakeOutcome::NotFound));
     assert_eq!(effects.load(Ordering::SeqCst), 2);
@@ -266,8 +267,8 @@ async fn a_batch_with_duplicates_advances_each_run_once_and_reports_no_failures(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_renewed_lease_is_not_shortened_by_the_next_checkpoint() {
-    let mut w = World::new(Registry::new());
-    let clock = w.clock.clone();
+    let w = world(Registry::new());
+    let clock = w.clock().clone();
     let (entered_tx, entered_rx) = tokio::sync::oneshot::channel::<()>();
     let (release_tx, release_rx) = tokio::sync::oneshot::channel::<()>();
     let gate = Arc::new(std::sync::Mutex::new(Some((entered_tx, release_rx))));
@@ -293,22 +294,16 @@ async fn a_renewed_lease_is_not_shortened_by_the_next_checkpoint() {
             .await
         }
     });
-    w.registry = reg.clone();
-    let (engine, _) = w.another_engine("holder");
+    w.deploy(reg.clone());
     let config = EngineConfig {
+        owner: "holder".to_owned(),
         lease_ttl: Duration::from_millis(300),
-        ..engine.config().clone()
+        ..w.config().clone()
     };
-    let holder = Engine::new(
-        engine.backend().clone(),
-        engine.clock().clone(),
-        reg,
-        config,
-    );
-    w.engine = holder.clone();
-    let id = w.start("long", json!(null)).await;
+    let (holder, _) = w.engine_with(reg, config);
+    let id = create(&w, "long", json!(null)).await;
     let wake = WakeUp {
-        tenant: w.tenant.clone(),
+        tenant: w.tenant().clone(),
         run_id: id.clone(),
         reason: WakeReason::Started,
         epoch_hint: 0,
@@ -317,14 +312,14 @@ async fn a_renewed_lease_is_not_shortened_by_the_next_checkpoint() {
     entered_rx.await.unwrap();
     let run = w.run(&id).await;
     assert!(
-        run.is_leased(w.clock.now()),
+        run.is_leased(w.clock().now()),
         "the checkpoint after `slow` kept the renewed lease: {:?} at {:?}",
         run.lease,
-        w.clock.now()
+        w.clock().now()
     );
     let (other, _) = w.another_engine("intruder");
     let intruder = WakeUp {
-        tenant: w.tenant.clone(),
+        tenant: w.tenant().clone(),
         run_id: id.clone(),
         reason: WakeReason::Sweep,
         epoch_hint: 0,

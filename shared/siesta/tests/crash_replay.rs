@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use serde_json::json;
 use siesta::*;
-use support::{LEASE_TTL, World};
+use siesta_testing::{LEASE_TTL, TestEnv};
+use support::{create, output, world};
 
 /// Side effects, counted; the payment provider dedupes by idempotency key.
 #[derive(Default)]
@@ -74,16 +75,16 @@ fn registry(fx: Arc<Effects>) -> Registry {
 }
 
 /// Drive the run to the end: restart after a crash, complete callbacks, pass time.
-async fn drive(w: &mut World, id: &RunId) -> Run {
+async fn drive(w: &TestEnv, id: &RunId) -> Run {
     for _ in 0..60 {
-        if w.probe.is_dead() {
+        if w.probe().is_dead() {
             w.restart();
             // The dead process's lease must lapse before anyone else may claim.
             w.advance(LEASE_TTL + Duration::from_secs(1)).await;
             continue;
         }
-        w.settle().await;
-        if w.probe.is_dead() {
+        w.run_until_idle().await;
+        if w.probe().is_dead() {
             continue;
         }
         let run = w.run(id).await;
@@ -92,7 +93,7 @@ async fn drive(w: &mut World, id: &RunId) -> Run {
         }
         for cb in w.open_callbacks(id).await {
             let _ = w
-                .engine
+                .engine()
                 .complete_callback(
                     &cb,
                     None,
@@ -101,7 +102,7 @@ async fn drive(w: &mut World, id: &RunId) -> Run {
                 )
                 .await;
         }
-        if !w.probe.is_dead() {
+        if !w.probe().is_dead() {
             w.advance(Duration::from_secs(10)).await;
         }
     }
@@ -110,12 +111,12 @@ async fn drive(w: &mut World, id: &RunId) -> Run {
 
 async fn scenario(crash_after: Option<i64>) -> (serde_json::Value, Arc<Effects>, u64) {
     let fx = Arc::new(Effects::default());
-    let mut w = World::new(registry(fx.clone()));
+    let w = world(registry(fx.clone()));
     // The same run id every time, so the idempotency key (and the receipt) is the same.
     let id = w
-        .engine
+        .engine()
         .start(
-            &w.tenant,
+            w.tenant(),
             "everything",
             json!({"amount": 42}),
             Some(RunId::from("run-crash")),
@@ -124,9 +125,9 @@ async fn scenario(crash_after: Option<i64>) -> (serde_json::Value, Arc<Effects>,
         .unwrap()
         .id;
     // The approval arrives before the run is anywhere near its wait point.
-    w.engine
+    w.engine()
         .deliver_event(
-            &w.tenant,
+            w.tenant(),
             &id,
             "approval",
             json!("ok"),
@@ -135,9 +136,9 @@ async fn scenario(crash_after: Option<i64>) -> (serde_json::Value, Arc<Effects>,
         .await
         .unwrap();
     if let Some(n) = crash_after {
-        w.probe.crash_after(n);
+        w.probe().crash_after(n);
     }
-    let run = drive(&mut w, &id).await;
+    let run = drive(&w, &id).await;
     assert_eq!(
         run.status,
         RunStatus::Completed,
@@ -145,9 +146,9 @@ async fn scenario(crash_after: Option<i64>) -> (serde_json::Value, Arc<Effects>,
         run.error
     );
     (
-        World::output(&run),
+        output(&run),
         fx,
-        w.probe.checkpoints.load(Ordering::SeqCst),
+        w.probe().checkpoints.load(Ordering::SeqCst),
     )
 }
 
@@ -199,12 +200,12 @@ async fn tool_call_found_running_without_a_lookup_is_marked_unknown_and_parks_th
             .await
         }
     });
-    let mut w = World::new(reg);
-    let id = w.start("charge", json!(null)).await;
+    let w = world(reg);
+    let id = create(&w, "charge", json!(null)).await;
     // Die right after `running` is recorded, before the outcome is.
-    w.probe.crash_after(1);
-    w.settle().await;
-    assert!(w.probe.is_dead());
+    w.probe().crash_after(1);
+    w.run_until_idle().await;
+    assert!(w.probe().is_dead());
     w.restart();
     w.advance(LEASE_TTL + Duration::from_secs(1)).await;
     let run = w.run(&id).await;
@@ -222,10 +223,10 @@ async fn tool_call_found_running_without_a_lookup_is_marked_unknown_and_parks_th
             _ => None,
         });
     let record = w
-        .embedded
+        .embedded()
         .backend()
         .store
-        .get_tool_call(&w.tenant, &key.unwrap())
+        .get_tool_call(w.tenant(), &key.unwrap())
         .await
         .unwrap()
         .unwrap();
@@ -260,11 +261,11 @@ async fn at_most_once_step_is_not_rerun_after_a_crash_but_at_least_once_is() {
                 }
             }
         });
-        let mut w = World::new(reg);
-        let id = w.start("once", json!(null)).await;
-        w.probe.crash_before(lost_write);
-        w.settle().await;
-        assert!(w.probe.is_dead());
+        let w = world(reg);
+        let id = create(&w, "once", json!(null)).await;
+        w.probe().crash_before(lost_write);
+        w.run_until_idle().await;
+        assert!(w.probe().is_dead());
         assert_eq!(calls.load(Ordering::SeqCst), 1);
         w.restart();
         w.advance(LEASE_TTL + Duration::from_secs(1)).await;

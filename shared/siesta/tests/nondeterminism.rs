@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::json;
 use siesta::*;
-use support::World;
+use support::{create, world};
 
 fn v1() -> Registry {
     let mut reg = Registry::new();
@@ -20,12 +20,13 @@ fn v1() -> Registry {
 }
 
 async fn park_under(new_code: Registry) -> Run {
-    let w = World::new(v1());
-    let id = w.start("flow", json!(null)).await;
-    w.settle().await;
+    let w = world(v1());
+    let id = create(&w, "flow", json!(null)).await;
+    w.run_until_idle().await;
     assert_eq!(w.run(&id).await.status, RunStatus::Waiting);
-    let engine = w.engine_with(new_code, "engine-v2");
-    w.clock.advance(Duration::from_secs(60));
+    w.deploy(new_code);
+    let engine = w.engine();
+    w.clock().advance(Duration::from_secs(60));
     engine.sweep(10).await.unwrap();
     engine.run_until_idle(10).await.unwrap();
     w.run(&id).await

@@ -11,7 +11,8 @@ use siesta::context::{
     BatchOutcome, CompletionConfig, CompletionReason, ConditionCheck, WaitStrategy, branch,
 };
 use siesta::*;
-use support::World;
+use siesta_testing::TestEnv;
+use support::{create, output, world};
 
 fn counter() -> Arc<AtomicU32> {
     Arc::new(AtomicU32::new(0))
@@ -43,18 +44,15 @@ async fn step_result_is_journaled_and_replayed_without_running_again() {
             }
         },
     );
-    let w = World::new(reg);
-    let id = w.start("two_steps", json!({"x": 1})).await;
-    w.settle().await;
+    let w = world(reg);
+    let id = create(&w, "two_steps", json!({"x": 1})).await;
+    w.run_until_idle().await;
     assert_eq!(w.run(&id).await.status, RunStatus::Waiting);
     assert_eq!(calls.load(Ordering::SeqCst), 1);
     w.advance(Duration::from_secs(5)).await;
     let run = w.run(&id).await;
     assert_eq!(run.status, RunStatus::Completed);
-    assert_eq!(
-        World::output(&run),
-        json!({"a": 1, "b": 11, "input": {"x": 1}})
-    );
+    assert_eq!(output(&run), json!({"a": 1, "b": 11, "input": {"x": 1}}));
     assert_eq!(
         calls.load(Ordering::SeqCst),
         2,
@@ -84,9 +82,9 @@ async fn retryable_failure_retries_on_a_durable_timer_then_succeeds() {
             Ok(v)
         }
     });
-    let w = World::new(reg);
-    let id = w.start("flaky", json!(null)).await;
-    w.settle().await;
+    let w = world(reg);
+    let id = create(&w, "flaky", json!(null)).await;
+    w.run_until_idle().await;
     let run = w.run(&id).await;
     assert_eq!(
         run.status,
@@ -95,7 +93,7 @@ async fn retryable_failure_retries_on_a_durable_timer_then_succeeds() {
     );
     assert_eq!(
         run.due_at,
-        Some(w.clock.now().plus(Duration::from_secs(10)))
+        Some(w.clock().now().plus(Duration::from_secs(10)))
     );
     assert_eq!(attempts.load(Ordering::SeqCst), 1);
     w.advance(Duration::from_secs(9)).await;
@@ -104,7 +102,7 @@ async fn retryable_failure_retries_on_a_durable_timer_then_succeeds() {
     assert_eq!(attempts.load(Ordering::SeqCst), 2);
     w.advance(Duration::from_secs(10)).await;
     let run = w.run(&id).await;
-    assert_eq!(World::output(&run), json!("ok on 3"));
+    assert_eq!(output(&run), json!("ok on 3"));
     let failed = w
         .timeline(&id)
         .await
@@ -133,11 +131,11 @@ async fn fatal_error_is_not_retried_and_the_workflow_can_catch_it() {
             Ok(json!({"caught": e.cause().unwrap().message}))
         }
     });
-    let w = World::new(reg);
-    let id = w.start("fatal", json!(null)).await;
-    w.settle().await;
+    let w = world(reg);
+    let id = create(&w, "fatal", json!(null)).await;
+    w.run_until_idle().await;
     assert_eq!(
-        World::output(&w.run(&id).await),
+        output(&w.run(&id).await),
         json!({"caught": "amount must be positive"})
     );
     assert_eq!(attempts.load(Ordering::SeqCst), 1);
@@ -158,10 +156,10 @@ async fn exhausted_retries_fail_the_run_or_park_it_when_asked() {
             step.await
         }
     });
-    let w = World::new(reg);
-    let failing = w.start("exhaust", json!(false)).await;
-    let parking = w.start("exhaust", json!(true)).await;
-    w.settle().await;
+    let w = world(reg);
+    let failing = create(&w, "exhaust", json!(false)).await;
+    let parking = create(&w, "exhaust", json!(true)).await;
+    w.run_until_idle().await;
     w.advance(Duration::from_secs(1)).await;
     let run = w.run(&failing).await;
     assert_eq!(run.status, RunStatus::Failed);
@@ -198,9 +196,9 @@ async fn named_error_kinds_are_the_only_ones_retried_when_listed() {
             .await
         }
     });
-    let w = World::new(reg);
-    let id = w.start("kinds", json!(null)).await;
-    w.settle().await;
+    let w = world(reg);
+    let id = create(&w, "kinds", json!(null)).await;
+    w.run_until_idle().await;
     w.advance(Duration::from_secs(1)).await;
     assert_eq!(w.run(&id).await.status, RunStatus::Failed);
     assert_eq!(attempts.load(Ordering::SeqCst), 2);
@@ -218,9 +216,9 @@ async fn callback_succeeds_from_outside_and_is_single_use() {
         let event = cb.wait().await?;
         Ok(json!({"event": event, "url_prefix": url.starts_with("http://hooks.test/hooks/cb_")}))
     });
-    let w = World::new(reg);
-    let id = w.start("pay", json!(null)).await;
-    w.settle().await;
+    let w = world(reg);
+    let id = create(&w, "pay", json!(null)).await;
+    w.run_until_idle().await;
     assert_eq!(w.run(&id).await.status, RunStatus::Waiting);
     let cb = w.open_callbacks(&id).await.pop().unwrap();
     assert!(
@@ -228,7 +226,7 @@ async fn callback_succeeds_from_outside_and_is_single_use() {
         "at least 128 bits of randomness"
     );
     let first = w
-        .engine
+        .engine()
         .complete_callback(
             &cb,
             None,
@@ -238,14 +236,14 @@ async fn callback_succeeds_from_outside_and_is_single_use() {
         .await
         .unwrap();
     assert!(matches!(first, ports::DeliverOutcome::Accepted(_)));
-    w.settle().await;
+    w.run_until_idle().await;
     let run = w.run(&id).await;
     assert_eq!(
-        World::output(&run),
+        output(&run),
         json!({"event": {"status": "COMPLETED"}, "url_prefix": true})
     );
     let again = w
-        .engine
+        .engine()
         .complete_callback(
             &cb,
             None,
@@ -255,7 +253,7 @@ async fn callback_succeeds_from_outside_and_is_single_use() {
         .await;
     assert!(matches!(again, Err(EngineError::Gone(_))), "{again:?}");
     let duplicate = w
-        .engine
+        .engine()
         .complete_callback(
             &cb,
             None,
@@ -284,12 +282,12 @@ async fn callback_failure_and_timeout_surface_as_errors_the_workflow_can_catch()
             Err(e) => Ok(json!({"kind": e.kind().as_str()})),
         }
     });
-    let w = World::new(reg);
-    let failed = w.start("cb", json!(null)).await;
-    let timed_out = w.start("cb", json!(null)).await;
-    w.settle().await;
+    let w = world(reg);
+    let failed = create(&w, "cb", json!(null)).await;
+    let timed_out = create(&w, "cb", json!(null)).await;
+    w.run_until_idle().await;
     let cb = w.open_callbacks(&failed).await.pop().unwrap();
-    w.engine
+    w.engine()
         .complete_callback(
             &cb,
             None,
@@ -298,14 +296,14 @@ async fn callback_failure_and_timeout_surface_as_errors_the_workflow_can_catch()
         )
         .await
         .unwrap();
-    w.settle().await;
+    w.run_until_idle().await;
     assert_eq!(
-        World::output(&w.run(&failed).await),
+        output(&w.run(&failed).await),
         json!({"kind": "CallbackFailed"})
     );
     w.advance(Duration::from_secs(60)).await;
     assert_eq!(
-        World::output(&w.run(&timed_out).await),
+        output(&w.run(&timed_out).await),
         json!({"kind": "CallbackTimedOut"})
     );
     let late = w.open_callbacks(&timed_out).await;
@@ -326,31 +324,28 @@ async fn callback_heartbeat_timeout_fires_without_heartbeats_and_heartbeats_hold
             Err(e) => Ok(format!("{:?}", e.kind())),
         }
     });
-    let w = World::new(reg);
-    let kept_alive = w.start("hb", json!(null)).await;
-    let abandoned = w.start("hb", json!(null)).await;
-    w.settle().await;
+    let w = world(reg);
+    let kept_alive = create(&w, "hb", json!(null)).await;
+    let abandoned = create(&w, "hb", json!(null)).await;
+    w.run_until_idle().await;
     let cb = w.open_callbacks(&kept_alive).await.pop().unwrap();
     for _ in 0..3 {
         w.advance(Duration::from_secs(40)).await;
-        w.engine.heartbeat_callback(&cb, None).await.unwrap();
-        w.settle().await;
+        w.engine().heartbeat_callback(&cb, None).await.unwrap();
+        w.run_until_idle().await;
     }
-    assert_eq!(
-        World::output(&w.run(&abandoned).await),
-        json!("CallbackTimedOut")
-    );
+    assert_eq!(output(&w.run(&abandoned).await), json!("CallbackTimedOut"));
     assert_eq!(
         w.run(&kept_alive).await.status,
         RunStatus::Waiting,
         "120 s in, but heartbeats every 40 s"
     );
-    w.engine
+    w.engine()
         .complete_callback(&cb, None, Ok(json!("done")), None)
         .await
         .unwrap();
-    w.settle().await;
-    assert_eq!(World::output(&w.run(&kept_alive).await), json!("done"));
+    w.run_until_idle().await;
+    assert_eq!(output(&w.run(&kept_alive).await), json!("done"));
 }
 
 #[tokio::test]
@@ -372,16 +367,16 @@ async fn wait_for_callback_hands_the_url_to_the_submitter_once() {
             Ok(v)
         }
     });
-    let w = World::new(reg);
-    let id = w.start("wfc", json!(null)).await;
-    w.settle().await;
+    let w = world(reg);
+    let id = create(&w, "wfc", json!(null)).await;
+    w.run_until_idle().await;
     let cb = w.open_callbacks(&id).await.pop().unwrap();
-    w.engine
+    w.engine()
         .complete_callback(&cb, None, Ok(json!("approved")), None)
         .await
         .unwrap();
-    w.settle().await;
-    assert_eq!(World::output(&w.run(&id).await), json!("approved"));
+    w.run_until_idle().await;
+    assert_eq!(output(&w.run(&id).await), json!("approved"));
     assert_eq!(submitted.load(Ordering::SeqCst), 1);
 }
 
@@ -400,13 +395,13 @@ async fn event_that_arrives_early_is_kept_and_each_event_is_consumed_once() {
             .await?;
         Ok(vec![first, second])
     });
-    let w = World::new(reg);
-    let id = w.start("approve", json!(null)).await;
-    w.settle().await;
+    let w = world(reg);
+    let id = create(&w, "approve", json!(null)).await;
+    w.run_until_idle().await;
     // Before the run reaches its wait point.
-    w.engine
+    w.engine()
         .deliver_event(
-            &w.tenant,
+            w.tenant(),
             &id,
             "approval",
             json!("alice"),
@@ -415,9 +410,9 @@ async fn event_that_arrives_early_is_kept_and_each_event_is_consumed_once() {
         .await
         .unwrap();
     let dup = w
-        .engine
+        .engine()
         .deliver_event(
-            &w.tenant,
+            w.tenant(),
             &id,
             "approval",
             json!("alice"),
@@ -426,19 +421,19 @@ async fn event_that_arrives_early_is_kept_and_each_event_is_consumed_once() {
         .await
         .unwrap();
     assert_eq!(dup, ports::DeliverOutcome::Duplicate);
-    w.settle().await;
+    w.run_until_idle().await;
     w.advance(Duration::from_secs(30)).await;
     assert_eq!(
         w.run(&id).await.status,
         RunStatus::Waiting,
         "the early event satisfied only the first wait"
     );
-    w.engine
-        .deliver_event(&w.tenant, &id, "approval", json!("bob"), None)
+    w.engine()
+        .deliver_event(w.tenant(), &id, "approval", json!("bob"), None)
         .await
         .unwrap();
-    w.settle().await;
-    assert_eq!(World::output(&w.run(&id).await), json!(["alice", "bob"]));
+    w.run_until_idle().await;
+    assert_eq!(output(&w.run(&id).await), json!(["alice", "bob"]));
 }
 
 #[tokio::test]
@@ -451,19 +446,19 @@ async fn event_wait_times_out_after_its_deadline_even_when_the_sweep_wakes_it() 
             .await;
         Ok(r.map_err(|e| e.kind().as_str().to_owned()).err())
     });
-    let w = World::new(reg);
-    let id = w.start("approve", json!(null)).await;
-    w.settle().await;
+    let w = world(reg);
+    let id = create(&w, "approve", json!(null)).await;
+    w.run_until_idle().await;
     let run = w.run(&id).await;
     assert_eq!(
         run.due_at,
-        Some(w.clock.now().plus(Duration::from_secs(3 * 86400))),
+        Some(w.clock().now().plus(Duration::from_secs(3 * 86400))),
         "a long deadline waits in the due index"
     );
     w.advance(Duration::from_secs(86400)).await;
     assert_eq!(w.run(&id).await.status, RunStatus::Waiting);
     w.advance(Duration::from_secs(2 * 86400)).await;
-    assert_eq!(World::output(&w.run(&id).await), json!("EventTimedOut"));
+    assert_eq!(output(&w.run(&id).await), json!("EventTimedOut"));
 }
 
 #[tokio::test]
@@ -488,14 +483,14 @@ async fn wait_for_condition_threads_state_across_polls() {
             .await?;
         Ok(polls)
     });
-    let w = World::new(reg);
-    let id = w.start("poll", json!(null)).await;
-    w.settle().await;
+    let w = world(reg);
+    let id = create(&w, "poll", json!(null)).await;
+    w.run_until_idle().await;
     for _ in 0..3 {
         assert_eq!(w.run(&id).await.status, RunStatus::Waiting);
         w.advance(Duration::from_secs(10)).await;
     }
-    assert_eq!(World::output(&w.run(&id).await), json!(4));
+    assert_eq!(output(&w.run(&id).await), json!(4));
 }
 
 #[tokio::test]
@@ -515,12 +510,12 @@ async fn wait_for_condition_gives_up_after_max_attempts() {
             .await;
         Ok(r.unwrap_err().kind().as_str().to_owned())
     });
-    let w = World::new(reg);
-    let id = w.start("poll", json!(null)).await;
-    w.settle().await;
+    let w = world(reg);
+    let id = create(&w, "poll", json!(null)).await;
+    w.run_until_idle().await;
     w.advance(Duration::from_secs(1)).await;
     w.advance(Duration::from_secs(1)).await;
-    assert_eq!(World::output(&w.run(&id).await), json!("ConditionNotMet"));
+    assert_eq!(output(&w.run(&id).await), json!("ConditionNotMet"));
 }
 
 #[tokio::test]
@@ -553,13 +548,13 @@ async fn map_returns_results_in_index_order_and_replay_skips_finished_branches()
             result.values()
         }
     });
-    let w = World::new(reg);
-    let id = w.start("map", json!([1, 2, 3, 4, 5])).await;
-    w.settle().await;
+    let w = world(reg);
+    let id = create(&w, "map", json!([1, 2, 3, 4, 5])).await;
+    w.run_until_idle().await;
     assert_eq!(w.run(&id).await.status, RunStatus::Waiting);
     assert_eq!(runs.load(Ordering::SeqCst), 5);
     w.advance(Duration::from_secs(60)).await;
-    assert_eq!(World::output(&w.run(&id).await), json!([1, 4, 9, 16, 25]));
+    assert_eq!(output(&w.run(&id).await), json!([1, 4, 9, 16, 25]));
     assert_eq!(
         runs.load(Ordering::SeqCst),
         5,
@@ -594,11 +589,11 @@ async fn parallel_completes_at_min_successful_and_reports_unfinished_branches() 
             "first_unfinished": matches!(r.items[0].outcome, BatchOutcome::NotCompleted),
         }))
     });
-    let w = World::new(reg);
-    let id = w.start("race", json!(null)).await;
-    w.settle().await;
+    let w = world(reg);
+    let id = create(&w, "race", json!(null)).await;
+    w.run_until_idle().await;
     assert_eq!(
-        World::output(&w.run(&id).await),
+        output(&w.run(&id).await),
         json!({"reason": "MinSuccessfulReached", "successes": 2, "first_unfinished": true})
     );
 }
@@ -616,11 +611,11 @@ async fn parallel_stops_when_failures_exceed_the_tolerance() {
             .await?;
         Ok(json!({"reason": format!("{:?}", r.completion_reason), "failures": r.failure_count(), "values_err": r.values().is_err()}))
     });
-    let w = World::new(reg);
-    let id = w.start("tolerance", json!(null)).await;
-    w.settle().await;
+    let w = world(reg);
+    let id = create(&w, "tolerance", json!(null)).await;
+    w.run_until_idle().await;
     assert_eq!(
-        World::output(&w.run(&id).await),
+        output(&w.run(&id).await),
         json!({"reason": "FailureToleranceExceeded", "failures": 2, "values_err": true})
     );
 }
@@ -661,11 +656,11 @@ async fn child_context_groups_operations_and_replays_as_one_result() {
             Ok(total)
         }
     });
-    let w = World::new(reg);
-    let id = w.start("child", json!(null)).await;
-    w.settle().await;
+    let w = world(reg);
+    let id = create(&w, "child", json!(null)).await;
+    w.run_until_idle().await;
     w.advance(Duration::from_secs(1)).await;
-    assert_eq!(World::output(&w.run(&id).await), json!(10));
+    assert_eq!(output(&w.run(&id).await), json!(10));
     assert_eq!(inner.load(Ordering::SeqCst), 2);
     let positions: Vec<String> = w
         .history(&id)
@@ -698,14 +693,14 @@ async fn invoke_starts_a_child_run_and_awaits_its_result() {
             .unwrap_err();
         Ok(json!({"double": d, "failed": failed.kind().as_str()}))
     });
-    let w = World::new(reg);
-    let id = w.start("parent", json!(null)).await;
-    w.settle().await;
+    let w = world(reg);
+    let id = create(&w, "parent", json!(null)).await;
+    w.run_until_idle().await;
     assert_eq!(w.run(&id).await.status, RunStatus::Waiting);
     w.advance(Duration::from_secs(5)).await;
     let run = w.run(&id).await;
     assert_eq!(
-        World::output(&run),
+        output(&run),
         json!({"double": 42, "failed": "InvokeFailed"})
     );
     let child = siesta::context::child_run_id(&id, &Position::from("double_it#0"));
@@ -728,11 +723,11 @@ async fn large_values_are_stored_by_reference_and_artifacts_round_trip() {
         let back = ctx.get_artifact(&artifact).await?;
         Ok(json!({"len": big.len(), "artifact_len": back.len(), "sha": artifact.sha256}))
     });
-    let w = World::new(reg);
-    let id = w.start("big", json!(null)).await;
-    w.settle().await;
+    let w = world(reg);
+    let id = create(&w, "big", json!(null)).await;
+    w.run_until_idle().await;
     w.advance(Duration::from_secs(1)).await;
-    let out = World::output(&w.run(&id).await);
+    let out = output(&w.run(&id).await);
     assert_eq!(out["len"], 200_000);
     assert_eq!(out["artifact_len"], 200_000);
     let history = w.history(&id).await;
@@ -771,23 +766,23 @@ async fn injected_messages_are_drained_at_step_boundaries() {
         }
         Ok(seen)
     });
-    let w = World::new(reg);
-    let id = w.start("chat", json!(null)).await;
-    w.settle().await;
-    w.engine
-        .inject_message(&w.tenant, &id, json!("hello"), None)
+    let w = world(reg);
+    let id = create(&w, "chat", json!(null)).await;
+    w.run_until_idle().await;
+    w.engine()
+        .inject_message(w.tenant(), &id, json!("hello"), None)
         .await
         .unwrap();
-    w.engine
-        .inject_message(&w.tenant, &id, json!("again"), None)
+    w.engine()
+        .inject_message(w.tenant(), &id, json!("again"), None)
         .await
         .unwrap();
-    w.settle().await;
+    w.run_until_idle().await;
     for _ in 0..3 {
         w.advance(Duration::from_secs(10)).await;
     }
     assert_eq!(
-        World::output(&w.run(&id).await),
+        output(&w.run(&id).await),
         json!([[], ["hello", "again"], []])
     );
 }
@@ -799,21 +794,21 @@ async fn cancelling_a_waiting_run_is_immediate_and_closes_its_callbacks() {
         let cb = ctx.create_callback::<()>("cb").await?;
         cb.wait().await
     });
-    let w = World::new(reg);
-    let id = w.start("wait", json!(null)).await;
-    w.settle().await;
+    let w = world(reg);
+    let id = create(&w, "wait", json!(null)).await;
+    w.run_until_idle().await;
     let cb = w.open_callbacks(&id).await.pop().unwrap();
     let v = w.run(&id).await.version;
-    let stale = w.engine.cancel(&w.tenant, &id, Some(v - 1)).await;
+    let stale = w.engine().cancel(w.tenant(), &id, Some(v - 1)).await;
     assert!(matches!(stale, Err(EngineError::VersionMismatch { current }) if current == v));
-    let run = w.engine.cancel(&w.tenant, &id, Some(v)).await.unwrap();
+    let run = w.engine().cancel(w.tenant(), &id, Some(v)).await.unwrap();
     assert_eq!(run.status, RunStatus::Cancelled);
     assert!(matches!(
-        w.engine.cancel(&w.tenant, &id, None).await,
+        w.engine().cancel(w.tenant(), &id, None).await,
         Err(EngineError::AlreadyFinished(RunStatus::Cancelled))
     ));
     assert!(matches!(
-        w.engine
+        w.engine()
             .complete_callback(&cb, None, Ok(json!(null)), None)
             .await,
         Err(EngineError::Gone(_))
@@ -855,12 +850,12 @@ async fn cancelling_a_running_run_is_honoured_at_the_next_step_boundary() {
             .await
         }
     });
-    let w = World::new(reg);
-    let id = w.start("long", json!(null)).await;
-    let engine = w.engine.clone();
+    let w = world(reg);
+    let id = create(&w, "long", json!(null)).await;
+    let engine = w.engine().clone();
     let worker = tokio::spawn(async move { engine.run_until_idle(10).await });
     entered_rx.await.unwrap();
-    let run = w.engine.cancel(&w.tenant, &id, None).await.unwrap();
+    let run = w.engine().cancel(w.tenant(), &id, None).await.unwrap();
     assert_eq!(
         run.status,
         RunStatus::Running,
@@ -869,7 +864,7 @@ async fn cancelling_a_running_run_is_honoured_at_the_next_step_boundary() {
     assert!(run.cancel_requested);
     release_tx.send(()).unwrap();
     worker.await.unwrap().unwrap();
-    w.settle().await;
+    w.run_until_idle().await;
     assert_eq!(w.run(&id).await.status, RunStatus::Cancelled);
     assert_eq!(
         after.load(Ordering::SeqCst),
@@ -884,21 +879,21 @@ async fn a_wakeup_with_nothing_to_do_costs_one_read_and_no_write() {
     reg.register("sleepy", |ctx: Context, _: serde_json::Value| async move {
         ctx.sleep(Duration::from_secs(3600)).await
     });
-    let w = World::new(reg);
-    let id = w.start("sleepy", json!(null)).await;
-    w.settle().await;
-    let (reads, writes) = w.probe.counts();
+    let w = world(reg);
+    let id = create(&w, "sleepy", json!(null)).await;
+    w.run_until_idle().await;
+    let (reads, writes) = w.probe().counts();
     let wake = ports::WakeUp {
-        tenant: w.tenant.clone(),
+        tenant: w.tenant().clone(),
         run_id: id.clone(),
         reason: ports::WakeReason::Sweep,
         epoch_hint: 0,
     };
     assert_eq!(
-        w.engine.handle_wakeup(&wake).await.unwrap(),
+        w.engine().handle_wakeup(&wake).await.unwrap(),
         WakeOutcome::NothingToDo
     );
-    assert_eq!(w.probe.counts(), (reads + 1, writes));
+    assert_eq!(w.probe().counts(), (reads + 1, writes));
 }
 
 #[tokio::test]
@@ -909,15 +904,15 @@ async fn timeline_is_gapless_and_speaks_the_durable_history_vocabulary() {
         let cb = ctx.create_callback::<u32>("cb").await?;
         cb.wait().await
     });
-    let w = World::new(reg);
-    let id = w.start("t", json!(null)).await;
-    w.settle().await;
+    let w = world(reg);
+    let id = create(&w, "t", json!(null)).await;
+    w.run_until_idle().await;
     let cb = w.open_callbacks(&id).await.pop().unwrap();
-    w.engine
+    w.engine()
         .complete_callback(&cb, None, Ok(json!(7)), None)
         .await
         .unwrap();
-    w.settle().await;
+    w.run_until_idle().await;
     let timeline = w.timeline(&id).await;
     let seqs: Vec<u64> = timeline.iter().map(|e| e.seq).collect();
     assert_eq!(seqs, (1..=timeline.len() as u64).collect::<Vec<_>>());
@@ -949,8 +944,15 @@ async fn timeline_is_gapless_and_speaks_the_durable_history_vocabulary() {
 
 #[tokio::test]
 async fn a_spent_time_budget_checkpoints_and_continues_in_a_new_invocation() {
-    let mut w = World::new(Registry::new());
-    let clock = w.clock.clone();
+    let config = EngineConfig {
+        time_budget: Duration::from_secs(5 * 60),
+        ..siesta_testing::default_engine_config()
+    };
+    let w = TestEnv::builder(Registry::new())
+        .tenant("acme")
+        .engine_config(config)
+        .build();
+    let clock = w.clock().clone();
     let mut reg = Registry::new();
     reg.register("long", move |ctx: Context, _: serde_json::Value| {
         let clock = clock.clone();
@@ -969,22 +971,11 @@ async fn a_spent_time_budget_checkpoints_and_continues_in_a_new_invocation() {
             Ok(total)
         }
     });
-    w.registry = reg.clone();
-    let (engine, _) = w.another_engine("budgeted");
-    let config = EngineConfig {
-        time_budget: Duration::from_secs(5 * 60),
-        ..engine.config().clone()
-    };
-    w.engine = Engine::new(
-        engine.backend().clone(),
-        engine.clock().clone(),
-        reg,
-        config,
-    );
-    let id = w.start("long", json!(null)).await;
-    w.settle().await;
+    w.deploy(reg);
+    let id = create(&w, "long", json!(null)).await;
+    w.run_until_idle().await;
     let run = w.run(&id).await;
-    assert_eq!(World::output(&run), json!(45));
+    assert_eq!(output(&run), json!(45));
     let yields = w
         .timeline(&id)
         .await
@@ -1034,11 +1025,11 @@ async fn a_failed_tool_call_asks_its_lookup_before_calling_again() {
             .await
         }
     });
-    let w = World::new(reg);
-    let id = w.start("charge", json!(null)).await;
-    w.settle().await;
+    let w = world(reg);
+    let id = create(&w, "charge", json!(null)).await;
+    w.run_until_idle().await;
     w.advance(Duration::from_secs(5)).await;
-    assert_eq!(World::output(&w.run(&id).await), json!("charged"));
+    assert_eq!(output(&w.run(&id).await), json!("charged"));
     assert_eq!(
         calls.load(Ordering::SeqCst),
         1,

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::json;
 use siesta::*;
-use support::World;
+use support::{create, world};
 
 #[tokio::test]
 async fn logs_written_before_a_completed_operation_are_not_written_again_on_replay() {
@@ -40,9 +40,9 @@ async fn logs_written_before_a_completed_operation_are_not_written_again_on_repl
         ctx.log("after-sleep");
         Ok(())
     });
-    let w = World::new(reg);
-    let id = w.start("logging", json!(null)).await;
-    w.settle().await;
+    let w = world(reg);
+    let id = create(&w, "logging", json!(null)).await;
+    w.run_until_idle().await;
     w.advance(Duration::from_secs(1)).await;
     assert_eq!(w.run(&id).await.status, RunStatus::Completed);
     let text = String::from_utf8(sink.0.lock().unwrap().clone()).unwrap();

@@ -1,110 +1,18 @@
-//! Shared by the workflow tests: an engine on the embedded backend with a manual clock,
-//! and a scriptable notify receiver speaking just enough HTTP/1.1.
+//! Shared by the workflow tests: the harness over the example registry, and a
+//! scriptable notify receiver speaking just enough HTTP/1.1.
 #![allow(dead_code)]
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
-use siesta::*;
+use siesta_testing::TestEnv;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
 
-/// An engine on a fresh embedded backend, time moved by hand.
-pub(crate) struct World {
-    _dir: tempfile::TempDir,
-    pub(crate) clock: Arc<ManualClock>,
-    pub(crate) engine: Engine,
-    pub(crate) tenant: TenantId,
-}
-
-impl World {
-    pub(crate) fn new() -> World {
-        let dir = tempfile::tempdir().unwrap();
-        let clock = Arc::new(ManualClock::default());
-        let embedded =
-            siesta_embedded::EmbeddedBackend::open(dir.path().join("db"), clock.clone()).unwrap();
-        let engine = Engine::new(
-            embedded.backend(),
-            clock.clone(),
-            siesta_workflows::registry(),
-            EngineConfig::default(),
-        );
-        World {
-            _dir: dir,
-            clock,
-            engine,
-            tenant: TenantId::from("t"),
-        }
-    }
-
-    /// Create a run without working the queue.
-    pub(crate) async fn create(&self, workflow: &str, input: serde_json::Value) -> RunId {
-        self.engine
-            .start(&self.tenant, workflow, input, None)
-            .await
-            .unwrap()
-            .id
-    }
-
-    /// Start a run and work the queue until it is idle.
-    pub(crate) async fn start(&self, workflow: &str, input: serde_json::Value) -> RunId {
-        let id = self.create(workflow, input).await;
-        self.settle().await;
-        id
-    }
-
-    /// Work the queue until it is idle.
-    pub(crate) async fn settle(&self) {
-        self.engine.run_until_idle(100).await.unwrap();
-    }
-
-    /// Move the clock, sweep, and work the queue.
-    pub(crate) async fn advance(&self, d: Duration) {
-        self.clock.advance(d);
-        self.engine.sweep(100).await.unwrap();
-        self.settle().await;
-    }
-
-    pub(crate) async fn run(&self, id: &RunId) -> Run {
-        self.engine.get_run(&self.tenant, id).await.unwrap()
-    }
-
-    pub(crate) async fn output(&self, id: &RunId) -> serde_json::Value {
-        let run = self.run(id).await;
-        assert_eq!(run.status, RunStatus::Completed, "{:?}", run.error);
-        match run.output {
-            Some(Payload::Inline(v)) => v,
-            other => panic!("unexpected output {other:?}"),
-        }
-    }
-
-    pub(crate) async fn journal(&self, id: &RunId) -> Vec<JournalEntry> {
-        self.engine
-            .backend()
-            .store
-            .load_history(&self.tenant, id)
-            .await
-            .unwrap()
-            .journal
-    }
-
-    pub(crate) async fn entry(&self, id: &RunId, position: &str) -> Option<JournalEntry> {
-        self.journal(id)
-            .await
-            .into_iter()
-            .find(|e| e.position.as_str() == position)
-    }
-
-    pub(crate) async fn timeline(&self, id: &RunId) -> Vec<TimelineEvent> {
-        self.engine
-            .backend()
-            .store
-            .timeline(&self.tenant, id, 0, 1000)
-            .await
-            .unwrap()
-    }
+/// The example workflows on the exported test harness.
+pub(crate) fn env() -> TestEnv {
+    TestEnv::new(siesta_workflows::registry())
 }
 
 /// How the receiver answers one POST.
