@@ -163,6 +163,7 @@ pub async fn start(
     };
     // Bodies over the webhook limit get our JSON 413; the transport only guards memory.
     let router = Router::new()
+        .merge(siesta_ui::router())
         .fallback(handle)
         .layer(DefaultBodyLimit::max(
             options.max_webhook_body.saturating_mul(4),

@@ -269,6 +269,7 @@ async fn dev(port: u16, options: siesta_cli::dev::DevOptions) -> anyhow::Result<
     if options.api_keys.is_empty() {
         println!("auth is off: every request is tenant `default`");
     }
+    println!("web UI: http://{}/", server.addr);
     tokio::signal::ctrl_c().await?;
     server.stop();
     Ok(())

@@ -78,15 +78,20 @@ impl Remote {
             .await?;
         self.print(&body, |b| {
             println!(
-                "{:<40} {:<12} {:<10} {:>7}",
-                "RUN", "WORKFLOW", "STATUS", "VERSION"
+                "{:<40} {:<12} {:<10} {:<25} {:<25} {:>12} {:>7}",
+                "RUN", "WORKFLOW", "STATUS", "STARTED", "FINISHED", "DURATION", "VERSION"
             );
+            let now = chrono::Utc::now().timestamp_millis();
             for run in b["runs"].as_array().into_iter().flatten() {
+                let times = RunTimes::of(run);
                 println!(
-                    "{:<40} {:<12} {} {:>7}",
+                    "{:<40} {:<12} {} {:<25} {:<25} {:>12} {:>7}",
                     run["id"].as_str().unwrap_or(""),
                     run["workflow"].as_str().unwrap_or(""),
                     paint_status(run["status"].as_str().unwrap_or("")),
+                    times.started.map(local_time).unwrap_or_default(),
+                    times.finished.map(local_time).unwrap_or_else(|| "-".into()),
+                    times.duration(now),
                     run["version"].as_u64().unwrap_or(0)
                 );
             }
@@ -107,6 +112,17 @@ impl Remote {
                 paint_status(b["status"].as_str().unwrap_or(""))
             );
             println!("version   {}", b["version"]);
+            let times = RunTimes::of(b);
+            if let Some(started) = times.started {
+                println!("started   {}", local_time(started));
+            }
+            if let Some(finished) = times.finished {
+                println!("finished  {}", local_time(finished));
+            }
+            println!(
+                "duration  {}",
+                times.duration(chrono::Utc::now().timestamp_millis())
+            );
             println!("input     {}", b["input"]);
             if !b["output"].is_null() {
                 println!("output    {}", b["output"]);
@@ -120,8 +136,12 @@ impl Remote {
             }
             for w in b["waits"].as_array().into_iter().flatten() {
                 let what = w["url"].as_str().or(w["event"].as_str()).unwrap_or("");
+                let until = w["deadline"]
+                    .as_i64()
+                    .map(|d| format!(" until {}", local_time(d)))
+                    .unwrap_or_default();
                 println!(
-                    "waiting   {} {} {}",
+                    "waiting   {} {} {}{until}",
                     w["kind"].as_str().unwrap_or(""),
                     w["operation"].as_str().unwrap_or(""),
                     what
@@ -201,6 +221,75 @@ impl Remote {
     }
 }
 
+/// When a run (as the API shows it) started and finished, in ms since the epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunTimes {
+    /// When it was created.
+    pub started: Option<i64>,
+    /// When it finished (its last change, once completed, failed or cancelled).
+    pub finished: Option<i64>,
+}
+
+impl RunTimes {
+    /// The times of a run view.
+    pub fn of(run: &Value) -> RunTimes {
+        let finished = matches!(
+            run["status"].as_str(),
+            Some("completed" | "failed" | "cancelled")
+        );
+        RunTimes {
+            started: run["created_at"].as_i64(),
+            finished: run["updated_at"].as_i64().filter(|_| finished),
+        }
+    }
+
+    /// From start to finish, or to `now` (marked `…`) while it is not finished.
+    pub fn duration(&self, now: i64) -> String {
+        match (self.started, self.finished) {
+            (Some(s), Some(f)) => human_duration(f - s),
+            (Some(s), None) => format!("{}…", human_duration(now - s)),
+            _ => String::new(),
+        }
+    }
+}
+
+/// An API time (ms since the epoch) in this machine's local time with its UTC offset:
+/// `2026-11-24 02:41:14 +01:00`.
+pub fn local_time(ms: i64) -> String {
+    time_in(ms, &chrono::Local)
+}
+
+fn time_in<Tz: chrono::TimeZone>(ms: i64, tz: &Tz) -> String
+where
+    Tz::Offset: std::fmt::Display,
+{
+    match chrono::DateTime::from_timestamp_millis(ms) {
+        Some(t) => t
+            .with_timezone(tz)
+            .format("%Y-%m-%d %H:%M:%S %:z")
+            .to_string(),
+        None => format!("{ms} ms"),
+    }
+}
+
+/// A length of time for a person: `350 ms`, `2.41 s`, `3 min 20 s`, `1 h 5 min`,
+/// `2 d 3 h`.
+pub fn human_duration(ms: i64) -> String {
+    let ms = ms.max(0);
+    if ms < 1000 {
+        return format!("{ms} ms");
+    }
+    let secs = ms / 1000;
+    let (m, h, d) = (secs / 60, secs / 3600, secs / 86_400);
+    match () {
+        _ if secs < 10 => format!("{:.2} s", ms as f64 / 1000.0),
+        _ if secs < 60 => format!("{:.1} s", ms as f64 / 1000.0),
+        _ if m < 60 => format!("{m} min {} s", secs % 60),
+        _ if h < 24 => format!("{h} h {} min", m % 60),
+        _ => format!("{d} d {} h", h % 24),
+    }
+}
+
 /// The header of [`timeline_row`]'s table.
 pub const TIMELINE_HEADER: &str =
     " SEQ  EVENT                  SUB-TYPE           OPERATION                    DETAILS";
@@ -244,6 +333,43 @@ fn paint_status(status: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn times_are_shown_in_a_time_zone_with_its_offset() {
+        let paris_winter = chrono::FixedOffset::east_opt(3600).unwrap();
+        assert_eq!(
+            time_in(1_795_484_474_441, &paris_winter),
+            "2026-11-24 02:41:14 +01:00"
+        );
+        assert_eq!(
+            time_in(0, &chrono::FixedOffset::west_opt(5 * 3600).unwrap()),
+            "1969-12-31 19:00:00 -05:00"
+        );
+    }
+
+    #[test]
+    fn durations_read_as_a_person_would_say_them() {
+        assert_eq!(human_duration(-5), "0 ms");
+        assert_eq!(human_duration(350), "350 ms");
+        assert_eq!(human_duration(2_414), "2.41 s");
+        assert_eq!(human_duration(42_000), "42.0 s");
+        assert_eq!(human_duration(200_000), "3 min 20 s");
+        assert_eq!(human_duration(3_900_000), "1 h 5 min");
+        assert_eq!(human_duration(183_600_000), "2 d 3 h");
+    }
+
+    #[test]
+    fn a_run_is_finished_only_once_it_completed_failed_or_was_cancelled() {
+        let waiting =
+            serde_json::json!({"status": "waiting", "created_at": 1000, "updated_at": 5000});
+        let times = RunTimes::of(&waiting);
+        assert_eq!(times.finished, None);
+        assert_eq!(times.duration(3_500), "2.50 s…");
+        let done =
+            serde_json::json!({"status": "completed", "created_at": 1000, "updated_at": 1350});
+        assert_eq!(RunTimes::of(&done).finished, Some(1350));
+        assert_eq!(RunTimes::of(&done).duration(99_999), "350 ms");
+    }
 
     #[test]
     fn long_details_are_cut_on_a_character_boundary() {

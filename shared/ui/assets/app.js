@@ -1,0 +1,763 @@
+// Siesta UI. Reads and acts only through the control API, with the caller's API key.
+// Pages are rendered as HTML strings in one assignment each: a run with a thousand
+// timeline events still renders in a single layout pass.
+'use strict';
+
+const main = document.getElementById('main');
+const dialog = document.getElementById('dialog');
+const FINISHED = ['completed', 'failed', 'cancelled'];
+const FIRST_ROWS = 40; // event rows in the first paint of a run page
+const MORE_ROWS = 500; // event rows added per task after it
+const STATUSES = ['pending', 'running', 'waiting', 'parked', 'completed', 'failed', 'cancelled'];
+const KEY_STORE = 'siesta.apiKey';
+let timers = [];
+let generation = 0; // bumped on every navigation: late answers of a left page are dropped
+
+// ---------- text ----------
+const ESC = { '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' };
+const esc = (s) => String(s ?? '').replace(/[&<>"']/g, (c) => ESC[c]);
+const pad = (n, w = 2) => String(n).padStart(w, '0');
+
+function offset(d) {
+  const m = -d.getTimezoneOffset();
+  const a = Math.abs(m);
+  return (m >= 0 ? '+' : '-') + pad(Math.floor(a / 60)) + ':' + pad(a % 60);
+}
+/** Local time with its UTC offset: 2026-11-24 02:41:14 +01:00. */
+function localTime(ms) {
+  const d = new Date(ms);
+  return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ` +
+    `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())} ${offset(d)}`;
+}
+/** RFC 3339 in local time, milliseconds kept: 2026-11-24T02:41:14.441+01:00. */
+function rfc3339(ms) {
+  const d = new Date(ms);
+  return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())}T` +
+    `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}.${pad(d.getMilliseconds(), 3)}${offset(d)}`;
+}
+function timeHtml(ms) {
+  if (ms == null) return '<span class="muted">—</span>';
+  return `<time datetime="${rfc3339(ms)}" title="${rfc3339(ms)}">${localTime(ms)}</time>`;
+}
+function duration(ms) {
+  if (ms == null || isNaN(ms)) return '—';
+  ms = Math.max(0, Math.round(ms));
+  if (ms < 1000) return ms + ' ms';
+  const s = ms / 1000;
+  if (s < 60) return s.toFixed(s < 10 ? 2 : 1) + ' s';
+  const m = Math.floor(s / 60), h = Math.floor(m / 60), d = Math.floor(h / 24);
+  if (m < 60) return `${m} min ${Math.floor(s % 60)} s`;
+  if (h < 24) return `${h} h ${m % 60} min`;
+  return `${d} d ${h % 24} h`;
+}
+function relative(ms) {
+  const d = ms - Date.now();
+  return d >= 0 ? 'in ' + duration(d) : duration(-d) + ' ago';
+}
+const json = (v) => JSON.stringify(v, null, 2);
+const badge = (status) => `<span class="badge" data-status="${esc(status)}">${esc(status)}</span>`;
+const runLink = (id, text) => `<a href="/ui/runs/${encodeURIComponent(id)}" data-nav>${esc(text ?? id)}</a>`;
+const finishedAt = (run) => (FINISHED.includes(run.status) ? run.updated_at : null);
+const codeVersion = (run) => run.code_version ?? null;
+function errorText(e) {
+  if (!e) return '';
+  let s = `${e.kind}: ${e.message}`;
+  for (let c = e.cause; c; c = c.cause) s += `\n  caused by ${c.kind}: ${c.message}`;
+  return s;
+}
+
+// ---------- API ----------
+class ApiError extends Error {
+  constructor(status, code, message) {
+    super(message);
+    this.status = status;
+    this.code = code;
+  }
+  toString() { return `${this.status} ${this.code}: ${this.message}`; }
+}
+
+/** One call of the control API; the body is a JSON string. Errors carry the API's code. */
+async function api(method, path, body, headers = {}) {
+  const h = { Accept: 'application/json', ...headers };
+  const key = localStorage.getItem(KEY_STORE);
+  if (key) h.Authorization = 'Bearer ' + key;
+  if (body !== undefined) h['Content-Type'] = 'application/json';
+  let res;
+  try {
+    res = await fetch(path, { method, headers: h, body, cache: 'no-store' });
+  } catch (e) {
+    throw new ApiError(0, 'unreachable', 'the server did not answer: ' + e.message);
+  }
+  const text = await res.text();
+  let data = null;
+  if (text) { try { data = JSON.parse(text); } catch { data = text; } }
+  if (!res.ok) {
+    const err = (data && data.error) || {};
+    throw new ApiError(res.status, err.code || 'http_' + res.status, err.message || res.statusText);
+  }
+  return { data, etag: res.headers.get('ETag'), status: res.status };
+}
+
+/** Runs `load`; on 401 asks for an API key once, then runs it again. */
+async function authed(load) {
+  try {
+    return await load();
+  } catch (e) {
+    if (e instanceof ApiError && e.status === 401) { askForKey(e.message); return null; }
+    throw e;
+  }
+}
+
+function renderAuth() {
+  const el = document.getElementById('auth');
+  el.innerHTML = localStorage.getItem(KEY_STORE)
+    ? 'API key set<button type="button" id="forget-key">Forget</button>' : '';
+  const b = document.getElementById('forget-key');
+  if (b) b.onclick = () => { localStorage.removeItem(KEY_STORE); renderAuth(); route(); };
+}
+
+function askForKey(message) {
+  stopTimers();
+  const had = !!localStorage.getItem(KEY_STORE);
+  main.innerHTML = `<section class="card login"><h2>This server needs an API key</h2>
+    <p class="muted">It is sent as <code>Authorization: Bearer …</code> with every request and kept in
+    this browser until you choose Forget. You see only your tenant's runs.</p>
+    ${had ? `<p class="error-box">${esc(message)}</p>` : ''}
+    <form id="key-form"><input type="password" name="key" autocomplete="off" placeholder="API key" required>
+    <button class="primary">Use this key</button></form></section>`;
+  document.getElementById('key-form').onsubmit = (ev) => {
+    ev.preventDefault();
+    localStorage.setItem(KEY_STORE, ev.target.key.value.trim());
+    renderAuth();
+    route();
+  };
+  main.querySelector('input').focus();
+}
+
+// ---------- navigation ----------
+function stopTimers() { timers.forEach(clearTimeout); timers = []; }
+function later(ms, f) { timers.push(setTimeout(f, ms)); }
+/** Runs `f` in a task after the next frame is painted (unless the page is left first). */
+function afterPaint(f) { const gen = generation; requestAnimationFrame(() => later(0, () => { if (gen === generation) f(); })); }
+
+function route() {
+  stopTimers();
+  generation++;
+  window.siestaRunRendered = null;
+  delete document.body.dataset.painted;
+  const m = location.pathname.match(/^\/ui\/runs\/([^/]+)$/);
+  if (m) return showRun(decodeURIComponent(m[1]));
+  return showList(new URLSearchParams(location.search));
+}
+function navigate(url) { history.pushState(null, '', url); route(); }
+
+document.addEventListener('click', (ev) => {
+  const a = ev.target.closest('a[data-nav]');
+  if (!a || ev.button !== 0 || ev.metaKey || ev.ctrlKey || ev.shiftKey) return;
+  ev.preventDefault();
+  navigate(a.getAttribute('href'));
+});
+window.addEventListener('popstate', route);
+
+function failPage(e) {
+  main.innerHTML = `<p class="error-box">${esc(String(e))}</p><p><a href="/" data-nav>All runs</a></p>`;
+}
+
+// ---------- runs list ----------
+async function showList(params) {
+  const gen = generation;
+  document.getElementById('crumbs').innerHTML = 'Runs';
+  document.title = 'Runs · Siesta';
+  const status = params.get('status') || '', workflow = params.get('workflow') || '';
+  const cursor = params.get('cursor') || '';
+  main.innerHTML = `<h1>Runs</h1>
+    <form class="toolbar" id="filters">
+      <label>Status <select name="status"><option value="">any</option>
+        ${STATUSES.map((s) => `<option ${s === status ? 'selected' : ''}>${s}</option>`).join('')}</select></label>
+      <label>Workflow <input type="text" name="workflow" value="${esc(workflow)}" placeholder="any" size="14"></label>
+      <button>Filter</button>
+      <span class="spacer"></span>
+      <label title="Refresh every 2 s"><input type="checkbox" id="live" checked> Live</label>
+      <span class="muted" id="refreshed"></span>
+    </form>
+    <section class="card"><div id="runs"><p class="muted">Loading…</p></div></section>`;
+  document.getElementById('filters').onsubmit = (ev) => {
+    ev.preventDefault();
+    const q = new URLSearchParams();
+    const f = ev.target;
+    if (f.status.value) q.set('status', f.status.value);
+    if (f.workflow.value.trim()) q.set('workflow', f.workflow.value.trim());
+    navigate('/' + (q.toString() ? '?' + q : ''));
+  };
+  const query = new URLSearchParams({ limit: '50' });
+  if (status) query.set('status', status);
+  if (workflow) query.set('workflow', workflow);
+  if (cursor) query.set('cursor', cursor);
+  let last = '';
+  const load = async () => {
+    let page;
+    try {
+      page = await authed(() => api('GET', '/runs?' + query));
+    } catch (e) {
+      if (gen === generation) document.getElementById('runs').innerHTML = `<p class="error-box">${esc(String(e))}</p>`;
+      return;
+    }
+    if (!page || gen !== generation) return;
+    const text = JSON.stringify(page.data);
+    if (text !== last) {
+      last = text;
+      document.getElementById('runs').innerHTML = runsTable(page.data, params);
+    }
+    document.getElementById('refreshed').textContent = 'updated ' + localTime(Date.now()).slice(11, 19);
+    if (document.getElementById('live').checked) later(2000, load);
+  };
+  document.getElementById('live').onchange = (ev) => { if (ev.target.checked) load(); else stopTimers(); };
+  await load();
+}
+
+function runsTable(page, params) {
+  const runs = page.runs || [];
+  if (!runs.length) return '<p class="muted">No runs match. Start one with <code>POST /runs</code>.</p>';
+  const showTenant = runs.some((r) => r.tenant != null);
+  const showCode = runs.some((r) => codeVersion(r) != null);
+  const rows = runs.map((r) => {
+    const end = finishedAt(r);
+    const took = (end ?? Date.now()) - r.created_at;
+    return `<tr data-run-id="${esc(r.id)}">
+      <td>${badge(r.status)}${r.cancel_requested ? ' <span class="muted">cancelling</span>' : ''}</td>
+      <td>${esc(r.workflow)}</td>
+      <td class="id">${runLink(r.id)}</td>
+      ${showTenant ? `<td>${esc(r.tenant)}</td>` : ''}
+      <td>${timeHtml(r.created_at)}</td>
+      <td>${timeHtml(end)}</td>
+      <td class="num" title="${end ? 'from start to finish' : 'so far'}">${duration(took)}${end ? '' : '…'}</td>
+      ${showCode ? `<td class="mono">${esc(codeVersion(r) ?? '—')}</td>` : ''}
+      <td class="num" title="the run's version (its ETag)">${r.version}</td></tr>`;
+  }).join('');
+  const next = page.next_cursor;
+  const q = (c) => { const p = new URLSearchParams(params); if (c) p.set('cursor', c); else p.delete('cursor'); return '/?' + p; };
+  return `<table class="runs"><thead><tr><th>Status</th><th>Workflow</th><th>Run</th>
+    ${showTenant ? '<th>Tenant</th>' : ''}<th>Started</th><th>Finished</th><th>Duration</th>
+    ${showCode ? '<th>Code version</th>' : ''}<th>Version</th></tr></thead><tbody>${rows}</tbody></table>
+    <div class="pager">${params.get('cursor') ? `<a href="${esc(q(null))}" data-nav>← Newest</a>` : ''}
+    ${next ? `<a href="${esc(q(next))}" data-nav id="older">Older →</a>` : '<span class="muted">End of list</span>'}</div>`;
+}
+
+// ---------- a run: the model behind the waterfall ----------
+const WAITING = new Set(['Wait', 'Callback', 'WaitForEvent', 'ChainedInvoke']);
+const GROUP = new Set(['RunInChildContext', 'Parallel', 'ParallelBranch', 'Map', 'MapIteration', 'WaitForCallback']);
+
+/** Operations from the timeline: start and end, attempts, state, nesting by ParentId. */
+function buildModel(events) {
+  const ops = new Map();
+  const order = [];
+  const run = { start: null, end: null, invocations: [], nextWakeAt: null, heartbeats: new Map() };
+  for (const e of events) {
+    const t = e.EventType, d = e.Details || {}, at = e.EventTimestamp;
+    if (run.start == null) run.start = at;
+    if (t === 'ExecutionSucceeded' || t === 'ExecutionFailed' || t === 'ExecutionCancelled') run.end = at;
+    if (t === 'InvocationCompleted') { run.invocations.push(at); run.nextWakeAt = d.NextWakeAt ?? null; }
+    if (t === 'CallbackDelivered' && d.Outcome === 'heartbeat') run.heartbeats.set(d.CallbackId, at);
+    if (!e.Id) continue;
+    let op = ops.get(e.Id);
+    if (!op) {
+      op = { id: e.Id, name: e.Name || e.Id, sub: e.SubType, parent: e.ParentId, start: at, end: null,
+        state: 'open', attempts: [], children: [], events: [], child: null, details: {} };
+      ops.set(e.Id, op);
+      order.push(op);
+    }
+    op.events.push(e);
+    op.sub = op.sub || e.SubType;
+    op.parent = op.parent || e.ParentId;
+    Object.assign(op.details, d);
+    const last = op.attempts[op.attempts.length - 1];
+    const close = (state) => {
+      if (last && last.end == null) { last.end = at; last.state = state; } else op.attempts.push({ n: d.Attempt || op.attempts.length + 1, start: at, end: at, state });
+    };
+    if (t === 'StepStarted') {
+      op.attempts.push({ n: d.Attempt || op.attempts.length + 1, start: at, end: null, state: 'open' });
+    } else if (t === 'StepSucceeded') {
+      close('ok');
+      if (!d.Retrying) { op.end = at; op.state = 'ok'; }
+    } else if (t === 'StepFailed') {
+      close('failed');
+      if (d.Retrying) op.retryAt = d.NextAttemptAt ?? null; else { op.end = at; op.state = 'failed'; }
+    } else if (t === 'ToolCallRecorded') {
+      if (d.Status === 'unknown') op.state = 'unknown';
+    } else if (t === 'ChainedInvokeStarted') {
+      if (d.ChildRunId) op.child = d.ChildRunId;
+    } else if (/Succeeded$/.test(t)) {
+      op.end = at; op.state = 'ok';
+    } else if (/(Failed|TimedOut)$/.test(t)) {
+      op.end = at; op.state = 'failed';
+    }
+  }
+  const roots = [];
+  for (const op of order) {
+    const parent = op.parent && ops.get(op.parent);
+    if (parent && parent !== op) parent.children.push(op); else roots.push(op);
+  }
+  return { ops, roots, run };
+}
+
+function barKind(op) {
+  if (GROUP.has(op.sub)) return 'group';
+  if (WAITING.has(op.sub)) return 'waiting';
+  return 'work';
+}
+
+/** The waterfall: one row per operation, one more per attempt when it took several. */
+function waterfall(model, view) {
+  const { roots, run } = model;
+  if (run.start == null) return { rows: ['<p class="muted">No events yet.</p>'], legend: '' };
+  const live = !FINISHED.includes(view.status);
+  const t0 = run.start;
+  const t1 = Math.max(run.end ?? 0, live ? Date.now() : 0, ...model.run.invocations, t0 + 1);
+  const span = t1 - t0;
+  const pct = (t) => ((Math.min(Math.max(t, t0), t1) - t0) / span) * 100;
+  const bar = (start, end, cls, title) => {
+    const open = end == null;
+    const e = open ? t1 : end;
+    // A bar at the very end is moved left by its minimum width so it stays in view.
+    return `<span class="bar ${cls}${open ? ' open' : ''}" style="left:min(${pct(start).toFixed(3)}%, calc(100% - 3px));width:${(pct(e) - pct(start)).toFixed(3)}%" title="${esc(title)}"></span>`;
+  };
+  const out = [];
+  const ticks = [0, 0.25, 0.5, 0.75, 1].map((f) => `<span class="tick" style="left:${f * 100}%">${f ? '+' + duration(span * f) : localTime(t0).slice(11, 19)}</span>`).join('');
+  out.push(`<div class="wf-axis"><span>Operation</span><span class="track">${ticks}</span></div>`);
+  const runTitle = `${view.workflow}: ${duration((run.end ?? t1) - t0)}${run.end ? '' : ' so far'}`;
+  const marks = run.invocations.map((t) => `<span class="tickmark" style="left:${pct(t).toFixed(3)}%" title="invocation ended ${esc(rfc3339(t))}"></span>`).join('');
+  out.push(`<div class="wf-row" data-op=""><span class="label"><b>${esc(view.workflow)}</b><span class="sub">run</span></span>
+    <span class="track">${bar(t0, run.end, 'run', runTitle)}${marks}</span></div>`);
+  const visit = (op, depth) => {
+    const kind = barKind(op);
+    const end = op.end ?? (live ? null : (run.end ?? t1));
+    const took = (op.end ?? (live ? Date.now() : t1)) - op.start;
+    const state = op.state === 'open' ? (live ? 'in progress' : 'unfinished') : op.state === 'ok' ? 'succeeded' : op.state;
+    const title = `${op.name} (${op.sub || 'operation'}) · ${state} · ${duration(took)}` +
+      (op.attempts.length > 1 ? ` · ${op.attempts.length} attempts` : '');
+    let bars;
+    if (kind === 'work' && op.attempts.length) {
+      bars = op.attempts.map((a, i) => {
+        const next = op.attempts[i + 1];
+        const gap = a.end != null && (next || op.retryAt) && a.state === 'failed'
+          ? bar(a.end, next ? next.start : (op.state === 'open' ? null : op.end), 'waiting', `retry wait after attempt ${a.n}`) : '';
+        return gap + bar(a.start, a.end ?? (live ? null : end), a.state === 'open' ? '' : a.state, `attempt ${a.n}: ${a.state === 'ok' ? 'succeeded' : a.state}`);
+      }).join('');
+    } else {
+      const cls = kind === 'work' ? (op.state === 'open' ? '' : op.state) : `${kind} ${op.state === 'open' ? '' : op.state}`;
+      bars = bar(op.start, end, cls, title);
+    }
+    const child = op.child ? ` · ${runLink(op.child, 'child run')}` : '';
+    out.push(`<div class="wf-row" data-op="${esc(op.id)}" data-state="${esc(op.state)}" title="${esc(title)}">
+      <span class="label" style="padding-left:${depth * 16}px">${esc(op.name)}<span class="sub">${esc(op.sub || '')} · ${duration(took)}</span>${child}</span>
+      <span class="track">${bars}</span></div>`);
+    if (op.attempts.length > 1) {
+      for (const a of op.attempts) {
+        const r = `attempt ${a.n}: ${a.state === 'ok' ? 'succeeded' : a.state}`;
+        out.push(`<div class="wf-row attempt" data-op="${esc(op.id)}" data-attempt="${a.n}">
+          <span class="label" style="padding-left:${depth * 16 + 16}px">attempt ${a.n}<span class="sub">${esc(a.state)} · ${duration((a.end ?? Date.now()) - a.start)}</span></span>
+          <span class="track">${bar(a.start, a.end ?? (live ? null : end), a.state === 'open' ? '' : a.state, r)}</span></div>`);
+      }
+    }
+    for (const c of op.children) visit(c, depth + 1);
+  };
+  for (const op of roots) visit(op, 0);
+  const legend = `<div class="wf-legend"><span><span class="bar ok"></span>step attempt</span>
+    <span><span class="bar failed"></span>failed attempt</span><span><span class="bar waiting"></span>waiting (timer, callback, event, retry)</span>
+    <span><span class="bar group"></span>child context / branch</span><span><span class="tickmark" style="position:static;display:inline-block;vertical-align:middle"></span> invocation ended</span></div>`;
+  return { rows: out, legend };
+}
+
+// ---------- a run: the page ----------
+function summary(d) {
+  if (!d) return '';
+  const s = JSON.stringify(d);
+  return s.length > 140 ? s.slice(0, 137) + '…' : s;
+}
+
+function eventRows(events) {
+  return events.map((e) => {
+    const cls = /Succeeded$/.test(e.EventType) ? 'ev-Succeeded' : /(Failed|TimedOut)$/.test(e.EventType) ? 'ev-Failed' : '';
+    return `<tr class="ev" data-seq="${e.Seq}"><td class="num">${e.Seq}</td><td class="t">${timeHtml(e.EventTimestamp)}</td>
+      <td class="${cls}">${esc(e.EventType)}</td><td>${esc(e.SubType || '')}</td><td class="mono">${esc(e.Id || '')}</td>
+      <td class="mono">${esc(e.ParentId || '')}</td><td class="summary">${esc(summary(e.Details))}</td></tr>`;
+  }).join('');
+}
+
+function explain(view, model) {
+  const { run } = model;
+  const took = (finishedAt(view) ?? Date.now()) - view.created_at;
+  const lines = [];
+  switch (view.status) {
+    case 'pending': lines.push('<p><b>Pending</b>: started and queued; a worker picks it up at its next wake-up.</p>'); break;
+    case 'running': lines.push('<p><b>Running</b>: a worker holds its lease and is executing the workflow from its journal.</p>'); break;
+    case 'waiting': {
+      lines.push('<p><b>Waiting</b>: suspended — no worker holds it and nothing runs until one of these happens:</p><ul>');
+      for (const w of view.waits || []) lines.push(`<li>${waitSentence(w, model)}</li>`);
+      if (!(view.waits || []).length) lines.push('<li>a delivery or its next wake-up</li>');
+      lines.push('</ul>');
+      if (run.nextWakeAt) lines.push(`<p>Next wake-up: ${timeHtml(run.nextWakeAt)} (${relative(run.nextWakeAt)}), when the engine checks its deadlines even if nothing arrives.</p>`);
+      break;
+    }
+    case 'parked': {
+      const unknown = unknownToolCalls(model);
+      lines.push(`<p><b>Parked</b>: it needs an operator; nothing runs until someone acts.</p><p class="error-box">${esc(errorText(view.error))}</p>`);
+      lines.push(unknown.length
+        ? '<p>A side-effecting tool call was found running after a crash and nothing could tell whether it happened. Resolve it (below), or cancel the run.</p>'
+        : '<p>Fix the cause (e.g. deploy code that matches its journal), then resume it; or cancel it.</p>');
+      break;
+    }
+    case 'completed': lines.push(`<p><b>Completed</b> at ${timeHtml(view.updated_at)} after ${duration(took)}.</p>`); break;
+    case 'failed': lines.push(`<p><b>Failed</b> at ${timeHtml(view.updated_at)} after ${duration(took)}:</p><p class="error-box">${esc(errorText(view.error))}</p>`); break;
+    case 'cancelled': lines.push(`<p><b>Cancelled</b> at ${timeHtml(view.updated_at)} after ${duration(took)}.</p>`); break;
+    default: lines.push(`<p>${esc(view.status)}</p>`);
+  }
+  if (view.cancel_requested) lines.push('<p class="note">Cancellation was requested: it is honoured at the next step boundary.</p>');
+  return lines.join('');
+}
+
+function opName(model, position) {
+  const op = model.ops.get(position);
+  return op ? op.name : position;
+}
+
+function waitSentence(w, model) {
+  const until = w.deadline != null ? ` — or gives up at ${timeHtml(w.deadline)} (${relative(w.deadline)})` : '';
+  switch (w.kind) {
+    case 'callback': return `callback <b>${esc(opName(model, w.operation))}</b> is completed through its webhook URL or the API${until}`;
+    case 'event': return `event <b>${esc(w.event)}</b> is delivered${until}`;
+    case 'timer': return `the timer <b>${esc(opName(model, w.operation))}</b> fires at ${timeHtml(w.deadline)} (${relative(w.deadline)})`;
+    case 'retry': return `operation <b>${esc(opName(model, w.operation))}</b> is tried again at ${timeHtml(w.deadline)} (${relative(w.deadline)})`;
+    case 'child': return `the child run of <b>${esc(opName(model, w.operation))}</b> finishes`;
+    default: return `${esc(w.kind)} ${esc(w.operation)}${until}`;
+  }
+}
+
+function heartbeatDeadline(w, model) {
+  const op = model.ops.get(w.operation);
+  const ms = op && op.details.HeartbeatTimeoutMs;
+  if (!ms) return null;
+  const last = model.run.heartbeats.get(w.callback_id);
+  return Math.max(op.start, last ?? 0) + ms;
+}
+
+function unknownToolCalls(model) {
+  return [...model.ops.values()].filter((op) => op.state === 'unknown');
+}
+
+function waitsHtml(view, model) {
+  const waits = view.waits || [];
+  if (!waits.length) return '';
+  const cards = waits.map((w, i) => {
+    const rows = [`<dt>Operation</dt><dd class="mono">${esc(w.operation)}</dd>`];
+    if (w.url) rows.push(`<dt>Webhook URL</dt><dd><span class="url"><code class="callback-url">${esc(w.url)}</code>
+      <button type="button" data-copy="${esc(w.url)}" title="Copy the URL">Copy</button></span></dd>`);
+    if (w.callback_id) rows.push(`<dt>Callback id</dt><dd class="mono">${esc(w.callback_id)}</dd>`);
+    if (w.event) rows.push(`<dt>Awaited event</dt><dd class="mono">${esc(w.event)}</dd>`);
+    if (w.deadline != null) rows.push(`<dt>${w.kind === 'timer' || w.kind === 'retry' ? 'Fires' : 'Deadline'}</dt><dd>${timeHtml(w.deadline)} <span class="muted">(${relative(w.deadline)})</span></dd>`);
+    const hb = w.kind === 'callback' ? heartbeatDeadline(w, model) : null;
+    if (hb != null) rows.push(`<dt>Heartbeat by</dt><dd>${timeHtml(hb)} <span class="muted">(${relative(hb)})</span></dd>`);
+    let buttons = '';
+    if (w.kind === 'callback') {
+      buttons = `<div class="buttons"><button type="button" data-action="callback-succeed" data-wait="${i}">Succeed…</button>
+        <button type="button" data-action="callback-fail" data-wait="${i}">Fail…</button>
+        <button type="button" data-action="callback-heartbeat" data-wait="${i}">Heartbeat…</button></div>`;
+    } else if (w.kind === 'event') {
+      buttons = `<div class="buttons"><button type="button" data-action="event" data-event="${esc(w.event)}">Send event…</button></div>`;
+    }
+    return `<div class="wait" data-kind="${esc(w.kind)}"><span class="kind">${esc(w.kind)}</span><dl>${rows.join('')}</dl>${buttons}</div>`;
+  }).join('');
+  return `<section class="card"><h2>Pending waits</h2><div class="waits">${cards}</div></section>`;
+}
+
+function actionsHtml(view, model) {
+  const done = FINISHED.includes(view.status);
+  const b = [];
+  if (!done) {
+    b.push('<button type="button" data-action="event">Send event…</button>');
+    b.push('<button type="button" data-action="message">Inject message…</button>');
+  }
+  if (view.status === 'parked') {
+    b.push('<button type="button" data-action="resume">Resume…</button>');
+    for (const op of unknownToolCalls(model)) {
+      b.push(`<button type="button" data-action="resolve" data-op="${esc(op.id)}">Resolve ${esc(op.name)}…</button>`);
+    }
+  }
+  if (!done) b.push('<button type="button" class="danger" data-action="cancel">Cancel run…</button>');
+  if (!b.length) return '';
+  return `<section class="card"><h2>Actions</h2><div class="buttons">${b.join('')}</div>
+    <p class="muted">Each action asks first and is sent with <code>If-Match: "${view.version}"</code> (the version shown here); an error from the API is shown as it is.</p></section>`;
+}
+
+function valueHtml(label, v) {
+  if (v === undefined) return '';
+  const artifact = v && typeof v === 'object' && v.artifact && Object.keys(v).length === 1;
+  const note = artifact ? '<p class="muted">Kept in the artifact store (too large to inline); its reference:</p>' : '';
+  return `<div><h2>${label}</h2>${note}<pre class="json">${esc(json(v))}</pre></div>`;
+}
+
+async function showRun(id) {
+  const gen = generation;
+  document.getElementById('crumbs').innerHTML = `<a href="/" data-nav>Runs</a> / <span class="mono">${esc(id)}</span>`;
+  document.title = `${id} · Siesta`;
+  const state = { id, view: null, etag: null, events: [], lastSeq: 0, model: null, open: new Set(), html: '' };
+  const load = async () => {
+    const started = performance.now();
+    let got;
+    try {
+      got = await authed(async () => {
+        // The timeline is read in pages after the last event already shown, while the
+        // run view is fetched beside it.
+        const timeline = async () => {
+          for (;;) {
+            const t = await api('GET', `/runs/${encodeURIComponent(id)}/timeline?after=${state.lastSeq}&limit=1000`);
+            const evs = t.data.events || [];
+            state.events.push(...evs);
+            if (evs.length) state.lastSeq = evs[evs.length - 1].Seq;
+            if (evs.length < 1000) break;
+          }
+        };
+        const [v] = await Promise.all([api('GET', `/runs/${encodeURIComponent(id)}`), timeline()]);
+        return v;
+      });
+    } catch (e) {
+      if (gen === generation) failPage(e);
+      return;
+    }
+    if (!got || gen !== generation) return;
+    const fetched = performance.now();
+    const changed = !state.view || got.data.version !== state.view.version || state.events.length !== state.renderedEvents;
+    state.view = got.data;
+    state.etag = got.etag || `"${got.data.version}"`;
+    if (changed) {
+      state.model = buildModel(state.events);
+      renderRun(state);
+      state.renderedEvents = state.events.length;
+      if (!window.siestaRunRendered) {
+        // Read by the browser test: how long the first full render of this page took,
+        // and when it was painted (a task queued from the next frame runs after it).
+        const figures = { events: state.events.length, startedMs: started, fetchMs: fetched - started, renderMs: performance.now() - fetched };
+        window.siestaRunRendered = figures;
+        requestAnimationFrame(() => setTimeout(() => {
+          figures.paintedMs = performance.now();
+          document.body.dataset.painted = '';
+        }));
+      }
+    }
+    if (!FINISHED.includes(state.view.status)) later(1000, load);
+  };
+  main.innerHTML = '<p class="muted">Loading…</p>';
+  await load();
+}
+
+function renderRun(state) {
+  const { view, model, events } = state;
+  const end = finishedAt(view);
+  const wf = waterfall(model, view);
+  const cv = codeVersion(view);
+  main.innerHTML = `<h1>${esc(view.workflow)} ${badge(view.status)}</h1>
+    <div class="meta"><span>run <b class="mono">${esc(view.id)}</b></span>
+      ${view.tenant != null ? `<span>tenant <b>${esc(view.tenant)}</b></span>` : ''}
+      <span>started <b>${timeHtml(view.created_at)}</b></span>
+      <span>finished <b>${timeHtml(end)}</b></span>
+      <span>duration <b>${duration((end ?? Date.now()) - view.created_at)}${end ? '' : ' so far'}</b></span>
+      <span title="its ETag">version <b>${view.version}</b></span>
+      ${cv != null ? `<span>code version <b class="mono">${esc(cv)}</b></span>` : ''}</div>
+    <section class="card lifecycle" id="lifecycle">${explain(view, model)}</section>
+    ${waitsHtml(view, model)}
+    ${actionsHtml(view, model)}
+    <section class="card"><h2>Timeline</h2><div class="wf" id="waterfall">${wf.rows.slice(0, FIRST_ROWS).join('')}<div id="wf-more"></div>${wf.legend}</div></section>
+    <section class="card io">${valueHtml('Input', view.input)}${valueHtml('Output', view.output)}${view.error ? valueHtml('Error', view.error) : ''}</section>
+    <section class="card"><h2>Events <span class="muted">(${events.length})</span></h2>
+      <table class="events"><thead><tr><th>Seq</th><th>Time</th><th>Event</th><th>Sub-type</th><th>Operation</th><th>Parent</th><th>Details</th></tr></thead>
+      <tbody id="events">${eventRows(events.slice(0, FIRST_ROWS))}</tbody></table></section>`;
+  // The rows below the fold are added after the first paint, a slice per task.
+  const tbody = document.getElementById('events');
+  const more = (from) => {
+    if (from >= events.length || tbody !== document.getElementById('events')) return;
+    tbody.insertAdjacentHTML('beforeend', eventRows(events.slice(from, from + MORE_ROWS)));
+    for (const seq of state.open) if (seq > from && seq <= from + MORE_ROWS) toggleEvent(state, seq);
+    later(0, () => more(from + MORE_ROWS));
+  };
+  afterPaint(() => {
+    more(FIRST_ROWS);
+    const rest = document.getElementById('wf-more');
+    if (rest && wf.rows.length > FIRST_ROWS) rest.insertAdjacentHTML('beforeend', wf.rows.slice(FIRST_ROWS).join(''));
+  });
+  for (const seq of state.open) toggleEvent(state, seq);
+  main.querySelectorAll('[data-copy]').forEach((b) => { b.onclick = () => copy(b); });
+  main.querySelectorAll('[data-action]').forEach((b) => { b.onclick = () => openAction(state, b); });
+  document.getElementById('events').onclick = (ev) => {
+    const tr = ev.target.closest('tr.ev');
+    if (!tr) return;
+    const seq = Number(tr.dataset.seq);
+    if (state.open.has(seq)) state.open.delete(seq); else state.open.add(seq);
+    toggleEvent(state, seq);
+  };
+  document.getElementById('waterfall').onclick = (ev) => {
+    const row = ev.target.closest('.wf-row');
+    if (!row || ev.target.closest('a')) return;
+    const op = row.dataset.op;
+    const next = row.nextElementSibling;
+    if (next && next.classList.contains('wf-detail')) { next.remove(); return; }
+    const evs = state.events.filter((e) => (op ? e.Id === op : !e.Id));
+    row.insertAdjacentHTML('afterend', `<div class="wf-detail"><pre class="json">${esc(json(evs))}</pre></div>`);
+  };
+}
+
+/** Shows or hides an event's details; the details row is built only when asked for. */
+function toggleEvent(state, seq) {
+  const tr = document.querySelector(`#events tr.ev[data-seq="${seq}"]`);
+  if (!tr) return;
+  const next = tr.nextElementSibling;
+  if (next && next.classList.contains('detail')) { next.remove(); return; }
+  const e = state.events.find((x) => x.Seq === seq);
+  tr.insertAdjacentHTML('afterend', `<tr class="detail"><td colspan="7"><pre class="json">${esc(json(e))}</pre></td></tr>`);
+}
+
+async function copy(button) {
+  const text = button.dataset.copy;
+  try {
+    await navigator.clipboard.writeText(text);
+  } catch {
+    const t = document.createElement('textarea');
+    t.value = text;
+    document.body.appendChild(t);
+    t.select();
+    document.execCommand('copy');
+    t.remove();
+  }
+  button.textContent = 'Copied';
+  setTimeout(() => { button.textContent = 'Copy'; }, 1500);
+}
+
+// ---------- actions ----------
+/** What each action sends; `fields` become inputs whose values build the request. */
+function actionSpec(state, button) {
+  const { view } = state;
+  const run = encodeURIComponent(view.id);
+  const wait = button.dataset.wait != null ? view.waits[Number(button.dataset.wait)] : null;
+  const cb = wait && encodeURIComponent(wait.callback_id);
+  switch (button.dataset.action) {
+    case 'callback-succeed': return {
+      title: `Complete callback “${opName(state.model, wait.operation)}” successfully`,
+      what: 'The run receives this value where it awaits the callback, and wakes up.',
+      fields: [{ name: 'body', label: 'Value (JSON)', json: true, value: '{\n  "status": "COMPLETED",\n  "transaction_id": "tx-1"\n}' }],
+      request: (f) => ({ method: 'POST', path: `/callbacks/${cb}/succeed`, body: f.body }),
+    };
+    case 'callback-fail': return {
+      title: `Fail callback “${opName(state.model, wait.operation)}”`,
+      what: 'The run receives this error where it awaits the callback.',
+      fields: [{ name: 'body', label: 'Error (JSON)', json: true, value: '{\n  "error": {"code": "Rejected", "message": "not approved"}\n}' }],
+      request: (f) => ({ method: 'POST', path: `/callbacks/${cb}/fail`, body: f.body }),
+    };
+    case 'callback-heartbeat': return {
+      title: `Heartbeat callback “${opName(state.model, wait.operation)}”`,
+      what: 'Keeps the callback open: its heartbeat deadline starts again from now.',
+      fields: [],
+      request: () => ({ method: 'POST', path: `/callbacks/${cb}/heartbeat` }),
+    };
+    case 'event': return {
+      title: 'Send an event',
+      what: 'Delivers a named event; a run not yet waiting for it keeps it for its next wait on that name.',
+      fields: [{ name: 'name', label: 'Event name', value: button.dataset.event || '' },
+        { name: 'body', label: 'Payload (JSON)', json: true, value: '{}' }],
+      request: (f) => ({ method: 'POST', path: `/runs/${run}/events/${encodeURIComponent(f.name)}`, body: f.body }),
+    };
+    case 'message': return {
+      title: 'Inject a message',
+      what: 'The run drains it at its next step boundary.',
+      fields: [{ name: 'body', label: 'Message (JSON)', json: true, value: '{}' }],
+      request: (f) => ({ method: 'POST', path: `/runs/${run}/messages`, body: f.body }),
+    };
+    case 'cancel': return {
+      title: 'Cancel this run',
+      what: 'A waiting run is cancelled at once; a running one at its next step boundary. This cannot be undone.',
+      fields: [],
+      danger: true,
+      request: () => ({ method: 'POST', path: `/runs/${run}/cancel` }),
+    };
+    case 'resume': return {
+      title: 'Resume this parked run',
+      what: 'Wakes it: it replays from its journal; if the cause is still there it parks again.',
+      fields: [],
+      request: () => ({ method: 'POST', path: `/runs/${run}/resume` }),
+    };
+    case 'resolve': {
+      const op = button.dataset.op;
+      return {
+        title: `Resolve the tool call “${opName(state.model, op)}”`,
+        what: 'Say what happened to the call: succeeded (with its result), failed (with an error), or retry (make the call again — you take the risk of doing it twice). Needs the resolve route (POST /runs/{id}/operations/{position}/resolve).',
+        fields: [{ name: 'outcome', label: 'Outcome', options: ['succeeded', 'failed', 'retry'] },
+          { name: 'value', label: 'Result or error (JSON; ignored for retry)', json: true, value: '{}' }],
+        danger: true,
+        request: (f) => {
+          const body = { outcome: f.outcome };
+          if (f.outcome === 'succeeded') body.value = JSON.parse(f.value);
+          if (f.outcome === 'failed') body.error = JSON.parse(f.value);
+          return { method: 'POST', path: `/runs/${run}/operations/${encodeURIComponent(op)}/resolve`, body: JSON.stringify(body) };
+        },
+      };
+    }
+    default: return null;
+  }
+}
+
+function openAction(state, button) {
+  const spec = actionSpec(state, button);
+  if (!spec) return;
+  const etag = state.etag;
+  const key = 'ui-' + (crypto.randomUUID ? crypto.randomUUID() : String(Math.random()).slice(2));
+  const fields = spec.fields.map((f) => {
+    const input = f.options
+      ? `<select name="${f.name}">${f.options.map((o) => `<option>${o}</option>`).join('')}</select>`
+      : f.json ? `<textarea name="${f.name}" spellcheck="false">${esc(f.value)}</textarea>`
+        : `<input type="text" name="${f.name}" value="${esc(f.value)}" required>`;
+    return `<label>${esc(f.label)}</label>${input}`;
+  }).join('');
+  dialog.innerHTML = `<form method="dialog" data-action="${esc(button.dataset.action)}"><h2>${esc(spec.title)}</h2><p>${esc(spec.what)}</p>
+    <div class="what" id="what"></div>${fields}<p class="error-box" id="action-error"></p>
+    <menu><button type="button" value="cancel" id="dialog-cancel">Back</button>
+    <button type="submit" value="confirm" class="${spec.danger ? 'danger' : 'primary'}" id="dialog-confirm">Confirm</button></menu></form>`;
+  const form = dialog.querySelector('form');
+  const values = () => Object.fromEntries(spec.fields.map((f) => [f.name, form.elements[f.name].value]));
+  const describe = () => {
+    let line;
+    try {
+      const r = spec.request(values());
+      line = `${r.method} ${r.path}\nIf-Match: ${etag}\nIdempotency-Key: ${key}` + (r.body ? `\n\n${r.body}` : '');
+    } catch { line = '(the JSON above is not valid yet)'; }
+    document.getElementById('what').textContent = line;
+  };
+  describe();
+  form.oninput = describe;
+  document.getElementById('dialog-cancel').onclick = () => dialog.close();
+  form.onsubmit = async (ev) => {
+    ev.preventDefault();
+    const errorBox = document.getElementById('action-error');
+    const showError = (msg) => { errorBox.textContent = msg; errorBox.classList.add('shown'); };
+    const v = values();
+    for (const f of spec.fields) {
+      if (!f.json || (f.name === 'value' && v.outcome === 'retry')) continue;
+      try { JSON.parse(v[f.name]); } catch (e) { return showError(`${f.label} is not valid JSON: ${e.message}`); }
+    }
+    const confirmButton = document.getElementById('dialog-confirm');
+    confirmButton.disabled = true;
+    try {
+      const r = spec.request(v);
+      await api(r.method, r.path, r.body, { 'If-Match': etag, 'Idempotency-Key': key });
+      dialog.close();
+      route();
+    } catch (e) {
+      let msg = String(e);
+      if (e.status === 404 && e.code === 'not_found' && button.dataset.action === 'resolve') msg += '\n(this server has no resolve route yet)';
+      if (e.status === 412) msg += '\nThe run changed since this page showed it; look again and retry.';
+      showError(msg);
+      confirmButton.disabled = false;
+    }
+  };
+  dialog.showModal();
+}
+
+renderAuth();
+route();

@@ -1,0 +1,174 @@
+//! Siesta's web UI: the runs list, a run's page (lifecycle explained, pending waits with
+//! their webhook URLs, a timeline waterfall, the raw events) and the operator actions,
+//! as an axum [`Router`] to merge beside the API.
+//!
+//! The UI is plain HTML, CSS and JavaScript compiled into the binary with
+//! `include_str!`: nothing is fetched from the internet at run time (the
+//! `Content-Security-Policy` says so to the browser too), and there is no JavaScript
+//! toolchain to install. The page holds no data: it reads everything through the
+//! public control API (`GET /runs`, `GET /runs/{id}`, `GET /runs/{id}/timeline`) and
+//! acts through it (with `If-Match`), sending the API key the user gave it as the
+//! bearer — so the UI sees exactly what the caller's tenant may see, and its asset
+//! routes need no auth.
+//!
+//! Paths: `/` (the runs list), `/ui/runs/{id}` (a run's page) and `/ui/*` for the
+//! assets. None of them is an API path, so merging cannot shadow the API.
+
+use axum::Router;
+use axum::http::{HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+
+/// The path of a run's page, for links printed by the CLI: `/ui/runs/{id}`.
+pub fn run_page_path(run_id: &str) -> String {
+    format!("/ui/runs/{run_id}")
+}
+
+const INDEX_HTML: &str = include_str!("../assets/index.html");
+const APP_JS: &str = include_str!("../assets/app.js");
+const APP_CSS: &str = include_str!("../assets/app.css");
+const FAVICON_SVG: &str = include_str!("../assets/favicon.svg");
+
+/// Everything the page may load comes from this server; inline scripts are refused.
+/// Inline style attributes are allowed: the waterfall places its bars with them.
+const CSP: &str = "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; \
+                   script-src 'self'; connect-src 'self'; frame-ancestors 'none'";
+
+/// The UI's routes. Merge them into the server's router:
+/// `api_router.merge(siesta_ui::router())`.
+pub fn router<S: Clone + Send + Sync + 'static>() -> Router<S> {
+    Router::new()
+        .route("/", get(index))
+        .route("/ui", get(index))
+        .route("/ui/", get(index))
+        .route("/ui/runs/{id}", get(index))
+        .route(
+            "/ui/app.js",
+            get(|| asset(APP_JS, "text/javascript; charset=utf-8")),
+        )
+        .route(
+            "/ui/app.css",
+            get(|| asset(APP_CSS, "text/css; charset=utf-8")),
+        )
+        .route(
+            "/ui/favicon.svg",
+            get(|| asset(FAVICON_SVG, "image/svg+xml")),
+        )
+}
+
+async fn index() -> Response {
+    let mut response = asset(INDEX_HTML, "text/html; charset=utf-8").await;
+    response.headers_mut().insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(CSP),
+    );
+    response
+}
+
+async fn asset(body: &'static str, content_type: &'static str) -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, content_type),
+            // The assets change with the binary: revalidate rather than serve a stale UI
+            // against a newer API.
+            (header::CACHE_CONTROL, "no-cache"),
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::body::{Body, to_bytes};
+    use axum::http::{Request, StatusCode};
+    use tower::ServiceExt;
+
+    async fn get_path(path: &str) -> Response {
+        router::<()>()
+            .oneshot(Request::get(path).body(Body::empty()).unwrap())
+            .await
+            .unwrap()
+    }
+
+    async fn text(response: Response) -> String {
+        String::from_utf8(
+            to_bytes(response.into_body(), 1 << 20)
+                .await
+                .unwrap()
+                .to_vec(),
+        )
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn the_list_and_a_run_page_serve_the_same_document_with_a_strict_csp() {
+        for path in ["/", "/ui/runs/01a2-some-run"] {
+            let response = get_path(path).await;
+            assert_eq!(response.status(), StatusCode::OK, "{path}");
+            assert_eq!(
+                response.headers()[header::CONTENT_TYPE],
+                "text/html; charset=utf-8"
+            );
+            let csp = response.headers()[header::CONTENT_SECURITY_POLICY]
+                .to_str()
+                .unwrap()
+                .to_owned();
+            assert!(csp.starts_with("default-src 'self'"), "{csp}");
+            let body = text(response).await;
+            assert!(
+                body.contains(r#"<script src="/ui/app.js" defer>"#),
+                "{body}"
+            );
+            assert!(body.contains(r#"href="/ui/app.css""#), "{body}");
+        }
+    }
+
+    #[tokio::test]
+    async fn assets_are_served_with_their_types() {
+        for (path, content_type) in [
+            ("/ui/app.js", "text/javascript; charset=utf-8"),
+            ("/ui/app.css", "text/css; charset=utf-8"),
+            ("/ui/favicon.svg", "image/svg+xml"),
+        ] {
+            let response = get_path(path).await;
+            assert_eq!(response.status(), StatusCode::OK, "{path}");
+            assert_eq!(response.headers()[header::CONTENT_TYPE], content_type);
+            assert!(!text(response).await.is_empty(), "{path}");
+        }
+    }
+
+    #[tokio::test]
+    async fn api_paths_are_left_to_the_api() {
+        for path in [
+            "/runs",
+            "/runs/abc",
+            "/healthz",
+            "/hooks/cb_x",
+            "/ui/nothing",
+        ] {
+            let response = get_path(path).await;
+            assert_eq!(response.status(), StatusCode::NOT_FOUND, "{path}");
+        }
+    }
+
+    #[test]
+    fn nothing_is_loaded_from_another_origin() {
+        for (name, asset) in [
+            ("index.html", INDEX_HTML),
+            ("app.js", APP_JS),
+            ("app.css", APP_CSS),
+        ] {
+            for needle in ["http://", "https://", "//cdn", "@import"] {
+                assert!(!asset.contains(needle), "{name} mentions {needle}");
+            }
+        }
+    }
+
+    #[test]
+    fn run_pages_live_under_ui_runs() {
+        assert_eq!(run_page_path("r1"), "/ui/runs/r1");
+    }
+}
