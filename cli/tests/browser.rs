@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::{Value, json};
-use siesta::{Context, Error, Registry};
+use siesta::{Context, Error, Registry, RetryStrategy, StepError};
 use siesta_cli::dev::{DevOptions, DevServer, start};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
@@ -115,6 +115,33 @@ async fn steps(ctx: Context, n: u32) -> Result<u64, Error> {
     Ok(sum)
 }
 
+/// A step that fails twice before it succeeds, a `map` whose items run in child
+/// contexts, then a wait for the `go` event: attempts, nesting and an event wait.
+async fn gallery(ctx: Context, _input: Value) -> Result<u64, Error> {
+    let base: u64 = ctx
+        .step("flaky_fetch", |step| async move {
+            if step.attempt() < 3 {
+                return Err(StepError::retryable("upstream answered 503"));
+            }
+            Ok(7)
+        })
+        .retry(RetryStrategy::fixed(5, Duration::from_millis(50)))
+        .await?;
+    let scores = ctx
+        .map("score", vec![1u64, 2, 3], |item_ctx, x, _| async move {
+            item_ctx
+                .step("score_item", move |_| async move { Ok(x * 10) })
+                .await
+        })
+        .await?
+        .values()?;
+    let go: Value = ctx
+        .wait_for_event("go")
+        .timeout(Duration::from_secs(3600))
+        .await?;
+    Ok(base + scores.iter().sum::<u64>() + go["bonus"].as_u64().unwrap_or(0))
+}
+
 async fn server(keys: &str) -> (DevServer, tempfile::TempDir, String) {
     let dir = tempfile::tempdir().unwrap();
     let mut options = DevOptions::new(dir.path().to_owned());
@@ -122,6 +149,7 @@ async fn server(keys: &str) -> (DevServer, tempfile::TempDir, String) {
     options.sweep_every = Duration::from_millis(200);
     let mut registry: Registry = siesta_workflows::registry();
     registry.register("steps", steps);
+    registry.register("gallery", gallery);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let server = start(listener, options, registry).await.unwrap();
     let base = format!("http://{}", server.addr);
@@ -294,6 +322,73 @@ async fn an_order_is_paid_through_the_ui_and_its_waterfall_shows_the_steps() {
         .await
         .unwrap();
     println!("run page with {rows} timeline events: {figures}");
+    server.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_waterfall_shows_attempts_and_nested_items_and_an_event_is_sent_through_the_ui() {
+    let Some(browser) = browser().await else {
+        return;
+    };
+    let client = &browser.client;
+    let (server, _dir, base) = server("").await;
+    let run = start_run(
+        &base,
+        None,
+        json!({"workflow": "gallery", "input": {}}),
+        false,
+    )
+    .await;
+    let id = run["id"].as_str().unwrap().to_owned();
+    client.goto(&format!("{base}/ui/runs/{id}")).await.unwrap();
+
+    // Live refresh brings the run to its event wait, with the step's three attempts
+    // (two failed) and the map's items nested under it.
+    find(client, r#".wait[data-kind="event"]"#).await;
+    find(
+        client,
+        r#".wf-row[data-op="flaky_fetch#0"][data-state="ok"]"#,
+    )
+    .await;
+    for (attempt, state) in [(1, "failed"), (2, "failed"), (3, "ok")] {
+        find(
+            client,
+            &format!(
+                r#".wf-row.attempt[data-op="flaky_fetch#0"][data-attempt="{attempt}"] .bar.{state}"#
+            ),
+        )
+        .await;
+    }
+    let items = client
+        .find_all(Locator::Css(".wf-row[data-depth=\"1\"]"))
+        .await
+        .unwrap()
+        .len();
+    assert!(items >= 3, "the map's items are nested under it: {items}");
+    let lifecycle = find(client, "#lifecycle").await.text().await.unwrap();
+    assert!(lifecycle.contains("event go is delivered"), "{lifecycle}");
+
+    // The event goes in through the UI's action, and the run completes.
+    find(client, r#".wait button[data-action="event"]"#)
+        .await
+        .click()
+        .await
+        .unwrap();
+    let name = find(client, r#"#dialog input[name="name"]"#).await;
+    assert_eq!(name.prop("value").await.unwrap().as_deref(), Some("go"));
+    let body = find(client, r#"#dialog textarea[name="body"]"#).await;
+    body.clear().await.unwrap();
+    body.send_keys(r#"{"bonus": 1000}"#).await.unwrap();
+    find(client, "#dialog-confirm").await.click().await.unwrap();
+    find(client, r#"h1 .badge[data-status="completed"]"#).await;
+    let result: Value = reqwest::get(format!("{base}/runs/{id}/result"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(result["output"], 7 + 60 + 1000);
+    screenshot(client, "ui-waterfall.png").await;
     server.stop();
 }
 

@@ -348,7 +348,7 @@ function waterfall(model, view) {
       bars = bar(op.start, end, cls, title);
     }
     const child = op.child ? ` · ${runLink(op.child, 'child run')}` : '';
-    out.push(`<div class="wf-row" data-op="${esc(op.id)}" data-state="${esc(op.state)}" title="${esc(title)}">
+    out.push(`<div class="wf-row" data-op="${esc(op.id)}" data-state="${esc(op.state)}" data-depth="${depth}" title="${esc(title)}">
       <span class="label" style="padding-left:${depth * 16}px">${esc(op.name)}<span class="sub">${esc(op.sub || '')} · ${duration(took)}</span>${child}</span>
       <span class="track">${bars}</span></div>`);
     if (op.attempts.length > 1) {
@@ -569,8 +569,8 @@ function renderRun(state) {
     <section class="card"><h2>Timeline</h2><div class="wf" id="waterfall">${wf.rows.slice(0, FIRST_ROWS).join('')}<div id="wf-more"></div>${wf.legend}</div></section>
     <section class="card io">${valueHtml('Input', view.input)}${valueHtml('Output', view.output)}${view.error ? valueHtml('Error', view.error) : ''}</section>
     <section class="card"><h2>Events <span class="muted">(${events.length})</span></h2>
-      <table class="events"><thead><tr><th>Seq</th><th>Time</th><th>Event</th><th>Sub-type</th><th>Operation</th><th>Parent</th><th>Details</th></tr></thead>
-      <tbody id="events">${eventRows(events.slice(0, FIRST_ROWS))}</tbody></table></section>`;
+      <div class="table-wrap"><table class="events"><thead><tr><th>Seq</th><th>Time</th><th>Event</th><th>Sub-type</th><th>Operation</th><th>Parent</th><th>Details</th></tr></thead>
+      <tbody id="events">${eventRows(events.slice(0, FIRST_ROWS))}</tbody></table></div></section>`;
   // The rows below the fold are added after the first paint, a slice per task.
   const tbody = document.getElementById('events');
   const more = (from) => {
