@@ -205,6 +205,15 @@ async fn an_order_is_paid_through_the_ui_and_its_waterfall_shows_the_steps() {
     )
     .await;
     let id = run["id"].as_str().unwrap().to_owned();
+    // Company in the list: a finished run and a failed one.
+    start_run(&base, None, json!({"workflow": "steps", "input": 3}), true).await;
+    start_run(
+        &base,
+        None,
+        json!({"workflow": "order", "input": {"item": "", "amount": 0.0}}),
+        true,
+    )
+    .await;
 
     // The list shows the run; live refresh brings it to `waiting` at its callback.
     client.goto(&format!("{base}/")).await.unwrap();
@@ -422,11 +431,13 @@ async fn with_api_keys_the_ui_asks_for_a_key_once_and_shows_only_that_tenants_ru
         .click()
         .await
         .unwrap();
-    find(
+    let row = find(
         client,
         &format!(r#"tr[data-run-id="{}"]"#, ours["id"].as_str().unwrap()),
     )
     .await;
+    let text = row.text().await.unwrap();
+    assert!(text.contains("acme"), "the run's tenant is shown: {text}");
     let other = client
         .find_all(Locator::Css(&format!(
             r#"tr[data-run-id="{}"]"#,

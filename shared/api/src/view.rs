@@ -11,6 +11,8 @@ pub struct RunView {
     pub id: String,
     /// The workflow it runs.
     pub workflow: String,
+    /// The tenant it belongs to (the caller's: another tenant's run is not found).
+    pub tenant: String,
     /// Where it is in its life.
     pub status: RunStatus,
     /// Its version (the `ETag`).
@@ -84,6 +86,7 @@ impl RunView {
         let mut view = RunView {
             id: run.id.to_string(),
             workflow: run.workflow.clone(),
+            tenant: run.tenant.to_string(),
             status: run.status,
             version: run.version,
             input: payload_json(&run.input),
