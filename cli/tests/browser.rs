@@ -460,5 +460,61 @@ async fn with_api_keys_the_ui_asks_for_a_key_once_and_shows_only_that_tenants_ru
             .unwrap()
             .is_empty()
     );
+
+    // Cancel, confirmed on a version the run has since left: the API's 412 is shown in
+    // the dialog and nothing happens; confirmed again on the current version, it is done.
+    let id = ours["id"].as_str().unwrap();
+    find(client, r#"button[data-action="cancel"]"#)
+        .await
+        .click()
+        .await
+        .unwrap();
+    find(client, "#dialog-confirm").await;
+    let injected = reqwest::Client::new()
+        .post(format!("{base}/runs/{id}/messages"))
+        .bearer_auth("key-a")
+        .json(&json!({"note": "the run moves on"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(injected.status(), 202);
+    find(client, "#dialog-confirm").await.click().await.unwrap();
+    let error = find(client, "#action-error.shown")
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        error.starts_with("412"),
+        "the API's error is shown: {error}"
+    );
+    find(client, "#dialog-cancel").await.click().await.unwrap();
+    let view: Value = reqwest::Client::new()
+        .get(format!("{base}/runs/{id}"))
+        .bearer_auth("key-a")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        view["status"], "waiting",
+        "the stale cancel changed nothing"
+    );
+    // Live refresh shows the run's new version; the next cancel is sent with it.
+    find(
+        client,
+        &format!(
+            r#"button[data-action="cancel"][data-version="{}"]"#,
+            view["version"]
+        ),
+    )
+    .await
+    .click()
+    .await
+    .unwrap();
+    find(client, "#dialog-confirm").await.click().await.unwrap();
+    find(client, r#"h1 .badge[data-status="cancelled"]"#).await;
     server.stop();
 }

@@ -483,7 +483,7 @@ function actionsHtml(view, model) {
       b.push(`<button type="button" data-action="resolve" data-op="${esc(op.id)}">Resolve ${esc(op.name)}…</button>`);
     }
   }
-  if (!done) b.push('<button type="button" class="danger" data-action="cancel">Cancel run…</button>');
+  if (!done) b.push(`<button type="button" class="danger" data-action="cancel" data-version="${view.version}">Cancel run…</button>`);
   if (!b.length) return '';
   return `<section class="card"><h2>Actions</h2><div class="buttons">${b.join('')}</div>
     <p class="muted">Each action asks first and is sent with <code>If-Match: "${view.version}"</code> (the version shown here); an error from the API is shown as it is.</p></section>`;
