@@ -7,6 +7,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use fantoccini::{Client, ClientBuilder, Locator};
@@ -142,6 +143,24 @@ async fn gallery(ctx: Context, _input: Value) -> Result<u64, Error> {
     Ok(base + scores.iter().sum::<u64>() + go["bonus"].as_u64().unwrap_or(0))
 }
 
+/// Whether the partner `fragile` calls is up; the parked-run test brings it up.
+static PARTNER_UP: AtomicBool = AtomicBool::new(false);
+
+/// One call to a partner that is down until the test says otherwise; when its one
+/// attempt fails the run is parked for an operator.
+async fn fragile(ctx: Context, _input: Value) -> Result<String, Error> {
+    ctx.step("call_partner", |_| async move {
+        if PARTNER_UP.load(Ordering::SeqCst) {
+            Ok("partner answered".to_owned())
+        } else {
+            Err(StepError::retryable("partner is down"))
+        }
+    })
+    .retry(RetryStrategy::none())
+    .park_on_exhaustion()
+    .await
+}
+
 async fn server(keys: &str) -> (DevServer, tempfile::TempDir, String) {
     let dir = tempfile::tempdir().unwrap();
     let mut options = DevOptions::new(dir.path().to_owned());
@@ -150,6 +169,7 @@ async fn server(keys: &str) -> (DevServer, tempfile::TempDir, String) {
     let mut registry: Registry = siesta_workflows::registry();
     registry.register("steps", steps);
     registry.register("gallery", gallery);
+    registry.register("fragile", fragile);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let server = start(listener, options, registry).await.unwrap();
     let base = format!("http://{}", server.addr);
@@ -353,6 +373,7 @@ async fn the_waterfall_shows_attempts_and_nested_items_and_an_event_is_sent_thro
 
     // Live refresh brings the run to its event wait, with the step's three attempts
     // (two failed) and the map's items nested under it.
+    find(client, r#"h1 .badge[data-status="waiting"]"#).await;
     find(client, r#".wait[data-kind="event"]"#).await;
     find(
         client,
@@ -398,6 +419,53 @@ async fn the_waterfall_shows_attempts_and_nested_items_and_an_event_is_sent_thro
         .unwrap();
     assert_eq!(result["output"], 7 + 60 + 1000);
     screenshot(client, "ui-waterfall.png").await;
+    server.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parked_run_is_explained_and_resumed_through_the_ui() {
+    let Some(browser) = browser().await else {
+        return;
+    };
+    let client = &browser.client;
+    let (server, _dir, base) = server("").await;
+    let run = start_run(
+        &base,
+        None,
+        json!({"workflow": "fragile", "input": {}}),
+        false,
+    )
+    .await;
+    let id = run["id"].as_str().unwrap();
+    client.goto(&format!("{base}/ui/runs/{id}")).await.unwrap();
+    find(client, r#"h1 .badge[data-status="parked"]"#).await;
+    let lifecycle = find(client, "#lifecycle").await.text().await.unwrap();
+    assert!(lifecycle.contains("needs an operator"), "{lifecycle}");
+    assert!(lifecycle.contains("partner is down"), "{lifecycle}");
+    find(
+        client,
+        r#".wf-row[data-op="call_partner#0"][data-state="failed"]"#,
+    )
+    .await;
+
+    // The partner is back; the operator resumes the run from its page.
+    PARTNER_UP.store(true, Ordering::SeqCst);
+    find(client, r#"button[data-action="resume"]"#)
+        .await
+        .click()
+        .await
+        .unwrap();
+    let what = find(client, "#dialog #what").await.text().await.unwrap();
+    assert!(what.contains(&format!("POST /runs/{id}/resume")), "{what}");
+    find(client, "#dialog-confirm").await.click().await.unwrap();
+    find(client, r#"#events tr.ev[data-type="RunResumed"]"#).await;
+    // Replay goes on from the journal: today the exhausted step's failure reaches the
+    // workflow (the run fails); were the step tried again, it would now succeed.
+    find(
+        client,
+        r#"h1 .badge[data-status="failed"], h1 .badge[data-status="completed"]"#,
+    )
+    .await;
     server.stop();
 }
 

@@ -378,7 +378,7 @@ function summary(d) {
 function eventRows(events) {
   return events.map((e) => {
     const cls = /Succeeded$/.test(e.EventType) ? 'ev-Succeeded' : /(Failed|TimedOut)$/.test(e.EventType) ? 'ev-Failed' : '';
-    return `<tr class="ev" data-seq="${e.Seq}"><td class="num">${e.Seq}</td><td class="t">${timeHtml(e.EventTimestamp)}</td>
+    return `<tr class="ev" data-seq="${e.Seq}" data-type="${esc(e.EventType)}"><td class="num">${e.Seq}</td><td class="t">${timeHtml(e.EventTimestamp)}</td>
       <td class="${cls}">${esc(e.EventType)}</td><td>${esc(e.SubType || '')}</td><td class="mono">${esc(e.Id || '')}</td>
       <td class="mono">${esc(e.ParentId || '')}</td><td class="summary">${esc(summary(e.Details))}</td></tr>`;
   }).join('');
@@ -404,7 +404,7 @@ function explain(view, model) {
       lines.push(`<p><b>Parked</b>: it needs an operator; nothing runs until someone acts.</p><p class="error-box">${esc(errorText(view.error))}</p>`);
       lines.push(unknown.length
         ? '<p>A side-effecting tool call was found running after a crash and nothing could tell whether it happened. Resolve it (below), or cancel the run.</p>'
-        : '<p>Fix the cause (e.g. deploy code that matches its journal), then resume it; or cancel it.</p>');
+        : '<p>Resume wakes it to replay from its journal — fix the cause first (e.g. deploy code that matches its journal), or it parks or fails again; cancel ends it.</p>');
       break;
     }
     case 'completed': lines.push(`<p><b>Completed</b> at ${timeHtml(view.updated_at)} after ${duration(took)}.</p>`); break;
