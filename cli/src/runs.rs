@@ -78,14 +78,14 @@ impl Remote {
             .await?;
         self.print(&body, |b| {
             println!(
-                "{:<40} {:<12} {:<10} {:<25} {:<25} {:>12} {:>7}",
+                "{:<40} {:<12} {:<10} {:<26} {:<26} {:>12} {:>7}",
                 "RUN", "WORKFLOW", "STATUS", "STARTED", "FINISHED", "DURATION", "VERSION"
             );
             let now = chrono::Utc::now().timestamp_millis();
             for run in b["runs"].as_array().into_iter().flatten() {
                 let times = RunTimes::of(run);
                 println!(
-                    "{:<40} {:<12} {} {:<25} {:<25} {:>12} {:>7}",
+                    "{:<40} {:<12} {} {:<26} {:<26} {:>12} {:>7}",
                     run["id"].as_str().unwrap_or(""),
                     run["workflow"].as_str().unwrap_or(""),
                     paint_status(run["status"].as_str().unwrap_or("")),
@@ -112,6 +112,11 @@ impl Remote {
                 paint_status(b["status"].as_str().unwrap_or(""))
             );
             println!("version   {}", b["version"]);
+            println!(
+                "web UI    {}{}",
+                self.url.trim_end_matches('/'),
+                siesta_ui::run_page_path(id)
+            );
             let times = RunTimes::of(b);
             if let Some(started) = times.started {
                 println!("started   {}", local_time(started));
