@@ -117,7 +117,8 @@ async fn steps(ctx: Context, n: u32) -> Result<u64, Error> {
 }
 
 /// A step that fails twice before it succeeds, a `map` whose items run in child
-/// contexts, then a wait for the `go` event: attempts, nesting and an event wait.
+/// contexts, a child run, then a wait for the `go` event: attempts, nesting, a linked
+/// child run and an event wait.
 async fn gallery(ctx: Context, _input: Value) -> Result<u64, Error> {
     let base: u64 = ctx
         .step("flaky_fetch", |step| async move {
@@ -136,11 +137,12 @@ async fn gallery(ctx: Context, _input: Value) -> Result<u64, Error> {
         })
         .await?
         .values()?;
+    let child: u64 = ctx.invoke("child", "steps", 3u32).await?;
     let go: Value = ctx
         .wait_for_event("go")
         .timeout(Duration::from_secs(3600))
         .await?;
-    Ok(base + scores.iter().sum::<u64>() + go["bonus"].as_u64().unwrap_or(0))
+    Ok(base + scores.iter().sum::<u64>() + child + go["bonus"].as_u64().unwrap_or(0))
 }
 
 /// Whether the partner `fragile` calls is up; the parked-run test brings it up.
@@ -397,6 +399,14 @@ async fn the_waterfall_shows_attempts_and_nested_items_and_an_event_is_sent_thro
     assert!(items >= 3, "the map's items are nested under it: {items}");
     let lifecycle = find(client, "#lifecycle").await.text().await.unwrap();
     assert!(lifecycle.contains("event go is delivered"), "{lifecycle}");
+    // The child run is linked from its row, and links back to its parent.
+    let child = find(client, r#".wf-row[data-op="child#0"][data-state="ok"] a"#)
+        .await
+        .attr("href")
+        .await
+        .unwrap()
+        .expect("a link to the child run");
+    assert!(child.starts_with("/ui/runs/"), "{child}");
 
     // The event goes in through the UI's action, and the run completes.
     find(client, r#".wait button[data-action="event"]"#)
@@ -417,8 +427,11 @@ async fn the_waterfall_shows_attempts_and_nested_items_and_an_event_is_sent_thro
         .json()
         .await
         .unwrap();
-    assert_eq!(result["output"], 7 + 60 + 1000);
+    assert_eq!(result["output"], 7 + 60 + 3 + 1000);
     screenshot(client, "ui-waterfall.png").await;
+    client.goto(&format!("{base}{child}")).await.unwrap();
+    let parent = find(client, ".meta a").await.attr("href").await.unwrap();
+    assert_eq!(parent.as_deref(), Some(format!("/ui/runs/{id}").as_str()));
     server.stop();
 }
 

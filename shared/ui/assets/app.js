@@ -255,6 +255,7 @@ function buildModel(events) {
   for (const e of events) {
     const t = e.EventType, d = e.Details || {}, at = e.EventTimestamp;
     if (run.start == null) run.start = at;
+    if (t === 'ExecutionStarted' && d.ParentRunId) run.parent = d.ParentRunId;
     if (t === 'ExecutionSucceeded' || t === 'ExecutionFailed' || t === 'ExecutionCancelled') run.end = at;
     if (t === 'InvocationCompleted') { run.invocations.push(at); run.nextWakeAt = d.NextWakeAt ?? null; }
     if (t === 'CallbackDelivered' && d.Outcome === 'heartbeat') run.heartbeats.set(d.CallbackId, at);
@@ -297,6 +298,15 @@ function buildModel(events) {
     const parent = op.parent && ops.get(op.parent);
     if (parent && parent !== op) parent.children.push(op); else roots.push(op);
   }
+  // An operation spans its children: a map or context whose own start event is missing
+  // still begins where its first child does.
+  const span = (op) => {
+    for (const c of op.children) {
+      span(c);
+      op.start = Math.min(op.start, c.start);
+    }
+  };
+  roots.forEach(span);
   return { ops, roots, run };
 }
 
@@ -428,7 +438,10 @@ function waitSentence(w, model) {
     case 'event': return `event <b>${esc(w.event)}</b> is delivered${until}`;
     case 'timer': return `the timer <b>${esc(opName(model, w.operation))}</b> fires at ${timeHtml(w.deadline)} (${relative(w.deadline)})`;
     case 'retry': return `operation <b>${esc(opName(model, w.operation))}</b> is tried again at ${timeHtml(w.deadline)} (${relative(w.deadline)})`;
-    case 'child': return `the child run of <b>${esc(opName(model, w.operation))}</b> finishes`;
+    case 'child': {
+      const op = model.ops.get(w.operation);
+      return `the ${op && op.child ? runLink(op.child, 'child run') : 'child run'} of <b>${esc(opName(model, w.operation))}</b> finishes`;
+    }
     default: return `${esc(w.kind)} ${esc(w.operation)}${until}`;
   }
 }
@@ -558,6 +571,7 @@ function renderRun(state) {
   main.innerHTML = `<h1>${esc(view.workflow)} ${badge(view.status)}</h1>
     <div class="meta"><span>run <b class="mono">${esc(view.id)}</b></span>
       ${view.tenant != null ? `<span>tenant <b>${esc(view.tenant)}</b></span>` : ''}
+      ${model.run.parent ? `<span>started by ${runLink(model.run.parent, 'its parent run')}</span>` : ''}
       <span>started <b>${timeHtml(view.created_at)}</b></span>
       <span>finished <b>${timeHtml(end)}</b></span>
       <span>duration <b>${duration((end ?? Date.now()) - view.created_at)}${end ? '' : ' so far'}</b></span>
