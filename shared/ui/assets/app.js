@@ -58,7 +58,8 @@ const json = (v) => JSON.stringify(v, null, 2);
 const badge = (status) => `<span class="badge" data-status="${esc(status)}">${esc(status)}</span>`;
 const runLink = (id, text) => `<a href="/ui/runs/${encodeURIComponent(id)}" data-nav>${esc(text ?? id)}</a>`;
 const finishedAt = (run) => (FINISHED.includes(run.status) ? run.updated_at : null);
-const codeVersion = (run) => run.code_version ?? null;
+// The code version the run started on, under either name the run view may give it.
+const codeVersion = (run) => run.code_version ?? run.build_id ?? null;
 function errorText(e) {
   if (!e) return '';
   let s = `${e.kind}: ${e.message}`;
