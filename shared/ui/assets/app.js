@@ -282,7 +282,9 @@ function buildModel(events) {
       close('ok');
       if (!d.Retrying) { op.end = at; op.state = 'ok'; }
     } else if (t === 'StepFailed') {
-      close('failed');
+      // A wait_for_condition check that found "not yet" is recorded as a retrying
+      // StepFailed without an error: a finished check, not a failure.
+      close(op.sub === 'WaitForCondition' && d.Retrying && !d.Error ? 'ok' : 'failed');
       if (d.Retrying) op.retryAt = d.NextAttemptAt ?? null; else { op.end = at; op.state = 'failed'; }
     } else if (t === 'ToolCallRecorded') {
       if (d.Status === 'unknown') op.state = 'unknown';
@@ -350,8 +352,8 @@ function waterfall(model, view) {
     if (kind === 'work' && op.attempts.length) {
       bars = op.attempts.map((a, i) => {
         const next = op.attempts[i + 1];
-        const gap = a.end != null && (next || op.retryAt) && a.state === 'failed'
-          ? bar(a.end, next ? next.start : (op.state === 'open' ? null : op.end), 'waiting', `retry wait after attempt ${a.n}`) : '';
+        const gap = a.end != null && (next || (op.state === 'open' && op.retryAt)) && (a.state === 'failed' || op.sub === 'WaitForCondition')
+          ? bar(a.end, next ? next.start : null, 'waiting', `retry wait after attempt ${a.n}`) : '';
         return gap + bar(a.start, a.end ?? (live ? null : end), a.state === 'open' ? '' : a.state, `attempt ${a.n}: ${a.state === 'ok' ? 'succeeded' : a.state}`);
       }).join('');
     } else {
