@@ -342,6 +342,7 @@ async fn an_order_is_paid_through_the_ui_and_its_waterfall_shows_the_steps() {
                  events: window.siestaRunRendered.events,
                  fetch_ms: window.siestaRunRendered.fetchMs,
                  render_ms: window.siestaRunRendered.renderMs,
+                 layout_ms: window.siestaRunRendered.layoutMs,
                  script_started_ms: window.siestaRunRendered.startedMs,
                  painted_ms: window.siestaRunRendered.paintedMs,
                  painted_after_script_ms: window.siestaRunRendered.paintedMs - window.siestaRunRendered.startedMs,
