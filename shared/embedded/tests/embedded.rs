@@ -200,3 +200,51 @@ async fn the_default_receive_limit_is_five() {
         vec![wake(&run)]
     );
 }
+
+/// GIVEN the writer held up by another connection's write lock WHEN 64 creates arrive
+/// meanwhile, eight of them repeating another's run id THEN they are committed in at
+/// most two transactions (group commit: one fsync each), every distinct run is stored,
+/// and each repeat alone fails with `AlreadyExists` — one operation's failure undoes
+/// nothing of the others in its group.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_writes_share_one_commit_and_keep_their_own_outcomes() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let path = dir.path().join("siesta.db");
+    let clock = Arc::new(ManualClock::default());
+    let embedded = EmbeddedBackend::open(&path, clock.clone()).expect("open");
+    let backend = embedded.backend();
+    let runs: Vec<(Run, TimelineEvent)> = (0..56).map(|_| pending_run(&clock, "t1")).collect();
+    let mut writes: Vec<(Run, TimelineEvent)> = runs.clone();
+    writes.extend(runs.iter().take(8).cloned());
+
+    let raw = rusqlite::Connection::open(&path).expect("open the file directly");
+    raw.execute_batch("BEGIN IMMEDIATE")
+        .expect("hold the write lock");
+    let mut all = std::pin::pin!(futures::future::join_all(
+        writes
+            .iter()
+            .map(|(run, started)| backend.store.create_run(run, started))
+    ));
+    // The first poll queues every write with the writer, which waits for the lock.
+    assert!(futures::poll!(&mut all).is_pending());
+    raw.execute_batch("COMMIT").expect("release the write lock");
+    let outcomes = all.await;
+
+    let stored = outcomes.iter().filter(|o| o.is_ok()).count();
+    let repeats = outcomes
+        .iter()
+        .filter(|o| matches!(o, Err(StoreError::AlreadyExists)))
+        .count();
+    assert_eq!((stored, repeats), (56, 8), "{outcomes:?}");
+    for (run, _) in &runs {
+        let got = backend
+            .store
+            .get_run(&run.tenant, &run.id)
+            .await
+            .expect("get_run");
+        assert_eq!(got.as_ref(), Some(run));
+    }
+    let stats = embedded.writer_stats();
+    assert_eq!(stats.writes, 56);
+    assert!(stats.commits <= 2, "{stats:?}");
+}
