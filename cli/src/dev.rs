@@ -42,6 +42,11 @@ pub struct DevOptions {
     /// The backend to run on; `None`: the embedded one in `data_dir`. `siesta dev
     /// --backend aws` passes the AWS backend (DynamoDB, S3, SQS).
     pub backend: Option<siesta::ports::Backend>,
+    /// Most wake-ups the worker handles at once.
+    pub workers: usize,
+    /// What an acknowledged write to the embedded backend survives (default: an OS
+    /// crash, fsync before every acknowledgement).
+    pub durability: siesta_embedded::Durability,
 }
 
 impl std::fmt::Debug for DevOptions {
@@ -53,6 +58,8 @@ impl std::fmt::Debug for DevOptions {
             .field("max_webhook_body", &self.max_webhook_body)
             .field("sources", &self.sources)
             .field("lease_ttl", &self.lease_ttl)
+            .field("workers", &self.workers)
+            .field("durability", &self.durability)
             .field(
                 "clock",
                 &self.clock.as_ref().map_or("system", |_| "injected"),
@@ -78,6 +85,8 @@ impl DevOptions {
             sources: Vec::new(),
             clock: None,
             backend: None,
+            workers: WorkerConfig::default().concurrency,
+            durability: siesta_embedded::Durability::Full,
         }
     }
 
@@ -137,9 +146,13 @@ pub async fn start(
         .unwrap_or_else(|| Arc::new(SystemClock));
     let backend = match options.backend.clone() {
         Some(backend) => backend,
-        None => siesta_embedded::EmbeddedBackend::open(
+        None => siesta_embedded::EmbeddedBackend::open_with_options(
             options.data_dir.join("siesta.db"),
             clock.clone(),
+            siesta_embedded::EmbeddedOptions {
+                durability: options.durability,
+                ..siesta_embedded::EmbeddedOptions::default()
+            },
         )
         .with_context(|| {
             format!(
@@ -176,18 +189,11 @@ pub async fn start(
     });
     let worker = {
         let engine = engine.clone();
-        tokio::spawn(async move {
-            loop {
-                match engine.work_queue_once(10).await {
-                    Ok(0) => tokio::time::sleep(Duration::from_millis(25)).await,
-                    Ok(_) => {}
-                    Err(e) => {
-                        tracing::warn!(error = %e, "worker");
-                        tokio::time::sleep(Duration::from_millis(250)).await;
-                    }
-                }
-            }
-        })
+        let config = WorkerConfig {
+            concurrency: options.workers,
+            ..WorkerConfig::default()
+        };
+        tokio::spawn(async move { engine.work(config).await })
     };
     let sweeper = {
         let engine = engine.clone();

@@ -66,6 +66,16 @@ enum Command {
         /// (DynamoDB, S3 and SQS, on the emulators or on AWS).
         #[arg(long, env = "SIESTA_BACKEND", value_enum, default_value_t = BackendKind::Embedded)]
         backend: BackendKind,
+        /// Most wake-ups the worker handles at once (one slow step never holds up
+        /// another run while slots are free).
+        #[arg(long, default_value_t = siesta::WorkerConfig::default().concurrency)]
+        workers: usize,
+        /// What an acknowledged write to the embedded backend survives: `full` (the
+        /// default) fsyncs before every acknowledgement, so it survives an OS crash or a
+        /// power loss; `relaxed` skips the fsync — faster, but the last writes before
+        /// an OS crash may be lost (a process kill loses nothing).
+        #[arg(long, value_enum, default_value_t = DurabilityKind::Full)]
+        durability: DurabilityKind,
         #[command(flatten)]
         aws: AwsArgs,
     },
@@ -96,6 +106,15 @@ enum BackendKind {
     /// DynamoDB, S3 and SQS, configured as every AWS tool is (the default credential
     /// chain, `AWS_REGION`, `AWS_ENDPOINT_URL`, `AWS_ENDPOINT_URL_<SERVICE>`).
     Aws,
+}
+
+/// What an acknowledged write to the embedded backend survives.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum DurabilityKind {
+    /// fsync before every acknowledgement (group commit): survives an OS crash.
+    Full,
+    /// No fsync: survives a process kill, not an OS crash or a power loss.
+    Relaxed,
 }
 
 /// Where the AWS backend's resources are.
@@ -204,12 +223,19 @@ async fn main() -> anyhow::Result<()> {
             sweep_every_ms,
             webhook_sources,
             backend,
+            workers,
+            durability,
             aws,
         } => {
             let mut options = siesta_cli::dev::DevOptions::new(data_dir);
             options.api_keys = siesta_cli::dev::DevOptions::parse_api_keys(&api_keys)?;
             options.lease_ttl = Duration::from_millis(lease_ttl_ms.max(100));
             options.sweep_every = Duration::from_millis(sweep_every_ms.max(50));
+            options.workers = workers.max(1);
+            options.durability = match durability {
+                DurabilityKind::Full => siesta_embedded::Durability::Full,
+                DurabilityKind::Relaxed => siesta_embedded::Durability::Relaxed,
+            };
             options.sources = siesta_api::WebhookSource::parse_all(&webhook_sources)
                 .map_err(anyhow::Error::msg)?;
             if backend == BackendKind::Aws {

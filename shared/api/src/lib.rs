@@ -89,6 +89,7 @@ impl From<ApiError> for ApiResponse {
 #[derive(Clone)]
 pub struct ControlApi {
     engine: Engine,
+    max_wait: Duration,
 }
 
 #[derive(Deserialize)]
@@ -120,7 +121,17 @@ struct FailureBody {
 impl ControlApi {
     /// The API over `engine`.
     pub fn new(engine: Engine) -> Self {
-        ControlApi { engine }
+        ControlApi {
+            engine,
+            max_wait: MAX_WAIT,
+        }
+    }
+
+    /// The longest a request is held for `Prefer: wait` (at most [`MAX_WAIT`]): behind
+    /// API Gateway, under its 30 s limit and the invocation's remaining time.
+    pub fn with_max_wait(mut self, max_wait: Duration) -> Self {
+        self.max_wait = max_wait.min(MAX_WAIT);
+        self
     }
 
     /// The engine underneath.
@@ -301,22 +312,33 @@ impl ControlApi {
         ))
     }
 
+    /// Hold until the run is finished or `wait` passes. In a process that runs the
+    /// workflows itself (the dev server) the engine says when an invocation ends; where
+    /// another process runs them (Lambda), the run is re-read on a backoff from 10 ms
+    /// to 1 s.
     async fn await_finish(
         &self,
         tenant: &TenantId,
         id: &RunId,
         wait: Duration,
     ) -> Result<Run, ApiError> {
-        let started = Instant::now();
+        let deadline = Instant::now() + wait.min(self.max_wait);
+        let watch = self.engine.watch_run(tenant, id);
+        let mut backoff = Duration::from_millis(10);
         loop {
+            // Registered before the read: an end in between is not missed.
+            let changed = watch.changed();
             let run = self.engine.get_run(tenant, id).await?;
-            if run.status.is_finished() || started.elapsed() >= wait {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if run.status.is_finished() || left.is_zero() {
                 return Ok(run);
             }
-            tokio::time::sleep(
-                Duration::from_millis(50).min(wait.saturating_sub(started.elapsed())),
-            )
-            .await;
+            tokio::select! {
+                _ = changed => {}
+                _ = tokio::time::sleep(backoff.min(left)) => {
+                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                }
+            }
         }
     }
 

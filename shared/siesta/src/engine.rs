@@ -25,6 +25,7 @@ use crate::context::{
 use crate::error::Error;
 use crate::lifecycle::{LifecycleEvent, decide};
 use crate::model::*;
+use crate::notify::{QueueSignal, RunWatch, RunWatchers, SignallingQueue};
 use crate::ports::*;
 use crate::registry::Registry;
 use crate::time::{Clock, Timestamp};
@@ -160,6 +161,8 @@ pub struct Engine {
     registry: Arc<Registry>,
     config: EngineConfig,
     invocations: Arc<AtomicU64>,
+    queue_signal: Arc<QueueSignal>,
+    watchers: Arc<RunWatchers>,
 }
 
 enum Exec {
@@ -186,13 +189,37 @@ impl Engine {
         registry: Registry,
         config: EngineConfig,
     ) -> Self {
+        // Every send through the engine (and the contexts it runs) tells this process's
+        // worker to look at the queue at once.
+        let queue_signal = Arc::new(QueueSignal::default());
+        let backend = Backend {
+            queue: Arc::new(SignallingQueue {
+                inner: backend.queue,
+                signal: queue_signal.clone(),
+                clock: clock.clone(),
+            }),
+            ..backend
+        };
         Engine {
             backend,
             clock,
             registry: Arc::new(registry),
             config,
             invocations: Arc::new(AtomicU64::new(0)),
+            queue_signal,
+            watchers: Arc::new(RunWatchers::default()),
         }
+    }
+
+    /// Watch a run, to hear at once when an invocation of it in this process ends (it
+    /// finished, suspended, was parked) or it is cancelled. Register before reading the
+    /// run; see [`RunWatch`].
+    pub fn watch_run(&self, tenant: &TenantId, run_id: &RunId) -> RunWatch {
+        self.watchers.watch(tenant, run_id)
+    }
+
+    pub(crate) fn queue_signal(&self) -> &QueueSignal {
+        &self.queue_signal
     }
 
     /// The backend it runs on.
@@ -590,6 +617,7 @@ impl Engine {
             }
             Err(CommitError::Aborted(why)) => return Ok(WakeOutcome::Aborted(why)),
         }
+        self.watchers.changed(&run.tenant, &run.id);
         let epoch = shared.epoch.0;
         match ending {
             Ending::Yield => {
@@ -895,6 +923,7 @@ impl Engine {
             }
             match self.backend.store.checkpoint(&checkpoint).await {
                 Ok(()) => {
+                    self.watchers.changed(tenant, run_id);
                     if leased {
                         // The holder sees the flag when its next write conflicts.
                         self.send_wake(tenant, run_id, WakeReason::Delivery, Duration::ZERO, 0)
@@ -1150,7 +1179,11 @@ impl Engine {
     /// Run `work`, extending the visibility of the message `receipt` every half lease
     /// while it lasts, so that a run worked on for longer than the visibility timeout is
     /// not handed to a second worker meanwhile.
-    async fn keep_hidden_while<T>(&self, receipt: &str, work: impl Future<Output = T>) -> T {
+    pub(crate) async fn keep_hidden_while<T>(
+        &self,
+        receipt: &str,
+        work: impl Future<Output = T>,
+    ) -> T {
         let every = (self.config.lease_ttl / 2).max(Duration::from_millis(100));
         let mut work = std::pin::pin!(work);
         loop {
