@@ -120,6 +120,9 @@ pub struct EmbeddedBackend {
 
 struct Inner {
     path: PathBuf,
+    /// SQLite's `:memory:` database lives in its one connection: reads go through the
+    /// writer too.
+    in_memory: bool,
     writer: mpsc::Sender<Box<dyn writer::Job>>,
     readers: Mutex<Vec<Connection>>,
     counters: Arc<writer::Counters>,
@@ -180,6 +183,7 @@ impl EmbeddedBackend {
         }
         Ok(EmbeddedBackend {
             inner: Arc::new(Inner {
+                in_memory: path.as_os_str() == ":memory:",
                 path,
                 writer: sender,
                 readers: Mutex::new(Vec::new()),
@@ -247,8 +251,12 @@ impl EmbeddedBackend {
     /// microseconds, less than a hand-off to another thread would.
     async fn read<T, F>(&self, f: F) -> Result<T, StoreError>
     where
-        F: FnOnce(&Connection) -> Result<T, StoreError>,
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
     {
+        if self.inner.in_memory {
+            return self.tx(move |conn, _| f(conn)).await;
+        }
         let conn = {
             let idle = self
                 .inner

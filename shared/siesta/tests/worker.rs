@@ -8,7 +8,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use siesta::*;
-use support::World;
 use tokio::sync::oneshot;
 
 /// A generous guard so a broken build fails instead of hanging; never reached when the
@@ -66,17 +65,17 @@ async fn settled(engine: &Engine, tenant: &TenantId, run: &RunId) -> Run {
 async fn a_slow_step_does_not_hold_up_another_run() {
     let (open, gate) = oneshot::channel();
     let (entered_tx, entered) = oneshot::channel();
-    let w = World::new(registry(
+    let w = support::world(registry(
         Arc::new(Mutex::new(Some(gate))),
         Arc::new(Mutex::new(Some(entered_tx))),
     ));
+    let (engine, tenant) = (w.engine(), w.tenant().clone());
     let worker = {
-        let engine = w.engine.clone();
+        let engine = engine.clone();
         tokio::spawn(async move { engine.work(WorkerConfig::default()).await })
     };
-    let slow = w
-        .engine
-        .start(&w.tenant, "slow", serde_json::Value::Null, None)
+    let slow = engine
+        .start(&tenant, "slow", serde_json::Value::Null, None)
         .await
         .unwrap();
     tokio::time::timeout(GUARD, entered)
@@ -84,21 +83,20 @@ async fn a_slow_step_does_not_hold_up_another_run() {
         .expect("the slow step starts")
         .unwrap();
 
-    let quick = w
-        .engine
-        .start(&w.tenant, "quick", serde_json::Value::Null, None)
+    let quick = engine
+        .start(&tenant, "quick", serde_json::Value::Null, None)
         .await
         .unwrap();
-    let done = tokio::time::timeout(GUARD, settled(&w.engine, &w.tenant, &quick.id))
+    let done = tokio::time::timeout(GUARD, settled(&engine, &tenant, &quick.id))
         .await
         .expect("the quick run completes while the slow one holds its step");
     assert_eq!(done.status, RunStatus::Completed);
     assert_eq!(done.output, Some(Payload::Inline(serde_json::json!(2))));
-    let held = w.engine.get_run(&w.tenant, &slow.id).await.unwrap();
+    let held = engine.get_run(&tenant, &slow.id).await.unwrap();
     assert_eq!(held.status, RunStatus::Running, "still in its step");
 
     open.send(()).unwrap();
-    let done = tokio::time::timeout(GUARD, settled(&w.engine, &w.tenant, &slow.id))
+    let done = tokio::time::timeout(GUARD, settled(&engine, &tenant, &slow.id))
         .await
         .expect("the slow run completes once released");
     assert_eq!(done.output, Some(Payload::Inline(serde_json::json!(1))));
@@ -112,16 +110,17 @@ async fn a_slow_step_does_not_hold_up_another_run() {
 async fn a_sent_wake_up_reaches_a_sleeping_worker_without_polling() {
     let (_open, gate) = oneshot::channel();
     let (entered_tx, _entered) = oneshot::channel();
-    let w = World::new(registry(
+    let w = support::world(registry(
         Arc::new(Mutex::new(Some(gate))),
         Arc::new(Mutex::new(Some(entered_tx))),
     ));
+    let (engine, tenant) = (w.engine(), w.tenant().clone());
     let config = WorkerConfig {
         idle_look: Duration::from_secs(3600),
         ..WorkerConfig::default()
     };
     let worker = {
-        let engine = w.engine.clone();
+        let engine = engine.clone();
         tokio::spawn(async move { engine.work(config).await })
     };
     // Let the worker find the queue empty and go to sleep first.
@@ -129,12 +128,11 @@ async fn a_sent_wake_up_reaches_a_sleeping_worker_without_polling() {
         tokio::task::yield_now().await;
     }
     for _ in 0..3 {
-        let run = w
-            .engine
-            .start(&w.tenant, "quick", serde_json::Value::Null, None)
+        let run = engine
+            .start(&tenant, "quick", serde_json::Value::Null, None)
             .await
             .unwrap();
-        let done = tokio::time::timeout(GUARD, settled(&w.engine, &w.tenant, &run.id))
+        let done = tokio::time::timeout(GUARD, settled(&engine, &tenant, &run.id))
             .await
             .expect("the worker was woken by the send");
         assert_eq!(done.status, RunStatus::Completed);
