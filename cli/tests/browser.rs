@@ -5,12 +5,14 @@
 //! `scripts/test`, which installs `chromium` and `chromium-driver`), where they fail.
 //! Every wait is for something the page shows; none is a sleep.
 
+use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use fantoccini::{Client, ClientBuilder, Locator};
+use futures::FutureExt as _;
 use serde_json::{Value, json};
 use siesta::{Context, Error, Registry, RetryStrategy, StepError};
 use siesta_cli::dev::{DevOptions, DevServer, start};
@@ -99,6 +101,30 @@ async fn browser() -> Option<Browser> {
         _driver: driver,
         _profile: profile,
     })
+}
+
+/// Runs `test` with a browser (or skips it, see [`browser`]), then ends the WebDriver
+/// session, which makes chromedriver quit Chromium — also when `test` panics, so that a
+/// failing test leaves no browser behind.
+async fn with_browser<F, Fut>(test: F)
+where
+    F: FnOnce(Client) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let Some(browser) = browser().await else {
+        return;
+    };
+    let outcome = AssertUnwindSafe(test(browser.client.clone()))
+        .catch_unwind()
+        .await;
+    browser
+        .client
+        .close()
+        .await
+        .expect("the browser session ends");
+    if let Err(panic) = outcome {
+        std::panic::resume_unwind(panic);
+    }
 }
 
 /// `n` sequential steps: 2n + 3 timeline events, for a page with many of them.
@@ -214,10 +240,8 @@ async fn screenshot(client: &Client, name: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_order_is_paid_through_the_ui_and_its_waterfall_shows_the_steps() {
-    let Some(browser) = browser().await else {
-        return;
-    };
-    let client = &browser.client;
+    with_browser(|client| async move {
+    let client = &client;
     let (server, _dir, base) = server("").await;
     let run = start_run(
         &base,
@@ -355,248 +379,250 @@ async fn an_order_is_paid_through_the_ui_and_its_waterfall_shows_the_steps() {
         .unwrap();
     println!("run page with {rows} timeline events: {figures}");
     server.stop();
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_waterfall_shows_attempts_and_nested_items_and_an_event_is_sent_through_the_ui() {
-    let Some(browser) = browser().await else {
-        return;
-    };
-    let client = &browser.client;
-    let (server, _dir, base) = server("").await;
-    let run = start_run(
-        &base,
-        None,
-        json!({"workflow": "gallery", "input": {}}),
-        false,
-    )
-    .await;
-    let id = run["id"].as_str().unwrap().to_owned();
-    client.goto(&format!("{base}/ui/runs/{id}")).await.unwrap();
+    with_browser(|client| async move {
+        let client = &client;
+        let (server, _dir, base) = server("").await;
+        let run = start_run(
+            &base,
+            None,
+            json!({"workflow": "gallery", "input": {}}),
+            false,
+        )
+        .await;
+        let id = run["id"].as_str().unwrap().to_owned();
+        client.goto(&format!("{base}/ui/runs/{id}")).await.unwrap();
 
-    // Live refresh brings the run to its event wait, with the step's three attempts
-    // (two failed) and the map's items nested under it.
-    find(client, r#"h1 .badge[data-status="waiting"]"#).await;
-    find(client, r#".wait[data-kind="event"]"#).await;
-    find(
-        client,
-        r#".wf-row[data-op="flaky_fetch#0"][data-state="ok"]"#,
-    )
-    .await;
-    for (attempt, state) in [(1, "failed"), (2, "failed"), (3, "ok")] {
+        // Live refresh brings the run to its event wait, with the step's three attempts
+        // (two failed) and the map's items nested under it.
+        find(client, r#"h1 .badge[data-status="waiting"]"#).await;
+        find(client, r#".wait[data-kind="event"]"#).await;
         find(
+            client,
+            r#".wf-row[data-op="flaky_fetch#0"][data-state="ok"]"#,
+        )
+        .await;
+        for (attempt, state) in [(1, "failed"), (2, "failed"), (3, "ok")] {
+            find(
             client,
             &format!(
                 r#".wf-row.attempt[data-op="flaky_fetch#0"][data-attempt="{attempt}"] .bar.{state}"#
             ),
         )
         .await;
-    }
-    let items = client
-        .find_all(Locator::Css(".wf-row[data-depth=\"1\"]"))
-        .await
-        .unwrap()
-        .len();
-    assert!(items >= 3, "the map's items are nested under it: {items}");
-    let lifecycle = find(client, "#lifecycle").await.text().await.unwrap();
-    assert!(lifecycle.contains("event go is delivered"), "{lifecycle}");
-    // The child run is linked from its row, and links back to its parent.
-    let child = find(client, r#".wf-row[data-op="child#0"][data-state="ok"] a"#)
-        .await
-        .attr("href")
-        .await
-        .unwrap()
-        .expect("a link to the child run");
-    assert!(child.starts_with("/ui/runs/"), "{child}");
+        }
+        let items = client
+            .find_all(Locator::Css(".wf-row[data-depth=\"1\"]"))
+            .await
+            .unwrap()
+            .len();
+        assert!(items >= 3, "the map's items are nested under it: {items}");
+        let lifecycle = find(client, "#lifecycle").await.text().await.unwrap();
+        assert!(lifecycle.contains("event go is delivered"), "{lifecycle}");
+        // The child run is linked from its row, and links back to its parent.
+        let child = find(client, r#".wf-row[data-op="child#0"][data-state="ok"] a"#)
+            .await
+            .attr("href")
+            .await
+            .unwrap()
+            .expect("a link to the child run");
+        assert!(child.starts_with("/ui/runs/"), "{child}");
 
-    // The event goes in through the UI's action, and the run completes.
-    find(client, r#".wait button[data-action="event"]"#)
-        .await
-        .click()
-        .await
-        .unwrap();
-    let name = find(client, r#"#dialog input[name="name"]"#).await;
-    assert_eq!(name.prop("value").await.unwrap().as_deref(), Some("go"));
-    let body = find(client, r#"#dialog textarea[name="body"]"#).await;
-    body.clear().await.unwrap();
-    body.send_keys(r#"{"bonus": 1000}"#).await.unwrap();
-    find(client, "#dialog-confirm").await.click().await.unwrap();
-    find(client, r#"h1 .badge[data-status="completed"]"#).await;
-    let result: Value = reqwest::get(format!("{base}/runs/{id}/result"))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(result["output"], 7 + 60 + 3 + 1000);
-    screenshot(client, "ui-waterfall.png").await;
-    client.goto(&format!("{base}{child}")).await.unwrap();
-    let parent = find(client, ".meta a").await.attr("href").await.unwrap();
-    assert_eq!(parent.as_deref(), Some(format!("/ui/runs/{id}").as_str()));
-    server.stop();
+        // The event goes in through the UI's action, and the run completes.
+        find(client, r#".wait button[data-action="event"]"#)
+            .await
+            .click()
+            .await
+            .unwrap();
+        let name = find(client, r#"#dialog input[name="name"]"#).await;
+        assert_eq!(name.prop("value").await.unwrap().as_deref(), Some("go"));
+        let body = find(client, r#"#dialog textarea[name="body"]"#).await;
+        body.clear().await.unwrap();
+        body.send_keys(r#"{"bonus": 1000}"#).await.unwrap();
+        find(client, "#dialog-confirm").await.click().await.unwrap();
+        find(client, r#"h1 .badge[data-status="completed"]"#).await;
+        let result: Value = reqwest::get(format!("{base}/runs/{id}/result"))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(result["output"], 7 + 60 + 3 + 1000);
+        screenshot(client, "ui-waterfall.png").await;
+        client.goto(&format!("{base}{child}")).await.unwrap();
+        let parent = find(client, ".meta a").await.attr("href").await.unwrap();
+        assert_eq!(parent.as_deref(), Some(format!("/ui/runs/{id}").as_str()));
+        server.stop();
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_parked_run_is_explained_and_resumed_through_the_ui() {
-    let Some(browser) = browser().await else {
-        return;
-    };
-    let client = &browser.client;
-    let (server, _dir, base) = server("").await;
-    let run = start_run(
-        &base,
-        None,
-        json!({"workflow": "fragile", "input": {}}),
-        false,
-    )
-    .await;
-    let id = run["id"].as_str().unwrap();
-    client.goto(&format!("{base}/ui/runs/{id}")).await.unwrap();
-    find(client, r#"h1 .badge[data-status="parked"]"#).await;
-    let lifecycle = find(client, "#lifecycle").await.text().await.unwrap();
-    assert!(lifecycle.contains("needs an operator"), "{lifecycle}");
-    assert!(lifecycle.contains("partner is down"), "{lifecycle}");
-    find(
-        client,
-        r#".wf-row[data-op="call_partner#0"][data-state="failed"]"#,
-    )
-    .await;
+    with_browser(|client| async move {
+        let client = &client;
+        let (server, _dir, base) = server("").await;
+        let run = start_run(
+            &base,
+            None,
+            json!({"workflow": "fragile", "input": {}}),
+            false,
+        )
+        .await;
+        let id = run["id"].as_str().unwrap();
+        client.goto(&format!("{base}/ui/runs/{id}")).await.unwrap();
+        find(client, r#"h1 .badge[data-status="parked"]"#).await;
+        let lifecycle = find(client, "#lifecycle").await.text().await.unwrap();
+        assert!(lifecycle.contains("needs an operator"), "{lifecycle}");
+        assert!(lifecycle.contains("partner is down"), "{lifecycle}");
+        find(
+            client,
+            r#".wf-row[data-op="call_partner#0"][data-state="failed"]"#,
+        )
+        .await;
 
-    // The partner is back; the operator resumes the run from its page.
-    PARTNER_UP.store(true, Ordering::SeqCst);
-    find(client, r#"button[data-action="resume"]"#)
-        .await
-        .click()
-        .await
-        .unwrap();
-    let what = find(client, "#dialog #what").await.text().await.unwrap();
-    assert!(what.contains(&format!("POST /runs/{id}/resume")), "{what}");
-    find(client, "#dialog-confirm").await.click().await.unwrap();
-    find(client, r#"#events tr.ev[data-type="RunResumed"]"#).await;
-    // Replay goes on from the journal: today the exhausted step's failure reaches the
-    // workflow (the run fails); were the step tried again, it would now succeed.
-    find(
-        client,
-        r#"h1 .badge[data-status="failed"], h1 .badge[data-status="completed"]"#,
-    )
+        // The partner is back; the operator resumes the run from its page.
+        PARTNER_UP.store(true, Ordering::SeqCst);
+        find(client, r#"button[data-action="resume"]"#)
+            .await
+            .click()
+            .await
+            .unwrap();
+        let what = find(client, "#dialog #what").await.text().await.unwrap();
+        assert!(what.contains(&format!("POST /runs/{id}/resume")), "{what}");
+        find(client, "#dialog-confirm").await.click().await.unwrap();
+        find(client, r#"#events tr.ev[data-type="RunResumed"]"#).await;
+        // Replay goes on from the journal: today the exhausted step's failure reaches the
+        // workflow (the run fails); were the step tried again, it would now succeed.
+        find(
+            client,
+            r#"h1 .badge[data-status="failed"], h1 .badge[data-status="completed"]"#,
+        )
+        .await;
+        server.stop();
+    })
     .await;
-    server.stop();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_api_keys_the_ui_asks_for_a_key_once_and_shows_only_that_tenants_runs() {
-    let Some(browser) = browser().await else {
-        return;
-    };
-    let client = &browser.client;
-    let (server, _dir, base) = server("key-a=acme,key-b=globex").await;
-    let ours = start_run(
-        &base,
-        Some("key-a"),
-        json!({"workflow": "order", "input": {"item": "anvil", "amount": 10.0}}),
-        false,
-    )
-    .await;
-    let theirs = start_run(
-        &base,
-        Some("key-b"),
-        json!({"workflow": "order", "input": {"item": "rocket", "amount": 99.0}}),
-        false,
-    )
-    .await;
+    with_browser(|client| async move {
+        let client = &client;
+        let (server, _dir, base) = server("key-a=acme,key-b=globex").await;
+        let ours = start_run(
+            &base,
+            Some("key-a"),
+            json!({"workflow": "order", "input": {"item": "anvil", "amount": 10.0}}),
+            false,
+        )
+        .await;
+        let theirs = start_run(
+            &base,
+            Some("key-b"),
+            json!({"workflow": "order", "input": {"item": "rocket", "amount": 99.0}}),
+            false,
+        )
+        .await;
 
-    client.goto(&format!("{base}/")).await.unwrap();
-    let input = find(client, r#"#key-form input[name="key"]"#).await;
-    input.send_keys("key-a").await.unwrap();
-    find(client, "#key-form button")
-        .await
-        .click()
-        .await
-        .unwrap();
-    let row = find(
-        client,
-        &format!(r#"tr[data-run-id="{}"]"#, ours["id"].as_str().unwrap()),
-    )
-    .await;
-    let text = row.text().await.unwrap();
-    assert!(text.contains("acme"), "the run's tenant is shown: {text}");
-    let other = client
-        .find_all(Locator::Css(&format!(
-            r#"tr[data-run-id="{}"]"#,
-            theirs["id"].as_str().unwrap()
-        )))
-        .await
-        .unwrap();
-    assert!(other.is_empty(), "another tenant's run is not shown");
+        client.goto(&format!("{base}/")).await.unwrap();
+        let input = find(client, r#"#key-form input[name="key"]"#).await;
+        input.send_keys("key-a").await.unwrap();
+        find(client, "#key-form button")
+            .await
+            .click()
+            .await
+            .unwrap();
+        let row = find(
+            client,
+            &format!(r#"tr[data-run-id="{}"]"#, ours["id"].as_str().unwrap()),
+        )
+        .await;
+        let text = row.text().await.unwrap();
+        assert!(text.contains("acme"), "the run's tenant is shown: {text}");
+        let other = client
+            .find_all(Locator::Css(&format!(
+                r#"tr[data-run-id="{}"]"#,
+                theirs["id"].as_str().unwrap()
+            )))
+            .await
+            .unwrap();
+        assert!(other.is_empty(), "another tenant's run is not shown");
 
-    // The key is kept: a run page opened directly needs no second prompt.
-    client
-        .goto(&format!("{base}/ui/runs/{}", ours["id"].as_str().unwrap()))
-        .await
-        .unwrap();
-    find(client, "code.callback-url").await;
-    assert!(
+        // The key is kept: a run page opened directly needs no second prompt.
         client
-            .find_all(Locator::Css("#key-form"))
+            .goto(&format!("{base}/ui/runs/{}", ours["id"].as_str().unwrap()))
+            .await
+            .unwrap();
+        find(client, "code.callback-url").await;
+        assert!(
+            client
+                .find_all(Locator::Css("#key-form"))
+                .await
+                .unwrap()
+                .is_empty()
+        );
+
+        // Cancel, confirmed on a version the run has since left: the API's 412 is shown in
+        // the dialog and nothing happens; confirmed again on the current version, it is done.
+        let id = ours["id"].as_str().unwrap();
+        find(client, r#"button[data-action="cancel"]"#)
+            .await
+            .click()
+            .await
+            .unwrap();
+        find(client, "#dialog-confirm").await;
+        let injected = reqwest::Client::new()
+            .post(format!("{base}/runs/{id}/messages"))
+            .bearer_auth("key-a")
+            .json(&json!({"note": "the run moves on"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(injected.status(), 202);
+        find(client, "#dialog-confirm").await.click().await.unwrap();
+        let error = find(client, "#action-error.shown")
+            .await
+            .text()
+            .await
+            .unwrap();
+        assert!(
+            error.starts_with("412"),
+            "the API's error is shown: {error}"
+        );
+        find(client, "#dialog-cancel").await.click().await.unwrap();
+        let view: Value = reqwest::Client::new()
+            .get(format!("{base}/runs/{id}"))
+            .bearer_auth("key-a")
+            .send()
             .await
             .unwrap()
-            .is_empty()
-    );
-
-    // Cancel, confirmed on a version the run has since left: the API's 412 is shown in
-    // the dialog and nothing happens; confirmed again on the current version, it is done.
-    let id = ours["id"].as_str().unwrap();
-    find(client, r#"button[data-action="cancel"]"#)
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(
+            view["status"], "waiting",
+            "the stale cancel changed nothing"
+        );
+        // Live refresh shows the run's new version; the next cancel is sent with it.
+        find(
+            client,
+            &format!(
+                r#"button[data-action="cancel"][data-version="{}"]"#,
+                view["version"]
+            ),
+        )
         .await
         .click()
         .await
         .unwrap();
-    find(client, "#dialog-confirm").await;
-    let injected = reqwest::Client::new()
-        .post(format!("{base}/runs/{id}/messages"))
-        .bearer_auth("key-a")
-        .json(&json!({"note": "the run moves on"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(injected.status(), 202);
-    find(client, "#dialog-confirm").await.click().await.unwrap();
-    let error = find(client, "#action-error.shown")
-        .await
-        .text()
-        .await
-        .unwrap();
-    assert!(
-        error.starts_with("412"),
-        "the API's error is shown: {error}"
-    );
-    find(client, "#dialog-cancel").await.click().await.unwrap();
-    let view: Value = reqwest::Client::new()
-        .get(format!("{base}/runs/{id}"))
-        .bearer_auth("key-a")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(
-        view["status"], "waiting",
-        "the stale cancel changed nothing"
-    );
-    // Live refresh shows the run's new version; the next cancel is sent with it.
-    find(
-        client,
-        &format!(
-            r#"button[data-action="cancel"][data-version="{}"]"#,
-            view["version"]
-        ),
-    )
-    .await
-    .click()
-    .await
-    .unwrap();
-    find(client, "#dialog-confirm").await.click().await.unwrap();
-    find(client, r#"h1 .badge[data-status="cancelled"]"#).await;
-    server.stop();
+        find(client, "#dialog-confirm").await.click().await.unwrap();
+        find(client, r#"h1 .badge[data-status="cancelled"]"#).await;
+        server.stop();
+    })
+    .await;
 }
