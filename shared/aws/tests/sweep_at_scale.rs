@@ -287,7 +287,10 @@ async fn sweep_at_scale(env: &support::Emulators, runs: usize) {
     for id in &ids {
         *expected_shards.entry(due_shard(&tenant, id)).or_default() += 1;
     }
-    assert_eq!(per_shard, expected_shards, "each run on the shard due_shard gives it");
+    assert_eq!(
+        per_shard, expected_shards,
+        "each run on the shard due_shard gives it"
+    );
     assert_eq!(per_shard.values().sum::<usize>(), runs);
     if runs >= 100 * DUE_SHARDS as usize {
         let even = runs / DUE_SHARDS as usize;
