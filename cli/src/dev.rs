@@ -114,6 +114,8 @@ pub struct DevServer {
     pub addr: SocketAddr,
     /// The engine it runs.
     pub engine: Engine,
+    /// Whether its worker and sweep loops still run (what `/healthz` reports).
+    pub liveness: Liveness,
     tasks: Vec<JoinHandle<()>>,
 }
 
@@ -168,8 +170,9 @@ pub async fn start(
         ..EngineConfig::default()
     };
     let engine = Engine::new(backend, clock, registry, config);
+    let liveness = Liveness::new();
     let app = App {
-        api: ControlApi::new(engine.clone()),
+        api: ControlApi::new(engine.clone()).with_liveness(liveness.clone()),
         hooks: WebhookReceiver::new(engine.clone(), options.max_webhook_body)
             .with_sources(options.sources.clone()),
         keys: Arc::new(options.api_keys.clone()),
@@ -193,12 +196,18 @@ pub async fn start(
             concurrency: options.workers,
             ..WorkerConfig::default()
         };
-        tokio::spawn(async move { engine.work(config).await })
+        let alive = liveness.register("worker");
+        tokio::spawn(async move {
+            let _alive = alive;
+            engine.work(config).await
+        })
     };
     let sweeper = {
         let engine = engine.clone();
         let every = options.sweep_every;
+        let alive = liveness.register("sweep");
         tokio::spawn(async move {
+            let _alive = alive;
             loop {
                 tokio::time::sleep(every).await;
                 match engine.sweep(1000).await {
@@ -212,6 +221,7 @@ pub async fn start(
     Ok(DevServer {
         addr,
         engine,
+        liveness,
         tasks: vec![server, worker, sweeper],
     })
 }

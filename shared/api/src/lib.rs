@@ -90,6 +90,7 @@ impl From<ApiError> for ApiResponse {
 pub struct ControlApi {
     engine: Engine,
     max_wait: Duration,
+    liveness: Liveness,
 }
 
 #[derive(Deserialize)]
@@ -124,6 +125,7 @@ impl ControlApi {
         ControlApi {
             engine,
             max_wait: MAX_WAIT,
+            liveness: Liveness::new(),
         }
     }
 
@@ -131,6 +133,13 @@ impl ControlApi {
     /// API Gateway, under its 30 s limit and the invocation's remaining time.
     pub fn with_max_wait(mut self, max_wait: Duration) -> Self {
         self.max_wait = max_wait.min(MAX_WAIT);
+        self
+    }
+
+    /// Answer `/healthz` from these loops: 503 once any of them stopped (the dev
+    /// server's worker and sweep).
+    pub fn with_liveness(mut self, liveness: Liveness) -> Self {
+        self.liveness = liveness;
         self
     }
 
@@ -149,6 +158,21 @@ impl ControlApi {
         }
     }
 
+    fn health(&self) -> Result<ApiResponse, ApiError> {
+        let stopped = self.liveness.stopped();
+        if stopped.is_empty() {
+            return Ok(ApiResponse::json(
+                StatusCode::OK,
+                serde_json::json!({"status": "ok"}),
+            ));
+        }
+        Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable",
+            format!("stopped: {}", stopped.join(", ")),
+        ))
+    }
+
     async fn route(&self, tenant: &TenantId, req: &ApiRequest) -> Result<ApiResponse, ApiError> {
         let segments: Vec<&str> = req
             .path
@@ -159,10 +183,7 @@ impl ControlApi {
         let method = &req.method;
         match (method.as_str(), segments.as_slice()) {
             ("GET", ["openapi.json"]) => Ok(ApiResponse::json(StatusCode::OK, openapi())),
-            ("GET", ["healthz"]) => Ok(ApiResponse::json(
-                StatusCode::OK,
-                serde_json::json!({"status": "ok"}),
-            )),
+            ("GET", ["healthz"]) => self.health(),
             ("POST", ["runs"]) => self.start(tenant, req).await,
             ("GET", ["runs"]) => self.list(tenant, req).await,
             ("GET", ["runs", id]) => self.show(tenant, &RunId::from(*id)).await,

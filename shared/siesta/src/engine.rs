@@ -10,6 +10,7 @@
 //! stale view.
 
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::pin::pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -22,7 +23,7 @@ use crate::context::{
     CommitError, Context, ContextConfig, Delta, LeaseWatch, Shared, Stop, decode_payload,
     encode_payload,
 };
-use crate::error::Error;
+use crate::error::{Error, PANICKED, panic_message};
 use crate::lifecycle::{LifecycleEvent, decide};
 use crate::model::*;
 use crate::notify::{QueueSignal, RunWatch, RunWatchers, SignallingQueue};
@@ -169,6 +170,8 @@ enum Exec {
     Finished(Result<serde_json::Value, Error>),
     Suspended,
     Aborted(String),
+    /// The workflow body panicked outside a step (a step's panic is a failed attempt).
+    Panicked(String),
 }
 
 /// How a pass ends, decided from what the workflow did.
@@ -426,8 +429,14 @@ impl Engine {
             let exec = {
                 let mut fut = pin!(workflow.start(Context::root(shared.clone()), input));
                 std::future::poll_fn(|cx| {
-                    if let Poll::Ready(r) = fut.as_mut().poll(cx) {
-                        return Poll::Ready(Exec::Finished(r));
+                    // A panicking workflow must not take the worker with it; the future
+                    // is dropped unpolled after it.
+                    match std::panic::catch_unwind(AssertUnwindSafe(|| fut.as_mut().poll(cx))) {
+                        Ok(Poll::Ready(r)) => return Poll::Ready(Exec::Finished(r)),
+                        Ok(Poll::Pending) => {}
+                        Err(payload) => {
+                            return Poll::Ready(Exec::Panicked(panic_message(payload.as_ref())));
+                        }
                     }
                     if watch.lost.load(Ordering::SeqCst) {
                         shared.set_stop(Stop::Abort("the lease was lost".to_owned()));
@@ -453,6 +462,7 @@ impl Engine {
                     (Exec::Aborted(why), _) | (_, Some(Stop::Abort(why))) => {
                         return Ok(WakeOutcome::Aborted(why));
                     }
+                    (Exec::Panicked(message), _) => Ending::Park(workflow_panicked(&message)),
                     (_, Some(Stop::Park(reason))) => Ending::Park(reason),
                     (_, Some(Stop::Cancel)) => Ending::Cancel,
                     (Exec::Finished(result), None) => match unvisited(&st) {
@@ -1279,6 +1289,20 @@ fn open_callbacks<'a>(
             created_at: *started_at,
         })
         .collect()
+}
+
+/// Why a run whose workflow body panicked is parked. A panic in workflow code (not in
+/// a step) is a bug that replay would hit again, so retrying it is pointless and
+/// failing the run would lose it: the run waits for an operator to fix the code and
+/// resume it, replaying from its journal.
+fn workflow_panicked(message: &str) -> ErrorInfo {
+    ErrorInfo::new(
+        PANICKED,
+        format!(
+            "the workflow panicked outside a step: {message}; fix the code, then resume the run"
+        ),
+        false,
+    )
 }
 
 /// Journal entries the finished workflow never reached: its code changed under it.

@@ -1,10 +1,20 @@
 //! Errors a workflow sees and returns.
 //!
 //! [`StepError`] is what a step's closure returns: retryable unless said otherwise
-//! (so `?` on any error just works and is retried), or fatal. [`Error`] is what a
-//! durable operation hands back to the workflow and what a workflow returns; it
-//! round-trips through the journal unchanged, so a replayed failure is the same value
-//! as the original one.
+//! (so `?` on any error — a `std::error::Error`, an `anyhow::Error` — just works and is
+//! retried), or fatal when the step says so ([`StepResultExt::fatal`],
+//! [`StepError::fatal`], [`StepError::from_http_status`]). A step that panics is a
+//! failed attempt of kind [`PANICKED`], retried by its policy like any other.
+//!
+//! [`Error`] is what a durable operation hands back to the workflow and what a workflow
+//! returns; `?` on any other error in a workflow body makes it an
+//! [`ErrorKind::Workflow`] error. It round-trips through the journal unchanged, so a
+//! replayed failure is the same value as the original one.
+//!
+//! Neither type implements `std::error::Error` itself: that is what lets each accept
+//! every error through `?` (the same choice as Restate's `HandlerError`). Both are
+//! `Display` and `Debug`; [`Error::into_anyhow`] hands one to code that wants an
+//! `anyhow::Error`.
 
 use std::fmt;
 
@@ -23,13 +33,31 @@ impl StepError {
     }
 
     /// A transient error (a timeout, a 429, a 5xx): retried by the step's policy.
-    pub fn retryable(message: impl Into<String>) -> Self {
-        StepError::new("retryable", message, true)
+    /// Takes a message or an error (`StepError::retryable(e)`).
+    pub fn retryable(message: impl fmt::Display) -> Self {
+        StepError::new("retryable", message.to_string(), true)
     }
 
-    /// A permanent error (validation, permission, not found): never retried.
-    pub fn fatal(message: impl Into<String>) -> Self {
-        StepError::new("fatal", message, false)
+    /// A permanent error (validation, permission, not found): never retried. Takes a
+    /// message or an error (`StepError::fatal(e)`); on a `Result`, see
+    /// [`StepResultExt::fatal`].
+    pub fn fatal(message: impl fmt::Display) -> Self {
+        StepError::new("fatal", message.to_string(), false)
+    }
+
+    /// The same error, never retried.
+    pub fn into_fatal(mut self) -> Self {
+        self.0.retryable = false;
+        self
+    }
+
+    /// A panic caught in a step's closure: a failed attempt, retried by the policy.
+    pub(crate) fn panicked(payload: &(dyn std::any::Any + Send)) -> Self {
+        StepError::new(
+            PANICKED,
+            format!("the step panicked: {}", panic_message(payload)),
+            true,
+        )
     }
 
     /// A timeout: retryable.
@@ -65,10 +93,48 @@ impl fmt::Display for StepError {
     }
 }
 
-/// Any standard error becomes a retryable step error, so `?` works in steps.
-impl<E: std::error::Error + Send + Sync + 'static> From<E> for StepError {
+/// Any error — a `std::error::Error + Send + Sync + 'static`, an `anyhow::Error` —
+/// becomes a retryable step error, so `?` works in steps. The message keeps the
+/// error's chain of causes.
+impl<E: Into<anyhow::Error>> From<E> for StepError {
     fn from(e: E) -> Self {
-        StepError::new("error", e.to_string(), true)
+        StepError::new("error", format!("{:#}", e.into()), true)
+    }
+}
+
+/// The kind of a failed attempt whose step panicked.
+pub const PANICKED: &str = "Panicked";
+
+/// What a panic said, when it said it with a string.
+pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "(a panic without a message)".to_owned()
+    }
+}
+
+/// Classify a step's `Result` in place: `parse(&s).fatal()?` fails the step at once.
+pub trait StepResultExt<T> {
+    /// The error, if any, as a fatal step error: never retried.
+    fn fatal(self) -> Result<T, StepError>;
+    /// The error, if any, as a retryable step error (what `?` does already).
+    fn retryable(self) -> Result<T, StepError>;
+}
+
+impl<T, E: Into<StepError>> StepResultExt<T> for Result<T, E> {
+    fn fatal(self) -> Result<T, StepError> {
+        self.map_err(|e| e.into().into_fatal())
+    }
+
+    fn retryable(self) -> Result<T, StepError> {
+        self.map_err(|e| {
+            let mut e = e.into();
+            e.0.retryable = true;
+            e
+        })
     }
 }
 
@@ -138,8 +204,7 @@ impl ErrorKind {
 }
 
 /// The error of a durable operation, or of a workflow.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{message}")]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Error {
     kind: ErrorKind,
     message: String,
@@ -201,11 +266,33 @@ impl Error {
     pub(crate) fn serde(e: impl fmt::Display) -> Self {
         Error::new(ErrorKind::Serialization, e.to_string(), None)
     }
+
+    /// This error as an `anyhow::Error` (it can be downcast back to [`Error`]).
+    pub fn into_anyhow(self) -> anyhow::Error {
+        anyhow::Error::msg(self)
+    }
 }
 
-impl From<serde_json::Error> for Error {
-    fn from(e: serde_json::Error) -> Self {
-        Error::serde(e)
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+/// Any error — a `std::error::Error + Send + Sync + 'static`, an `anyhow::Error` —
+/// becomes the workflow's own error ([`ErrorKind::Workflow`]; a JSON error is
+/// [`ErrorKind::Serialization`]), so `?` works in workflow bodies. An [`Error`] that
+/// went through `anyhow` comes back as it was.
+impl<E: Into<anyhow::Error>> From<E> for Error {
+    fn from(e: E) -> Self {
+        let e: anyhow::Error = e.into();
+        if let Some(inner) = e.downcast_ref::<Error>() {
+            return inner.clone();
+        }
+        if let Some(json) = e.downcast_ref::<serde_json::Error>() {
+            return Error::serde(json);
+        }
+        Error::msg(format!("{e:#}"))
     }
 }
 
@@ -228,6 +315,86 @@ mod tests {
         let e: StepError = std::io::Error::other("boom").into();
         assert!(e.is_retryable());
         assert!(!StepError::fatal("no").is_retryable());
+    }
+
+    fn parse_in_a_step(s: &str) -> Result<u32, StepError> {
+        Ok(s.parse::<u32>()?)
+    }
+
+    fn anyhow_in_a_step() -> Result<u32, StepError> {
+        let r: anyhow::Result<u32> = Err(anyhow::anyhow!("root cause").context("calling the PSP"));
+        Ok(r?)
+    }
+
+    fn fatal_in_a_step(s: &str) -> Result<u32, StepError> {
+        let n = s.parse::<u32>().fatal()?;
+        Ok(n)
+    }
+
+    #[test]
+    fn question_mark_works_in_steps_on_std_and_anyhow_errors_and_retries() {
+        let e = parse_in_a_step("x").unwrap_err();
+        assert!(e.is_retryable());
+        assert_eq!(e.info().message, "invalid digit found in string");
+        let e = anyhow_in_a_step().unwrap_err();
+        assert!(e.is_retryable());
+        assert_eq!(
+            e.info().message,
+            "calling the PSP: root cause",
+            "the chain is kept"
+        );
+    }
+
+    #[test]
+    fn an_error_marked_fatal_is_not_retried() {
+        assert!(!fatal_in_a_step("x").unwrap_err().is_retryable());
+        assert_eq!(fatal_in_a_step("7"), Ok(7));
+        assert!(!StepError::fatal(std::io::Error::other("denied")).is_retryable());
+        let e: Result<(), StepError> = Err(StepError::fatal("no"));
+        assert!(e.retryable().unwrap_err().is_retryable());
+    }
+
+    fn workflow_body(s: &str) -> Result<u32, Error> {
+        let n: u32 = s.parse()?;
+        let checked: anyhow::Result<u32> = if n > 10 {
+            Err(anyhow::anyhow!("too big"))
+        } else {
+            Ok(n)
+        };
+        Ok(checked?)
+    }
+
+    #[test]
+    fn question_mark_works_in_workflow_bodies_on_std_and_anyhow_errors() {
+        let e = workflow_body("x").unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Workflow);
+        assert_eq!(e.to_string(), "invalid digit found in string");
+        assert_eq!(workflow_body("11").unwrap_err().to_string(), "too big");
+        assert_eq!(workflow_body("3"), Ok(3));
+        let json: Error = serde_json::from_str::<u32>("{").unwrap_err().into();
+        assert_eq!(json.kind(), ErrorKind::Serialization);
+    }
+
+    #[test]
+    fn an_error_through_anyhow_keeps_its_kind() {
+        let e = Error::new(ErrorKind::StepFailed, "step x failed", None);
+        let back: Error = e.clone().into_anyhow().into();
+        assert_eq!(back, e);
+    }
+
+    #[test]
+    fn a_panic_payload_becomes_a_retryable_attempt_error() {
+        let e = StepError::panicked(&"index out of bounds");
+        assert_eq!(e.kind(), PANICKED);
+        assert!(e.is_retryable());
+        assert!(e.info().message.contains("index out of bounds"));
+        let owned: Box<dyn std::any::Any + Send> = Box::new(String::from("owned"));
+        assert!(
+            StepError::panicked(owned.as_ref())
+                .info()
+                .message
+                .contains("owned")
+        );
     }
 
     #[test]

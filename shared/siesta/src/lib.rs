@@ -59,6 +59,18 @@
 //! - The [`Engine`] is what the handlers call: start a run, handle a wake-up (claim,
 //!   replay, checkpoint, release), deliver events and callback outcomes, cancel, sweep.
 //!
+//! ## Errors and panics
+//! `?` works in steps and in workflow bodies on any `std::error::Error + Send + Sync`
+//! and on `anyhow::Error`. In a step such an error is **retryable** (the step's
+//! [`RetryStrategy`] decides); mark one fatal with `.fatal()` ([`StepResultExt`]),
+//! [`StepError::fatal`], or by HTTP status with [`StepError::from_http_status`]. In a
+//! workflow body it is the workflow's own error ([`ErrorKind::Workflow`]) and fails the
+//! run. A **panic** in a step is a failed attempt of kind [`PANICKED`], retried like
+//! any other; a panic in the workflow body outside a step parks the run (kind
+//! `Panicked`) for an operator to fix the code and resume it. Neither reaches the
+//! worker: the engine keeps serving other runs. [`Liveness`] lets a health check see a
+//! background loop that stopped anyway.
+//!
 //! ## Determinism
 //! Replay is correct only if the workflow creates the same operations in the same
 //! order every time: decide from inputs and recorded results, never from the clock, a
@@ -71,6 +83,7 @@ pub mod context;
 pub mod engine;
 pub mod error;
 pub mod lifecycle;
+pub mod liveness;
 pub mod model;
 mod notify;
 pub mod ports;
@@ -82,7 +95,8 @@ mod worker;
 
 pub use context::Context;
 pub use engine::{BatchReport, Engine, EngineConfig, EngineError, SweepReport, WakeOutcome};
-pub use error::{Error, ErrorKind, StepError};
+pub use error::{Error, ErrorKind, PANICKED, StepError, StepResultExt};
+pub use liveness::{Liveness, LoopGuard};
 pub use model::*;
 pub use notify::RunWatch;
 pub use registry::Registry;

@@ -449,7 +449,7 @@ where
         position: op.position.clone(),
         key: key.clone(),
     };
-    match f(step_ctx).await {
+    match attempt_catching_panics(f, step_ctx).await {
         Ok(value) => {
             settle_success(
                 &ctx,
@@ -481,6 +481,22 @@ where
             .await
         }
     }
+}
+
+/// Run one attempt of a step's closure; a panic in it (in the closure or in its
+/// future) is a failed attempt of kind `Panicked`, never an unwinding worker.
+async fn attempt_catching_panics<T, F, Fut>(f: F, step_ctx: StepContext) -> Result<T, StepError>
+where
+    F: FnOnce(StepContext) -> Fut + Send + 'static,
+    Fut: Future<Output = Result<T, StepError>> + Send + 'static,
+{
+    use futures::FutureExt;
+    // Unwind safety: nothing the closure shares with the engine is left half-changed
+    // by a panic; the attempt's outcome is recorded from the error alone.
+    std::panic::AssertUnwindSafe(async move { f(step_ctx).await })
+        .catch_unwind()
+        .await
+        .unwrap_or_else(|payload| Err(StepError::panicked(payload.as_ref())))
 }
 
 fn tool_record(
