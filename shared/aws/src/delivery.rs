@@ -61,6 +61,12 @@ pub(crate) fn plan_delivery(
                     "callback {callback_id} is closed"
                 )));
             }
+            if let Some(deadline) = record.deadline.filter(|at| *at <= d.received_at) {
+                return Err(StoreError::Gone(format!(
+                    "callback {callback_id} timed out at {}",
+                    deadline.millis()
+                )));
+            }
             let closes = !matches!(d.body, DeliveryBody::CallbackHeartbeat { .. });
             if closes {
                 record.status = CallbackStatus::Completed;
@@ -195,6 +201,33 @@ mod tests {
         let (record, closes) = plan.callback.unwrap();
         assert!(!closes);
         assert_eq!(record.status, CallbackStatus::Open);
+    }
+
+    #[test]
+    fn a_callback_outcome_at_or_after_its_deadline_is_gone() {
+        let at_deadline = CallbackRecord {
+            deadline: Some(Timestamp(2_000)),
+            ..callback(CallbackStatus::Open, "r")
+        };
+        assert!(matches!(
+            plan_delivery(
+                &delivery(success()),
+                Some(run(RunStatus::Waiting)),
+                false,
+                Some(at_deadline.clone())
+            ),
+            Err(StoreError::Gone(_))
+        ));
+        let in_time = CallbackRecord {
+            deadline: Some(Timestamp(2_001)),
+            ..at_deadline
+        };
+        apply(plan_delivery(
+            &delivery(success()),
+            Some(run(RunStatus::Waiting)),
+            false,
+            Some(in_time),
+        ));
     }
 
     #[test]

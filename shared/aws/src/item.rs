@@ -37,6 +37,8 @@ const BODY: &str = "body";
 pub(crate) const SEQ: &str = "seq";
 /// A callback record's status, which a delivery's condition checks.
 pub(crate) const CALLBACK_STATUS: &str = "callback_status";
+/// A callback record's deadline (ms), which a delivery's condition checks too.
+pub(crate) const CALLBACK_DEADLINE: &str = "callback_deadline";
 
 pub(crate) fn s(v: impl Into<String>) -> AttributeValue {
     AttributeValue::S(v.into())
@@ -253,6 +255,9 @@ pub(crate) fn callback_item(
         .and_then(|v| v.as_str().map(str::to_owned))
         .unwrap_or_default();
     item.insert(CALLBACK_STATUS.into(), s(status));
+    if let Some(deadline) = record.deadline {
+        item.insert(CALLBACK_DEADLINE.into(), n(deadline.millis()));
+    }
     if record.status != CallbackStatus::Open {
         item.insert(EXPIRES_AT.into(), expiry(now, retention));
     }

@@ -205,10 +205,22 @@ impl Tx {
             None,
         )?;
         if let Some((record, closes)) = &plan.callback {
+            // Open, and its deadline not passed when the delivery was received: a
+            // completion after the deadline is refused even if the run has not yet
+            // recorded the timeout.
             let open = (
-                "#callback_status = :open",
-                names(&[("#callback_status", CALLBACK_STATUS)]),
-                HashMap::from([(":open".to_owned(), open_callback_status())]),
+                "#callback_status = :open AND (attribute_not_exists(#callback_deadline) OR #callback_deadline > :received)",
+                names(&[
+                    ("#callback_status", CALLBACK_STATUS),
+                    ("#callback_deadline", CALLBACK_DEADLINE),
+                ]),
+                HashMap::from([
+                    (":open".to_owned(), open_callback_status()),
+                    (
+                        ":received".to_owned(),
+                        n(plan.delivery.received_at.millis()),
+                    ),
+                ]),
             );
             if *closes {
                 let item = callback_item(record, plan.delivery.received_at, retention)?;
@@ -244,9 +256,9 @@ impl DynamoStore {
 
     /// Run one transaction; contention-only cancellations are retried a few times.
     async fn transact(&self, op: &str, tx: Tx) -> Result<TxOutcome, StoreError> {
-        if tx.items.len() > 100 {
+        if tx.items.len() > MAX_TRANSACTION_ITEMS {
             return Err(StoreError::Invalid(format!(
-                "{op}: {} items exceed DynamoDB's 100 per transaction",
+                "{op}: {} items exceed DynamoDB's {MAX_TRANSACTION_ITEMS} per transaction",
                 tx.items.len()
             )));
         }

@@ -184,6 +184,7 @@ macro_rules! conformance_suite {
             journal_entry_upsert_replaces
             checkpoint_replaces_callback_and_tool_call_records
             checkpoint_closing_callbacks_refuse_later_outcomes
+            checkpoint_over_the_transaction_item_limit_writes_nothing
             callback_and_tool_call_records_round_trip
             // deliveries
             deliver_appends_delivery_and_event
@@ -194,6 +195,7 @@ macro_rules! conformance_suite {
             callback_delivery_needs_an_open_record
             callback_heartbeat_keeps_it_open_and_success_closes_it
             callback_failure_closes_it
+            callback_delivery_after_its_deadline_is_gone
             parent_delivery_is_applied_inside_the_checkpoint
             parent_delivery_is_skipped_when_duplicate_or_parent_gone
             load_history_returns_journal_and_deliveries_in_order

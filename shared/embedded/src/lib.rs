@@ -365,6 +365,12 @@ fn apply_delivery(tx: &Connection, d: &NewDelivery) -> Result<DeliverOutcome, St
                 "callback {callback_id} is closed"
             )));
         }
+        if let Some(deadline) = record.deadline.filter(|at| *at <= d.received_at) {
+            return Err(StoreError::Gone(format!(
+                "callback {callback_id} timed out at {}",
+                deadline.millis()
+            )));
+        }
         if !matches!(d.body, DeliveryBody::CallbackHeartbeat { .. }) {
             record.status = CallbackStatus::Completed;
             put_callback(tx, &record)?;
@@ -421,6 +427,43 @@ fn put_callback(tx: &Connection, record: &CallbackRecord) -> Result<(), StoreErr
         params![record.callback_id.0, to_json(record)?],
     )
     .map_err(sql)?;
+    Ok(())
+}
+
+/// Refuse a checkpoint DynamoDB would refuse: more than [`MAX_TRANSACTION_ITEMS`]
+/// items or [`MAX_TRANSACTION_BYTES`] in one transaction (sizes counted as the stored
+/// JSON), so the dev server fails exactly where AWS would.
+fn check_transaction_limits(cp: &Checkpoint) -> Result<(), StoreError> {
+    let items = cp.item_count();
+    if items > MAX_TRANSACTION_ITEMS {
+        return Err(StoreError::Invalid(format!(
+            "checkpoint: {items} items exceed the {MAX_TRANSACTION_ITEMS} of one transaction"
+        )));
+    }
+    let mut bytes = to_json(&cp.run)?.len();
+    for entry in &cp.journal {
+        bytes += to_json(entry)?.len();
+    }
+    for event in &cp.timeline {
+        bytes += to_json(event)?.len();
+    }
+    for record in &cp.callbacks {
+        bytes += to_json(record)?.len();
+    }
+    for record in &cp.tool_calls {
+        bytes += to_json(record)?.len();
+    }
+    for (child, started) in &cp.child_runs {
+        bytes += to_json(child)?.len() + to_json(started)?.len();
+    }
+    if let Some(delivery) = &cp.parent_delivery {
+        bytes += to_json(delivery)?.len();
+    }
+    if bytes > MAX_TRANSACTION_BYTES {
+        return Err(StoreError::Invalid(format!(
+            "checkpoint: {bytes} bytes exceed the {MAX_TRANSACTION_BYTES} of one transaction"
+        )));
+    }
     Ok(())
 }
 
@@ -525,6 +568,7 @@ impl RunStore for EmbeddedBackend {
 
     async fn checkpoint(&self, checkpoint: &Checkpoint) -> Result<(), StoreError> {
         let cp = checkpoint.clone();
+        check_transaction_limits(&cp)?;
         self.tx(move |tx, _| {
                 let current = get_run(tx, &cp.run.tenant.0, &cp.run.id.0)?.ok_or(StoreError::NotFound)?;
                 let epoch_ok = cp.epoch.is_none_or(|e| current.lease.as_ref().is_some_and(|l| l.epoch == e));

@@ -21,7 +21,7 @@ use futures::StreamExt;
 
 use crate::context::{
     CommitError, Context, ContextConfig, Delta, LeaseWatch, Shared, Stop, decode_payload,
-    encode_payload,
+    encode_payload, expire_callbacks,
 };
 use crate::error::{Error, PANICKED, panic_message};
 use crate::lifecycle::{LifecycleEvent, decide};
@@ -542,8 +542,13 @@ impl Engine {
             name: Some(run.workflow.clone()),
             details,
         };
-        let mut delta = Delta::default();
-        let mut expect_inbox = None;
+        // Callbacks past their deadline time out now, even those the workflow is not
+        // awaiting; the open ones make the run due at their deadline.
+        let (mut delta, callback_due) = match ending {
+            Ending::Suspend | Ending::Yield => expire_callbacks(shared, &shared.state(), now),
+            _ => (Delta::default(), None),
+        };
+        let mut expect_inbox = (!delta.journal.is_empty()).then(|| shared.state().inbox_loaded);
         let (lifecycle, output, error, due_at) = match &ending {
             Ending::Complete(payload) => {
                 delta.timeline.push(event(
@@ -580,7 +585,8 @@ impl Engine {
             }
             Ending::Suspend => {
                 expect_inbox = Some(shared.state().inbox_loaded);
-                (LifecycleEvent::Suspend, None, None, next_due)
+                let due = [next_due, callback_due].into_iter().flatten().min();
+                (LifecycleEvent::Suspend, None, None, due)
             }
             Ending::Yield => (LifecycleEvent::Yield, None, None, Some(now)),
         };
@@ -601,6 +607,13 @@ impl Engine {
                 delta.parent_delivery = Some(child_finished(&run, parent, outcome, status, now));
             }
         }
+        let others = 1
+            + delta.journal.len()
+            + delta.timeline.len()
+            + delta.tool_calls.len()
+            + 2 * delta.child_runs.len()
+            + delta.parent_delivery.as_ref().map_or(0, |_| 3);
+        let overflow = overflowing(&mut delta.callbacks, others);
         let inbox_seen = expect_inbox.unwrap_or(run.inbox_seq);
         let committed = shared
             .commit(delta, expect_inbox, |r| {
@@ -627,6 +640,7 @@ impl Engine {
             }
             Err(CommitError::Aborted(why)) => return Ok(WakeOutcome::Aborted(why)),
         }
+        self.close_overflow(&run.tenant, &run.id, overflow).await;
         self.watchers.changed(&run.tenant, &run.id);
         let epoch = shared.epoch.0;
         match ending {
@@ -931,8 +945,11 @@ impl Engine {
                         Some(child_finished(&run, parent, outcome, status, now));
                 }
             }
+            let others = checkpoint.item_count() - checkpoint.callbacks.len();
+            let overflow = overflowing(&mut checkpoint.callbacks, others);
             match self.backend.store.checkpoint(&checkpoint).await {
                 Ok(()) => {
+                    self.close_overflow(tenant, run_id, overflow).await;
                     self.watchers.changed(tenant, run_id);
                     if leased {
                         // The holder sees the flag when its next write conflicts.
@@ -963,6 +980,53 @@ impl Engine {
         Err(EngineError::Store(StoreError::Unavailable(
             "the run kept changing while cancelling".to_owned(),
         )))
+    }
+
+    /// Close the callback records a finished run's last checkpoint had no room for, a
+    /// transaction's worth at a time. Safe after the run finished: a delivery to a
+    /// finished run is refused whatever its callback's record says, so a crash before
+    /// these writes leaves records that read open but accept nothing.
+    async fn close_overflow(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+        mut rest: Vec<CallbackRecord>,
+    ) {
+        while !rest.is_empty() {
+            let chunk: Vec<CallbackRecord> = rest
+                .drain(..rest.len().min(MAX_TRANSACTION_ITEMS - 1))
+                .collect();
+            let mut closed = false;
+            for _ in 0..8 {
+                let run = match self.backend.store.get_run(tenant, run_id).await {
+                    Ok(Some(run)) => run,
+                    Ok(None) => return,
+                    Err(e) => {
+                        tracing::warn!(run_id = %run_id, error = %e, "callbacks of a finished run not closed");
+                        return;
+                    }
+                };
+                let mut next = run.clone();
+                next.version += 1;
+                let mut checkpoint = Checkpoint::new(next, run.version, None);
+                checkpoint.callbacks = chunk.clone();
+                match self.backend.store.checkpoint(&checkpoint).await {
+                    Ok(()) => {
+                        closed = true;
+                        break;
+                    }
+                    Err(StoreError::Conflict(_)) => continue,
+                    Err(e) => {
+                        tracing::warn!(run_id = %run_id, error = %e, "callbacks of a finished run not closed");
+                        return;
+                    }
+                }
+            }
+            if !closed {
+                tracing::warn!(run_id = %run_id, "callbacks of a finished run not closed: the run kept changing");
+                return;
+            }
+        }
     }
 
     /// Resume a parked run once its cause is fixed: it becomes pending, due now, and is
@@ -1262,6 +1326,17 @@ fn child_finished(
             name: Some(run.workflow.clone()),
             details: serde_json::json!({"ChildRunId": run.id, "Status": status}),
         },
+    }
+}
+
+/// Split off the callback records that do not fit in one transaction beside
+/// `other_items` others; they are closed after it.
+fn overflowing(callbacks: &mut Vec<CallbackRecord>, other_items: usize) -> Vec<CallbackRecord> {
+    let room = MAX_TRANSACTION_ITEMS.saturating_sub(other_items);
+    if callbacks.len() <= room {
+        Vec::new()
+    } else {
+        callbacks.split_off(room)
     }
 }
 

@@ -159,6 +159,9 @@ pub enum ErrorKind {
     BatchFailed,
     /// A value could not be serialized or deserialized.
     Serialization,
+    /// An operation was configured with options that cannot hold (`max_concurrency(0)`,
+    /// more required successes than items...).
+    InvalidConfig,
     /// A backend call failed in a way the workflow must hear about (an artifact is
     /// missing).
     Storage,
@@ -179,6 +182,7 @@ impl ErrorKind {
             ErrorKind::InvokeFailed => "InvokeFailed",
             ErrorKind::BatchFailed => "BatchFailed",
             ErrorKind::Serialization => "Serialization",
+            ErrorKind::InvalidConfig => "InvalidConfig",
             ErrorKind::Storage => "Storage",
             ErrorKind::Workflow => "Workflow",
         }
@@ -195,6 +199,7 @@ impl ErrorKind {
             ErrorKind::InvokeFailed,
             ErrorKind::BatchFailed,
             ErrorKind::Serialization,
+            ErrorKind::InvalidConfig,
             ErrorKind::Storage,
             ErrorKind::Workflow,
         ]

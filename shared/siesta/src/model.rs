@@ -463,6 +463,9 @@ pub enum EntryState {
         state: Payload,
         /// When the next check is due.
         next_check_at: Timestamp,
+        /// Checks in a row that returned an error; the retry policy decides on them.
+        #[serde(default, skip_serializing_if = "is_zero")]
+        failures: u32,
     },
     /// Finished with a value.
     Succeeded {
@@ -496,6 +499,10 @@ impl EntryState {
             EntryState::Succeeded { .. } | EntryState::Failed { .. }
         )
     }
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// Something a suspended operation waits for, and until when.

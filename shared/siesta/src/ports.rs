@@ -64,6 +64,15 @@ pub struct Claim {
     pub expires_at: Timestamp,
 }
 
+/// The most items one atomic write may touch (DynamoDB's `TransactWriteItems` limit).
+/// Every backend refuses a larger [`Checkpoint`] with [`StoreError::Invalid`], so the
+/// local backend fails exactly where DynamoDB would; the engine splits what may grow
+/// without bound (closing a finished run's callbacks) to stay under it.
+pub const MAX_TRANSACTION_ITEMS: usize = 100;
+
+/// The most bytes one atomic write may carry (DynamoDB's 4 MB per transaction).
+pub const MAX_TRANSACTION_BYTES: usize = 4 * 1024 * 1024;
+
 /// One atomic checkpoint written by the lease holder: the run as it is after the
 /// write, plus everything that changed with it.
 ///
@@ -71,7 +80,9 @@ pub struct Claim {
 /// expected_version` and, when `epoch` is set, `lease.epoch = epoch`), the journal
 /// entries, the timeline events (condition: not already there), the callback index
 /// records, the tool-call records, child runs (condition: not already there) and the
-/// delivery to a parent run. Callers keep it under 100 items.
+/// delivery to a parent run. Callers keep it within [`MAX_TRANSACTION_ITEMS`] and
+/// [`MAX_TRANSACTION_BYTES`]; a store refuses a larger one with [`StoreError::Invalid`]
+/// and writes nothing.
 #[derive(Debug, Clone)]
 pub struct Checkpoint {
     /// The run after this write; its `version` is `expected_version + 1`.
@@ -112,7 +123,7 @@ impl Checkpoint {
         }
     }
 
-    /// How many items the write touches (DynamoDB allows 100 per transaction).
+    /// How many items the write touches (at most [`MAX_TRANSACTION_ITEMS`]).
     pub fn item_count(&self) -> usize {
         1 + self.journal.len()
             + self.timeline.len()
@@ -244,7 +255,10 @@ pub trait RunStore: Send + Sync + 'static {
     /// was stored before — so a retried webhook is acknowledged even after its callback
     /// closed; [`StoreError::Gone`] if the run is finished; for callback bodies
     /// [`StoreError::NotFound`] if the callback record is missing or belongs to another
-    /// run, [`StoreError::Gone`] if it is not open. Success and failure close the record;
+    /// run, [`StoreError::Gone`] if it is not open or its deadline is at or before
+    /// `received_at` (checked in the write's condition, so a completion after the
+    /// deadline is refused even before the run records the timeout). Success and
+    /// failure close the record;
     /// heartbeats leave it open. A lost race on the version is retried inside the
     /// adapter (re-read, re-condition), never surfaced as [`StoreError::Conflict`].
     async fn deliver(&self, delivery: &NewDelivery) -> Result<DeliverOutcome, StoreError>;

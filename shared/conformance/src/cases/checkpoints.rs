@@ -654,3 +654,50 @@ pub async fn callback_and_tool_call_records_round_trip(h: Harness) {
         "an unknown tool call"
     );
 }
+
+/// A checkpoint of more than [`MAX_TRANSACTION_ITEMS`] items (DynamoDB's
+/// `TransactWriteItems` limit) is refused as invalid and writes nothing; one of exactly
+/// that many is written.
+pub async fn checkpoint_over_the_transaction_item_limit_writes_nothing(h: Harness) {
+    let tenant = tenant();
+    let run = create(&h, &tenant).await;
+    let held = claim(&h, &run, "engine-a", LEASE).await;
+    let over = |n: usize| {
+        let mut cp = checkpoint_over(&h, &held, Some(held.epoch), |_| {});
+        cp.callbacks = (0..n)
+            .map(|i| open_callback(&h, &held, &format!("approval#{i}")))
+            .collect();
+        cp
+    };
+    let too_many = over(MAX_TRANSACTION_ITEMS);
+    assert_eq!(too_many.item_count(), MAX_TRANSACTION_ITEMS + 1);
+    let before = snapshot(&h, &tenant, &run.id).await;
+    let got = h.backend.store.checkpoint(&too_many).await;
+    assert!(
+        matches!(got, Err(StoreError::Invalid(_))),
+        "{} items: expected Invalid, got {got:?}",
+        too_many.item_count()
+    );
+    assert_eq!(
+        snapshot(&h, &tenant, &run.id).await,
+        before,
+        "a refused checkpoint writes nothing"
+    );
+    assert_side_items_absent(&h, &too_many, "over the item limit").await;
+
+    let at_limit = over(MAX_TRANSACTION_ITEMS - 1);
+    assert_eq!(at_limit.item_count(), MAX_TRANSACTION_ITEMS);
+    write(&h, &at_limit).await;
+    assert_eq!(get(&h, &tenant, &run.id).await, at_limit.run);
+    for record in &at_limit.callbacks {
+        assert_eq!(
+            h.backend
+                .store
+                .get_callback(&record.callback_id)
+                .await
+                .expect("get_callback")
+                .as_ref(),
+            Some(record)
+        );
+    }
+}

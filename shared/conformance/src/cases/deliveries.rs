@@ -742,3 +742,74 @@ pub async fn load_history_returns_journal_and_deliveries_in_order(h: Harness) {
     written.sort_by(|a, b| a.position.cmp(&b.position));
     assert_eq!(journal, written, "every journal entry");
 }
+
+/// A callback outcome or heartbeat received at or after the callback's deadline is
+/// refused as gone and records nothing, even while the record still reads open (the
+/// run has not yet recorded the timeout): the deadline is part of the write's
+/// condition. Before the deadline the same delivery is accepted.
+pub async fn callback_delivery_after_its_deadline_is_gone(h: Harness) {
+    let tenant = tenant();
+    let run = waiting_run(&h, &tenant).await;
+    let passed = CallbackRecord {
+        deadline: Some(h.now()),
+        ..open_callback(&h, &run, "approval#0")
+    };
+    let open = CallbackRecord {
+        deadline: Some(h.now().plus(Duration::from_secs(3600))),
+        ..open_callback(&h, &run, "approval#1")
+    };
+    let mut cp = checkpoint_over(&h, &run, None, |_| {});
+    cp.callbacks = vec![passed.clone(), open.clone()];
+    write(&h, &cp).await;
+    let before = snapshot(&h, &tenant, &run.id).await;
+    for body in [
+        DeliveryBody::CallbackSucceeded {
+            callback_id: passed.callback_id.clone(),
+            value: json(serde_json::json!("late")),
+        },
+        DeliveryBody::CallbackFailed {
+            callback_id: passed.callback_id.clone(),
+            error: ErrorInfo::new("late", "too late", false),
+        },
+        DeliveryBody::CallbackHeartbeat {
+            callback_id: passed.callback_id.clone(),
+        },
+    ] {
+        let got = h
+            .backend
+            .store
+            .deliver(&callback_delivery(&h, &passed, body))
+            .await;
+        assert!(
+            matches!(got, Err(StoreError::Gone(_))),
+            "a delivery at the deadline: expected Gone, got {got:?}"
+        );
+    }
+    assert_eq!(
+        snapshot(&h, &tenant, &run.id).await,
+        before,
+        "nothing is recorded"
+    );
+    assert_eq!(
+        h.backend
+            .store
+            .get_callback(&passed.callback_id)
+            .await
+            .expect("get_callback")
+            .map(|r| r.status),
+        Some(CallbackStatus::Open),
+        "the record is left for the run to time out"
+    );
+    deliver(
+        &h,
+        &callback_delivery(
+            &h,
+            &open,
+            DeliveryBody::CallbackSucceeded {
+                callback_id: open.callback_id.clone(),
+                value: json(serde_json::json!("in time")),
+            },
+        ),
+    )
+    .await;
+}

@@ -49,22 +49,37 @@ where
         _ => {}
     }
     let child = parent.child(&op.position, own_replay_flag);
-    let result = f(child.clone()).await;
+    let result = match f(child.clone()).await {
+        // A child context's failure surfaces as its own error carrying the cause (AWS:
+        // `ChildContextError`); a batch branch's error is reported as it is, per branch.
+        Err(e) if sub == SubType::RunInChildContext => Err(Error::new(
+            ErrorKind::ChildFailed,
+            format!("child context '{}' failed: {e}", op.name),
+            Some(e.to_info()),
+        )),
+        other => other,
+    };
     child.go_live();
-    let (state, event) = match &result {
-        Ok(value) => (
-            EntryState::Succeeded {
-                value: parent.encode(value).await?,
-                attempt: 0,
-            },
-            EventType::ContextSucceeded,
-        ),
+    let (state, event, result) = match result {
+        Ok(value) => {
+            // The workflow sees the value as replay will: decoded from its journal form.
+            let (payload, decoded) = parent.encode_decoded(&value).await?;
+            (
+                EntryState::Succeeded {
+                    value: payload,
+                    attempt: 0,
+                },
+                EventType::ContextSucceeded,
+                decoded,
+            )
+        }
         Err(e) => (
             EntryState::Failed {
                 error: e.to_info(),
                 attempt: 0,
             },
             EventType::ContextFailed,
+            Err(e),
         ),
     };
     let details = match &state {
@@ -125,6 +140,26 @@ impl CompletionConfig {
             tolerated_failure_count: Some(0),
             ..CompletionConfig::default()
         }
+    }
+
+    /// Whether the rule can hold for a batch of `total` branches: at most `total`
+    /// required successes, a tolerated percentage within 0–100. The error says what
+    /// is wrong, for [`ErrorKind::InvalidConfig`].
+    pub fn validate(&self, total: usize) -> Result<(), String> {
+        if let Some(n) = self.min_successful.filter(|n| *n > total) {
+            return Err(format!(
+                "min_successful is {n} but the batch has only {total} item(s)"
+            ));
+        }
+        if let Some(p) = self
+            .tolerated_failure_percentage
+            .filter(|p| !(0.0..=100.0).contains(p))
+        {
+            return Err(format!(
+                "tolerated_failure_percentage is {p}; it must be between 0 and 100"
+            ));
+        }
+        Ok(())
     }
 
     /// The reason the batch is complete after `succeeded` successes and `failed`
@@ -313,9 +348,10 @@ impl Context {
 }
 
 impl<T> BatchBuilder<T> {
-    /// Run at most `n` branches at once (branches start in index order).
+    /// Run at most `n` branches at once (branches start in index order). Zero is
+    /// refused with [`ErrorKind::InvalidConfig`] when the batch is awaited.
     pub fn max_concurrency(mut self, n: usize) -> Self {
-        self.max_concurrency = Some(n.max(1));
+        self.max_concurrency = Some(n);
         self
     }
 
@@ -345,6 +381,18 @@ async fn run_batch<T: Serialize + DeserializeOwned + Send + 'static>(
         max_concurrency,
         completion,
     } = b;
+    let invalid = if max_concurrency == Some(0) {
+        Some("max_concurrency must be at least 1".to_owned())
+    } else {
+        completion.validate(branches.len()).err()
+    };
+    if let Some(why) = invalid {
+        return Err(Error::new(
+            ErrorKind::InvalidConfig,
+            format!("{} '{}': {why}", op.kind, op.name),
+            None,
+        ));
+    }
     let is_map = op.kind == OperationKind::Map;
     let (sub, branch_sub, branch_name) = if is_map {
         (SubType::Map, SubType::MapIteration, "iteration")

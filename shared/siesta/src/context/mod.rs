@@ -35,6 +35,7 @@ pub use batch::{
 };
 pub use invoke::{InvokeBuilder, child_run_id};
 pub use step::{StepBuilder, StepContext, StepSemantics, ToolCallBuilder, idempotency_key};
+pub(crate) use wait::expire_callbacks;
 pub use wait::{
     Callback, CallbackBuilder, ConditionBuilder, ConditionCheck, EventBuilder, WaitBuilder,
     WaitForCallbackBuilder, WaitStrategy,
@@ -723,6 +724,26 @@ impl Context {
             &self.shared.run_id,
             value,
         )
+    }
+
+    /// Serialise `value` for the journal and decode it back, so that the workflow sees
+    /// on first execution exactly the value replay will hand it, whatever the type's
+    /// serialization loses. Decodes from memory: an offloaded value is not read back.
+    pub(crate) fn encode_decoded<T>(
+        &self,
+        value: &T,
+    ) -> impl std::future::Future<Output = Result<(Payload, Result<T, Error>), Error>> + Send + 'static
+    where
+        T: Serialize + DeserializeOwned + Send + 'static,
+    {
+        // Serialised before the first await, so `value` need not be `Sync`.
+        let json = serde_json::to_value(value);
+        let ctx = self.clone();
+        async move {
+            let json = json?;
+            let payload = ctx.encode(&json).await?;
+            Ok((payload, T::deserialize(json).map_err(Error::from)))
+        }
     }
 
     pub(crate) async fn decode<T: DeserializeOwned>(&self, payload: &Payload) -> Result<T, Error> {

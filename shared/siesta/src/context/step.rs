@@ -518,7 +518,7 @@ fn tool_record(
 }
 
 #[allow(clippy::too_many_arguments)]
-async fn settle_success<T: Serialize + Send>(
+async fn settle_success<T: Serialize + DeserializeOwned + Send + 'static>(
     ctx: &Context,
     op: &Op,
     sub: SubType,
@@ -528,7 +528,9 @@ async fn settle_success<T: Serialize + Send>(
     drained: Vec<DeliveryId>,
     with_started_event: bool,
 ) -> Result<T, Error> {
-    let payload = ctx.encode(&value).await?;
+    // The workflow gets the journaled value decoded, exactly what replay returns.
+    let (payload, decoded) = ctx.encode_decoded(&value).await?;
+    drop(value);
     let mut entry = op.entry(EntryState::Succeeded {
         value: payload.clone(),
         attempt,
@@ -563,7 +565,7 @@ async fn settle_success<T: Serialize + Send>(
         ));
     }
     ctx.commit_or_suspend(delta).await;
-    Ok(value)
+    decoded
 }
 
 #[allow(clippy::too_many_arguments)]

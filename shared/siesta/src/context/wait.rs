@@ -14,6 +14,7 @@ use serde::de::DeserializeOwned;
 use super::{Context, Delta, Op, StepContext};
 use crate::error::{Error, ErrorKind, StepError};
 use crate::model::*;
+use crate::retry::RetryStrategy;
 use crate::time::Timestamp;
 
 /// A durable timer being configured; `.await` it at once.
@@ -314,9 +315,11 @@ impl<T: DeserializeOwned + Send + 'static> Callback<T> {
                     )
                 }
                 DeliveryBody::CallbackFailed { error, .. } => {
+                    // The sender's message reaches the workflow as it was sent; its
+                    // kind stays in the cause.
                     let err = Error::new(
                         ErrorKind::CallbackFailed,
-                        format!("callback '{}' failed: {error}", op.name),
+                        error.message.clone(),
                         Some(error),
                     );
                     (
@@ -348,50 +351,25 @@ impl<T: DeserializeOwned + Send + 'static> Callback<T> {
             return result;
         }
         let now = ctx.shared.now();
-        let heartbeat_deadline = heartbeat_ms.map(|ms| {
-            let last = ctx
-                .deliveries_for(|d| matches!(&d.body, DeliveryBody::CallbackHeartbeat { callback_id } if *callback_id == id))
-                .iter()
-                .map(|d| d.received_at)
-                .max()
-                .unwrap_or(started_at)
-                .max(started_at);
-            last.plus(Duration::from_millis(ms))
-        });
-        let due = [deadline, heartbeat_deadline].into_iter().flatten().min();
-        match due {
-            Some(due) if now >= due => {
+        let heartbeats = ctx.deliveries_for(|d| matches!(&d.body, DeliveryBody::CallbackHeartbeat { callback_id } if *callback_id == id));
+        let wait = Wait {
+            kind: WaitKind::Callback {
+                callback_id: id.clone(),
+                heartbeat_timeout_ms: heartbeat_ms,
+            },
+            deadline,
+            started_at,
+        };
+        match callback_due(&wait, &heartbeats) {
+            Some((due, which)) if now >= due => {
                 ctx.go_live();
-                let which = if heartbeat_deadline == Some(due) && deadline != Some(due) {
-                    "heartbeat timeout"
-                } else {
-                    "timeout"
-                };
-                let err = Error::new(
-                    ErrorKind::CallbackTimedOut,
-                    format!("callback '{}' passed its {which}", op.name),
-                    None,
+                let (entry, record, ev) = callback_timeout(
+                    &ctx.shared,
+                    &op.entry(EntryState::Waiting(wait)),
+                    which,
+                    now,
                 );
-                let mut entry = op.entry(EntryState::Failed {
-                    error: err.to_info(),
-                    attempt: 0,
-                });
-                entry.handle = Some(id.0.clone());
-                let record = CallbackRecord {
-                    callback_id: id.clone(),
-                    tenant: ctx.shared.tenant.clone(),
-                    run_id: ctx.shared.run_id.clone(),
-                    position: op.position.clone(),
-                    status: CallbackStatus::TimedOut,
-                    deadline,
-                    created_at: started_at,
-                };
-                let ev = ctx.event(
-                    EventType::CallbackTimedOut,
-                    SubType::Callback,
-                    &op,
-                    serde_json::json!({"CallbackId": id, "Reason": which}),
-                );
+                let err = timed_out_error(&op.name, which);
                 ctx.commit_or_suspend(Delta {
                     journal: vec![entry],
                     timeline: vec![ev],
@@ -401,9 +379,139 @@ impl<T: DeserializeOwned + Send + 'static> Callback<T> {
                 .await;
                 Err(err)
             }
-            due => ctx.suspend(due).await,
+            due => ctx.suspend(due.map(|(at, _)| at)).await,
         }
     }
+}
+
+/// When a waiting callback gives up, and why: its deadline, or its heartbeat deadline
+/// (the last heartbeat in `deliveries`, or its start, plus the heartbeat timeout),
+/// whichever comes first. `None` for a callback that waits for ever.
+pub(crate) fn callback_due(
+    wait: &Wait,
+    deliveries: &[Delivery],
+) -> Option<(Timestamp, &'static str)> {
+    let WaitKind::Callback {
+        callback_id,
+        heartbeat_timeout_ms,
+    } = &wait.kind
+    else {
+        return None;
+    };
+    let heartbeat_deadline = heartbeat_timeout_ms.map(|ms| {
+        deliveries
+            .iter()
+            .filter(|d| matches!(&d.body, DeliveryBody::CallbackHeartbeat { callback_id: c } if c == callback_id))
+            .map(|d| d.received_at)
+            .max()
+            .unwrap_or(wait.started_at)
+            .max(wait.started_at)
+            .plus(Duration::from_millis(ms))
+    });
+    let due = [wait.deadline, heartbeat_deadline]
+        .into_iter()
+        .flatten()
+        .min()?;
+    let which = if heartbeat_deadline == Some(due) && wait.deadline != Some(due) {
+        "heartbeat timeout"
+    } else {
+        "timeout"
+    };
+    Some((due, which))
+}
+
+/// The error a callback that passed its `which` ("timeout", "heartbeat timeout") gives.
+fn timed_out_error(name: &str, which: &str) -> Error {
+    Error::new(
+        ErrorKind::CallbackTimedOut,
+        format!("callback '{name}' passed its {which}"),
+        None,
+    )
+}
+
+/// What recording the timeout of the callback waiting at `waiting` writes: its journal
+/// entry (failed), its record (timed out) and its `CallbackTimedOut` event.
+pub(crate) fn callback_timeout(
+    shared: &super::Shared,
+    waiting: &JournalEntry,
+    which: &str,
+    now: Timestamp,
+) -> (JournalEntry, CallbackRecord, TimelineEvent) {
+    let EntryState::Waiting(Wait {
+        kind: WaitKind::Callback { callback_id, .. },
+        deadline,
+        started_at,
+    }) = &waiting.state
+    else {
+        unreachable!("only waiting callbacks time out")
+    };
+    let err = timed_out_error(&waiting.name, which);
+    let mut entry = waiting.clone();
+    entry.state = EntryState::Failed {
+        error: err.to_info(),
+        attempt: 0,
+    };
+    entry.handle = Some(callback_id.0.clone());
+    let record = CallbackRecord {
+        callback_id: callback_id.clone(),
+        tenant: shared.tenant.clone(),
+        run_id: shared.run_id.clone(),
+        position: waiting.position.clone(),
+        status: CallbackStatus::TimedOut,
+        deadline: *deadline,
+        created_at: *started_at,
+    };
+    let event = TimelineEvent {
+        seq: 0,
+        at: now,
+        event_type: EventType::CallbackTimedOut,
+        sub_type: Some(SubType::Callback),
+        id: Some(waiting.position.0.clone()),
+        parent_id: waiting.position.parent().map(|p| p.0),
+        name: Some(waiting.name.clone()),
+        details: serde_json::json!({"CallbackId": callback_id, "Reason": which}),
+    };
+    (entry, record, event)
+}
+
+/// Time out every callback of the run that passed its deadline at `now` with no
+/// outcome delivered, whether or not the workflow awaits it now: the timeout is
+/// recorded at the deadline, not when the workflow gets round to awaiting it. Returns
+/// what to write, and the earliest deadline of the callbacks still open.
+pub(crate) fn expire_callbacks(
+    shared: &super::Shared,
+    st: &super::ExecState,
+    now: Timestamp,
+) -> (Delta, Option<Timestamp>) {
+    let mut delta = Delta::default();
+    let mut next = None::<Timestamp>;
+    let mut waiting: Vec<&JournalEntry> = st.journal.values().collect();
+    waiting.sort_by(|a, b| a.position.cmp(&b.position));
+    for entry in waiting {
+        let EntryState::Waiting(wait) = &entry.state else {
+            continue;
+        };
+        let WaitKind::Callback { callback_id, .. } = &wait.kind else {
+            continue;
+        };
+        let answered = st.deliveries.iter().any(|d| {
+            matches!(&d.body, DeliveryBody::CallbackSucceeded { callback_id: c, .. } | DeliveryBody::CallbackFailed { callback_id: c, .. } if c == callback_id)
+        });
+        if answered {
+            continue;
+        }
+        match callback_due(wait, &st.deliveries) {
+            Some((due, which)) if now >= due => {
+                let (entry, record, event) = callback_timeout(shared, entry, which, now);
+                delta.journal.push(entry);
+                delta.callbacks.push(record);
+                delta.timeline.push(event);
+            }
+            Some((due, _)) => next = Some(next.map_or(due, |n| n.min(due))),
+            None => {}
+        }
+    }
+    (delta, next)
 }
 
 /// `wait_for_callback` being configured; `.await` it at once.
@@ -645,6 +753,7 @@ pub struct ConditionBuilder<S, F> {
     initial: S,
     check: F,
     strategy: WaitStrategy,
+    retry: RetryStrategy,
 }
 
 impl Context {
@@ -668,6 +777,7 @@ impl Context {
             initial,
             check,
             strategy: WaitStrategy::default(),
+            retry: RetryStrategy::default(),
         }
     }
 }
@@ -676,6 +786,14 @@ impl<S, F> ConditionBuilder<S, F> {
     /// Use this wait strategy.
     pub fn strategy(mut self, strategy: WaitStrategy) -> Self {
         self.strategy = strategy;
+        self
+    }
+
+    /// Retry a check that returns an error with this strategy (default: a step's
+    /// default); once it gives up, the operation fails with the check's error. Like a
+    /// step attempt, each failed check is recorded.
+    pub fn retry(mut self, retry: RetryStrategy) -> Self {
+        self.retry = retry;
         self
     }
 }
@@ -697,22 +815,24 @@ where
                 initial,
                 check,
                 strategy,
+                retry,
             } = self;
             let now = ctx.shared.now();
-            let (attempt, state) = match ctx.lookup(&op).await.map(|e| e.state) {
+            let (attempt, state, failures) = match ctx.lookup(&op).await.map(|e| e.state) {
                 Some(EntryState::Succeeded { value, .. }) => return ctx.decode(&value).await,
                 Some(EntryState::Failed { error, .. }) => return Err(Error::from_info(&error)),
                 Some(EntryState::Polling {
                     attempt,
                     state,
                     next_check_at,
+                    failures,
                 }) => {
                     if now < next_check_at {
                         return ctx.suspend(Some(next_check_at)).await;
                     }
-                    (attempt + 1, ctx.decode::<S>(&state).await?)
+                    (attempt + 1, ctx.decode::<S>(&state).await?, failures)
                 }
-                _ => (1, initial),
+                _ => (1, initial, 0),
             };
             ctx.go_live();
             ctx.boundary().await;
@@ -725,14 +845,44 @@ where
             let (done, next_state) = match check(state, step_ctx).await {
                 Ok(ConditionCheck::Done(s)) => (true, ctx.encode(&s).await?),
                 Ok(ConditionCheck::Continue(s)) => (false, ctx.encode(&s).await?),
-                Err(e) if e.is_retryable() => (false, fallback),
+                // A check error is a failed attempt, as in a step: the retry policy
+                // decides, the state stays what it was, and the error is recorded.
                 Err(e) => {
-                    let err = Error::new(
-                        ErrorKind::ConditionNotMet,
-                        format!("condition '{}' check failed: {e}", op.name),
-                        Some(e.info().clone()),
+                    let failures = failures + 1;
+                    let error = e.info().clone();
+                    if !retry.should_retry(failures, &error) {
+                        let err = Error::new(
+                            ErrorKind::StepFailed,
+                            format!(
+                                "condition '{}' check failed after {failures} attempt(s): {e}",
+                                op.name
+                            ),
+                            Some(error.clone()),
+                        );
+                        return finish_failed(&ctx, &op, attempt, err, error).await;
+                    }
+                    let next_check_at = ctx
+                        .shared
+                        .now()
+                        .plus(retry.delay(failures, rand::random::<f64>()));
+                    let ev = ctx.event(
+                        EventType::StepFailed,
+                        SubType::WaitForCondition,
+                        &op,
+                        serde_json::json!({"Attempt": attempt, "Error": error, "NextAttemptAt": next_check_at, "Retrying": true}),
                     );
-                    return finish_failed(&ctx, &op, attempt, err).await;
+                    ctx.commit_or_suspend(Delta {
+                        journal: vec![op.entry(EntryState::Polling {
+                            attempt,
+                            state: fallback,
+                            next_check_at,
+                            failures,
+                        })],
+                        timeline: vec![ev],
+                        ..Delta::default()
+                    })
+                    .await;
+                    return ctx.suspend(Some(next_check_at)).await;
                 }
             };
             if done {
@@ -760,7 +910,8 @@ where
                     format!("condition '{}' not met after {attempt} checks", op.name),
                     None,
                 );
-                return finish_failed(&ctx, &op, attempt, err).await;
+                let cause = err.to_info();
+                return finish_failed(&ctx, &op, attempt, err, cause).await;
             }
             let next_check_at: Timestamp = ctx.shared.now().plus(strategy.delay(attempt));
             let ev = ctx.event(EventType::StepFailed, SubType::WaitForCondition, &op, serde_json::json!({"Attempt": attempt, "NextAttemptAt": next_check_at, "Retrying": true}));
@@ -769,6 +920,7 @@ where
                     attempt,
                     state: next_state,
                     next_check_at,
+                    failures: 0,
                 })],
                 timeline: vec![ev],
                 ..Delta::default()
@@ -779,12 +931,20 @@ where
     }
 }
 
-async fn finish_failed<S>(ctx: &Context, op: &Op, attempt: u32, err: Error) -> Result<S, Error> {
+/// Fail the condition with `err`; its timeline event shows `cause` (the check's own
+/// error, as a step's last failed attempt does).
+async fn finish_failed<S>(
+    ctx: &Context,
+    op: &Op,
+    attempt: u32,
+    err: Error,
+    cause: ErrorInfo,
+) -> Result<S, Error> {
     let ev = ctx.event(
         EventType::StepFailed,
         SubType::WaitForCondition,
         op,
-        serde_json::json!({"Attempt": attempt, "Error": err.to_info()}),
+        serde_json::json!({"Attempt": attempt, "Error": cause}),
     );
     ctx.commit_or_suspend(Delta {
         journal: vec![op.entry(EntryState::Failed {

@@ -1,0 +1,339 @@
+//! Exact operation semantics, measured against AWS Lambda durable functions: callback
+//! deadlines, replay-consistent values, condition check errors, child-context errors,
+//! validation of batch options, and writes over DynamoDB's transaction limits.
+
+mod support;
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use siesta::context::{CompletionConfig, ConditionCheck};
+use siesta::*;
+use support::World;
+
+/// A callback of 3 s while the workflow sleeps 6 s, then awaits the callback.
+fn callback_during_a_wait() -> Registry {
+    let mut reg = Registry::new();
+    reg.register(
+        "approval",
+        |ctx: Context, _: serde_json::Value| async move {
+            let cb = ctx
+                .create_callback::<u32>("approval")
+                .timeout(Duration::from_secs(3))
+                .await?;
+            ctx.wait("pause", Duration::from_secs(6)).await?;
+            match cb.wait().await {
+                Ok(v) => Ok(json!({"value": v})),
+                Err(e) => Ok(json!({"kind": e.kind().as_str()})),
+            }
+        },
+    );
+    reg
+}
+
+async fn callback_record(w: &World, id: &CallbackId) -> CallbackRecord {
+    w.embedded
+        .backend()
+        .store
+        .get_callback(id)
+        .await
+        .unwrap()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_callback_completed_after_its_deadline_is_refused_and_times_out_at_the_deadline() {
+    let w = World::new(callback_during_a_wait());
+    let t0 = w.clock.now();
+    let id = w.start("approval", json!(null)).await;
+    w.settle().await;
+    let cb = w.open_callbacks(&id).await.pop().unwrap();
+
+    // At the deadline the run is woken (it sleeps until 6 s) and the callback times out.
+    w.advance(Duration::from_secs(3)).await;
+    let timed_out: Vec<TimelineEvent> = w
+        .timeline(&id)
+        .await
+        .into_iter()
+        .filter(|e| e.event_type == EventType::CallbackTimedOut)
+        .collect();
+    assert_eq!(timed_out.len(), 1, "CallbackTimedOut is recorded at 3 s");
+    assert_eq!(timed_out[0].at, t0.plus(Duration::from_secs(3)));
+    assert_eq!(
+        callback_record(&w, &cb).await.status,
+        CallbackStatus::TimedOut
+    );
+    assert_eq!(w.run(&id).await.status, RunStatus::Waiting);
+
+    // A success sent at 4 s is refused, and nothing is recorded.
+    w.clock.advance(Duration::from_secs(1));
+    let before = w.timeline(&id).await.len();
+    let late = w
+        .engine
+        .complete_callback(&cb, None, Ok(json!(7)), None)
+        .await;
+    assert!(
+        matches!(late, Err(EngineError::Gone(_))),
+        "late success: {late:?}"
+    );
+    let late = w.engine.heartbeat_callback(&cb, None).await;
+    assert!(
+        matches!(late, Err(EngineError::Gone(_))),
+        "late heartbeat: {late:?}"
+    );
+    assert_eq!(w.timeline(&id).await.len(), before);
+    assert!(w.history(&id).await.deliveries.is_empty());
+
+    // Awaiting it later raises the timeout.
+    w.advance(Duration::from_secs(2)).await;
+    let run = w.run(&id).await;
+    assert_eq!(World::output(&run), json!({"kind": "CallbackTimedOut"}));
+}
+
+#[tokio::test]
+async fn a_callback_completed_before_its_deadline_keeps_its_value_until_awaited() {
+    let w = World::new(callback_during_a_wait());
+    let id = w.start("approval", json!(null)).await;
+    w.settle().await;
+    let cb = w.open_callbacks(&id).await.pop().unwrap();
+    w.clock.advance(Duration::from_secs(2));
+    w.engine
+        .complete_callback(&cb, None, Ok(json!(7)), None)
+        .await
+        .unwrap();
+    w.settle().await;
+    // The deadline passes while the workflow still sleeps: the outcome already arrived.
+    w.advance(Duration::from_secs(2)).await;
+    w.advance(Duration::from_secs(2)).await;
+    let run = w.run(&id).await;
+    assert_eq!(World::output(&run), json!({"value": 7}));
+    assert!(
+        !w.timeline(&id)
+            .await
+            .iter()
+            .any(|e| e.event_type == EventType::CallbackTimedOut)
+    );
+}
+
+/// Serializes without `cached`: not an exact round trip.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Lossy {
+    n: u32,
+    #[serde(skip)]
+    cached: u32,
+}
+
+#[tokio::test]
+async fn the_first_execution_sees_the_journaled_value_as_replay_does() {
+    let mut reg = Registry::new();
+    reg.register("lossy", |ctx: Context, _: serde_json::Value| async move {
+        let step: Lossy = ctx
+            .step("make", |_| async { Ok(Lossy { n: 1, cached: 7 }) })
+            .await?;
+        let child: Lossy = ctx
+            .run_in_child_context("child", |_| async { Ok(Lossy { n: 2, cached: 7 }) })
+            .await?;
+        let mapped = ctx
+            .map("each", vec![3u32], |_, n, _| async move {
+                Ok(Lossy { n, cached: 7 })
+            })
+            .await?
+            .values()?;
+        // Journaled by a step: what this pass saw, which is the first execution.
+        let seen = json!([step.cached, child.cached, mapped[0].cached]);
+        let first: serde_json::Value = ctx.step("seen", move |_| async move { Ok(seen) }).await?;
+        ctx.sleep(Duration::from_secs(1)).await?;
+        // The same operations, now replayed from the journal.
+        Ok(json!({"first": first, "n": [step.n, child.n, mapped[0].n]}))
+    });
+    let w = World::new(reg);
+    let id = w.start("lossy", json!(null)).await;
+    w.settle().await;
+    w.advance(Duration::from_secs(1)).await;
+    assert_eq!(
+        World::output(&w.run(&id).await),
+        json!({"first": [0, 0, 0], "n": [1, 2, 3]}),
+        "values the workflow sees are the decoded journaled ones"
+    );
+}
+
+#[tokio::test]
+async fn a_condition_check_error_is_retried_by_policy_then_fails_the_operation() {
+    let mut reg = Registry::new();
+    reg.register("poll", |ctx: Context, _: serde_json::Value| async move {
+        let r = ctx
+            .wait_for_condition("job", 0u32, |_, _| async move {
+                Err::<ConditionCheck<u32>, _>(StepError::retryable("status endpoint down"))
+            })
+            .await;
+        let e = r.unwrap_err();
+        Ok(json!({"kind": e.kind().as_str(), "cause": e.cause().map(|c| c.message.clone())}))
+    });
+    let w = World::new(reg);
+    let id = w.start("poll", json!(null)).await;
+    w.settle().await;
+    for _ in 0..10 {
+        if w.run(&id).await.status.is_finished() {
+            break;
+        }
+        w.advance(Duration::from_secs(60)).await;
+    }
+    let run = w.run(&id).await;
+    assert_eq!(
+        World::output(&run),
+        json!({"kind": "StepFailed", "cause": "status endpoint down"})
+    );
+    let failures: Vec<TimelineEvent> = w
+        .timeline(&id)
+        .await
+        .into_iter()
+        .filter(|e| {
+            e.event_type == EventType::StepFailed && e.sub_type == Some(SubType::WaitForCondition)
+        })
+        .collect();
+    assert_eq!(failures.len(), 6, "one per attempt of the default policy");
+    for f in &failures {
+        assert_eq!(f.details["Error"]["message"], "status endpoint down");
+    }
+}
+
+#[tokio::test]
+async fn a_failed_child_context_is_wrapped_and_a_callback_failure_keeps_its_message() {
+    let mut reg = Registry::new();
+    reg.register("child", |ctx: Context, _: serde_json::Value| async move {
+        let child = ctx
+            .run_in_child_context("inner", |_| async { Err::<u32, _>(Error::msg("boom")) })
+            .await
+            .unwrap_err();
+        let cb = ctx.create_callback::<u32>("approve").await?;
+        let failed = cb.wait().await.unwrap_err();
+        Ok(json!({
+            "child": {"kind": child.kind().as_str(), "cause": child.cause().map(|c| c.message.clone())},
+            "callback": {"kind": failed.kind().as_str(), "message": failed.to_string(),
+                         "cause": failed.cause().map(|c| c.kind.clone())},
+        }))
+    });
+    let w = World::new(reg);
+    let id = w.start("child", json!(null)).await;
+    w.settle().await;
+    let cb = w.open_callbacks(&id).await.pop().unwrap();
+    w.engine
+        .complete_callback(
+            &cb,
+            None,
+            Err(ErrorInfo::new("RejectedError", "not approved", false)),
+            None,
+        )
+        .await
+        .unwrap();
+    w.settle().await;
+    assert_eq!(
+        World::output(&w.run(&id).await),
+        json!({
+            "child": {"kind": "ChildFailed", "cause": "boom"},
+            "callback": {"kind": "CallbackFailed", "message": "not approved", "cause": "RejectedError"},
+        })
+    );
+}
+
+#[tokio::test]
+async fn invalid_batch_options_are_an_error_at_the_call() {
+    let mut reg = Registry::new();
+    reg.register("bad", |ctx: Context, _: serde_json::Value| async move {
+        let mut kinds = Vec::new();
+        let each = |_: Context, n: u32, _: usize| async move { Ok(n) };
+        let zero = ctx
+            .map("zero", vec![1u32, 2], each)
+            .max_concurrency(0)
+            .await;
+        kinds.push(zero.err().map(|e| e.kind().as_str()));
+        for config in [
+            CompletionConfig {
+                min_successful: Some(3),
+                ..CompletionConfig::default()
+            },
+            CompletionConfig {
+                tolerated_failure_percentage: Some(-1.0),
+                ..CompletionConfig::default()
+            },
+            CompletionConfig {
+                tolerated_failure_percentage: Some(101.0),
+                ..CompletionConfig::default()
+            },
+        ] {
+            let r = ctx
+                .map("bad_config", vec![1u32, 2], each)
+                .completion(config)
+                .await;
+            kinds.push(r.err().map(|e| e.kind().as_str()));
+        }
+        Ok(json!(kinds))
+    });
+    let w = World::new(reg);
+    let id = w.start("bad", json!(null)).await;
+    w.settle().await;
+    assert_eq!(
+        World::output(&w.run(&id).await),
+        json!([
+            "InvalidConfig",
+            "InvalidConfig",
+            "InvalidConfig",
+            "InvalidConfig"
+        ])
+    );
+}
+
+/// More open callbacks than one DynamoDB transaction holds.
+const MANY: usize = 150;
+
+fn many_callbacks() -> Registry {
+    let mut reg = Registry::new();
+    reg.register("many", |ctx: Context, finish: bool| async move {
+        for i in 0..MANY {
+            ctx.create_callback::<u32>(&format!("cb{i}")).await?;
+        }
+        if finish {
+            Ok(json!("done"))
+        } else {
+            ctx.sleep(Duration::from_secs(3600)).await?;
+            Ok(json!("slept"))
+        }
+    });
+    reg
+}
+
+async fn assert_all_closed(w: &World, id: &RunId, ids: &[CallbackId]) {
+    assert_eq!(ids.len(), MANY);
+    for cb in ids {
+        assert_eq!(callback_record(w, cb).await.status, CallbackStatus::Closed);
+        let late = w
+            .engine
+            .complete_callback(cb, None, Ok(json!(1)), None)
+            .await;
+        assert!(matches!(late, Err(EngineError::Gone(_))), "{late:?}");
+    }
+    assert!(w.run(id).await.status.is_finished());
+}
+
+#[tokio::test]
+async fn finishing_or_cancelling_a_run_with_more_open_callbacks_than_a_transaction_holds() {
+    let w = World::new(many_callbacks());
+    let finishes = w.start("many", json!(true)).await;
+    let cancelled = w.start("many", json!(false)).await;
+    w.settle().await;
+    let ids: Vec<CallbackId> = w
+        .history(&finishes)
+        .await
+        .journal
+        .iter()
+        .filter_map(|e| e.handle.clone().map(CallbackId))
+        .collect();
+    assert_eq!(w.run(&finishes).await.status, RunStatus::Completed);
+    assert_all_closed(&w, &finishes, &ids).await;
+
+    let open = w.open_callbacks(&cancelled).await;
+    w.engine.cancel(&w.tenant, &cancelled, None).await.unwrap();
+    assert_eq!(w.run(&cancelled).await.status, RunStatus::Cancelled);
+    assert_all_closed(&w, &cancelled, &open).await;
+}
