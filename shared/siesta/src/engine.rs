@@ -1321,10 +1321,11 @@ fn child_finished(
             at: now,
             event_type,
             sub_type: Some(SubType::ChainedInvoke),
+            // Named and nested like the parent's invoke operation, as its other events.
             id: Some(parent.position.0.clone()),
-            parent_id: None,
-            name: Some(run.workflow.clone()),
-            details: serde_json::json!({"ChildRunId": run.id, "Status": status}),
+            parent_id: parent.position.parent().map(|p| p.0),
+            name: Some(operation_name(&parent.position).to_owned()),
+            details: serde_json::json!({"ChildRunId": run.id, "Workflow": run.workflow, "Status": status}),
         },
     }
 }
@@ -1338,6 +1339,12 @@ fn overflowing(callbacks: &mut Vec<CallbackRecord>, other_items: usize) -> Vec<C
     } else {
         callbacks.split_off(room)
     }
+}
+
+/// The name an operation was given, from its position (`parent/name#occurrence`).
+fn operation_name(position: &Position) -> &str {
+    let last = position.0.rsplit('/').next().unwrap_or_default();
+    last.rsplit_once('#').map_or(last, |(name, _)| name)
 }
 
 /// Callback records to close because their run is finishing.

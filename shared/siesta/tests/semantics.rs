@@ -10,7 +10,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use siesta::context::{CompletionConfig, ConditionCheck};
 use siesta::*;
-use support::World;
+use siesta_testing::TestEnv;
+use support::{output, world};
 
 /// A callback of 3 s while the workflow sleeps 6 s, then awaits the callback.
 fn callback_during_a_wait() -> Registry {
@@ -32,22 +33,16 @@ fn callback_during_a_wait() -> Registry {
     reg
 }
 
-async fn callback_record(w: &World, id: &CallbackId) -> CallbackRecord {
-    w.embedded
-        .backend()
-        .store
-        .get_callback(id)
-        .await
-        .unwrap()
-        .unwrap()
+async fn callback_record(w: &TestEnv, id: &CallbackId) -> CallbackRecord {
+    w.backend().store.get_callback(id).await.unwrap().unwrap()
 }
 
 #[tokio::test]
 async fn a_callback_completed_after_its_deadline_is_refused_and_times_out_at_the_deadline() {
-    let w = World::new(callback_during_a_wait());
-    let t0 = w.clock.now();
+    let w = world(callback_during_a_wait());
+    let t0 = w.now();
     let id = w.start("approval", json!(null)).await;
-    w.settle().await;
+    w.run_until_idle().await;
     let cb = w.open_callbacks(&id).await.pop().unwrap();
 
     // At the deadline the run is woken (it sleeps until 6 s) and the callback times out.
@@ -67,17 +62,17 @@ async fn a_callback_completed_after_its_deadline_is_refused_and_times_out_at_the
     assert_eq!(w.run(&id).await.status, RunStatus::Waiting);
 
     // A success sent at 4 s is refused, and nothing is recorded.
-    w.clock.advance(Duration::from_secs(1));
+    w.clock().advance(Duration::from_secs(1));
     let before = w.timeline(&id).await.len();
     let late = w
-        .engine
+        .engine()
         .complete_callback(&cb, None, Ok(json!(7)), None)
         .await;
     assert!(
         matches!(late, Err(EngineError::Gone(_))),
         "late success: {late:?}"
     );
-    let late = w.engine.heartbeat_callback(&cb, None).await;
+    let late = w.engine().heartbeat_callback(&cb, None).await;
     assert!(
         matches!(late, Err(EngineError::Gone(_))),
         "late heartbeat: {late:?}"
@@ -88,26 +83,26 @@ async fn a_callback_completed_after_its_deadline_is_refused_and_times_out_at_the
     // Awaiting it later raises the timeout.
     w.advance(Duration::from_secs(2)).await;
     let run = w.run(&id).await;
-    assert_eq!(World::output(&run), json!({"kind": "CallbackTimedOut"}));
+    assert_eq!(output(&run), json!({"kind": "CallbackTimedOut"}));
 }
 
 #[tokio::test]
 async fn a_callback_completed_before_its_deadline_keeps_its_value_until_awaited() {
-    let w = World::new(callback_during_a_wait());
+    let w = world(callback_during_a_wait());
     let id = w.start("approval", json!(null)).await;
-    w.settle().await;
+    w.run_until_idle().await;
     let cb = w.open_callbacks(&id).await.pop().unwrap();
-    w.clock.advance(Duration::from_secs(2));
-    w.engine
+    w.clock().advance(Duration::from_secs(2));
+    w.engine()
         .complete_callback(&cb, None, Ok(json!(7)), None)
         .await
         .unwrap();
-    w.settle().await;
+    w.run_until_idle().await;
     // The deadline passes while the workflow still sleeps: the outcome already arrived.
     w.advance(Duration::from_secs(2)).await;
     w.advance(Duration::from_secs(2)).await;
     let run = w.run(&id).await;
-    assert_eq!(World::output(&run), json!({"value": 7}));
+    assert_eq!(output(&run), json!({"value": 7}));
     assert!(
         !w.timeline(&id)
             .await
@@ -147,12 +142,12 @@ async fn the_first_execution_sees_the_journaled_value_as_replay_does() {
         // The same operations, now replayed from the journal.
         Ok(json!({"first": first, "n": [step.n, child.n, mapped[0].n]}))
     });
-    let w = World::new(reg);
+    let w = world(reg);
     let id = w.start("lossy", json!(null)).await;
-    w.settle().await;
+    w.run_until_idle().await;
     w.advance(Duration::from_secs(1)).await;
     assert_eq!(
-        World::output(&w.run(&id).await),
+        output(&w.run(&id).await),
         json!({"first": [0, 0, 0], "n": [1, 2, 3]}),
         "values the workflow sees are the decoded journaled ones"
     );
@@ -170,9 +165,9 @@ async fn a_condition_check_error_is_retried_by_policy_then_fails_the_operation()
         let e = r.unwrap_err();
         Ok(json!({"kind": e.kind().as_str(), "cause": e.cause().map(|c| c.message.clone())}))
     });
-    let w = World::new(reg);
+    let w = world(reg);
     let id = w.start("poll", json!(null)).await;
-    w.settle().await;
+    w.run_until_idle().await;
     for _ in 0..10 {
         if w.run(&id).await.status.is_finished() {
             break;
@@ -181,7 +176,7 @@ async fn a_condition_check_error_is_retried_by_policy_then_fails_the_operation()
     }
     let run = w.run(&id).await;
     assert_eq!(
-        World::output(&run),
+        output(&run),
         json!({"kind": "StepFailed", "cause": "status endpoint down"})
     );
     let failures: Vec<TimelineEvent> = w
@@ -214,11 +209,11 @@ async fn a_failed_child_context_is_wrapped_and_a_callback_failure_keeps_its_mess
                          "cause": failed.cause().map(|c| c.kind.clone())},
         }))
     });
-    let w = World::new(reg);
+    let w = world(reg);
     let id = w.start("child", json!(null)).await;
-    w.settle().await;
+    w.run_until_idle().await;
     let cb = w.open_callbacks(&id).await.pop().unwrap();
-    w.engine
+    w.engine()
         .complete_callback(
             &cb,
             None,
@@ -227,9 +222,9 @@ async fn a_failed_child_context_is_wrapped_and_a_callback_failure_keeps_its_mess
         )
         .await
         .unwrap();
-    w.settle().await;
+    w.run_until_idle().await;
     assert_eq!(
-        World::output(&w.run(&id).await),
+        output(&w.run(&id).await),
         json!({
             "child": {"kind": "ChildFailed", "cause": "boom"},
             "callback": {"kind": "CallbackFailed", "message": "not approved", "cause": "RejectedError"},
@@ -270,11 +265,11 @@ async fn invalid_batch_options_are_an_error_at_the_call() {
         }
         Ok(json!(kinds))
     });
-    let w = World::new(reg);
+    let w = world(reg);
     let id = w.start("bad", json!(null)).await;
-    w.settle().await;
+    w.run_until_idle().await;
     assert_eq!(
-        World::output(&w.run(&id).await),
+        output(&w.run(&id).await),
         json!([
             "InvalidConfig",
             "InvalidConfig",
@@ -303,12 +298,12 @@ fn many_callbacks() -> Registry {
     reg
 }
 
-async fn assert_all_closed(w: &World, id: &RunId, ids: &[CallbackId]) {
+async fn assert_all_closed(w: &TestEnv, id: &RunId, ids: &[CallbackId]) {
     assert_eq!(ids.len(), MANY);
     for cb in ids {
         assert_eq!(callback_record(w, cb).await.status, CallbackStatus::Closed);
         let late = w
-            .engine
+            .engine()
             .complete_callback(cb, None, Ok(json!(1)), None)
             .await;
         assert!(matches!(late, Err(EngineError::Gone(_))), "{late:?}");
@@ -318,10 +313,10 @@ async fn assert_all_closed(w: &World, id: &RunId, ids: &[CallbackId]) {
 
 #[tokio::test]
 async fn finishing_or_cancelling_a_run_with_more_open_callbacks_than_a_transaction_holds() {
-    let w = World::new(many_callbacks());
+    let w = world(many_callbacks());
     let finishes = w.start("many", json!(true)).await;
     let cancelled = w.start("many", json!(false)).await;
-    w.settle().await;
+    w.run_until_idle().await;
     let ids: Vec<CallbackId> = w
         .history(&finishes)
         .await
@@ -333,7 +328,10 @@ async fn finishing_or_cancelling_a_run_with_more_open_callbacks_than_a_transacti
     assert_all_closed(&w, &finishes, &ids).await;
 
     let open = w.open_callbacks(&cancelled).await;
-    w.engine.cancel(&w.tenant, &cancelled, None).await.unwrap();
+    w.engine()
+        .cancel(w.tenant(), &cancelled, None)
+        .await
+        .unwrap();
     assert_eq!(w.run(&cancelled).await.status, RunStatus::Cancelled);
     assert_all_closed(&w, &cancelled, &open).await;
 }

@@ -30,8 +30,9 @@ impl Context {
     }
 }
 
-/// Run one context (a child context or a batch branch) and journal its outcome.
-async fn run_context<T, F, Fut>(
+/// Run one context (a child context, a batch branch, a `wait_for_callback`) and
+/// journal its outcome.
+pub(super) async fn run_context<T, F, Fut>(
     parent: &Context,
     op: &Op,
     sub: SubType,
@@ -43,12 +44,12 @@ where
     Fut: Future<Output = Result<T, Error>> + Send + 'static,
     T: Serialize + DeserializeOwned + Send + 'static,
 {
-    match parent.lookup(op).await.map(|e| e.state) {
+    let fresh = match parent.lookup(op).await.map(|e| e.state) {
         Some(EntryState::Succeeded { value, .. }) => return parent.decode(&value).await,
         Some(EntryState::Failed { error, .. }) => return Err(Error::from_info(&error)),
-        _ => {}
-    }
-    let child = parent.child(&op.position, own_replay_flag);
+        found => found.is_none(),
+    };
+    let child = parent.child_started(op, sub, own_replay_flag, fresh, serde_json::Value::Null);
     let result = match f(child.clone()).await {
         // A child context's failure surfaces as its own error carrying the cause (AWS:
         // `ChildContextError`); a batch branch's error is reported as it is, per branch.
@@ -87,7 +88,8 @@ where
         _ => serde_json::Value::Null,
     };
     let ev = parent.event(event, sub, op, details);
-    parent
+    // Through the child, so a start not yet recorded goes with the end.
+    child
         .commit_or_suspend(Delta {
             journal: vec![op.entry(state)],
             timeline: vec![ev],
@@ -400,13 +402,20 @@ async fn run_batch<T: Serialize + DeserializeOwned + Send + 'static>(
         (SubType::Parallel, SubType::ParallelBranch, "branch")
     };
     let total = branches.len();
-    let scope = ctx.child(&op.position, false);
+    let entry = ctx.lookup(&op).await;
+    let scope = ctx.child_started(
+        &op,
+        sub,
+        false,
+        entry.is_none(),
+        serde_json::json!({"Total": total, "MaxConcurrency": max_concurrency}),
+    );
     // Mint every branch's position up front, in index order, so they are stable.
     let branch_ops: Vec<Op> = (0..total)
         .map(|_| scope.mint(branch_name, OperationKind::Context))
         .collect();
 
-    if let Some(entry) = ctx.lookup(&op).await {
+    if let Some(entry) = entry {
         match entry.state {
             EntryState::Succeeded { value, .. } => {
                 let summary: BatchSummary = ctx.decode(&value).await?;
@@ -489,12 +498,14 @@ async fn run_batch<T: Serialize + DeserializeOwned + Send + 'static>(
         serde_json::json!({"CompletionReason": reason, "Succeeded": succeeded, "Failed": failed, "Total": total}),
     );
     let value = ctx.encode(&summary).await?;
-    ctx.commit_or_suspend(Delta {
-        journal: vec![op.entry(EntryState::Succeeded { value, attempt: 0 })],
-        timeline: vec![ev],
-        ..Delta::default()
-    })
-    .await;
+    // Through the batch's scope, so a start not yet recorded goes with the end.
+    scope
+        .commit_or_suspend(Delta {
+            journal: vec![op.entry(EntryState::Succeeded { value, attempt: 0 })],
+            timeline: vec![ev],
+            ..Delta::default()
+        })
+        .await;
     let items = outcomes
         .into_iter()
         .enumerate()

@@ -122,6 +122,38 @@ pub(crate) struct Delta {
     pub tool_calls: Vec<ToolCallRecord>,
     pub child_runs: Vec<(Run, TimelineEvent)>,
     pub parent_delivery: Option<NewDelivery>,
+    /// Starts of the enclosing contexts not yet recorded; written with this checkpoint.
+    pub starts: Vec<PendingStart>,
+}
+
+/// A context (child context, batch, branch) entered for the first time whose start is
+/// not recorded yet: its `Started` journal entry and `ContextStarted` event go with the
+/// first checkpoint made inside it (or with its end), so entering a context costs no
+/// write of its own. Shared by everything under the context; taken once.
+pub(crate) type PendingStart = Arc<Mutex<Option<(JournalEntry, TimelineEvent)>>>;
+
+impl Delta {
+    /// Put the enclosing contexts' unrecorded starts (outermost first) before this
+    /// delta's own entries and events. Called under the writer lock, so a start is
+    /// written before anything inside it, whichever branch writes first.
+    fn take_starts(&mut self) {
+        let mut journal = Vec::new();
+        let mut timeline = Vec::new();
+        for start in std::mem::take(&mut self.starts) {
+            let taken = start.lock().unwrap_or_else(|e| e.into_inner()).take();
+            if let Some((entry, event)) = taken {
+                // One item per transaction: the context's own end replaces its start.
+                if !self.journal.iter().any(|e| e.position == entry.position) {
+                    journal.push(entry);
+                }
+                timeline.push(event);
+            }
+        }
+        journal.append(&mut self.journal);
+        timeline.append(&mut self.timeline);
+        self.journal = journal;
+        self.timeline = timeline;
+    }
 }
 
 /// Why a checkpoint was not written.
@@ -213,6 +245,7 @@ impl Shared {
         mutate: impl Fn(&mut Run),
     ) -> Result<(), CommitError> {
         let _writer = self.writer.lock().await;
+        delta.take_starts();
         let now = self.now();
         for entry in &mut delta.journal {
             entry.updated_at = now;
@@ -379,6 +412,8 @@ pub struct Context {
     pub(crate) shared: Arc<Shared>,
     path: Option<Position>,
     replaying: Arc<AtomicBool>,
+    /// Unrecorded starts of this context and those around it, outermost first.
+    starts: Vec<PendingStart>,
 }
 
 impl Context {
@@ -388,7 +423,33 @@ impl Context {
             shared,
             path: None,
             replaying: Arc::new(AtomicBool::new(replaying)),
+            starts: Vec::new(),
         }
+    }
+
+    /// A context for the operations under `op` that records its start (`ContextStarted`
+    /// of `sub`) with the first checkpoint made inside it, when `fresh` (the journal has
+    /// nothing for `op` yet).
+    pub(crate) fn child_started(
+        &self,
+        op: &Op,
+        sub: SubType,
+        own_replay_flag: bool,
+        fresh: bool,
+        details: serde_json::Value,
+    ) -> Context {
+        let mut child = self.child(&op.position, own_replay_flag);
+        if fresh {
+            let entry = op.entry(EntryState::Started {
+                attempt: 1,
+                key: None,
+            });
+            let event = self.event(EventType::ContextStarted, sub, op, details);
+            child
+                .starts
+                .push(Arc::new(Mutex::new(Some((entry, event)))));
+        }
+        child
     }
 
     /// A context for the operations under `position` (a child context, a branch).
@@ -409,6 +470,7 @@ impl Context {
             shared: self.shared.clone(),
             path: Some(position.clone()),
             replaying,
+            starts: self.starts.clone(),
         }
     }
 
@@ -685,9 +747,10 @@ impl Context {
         self.commit_with(delta, |_| {}).await
     }
 
-    pub(crate) async fn commit_with(&self, delta: Delta, mutate: impl Fn(&mut Run)) {
+    pub(crate) async fn commit_with(&self, mut delta: Delta, mutate: impl Fn(&mut Run)) {
         // Recording something new means this branch is past what the journal held.
         self.go_live();
+        delta.starts = self.starts.clone();
         if self.shared.commit(delta, None, mutate).await.is_err() {
             self.suspend::<()>(None).await;
         }

@@ -340,6 +340,7 @@ where
                             attempt + 1,
                             e.info().clone(),
                             Some(key.clone()),
+                            false,
                         )
                         .await;
                     }
@@ -364,6 +365,7 @@ where
                     attempt,
                     error,
                     None,
+                    false,
                 )
                 .await;
             }
@@ -398,6 +400,7 @@ where
                                 attempt,
                                 e.info().clone(),
                                 Some(key.clone()),
+                                false,
                             )
                             .await;
                         }
@@ -477,6 +480,7 @@ where
                 attempt,
                 e.info().clone(),
                 key,
+                !started_event_written && !started,
             )
             .await
         }
@@ -578,34 +582,45 @@ async fn settle_failure<T>(
     attempt: u32,
     error: ErrorInfo,
     key: Option<IdempotencyKey>,
+    with_started_event: bool,
 ) -> Result<T, Error> {
+    // Every attempt that ran shows its StepStarted, failed ones included (AWS history).
+    let mut timeline = Vec::with_capacity(3);
+    if with_started_event {
+        timeline.push(ctx.event(
+            EventType::StepStarted,
+            sub,
+            op,
+            serde_json::json!({"Attempt": attempt}),
+        ));
+    }
     if retry.should_retry(attempt, &error) {
         let delay = retry.delay(attempt, rand::random::<f64>());
         let retry_at = ctx.shared.now().plus(delay);
-        let event = ctx.event(
+        timeline.push(ctx.event(
             EventType::StepFailed,
             sub,
             op,
-            serde_json::json!({"Attempt": attempt, "Error": error, "NextAttemptAt": retry_at, "Retrying": true}),
-        );
+            serde_json::json!({"Attempt": attempt, "Error": error, "NextAttemptAt": retry_at, "NextAttemptDelaySeconds": delay.as_secs_f64(), "Retrying": true}),
+        ));
         ctx.commit_or_suspend(Delta {
             journal: vec![op.entry(EntryState::Retrying {
                 attempt,
                 error,
                 retry_at,
             })],
-            timeline: vec![event],
+            timeline,
             ..Delta::default()
         })
         .await;
         return ctx.suspend(Some(retry_at)).await;
     }
-    let mut timeline = vec![ctx.event(
+    timeline.push(ctx.event(
         EventType::StepFailed,
         sub,
         op,
         serde_json::json!({"Attempt": attempt, "Error": error}),
-    )];
+    ));
     let failure = step_failed(op, &error, attempt);
     if park_on_exhaustion {
         timeline.push(ctx.event(

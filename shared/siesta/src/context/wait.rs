@@ -136,7 +136,9 @@ impl Context {
     }
 
     /// Create a callback, hand its id and URL to a third party in `submitter` (a step),
-    /// and wait for the outcome.
+    /// and wait for the outcome. Like AWS's `waitForCallback`, it is a context operation
+    /// of its own (`SubType` `WaitForCallback`) with the callback (under the same name)
+    /// and the submitter step (`submit`) nested under it.
     pub fn wait_for_callback<T, F, Fut>(
         &self,
         name: &str,
@@ -147,8 +149,13 @@ impl Context {
         Fut: Future<Output = Result<(), StepError>> + Send + 'static,
     {
         WaitForCallbackBuilder {
-            inner: self.create_callback(name),
+            ctx: self.clone(),
+            op: self.mint(name, OperationKind::Context),
+            timeout: None,
+            heartbeat_timeout: None,
+            retry: RetryStrategy::default(),
             submitter,
+            _t: PhantomData,
         }
     }
 }
@@ -517,27 +524,40 @@ pub(crate) fn expire_callbacks(
 /// `wait_for_callback` being configured; `.await` it at once.
 #[must_use = "a callback does nothing until awaited"]
 pub struct WaitForCallbackBuilder<T, F> {
-    inner: CallbackBuilder<T>,
+    ctx: Context,
+    op: Op,
+    timeout: Option<Duration>,
+    heartbeat_timeout: Option<Duration>,
+    retry: RetryStrategy,
     submitter: F,
+    _t: PhantomData<fn() -> T>,
 }
 
 impl<T, F> WaitForCallbackBuilder<T, F> {
     /// Fail with [`ErrorKind::CallbackTimedOut`] if no outcome arrives within `d`.
     pub fn timeout(mut self, d: Duration) -> Self {
-        self.inner = self.inner.timeout(d);
+        self.timeout = Some(d);
         self
     }
 
     /// Fail if no heartbeat arrives for `d`.
     pub fn heartbeat_timeout(mut self, d: Duration) -> Self {
-        self.inner = self.inner.heartbeat_timeout(d);
+        self.heartbeat_timeout = Some(d);
+        self
+    }
+
+    /// Retry the submitter with this strategy (default: a step's default); once it
+    /// gives up, the operation fails with [`ErrorKind::StepFailed`] and the callback is
+    /// never awaited.
+    pub fn submitter_retry(mut self, retry: RetryStrategy) -> Self {
+        self.retry = retry;
         self
     }
 }
 
 impl<T, F, Fut> IntoFuture for WaitForCallbackBuilder<T, F>
 where
-    T: DeserializeOwned + Send + 'static,
+    T: Serialize + DeserializeOwned + Send + 'static,
     F: FnOnce(CallbackId, String, StepContext) -> Fut + Send + 'static,
     Fut: Future<Output = Result<(), StepError>> + Send + 'static,
 {
@@ -546,12 +566,35 @@ where
 
     fn into_future(self) -> Self::IntoFuture {
         Box::pin(async move {
-            let WaitForCallbackBuilder { inner, submitter } = self;
-            let scope = inner.ctx.child(&inner.op.position, false);
-            let callback = inner.await?;
-            let (id, url) = (callback.id().clone(), callback.url());
-            scope.step("submit", move |s| submitter(id, url, s)).await?;
-            callback.wait().await
+            let WaitForCallbackBuilder {
+                ctx,
+                op,
+                timeout,
+                heartbeat_timeout,
+                retry,
+                submitter,
+                ..
+            } = self;
+            let name = op.name.clone();
+            super::batch::run_context(
+                &ctx,
+                &op,
+                SubType::WaitForCallback,
+                false,
+                move |scope| async move {
+                    let mut callback = scope.create_callback::<T>(&name);
+                    callback.timeout = timeout;
+                    callback.heartbeat_timeout = heartbeat_timeout;
+                    let callback = callback.await?;
+                    let (id, url) = (callback.id().clone(), callback.url());
+                    scope
+                        .step("submit", move |s| submitter(id, url, s))
+                        .retry(retry)
+                        .await?;
+                    callback.wait().await
+                },
+            )
+            .await
         })
     }
 }
@@ -837,6 +880,14 @@ where
             ctx.go_live();
             ctx.boundary().await;
             let fallback = ctx.encode(&state).await?;
+            // Each check is an attempt of the condition's step: StepStarted, then its
+            // outcome with the state it produced.
+            let started = ctx.event(
+                EventType::StepStarted,
+                SubType::WaitForCondition,
+                &op,
+                serde_json::json!({"Attempt": attempt}),
+            );
             let step_ctx = StepContext {
                 attempt,
                 position: op.position.clone(),
@@ -859,7 +910,7 @@ where
                             ),
                             Some(error.clone()),
                         );
-                        return finish_failed(&ctx, &op, attempt, err, error).await;
+                        return finish_failed(&ctx, &op, started, attempt, err, error).await;
                     }
                     let next_check_at = ctx
                         .shared
@@ -878,7 +929,7 @@ where
                             next_check_at,
                             failures,
                         })],
-                        timeline: vec![ev],
+                        timeline: vec![started, ev],
                         ..Delta::default()
                     })
                     .await;
@@ -891,14 +942,14 @@ where
                     EventType::StepSucceeded,
                     SubType::WaitForCondition,
                     &op,
-                    serde_json::json!({"Attempt": attempt}),
+                    serde_json::json!({"Attempt": attempt, "Result": inline_detail(&next_state)}),
                 );
                 ctx.commit_or_suspend(Delta {
                     journal: vec![op.entry(EntryState::Succeeded {
                         value: next_state,
                         attempt,
                     })],
-                    timeline: vec![ev],
+                    timeline: vec![started, ev],
                     ..Delta::default()
                 })
                 .await;
@@ -911,10 +962,10 @@ where
                     None,
                 );
                 let cause = err.to_info();
-                return finish_failed(&ctx, &op, attempt, err, cause).await;
+                return finish_failed(&ctx, &op, started, attempt, err, cause).await;
             }
             let next_check_at: Timestamp = ctx.shared.now().plus(strategy.delay(attempt));
-            let ev = ctx.event(EventType::StepFailed, SubType::WaitForCondition, &op, serde_json::json!({"Attempt": attempt, "NextAttemptAt": next_check_at, "Retrying": true}));
+            let ev = ctx.event(EventType::StepFailed, SubType::WaitForCondition, &op, serde_json::json!({"Attempt": attempt, "State": inline_detail(&next_state), "NextAttemptAt": next_check_at, "Retrying": true}));
             ctx.commit_or_suspend(Delta {
                 journal: vec![op.entry(EntryState::Polling {
                     attempt,
@@ -922,7 +973,7 @@ where
                     next_check_at,
                     failures: 0,
                 })],
-                timeline: vec![ev],
+                timeline: vec![started, ev],
                 ..Delta::default()
             })
             .await;
@@ -936,6 +987,7 @@ where
 async fn finish_failed<S>(
     ctx: &Context,
     op: &Op,
+    started: TimelineEvent,
     attempt: u32,
     err: Error,
     cause: ErrorInfo,
@@ -951,9 +1003,17 @@ async fn finish_failed<S>(
             error: err.to_info(),
             attempt,
         })],
-        timeline: vec![ev],
+        timeline: vec![started, ev],
         ..Delta::default()
     })
     .await;
     Err(err)
+}
+
+/// A payload as a timeline detail: the value inline, or its artifact reference.
+fn inline_detail(payload: &Payload) -> serde_json::Value {
+    match payload {
+        Payload::Inline(v) => v.clone(),
+        Payload::Artifact(a) => serde_json::json!({"Artifact": a}),
+    }
 }

@@ -1,0 +1,533 @@
+//! The shape of a run's timeline for every operation kind, as a table of expected
+//! event sequences (the form of AWS's own history requirement files): event type,
+//! sub-type, operation id, parent id and name, in order. Execution and invocation
+//! events are left out; Siesta's own events (deliveries, tool calls) stay in.
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use serde_json::json;
+use siesta::context::{ConditionCheck, WaitStrategy, branch};
+use siesta::*;
+use siesta_testing::TestEnv;
+use support::world;
+
+/// One expected event: type, sub-type, id, parent id, name.
+type Row = (
+    &'static str,
+    Option<&'static str>,
+    Option<&'static str>,
+    Option<&'static str>,
+    Option<&'static str>,
+);
+
+/// One recorded event, in the same terms as a [`Row`].
+type Event = (
+    String,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+);
+
+/// The run's timeline as rows, without execution and invocation events.
+async fn shape(
+    w: &TestEnv,
+    id: &RunId,
+) -> Vec<Event> {
+    w.timeline(id)
+        .await
+        .into_iter()
+        .filter(|e| {
+            !matches!(
+                e.event_type,
+                EventType::ExecutionStarted
+                    | EventType::ExecutionSucceeded
+                    | EventType::ExecutionFailed
+                    | EventType::InvocationCompleted
+            )
+        })
+        .map(|e| {
+            (
+                format!("{:?}", e.event_type),
+                e.sub_type.map(|s| format!("{s:?}")),
+                e.id,
+                e.parent_id,
+                e.name,
+            )
+        })
+        .collect()
+}
+
+fn expected(
+    rows: &[Row],
+) -> Vec<Event> {
+    rows.iter()
+        .map(|(t, s, id, p, n)| {
+            (
+                t.to_string(),
+                s.map(str::to_owned),
+                id.map(str::to_owned),
+                p.map(str::to_owned),
+                n.map(str::to_owned),
+            )
+        })
+        .collect()
+}
+
+/// Register `f` as workflow `name`, run it to its end (delivering what `deliver` sends
+/// while it waits), and compare its timeline with `rows`.
+async fn assert_shape<F, Fut>(name: &str, f: F, rows: &[Row])
+where
+    F: Fn(Context) -> Fut + Send + Sync + Clone + 'static,
+    Fut: std::future::Future<Output = Result<serde_json::Value, Error>> + Send + 'static,
+{
+    let mut reg = Registry::new();
+    reg.register(name, move |ctx: Context, _: serde_json::Value| {
+        f.clone()(ctx)
+    });
+    reg.register("double", |ctx: Context, n: u32| async move {
+        ctx.step("compute", move |_| async move { Ok(n * 2) }).await
+    });
+    let w = world(reg);
+    let id = w.start(name, json!(null)).await;
+    for _ in 0..8 {
+        let run = w.drive(&id).await;
+        if run.status.is_finished() {
+            break;
+        }
+        // Waiting on something only the test delivers: a callback or an event.
+        if let Some(cb) = w.open_callbacks(&id).await.first() {
+            w.complete_callback(cb, json!("ok")).await;
+        } else {
+            w.deliver_event(&id, "approval", json!(true)).await;
+        }
+    }
+    assert_eq!(w.status(&id).await, RunStatus::Completed, "{name}");
+    assert_eq!(
+        shape(&w, &id).await,
+        expected(rows),
+        "the timeline of {name}"
+    );
+}
+
+const STEP: Option<&str> = Some("Step");
+
+#[tokio::test]
+async fn a_step_shows_started_then_succeeded() {
+    assert_shape(
+        "step",
+        |ctx| async move {
+            ctx.step("charge", |_| async { Ok(1) }).await?;
+            Ok(json!(null))
+        },
+        &[
+            ("StepStarted", STEP, Some("charge#0"), None, Some("charge")),
+            (
+                "StepSucceeded",
+                STEP,
+                Some("charge#0"),
+                None,
+                Some("charge"),
+            ),
+        ],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_retried_step_shows_every_attempt_started() {
+    let calls = Arc::new(AtomicU32::new(0));
+    assert_shape(
+        "retried",
+        move |ctx| {
+            let calls = calls.clone();
+            async move {
+                ctx.step("charge", move |_| async move {
+                    if calls.fetch_add(1, Ordering::SeqCst) == 0 {
+                        Err(StepError::retryable("503"))
+                    } else {
+                        Ok(1)
+                    }
+                })
+                .retry(RetryStrategy::fixed(3, Duration::from_secs(1)))
+                .await?;
+                Ok(json!(null))
+            }
+        },
+        &[
+            ("StepStarted", STEP, Some("charge#0"), None, Some("charge")),
+            ("StepFailed", STEP, Some("charge#0"), None, Some("charge")),
+            ("StepStarted", STEP, Some("charge#0"), None, Some("charge")),
+            (
+                "StepSucceeded",
+                STEP,
+                Some("charge#0"),
+                None,
+                Some("charge"),
+            ),
+        ],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_wait_shows_started_then_succeeded() {
+    assert_shape(
+        "wait",
+        |ctx| async move {
+            ctx.wait("pause", Duration::from_secs(5)).await?;
+            Ok(json!(null))
+        },
+        &[
+            (
+                "WaitStarted",
+                Some("Wait"),
+                Some("pause#0"),
+                None,
+                Some("pause"),
+            ),
+            (
+                "WaitSucceeded",
+                Some("Wait"),
+                Some("pause#0"),
+                None,
+                Some("pause"),
+            ),
+        ],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_callback_shows_started_delivered_succeeded() {
+    assert_shape(
+        "callback",
+        |ctx| async move {
+            let cb = ctx.create_callback::<String>("approval").await?;
+            cb.wait().await?;
+            Ok(json!(null))
+        },
+        &[
+            (
+                "CallbackStarted",
+                Some("Callback"),
+                Some("approval#0"),
+                None,
+                Some("approval"),
+            ),
+            ("CallbackDelivered", None, None, None, None),
+            (
+                "CallbackSucceeded",
+                Some("Callback"),
+                Some("approval#0"),
+                None,
+                Some("approval"),
+            ),
+        ],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn wait_for_callback_is_a_context_with_the_callback_and_submitter_under_it() {
+    let p = Some("approval#0");
+    assert_shape(
+        "wait_for_callback",
+        |ctx| async move {
+            ctx.wait_for_callback::<String, _, _>("approval", |_, _, _| async { Ok(()) })
+                .await?;
+            Ok(json!(null))
+        },
+        &[
+            (
+                "ContextStarted",
+                Some("WaitForCallback"),
+                p,
+                None,
+                Some("approval"),
+            ),
+            (
+                "CallbackStarted",
+                Some("Callback"),
+                Some("approval#0/approval#0"),
+                p,
+                Some("approval"),
+            ),
+            (
+                "StepStarted",
+                STEP,
+                Some("approval#0/submit#0"),
+                p,
+                Some("submit"),
+            ),
+            (
+                "StepSucceeded",
+                STEP,
+                Some("approval#0/submit#0"),
+                p,
+                Some("submit"),
+            ),
+            ("CallbackDelivered", None, None, None, None),
+            (
+                "CallbackSucceeded",
+                Some("Callback"),
+                Some("approval#0/approval#0"),
+                p,
+                Some("approval"),
+            ),
+            (
+                "ContextSucceeded",
+                Some("WaitForCallback"),
+                p,
+                None,
+                Some("approval"),
+            ),
+        ],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn wait_for_condition_records_each_poll() {
+    let c = Some("WaitForCondition");
+    assert_shape(
+        "condition",
+        |ctx| async move {
+            ctx.wait_for_condition("job", 0u32, |n, _| async move {
+                Ok(if n >= 1 {
+                    ConditionCheck::Done(n)
+                } else {
+                    ConditionCheck::Continue(n + 1)
+                })
+            })
+            .strategy(WaitStrategy {
+                initial_delay: Duration::from_secs(1),
+                max_delay: Duration::from_secs(1),
+                multiplier: 1.0,
+                max_attempts: 5,
+            })
+            .await?;
+            Ok(json!(null))
+        },
+        &[
+            ("StepStarted", c, Some("job#0"), None, Some("job")),
+            ("StepFailed", c, Some("job#0"), None, Some("job")),
+            ("StepStarted", c, Some("job#0"), None, Some("job")),
+            ("StepSucceeded", c, Some("job#0"), None, Some("job")),
+        ],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn an_event_wait_shows_started_delivered_succeeded() {
+    let e = Some("WaitForEvent");
+    assert_shape(
+        "event",
+        |ctx| async move {
+            ctx.wait_for_event::<bool>("approval").await?;
+            Ok(json!(null))
+        },
+        &[
+            ("WaitStarted", e, Some("approval#0"), None, Some("approval")),
+            ("EventDelivered", None, None, None, Some("approval")),
+            (
+                "WaitSucceeded",
+                e,
+                Some("approval#0"),
+                None,
+                Some("approval"),
+            ),
+        ],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_child_context_wraps_its_operations() {
+    let c = Some("RunInChildContext");
+    let p = Some("checkout#0");
+    assert_shape(
+        "child",
+        |ctx| async move {
+            ctx.run_in_child_context("checkout", |child| async move {
+                child.step("price", |_| async { Ok(5) }).await
+            })
+            .await?;
+            Ok(json!(null))
+        },
+        &[
+            ("ContextStarted", c, p, None, Some("checkout")),
+            (
+                "StepStarted",
+                STEP,
+                Some("checkout#0/price#0"),
+                p,
+                Some("price"),
+            ),
+            (
+                "StepSucceeded",
+                STEP,
+                Some("checkout#0/price#0"),
+                p,
+                Some("price"),
+            ),
+            ("ContextSucceeded", c, p, None, Some("checkout")),
+        ],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_parallel_wraps_each_branch() {
+    let (par, br) = (Some("Parallel"), Some("ParallelBranch"));
+    let p = Some("fan#0");
+    let (b0, b1) = (Some("fan#0/branch#0"), Some("fan#0/branch#1"));
+    assert_shape(
+        "parallel",
+        |ctx| async move {
+            ctx.parallel(
+                "fan",
+                vec![
+                    branch(|c: Context| async move { c.step("a", |_| async { Ok(1) }).await }),
+                    branch(|c: Context| async move { c.step("b", |_| async { Ok(2) }).await }),
+                ],
+            )
+            .max_concurrency(1)
+            .await?;
+            Ok(json!(null))
+        },
+        &[
+            ("ContextStarted", par, p, None, Some("fan")),
+            ("ContextStarted", br, b0, p, Some("branch")),
+            (
+                "StepStarted",
+                STEP,
+                Some("fan#0/branch#0/a#0"),
+                b0,
+                Some("a"),
+            ),
+            (
+                "StepSucceeded",
+                STEP,
+                Some("fan#0/branch#0/a#0"),
+                b0,
+                Some("a"),
+            ),
+            ("ContextSucceeded", br, b0, p, Some("branch")),
+            ("ContextStarted", br, b1, p, Some("branch")),
+            (
+                "StepStarted",
+                STEP,
+                Some("fan#0/branch#1/b#0"),
+                b1,
+                Some("b"),
+            ),
+            (
+                "StepSucceeded",
+                STEP,
+                Some("fan#0/branch#1/b#0"),
+                b1,
+                Some("b"),
+            ),
+            ("ContextSucceeded", br, b1, p, Some("branch")),
+            ("ContextSucceeded", par, p, None, Some("fan")),
+        ],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_map_wraps_each_iteration() {
+    let (map, it) = (Some("Map"), Some("MapIteration"));
+    let p = Some("each#0");
+    let i0 = Some("each#0/iteration#0");
+    assert_shape(
+        "map",
+        |ctx| async move {
+            ctx.map("each", vec![1u32], |c: Context, n, _| async move {
+                c.step("square", move |_| async move { Ok(n * n) }).await
+            })
+            .await?;
+            Ok(json!(null))
+        },
+        &[
+            ("ContextStarted", map, p, None, Some("each")),
+            ("ContextStarted", it, i0, p, Some("iteration")),
+            (
+                "StepStarted",
+                STEP,
+                Some("each#0/iteration#0/square#0"),
+                i0,
+                Some("square"),
+            ),
+            (
+                "StepSucceeded",
+                STEP,
+                Some("each#0/iteration#0/square#0"),
+                i0,
+                Some("square"),
+            ),
+            ("ContextSucceeded", it, i0, p, Some("iteration")),
+            ("ContextSucceeded", map, p, None, Some("each")),
+        ],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn an_invoke_carries_its_name_and_parent() {
+    let (c, inv) = (Some("RunInChildContext"), Some("ChainedInvoke"));
+    let p = Some("outer#0");
+    assert_shape(
+        "invoke",
+        |ctx| async move {
+            ctx.run_in_child_context("outer", |child| async move {
+                child.invoke::<u32, _>("double_it", "double", 2u32).await
+            })
+            .await?;
+            Ok(json!(null))
+        },
+        &[
+            ("ContextStarted", c, p, None, Some("outer")),
+            (
+                "ChainedInvokeStarted",
+                inv,
+                Some("outer#0/double_it#0"),
+                p,
+                Some("double_it"),
+            ),
+            (
+                "ChainedInvokeSucceeded",
+                inv,
+                Some("outer#0/double_it#0"),
+                p,
+                Some("double_it"),
+            ),
+            ("ContextSucceeded", c, p, None, Some("outer")),
+        ],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_tool_call_records_its_start_before_calling() {
+    let t = Some("ToolCall");
+    assert_shape(
+        "tool",
+        |ctx| async move {
+            ctx.tool_call("charge", &json!({"amount": 5}), |_| async { Ok(1) })
+                .await?;
+            Ok(json!(null))
+        },
+        &[
+            ("StepStarted", t, Some("charge#0"), None, Some("charge")),
+            ("StepSucceeded", t, Some("charge#0"), None, Some("charge")),
+        ],
+    )
+    .await;
+}
