@@ -34,10 +34,7 @@ type Event = (
 );
 
 /// The run's timeline as rows, without execution and invocation events.
-async fn shape(
-    w: &TestEnv,
-    id: &RunId,
-) -> Vec<Event> {
+async fn shape(w: &TestEnv, id: &RunId) -> Vec<Event> {
     w.timeline(id)
         .await
         .into_iter()
@@ -62,9 +59,7 @@ async fn shape(
         .collect()
 }
 
-fn expected(
-    rows: &[Row],
-) -> Vec<Event> {
+fn expected(rows: &[Row]) -> Vec<Event> {
     rows.iter()
         .map(|(t, s, id, p, n)| {
             (
