@@ -79,6 +79,9 @@ impl From<EngineError> for ApiError {
                 "not_parked",
                 format!("only a parked run can be resumed; this one is {status}"),
             ),
+            EngineError::NothingToResolve(m) => {
+                ApiError::new(StatusCode::CONFLICT, "nothing_to_resolve", m)
+            }
             EngineError::Store(StoreError::NotFound) => ApiError::not_found("run"),
             EngineError::Store(e) if e.is_retryable() => ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,

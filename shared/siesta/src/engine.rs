@@ -93,9 +93,36 @@ pub enum EngineError {
     /// Only a parked run can be resumed.
     #[error("the run is {0}, not parked")]
     NotParked(RunStatus),
+    /// The operation at this position is not a tool call whose outcome is unknown.
+    #[error("nothing to resolve: {0}")]
+    NothingToResolve(String),
     /// Storage failed; retrying may help.
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+/// How an operator resolves a tool call whose outcome is `unknown`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ToolCallResolution {
+    /// The call happened and returned this value; the workflow gets it.
+    Succeeded(serde_json::Value),
+    /// The call failed with this error (or must not be made); the workflow gets it as
+    /// the tool call's failure.
+    Failed(ErrorInfo),
+    /// Make the call again (its lookup, if the code has one now, is asked first); the
+    /// operator takes the risk that it already happened.
+    Retry,
+}
+
+impl ToolCallResolution {
+    /// The resolution's wire name: `succeeded`, `failed` or `retry`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            ToolCallResolution::Succeeded(_) => "succeeded",
+            ToolCallResolution::Failed(_) => "failed",
+            ToolCallResolution::Retry => "retry",
+        }
+    }
 }
 
 /// What handling one wake-up did.
@@ -1082,6 +1109,156 @@ impl Engine {
             }
             Err(e) => return Err(e.into()),
         }
+        self.send_wake(tenant, run_id, WakeReason::Delivery, Duration::ZERO, 0)
+            .await;
+        Ok(next)
+    }
+
+    /// Resolve the tool call at `position` of a run parked because its outcome is
+    /// `unknown`: journal the operator's resolution, with who made it (`by`), in the
+    /// same write that resumes the run (pending, due now), then wake it. The timeline
+    /// shows `ToolCallRecorded` with the resolution and `ResolvedBy`, the step's outcome
+    /// (`StepSucceeded`/`StepFailed`) when there is one, and `RunResumed`. `if_match`
+    /// guards against a stale view (the run's version).
+    pub async fn resolve_tool_call(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+        position: &Position,
+        resolution: ToolCallResolution,
+        by: &str,
+        if_match: Option<u64>,
+    ) -> Result<Run, EngineError> {
+        let run = self.get_run(tenant, run_id).await?;
+        if if_match.is_some_and(|v| v != run.version) {
+            return Err(EngineError::VersionMismatch {
+                current: run.version,
+            });
+        }
+        if run.status != RunStatus::Parked {
+            return Err(if run.status.is_finished() {
+                EngineError::AlreadyFinished(run.status)
+            } else {
+                EngineError::NotParked(run.status)
+            });
+        }
+        let history = self.backend.store.load_history(tenant, run_id).await?;
+        let entry = history
+            .journal
+            .into_iter()
+            .find(|e| e.position == *position)
+            .ok_or(EngineError::NotFound)?;
+        let EntryState::Unknown { key, attempt } = entry.state.clone() else {
+            return Err(EngineError::NothingToResolve(format!(
+                "the operation at {position} is not a tool call whose outcome is unknown"
+            )));
+        };
+        let attempt = attempt.max(1);
+        let now = self.clock.now();
+        let event = |event_type: EventType, details: serde_json::Value| TimelineEvent {
+            seq: 0,
+            at: now,
+            event_type,
+            sub_type: Some(SubType::ToolCall),
+            id: Some(position.0.clone()),
+            parent_id: position.parent().map(|p| p.0),
+            name: Some(entry.name.clone()),
+            details,
+        };
+        let mut timeline = vec![event(
+            EventType::ToolCallRecorded,
+            serde_json::json!({"Status": resolution.as_str(), "Resolution": resolution.as_str(), "ResolvedBy": by, "IdempotencyKey": key}),
+        )];
+        let record = |status: ToolCallStatus, outcome: Result<Payload, ErrorInfo>| ToolCallRecord {
+            key: key.clone(),
+            tenant: tenant.clone(),
+            run_id: run_id.clone(),
+            position: position.clone(),
+            status,
+            outcome: Some(outcome),
+            updated_at: now,
+        };
+        let (state, tool_call) = match &resolution {
+            ToolCallResolution::Succeeded(value) => {
+                let payload = self.encode(tenant, run_id, value).await?;
+                timeline.push(event(
+                    EventType::StepSucceeded,
+                    serde_json::json!({"Attempt": attempt, "Result": inline_detail(&payload), "ResolvedBy": by}),
+                ));
+                (
+                    EntryState::Succeeded {
+                        value: payload.clone(),
+                        attempt,
+                    },
+                    Some(record(ToolCallStatus::Succeeded, Ok(payload))),
+                )
+            }
+            ToolCallResolution::Failed(error) => {
+                timeline.push(event(
+                    EventType::StepFailed,
+                    serde_json::json!({"Attempt": attempt, "Error": error, "ResolvedBy": by}),
+                ));
+                (
+                    EntryState::Failed {
+                        error: error.clone(),
+                        attempt,
+                    },
+                    Some(record(ToolCallStatus::Failed, Err(error.clone()))),
+                )
+            }
+            // Due at once: the step makes its next attempt when the run replays.
+            ToolCallResolution::Retry => (
+                EntryState::Retrying {
+                    attempt,
+                    error: ErrorInfo::new(
+                        "ResolvedForRetry",
+                        format!("the outcome was unknown; {by} chose to make the call again"),
+                        true,
+                    ),
+                    retry_at: now,
+                },
+                None,
+            ),
+        };
+        timeline.push(TimelineEvent {
+            seq: 0,
+            at: now,
+            event_type: EventType::RunResumed,
+            sub_type: None,
+            id: None,
+            parent_id: None,
+            name: Some(run.workflow.clone()),
+            details: serde_json::json!({"ParkedFor": run.error, "ResolvedBy": by}),
+        });
+        let status = decide(run.status, LifecycleEvent::Resume)
+            .map_err(|e| EngineError::Gone(e.to_string()))?;
+        let mut next = run.clone();
+        next.status = status;
+        next.version += 1;
+        next.updated_at = now;
+        next.due_at = Some(now);
+        next.error = None;
+        for e in &mut timeline {
+            next.timeline_seq += 1;
+            e.seq = next.timeline_seq;
+        }
+        let mut resolved = entry;
+        resolved.state = state;
+        resolved.updated_at = now;
+        let mut checkpoint = Checkpoint::new(next.clone(), run.version, None);
+        checkpoint.journal = vec![resolved];
+        checkpoint.timeline = timeline;
+        checkpoint.tool_calls = tool_call.into_iter().collect();
+        match self.backend.store.checkpoint(&checkpoint).await {
+            Ok(()) => {}
+            Err(StoreError::Conflict(Some(current))) => {
+                return Err(EngineError::VersionMismatch {
+                    current: current.version,
+                });
+            }
+            Err(e) => return Err(e.into()),
+        }
+        tracing::info!(tenant = %tenant, run_id = %run_id, %position, resolution = resolution.as_str(), %by, "unknown tool call resolved");
         self.send_wake(tenant, run_id, WakeReason::Delivery, Duration::ZERO, 0)
             .await;
         Ok(next)

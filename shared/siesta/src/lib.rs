@@ -94,7 +94,9 @@ pub mod time;
 mod worker;
 
 pub use context::Context;
-pub use engine::{BatchReport, Engine, EngineConfig, EngineError, SweepReport, WakeOutcome};
+pub use engine::{
+    BatchReport, Engine, EngineConfig, EngineError, SweepReport, ToolCallResolution, WakeOutcome,
+};
 pub use error::{Error, ErrorKind, PANICKED, StepError, StepResultExt};
 pub use liveness::{Liveness, LoopGuard};
 pub use model::*;

@@ -488,6 +488,9 @@ pub enum EntryState {
     Unknown {
         /// The call's idempotency key.
         key: IdempotencyKey,
+        /// The attempt whose outcome is unknown.
+        #[serde(default)]
+        attempt: u32,
     },
 }
 

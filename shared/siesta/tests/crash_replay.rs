@@ -219,7 +219,7 @@ async fn tool_call_found_running_without_a_lookup_is_marked_unknown_and_parks_th
         .journal
         .iter()
         .find_map(|e| match &e.state {
-            EntryState::Unknown { key } => Some(key.clone()),
+            EntryState::Unknown { key, .. } => Some(key.clone()),
             _ => None,
         });
     let record = w

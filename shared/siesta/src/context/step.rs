@@ -298,7 +298,16 @@ where
     };
     let now = ctx.shared.now();
     // Which attempt to run, and whether its start is already recorded.
-    let (attempt, started) = match ctx.lookup(&op).await.map(|e| e.state) {
+    // A call parked as unknown is looked at again as an interrupted one, so a lookup
+    // added to the code since the park is asked before the run parks again.
+    let recorded = ctx.lookup(&op).await.map(|e| match e.state {
+        EntryState::Unknown { key, attempt } => EntryState::Started {
+            attempt: attempt.max(1),
+            key: Some(key),
+        },
+        other => other,
+    });
+    let (attempt, started) = match recorded {
         None => (1, false),
         Some(EntryState::Succeeded { value, .. }) => return ctx.decode(&value).await,
         Some(EntryState::Failed { error, attempt }) => {
@@ -373,7 +382,7 @@ where
                 ctx.go_live();
                 ctx.boundary().await;
                 match lookup.take() {
-                    None => return park_unknown(&ctx, &op, key.clone()).await,
+                    None => return park_unknown(&ctx, &op, key.clone(), attempt).await,
                     Some(lookup) => match lookup(key.clone()).await {
                         Ok(Some(value)) => {
                             return settle_success(
@@ -408,7 +417,6 @@ where
                 }
             }
         },
-        Some(EntryState::Unknown { key }) => return park_unknown(&ctx, &op, key).await,
         Some(other) => {
             let message = format!(
                 "non-determinism at {}: the journal holds a {:?} state for a step",
@@ -659,7 +667,7 @@ async fn settle_failure<T>(
     Err(failure)
 }
 
-async fn park_unknown<T>(ctx: &Context, op: &Op, key: IdempotencyKey) -> T {
+async fn park_unknown<T>(ctx: &Context, op: &Op, key: IdempotencyKey, attempt: u32) -> T {
     let reason = format!(
         "tool call '{}' at {} was interrupted and its outcome is unknown (idempotency key {}); an operator must resolve it",
         op.name, op.position, key
@@ -674,7 +682,10 @@ async fn park_unknown<T>(ctx: &Context, op: &Op, key: IdempotencyKey) -> T {
     );
     if !already_unknown {
         ctx.commit_or_suspend(Delta {
-            journal: vec![op.entry(EntryState::Unknown { key: key.clone() })],
+            journal: vec![op.entry(EntryState::Unknown {
+                key: key.clone(),
+                attempt,
+            })],
             timeline: vec![ctx.event(
                 EventType::ToolCallRecorded,
                 SubType::ToolCall,
