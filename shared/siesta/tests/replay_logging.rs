@@ -34,7 +34,11 @@ async fn logs_written_before_a_completed_operation_are_not_written_again_on_repl
     let mut reg = Registry::new();
     reg.register("logging", |ctx: Context, _: serde_json::Value| async move {
         ctx.log("before-step");
-        ctx.step("work", |_| async { Ok(()) }).await?;
+        ctx.step("work", |s| async move {
+            s.log("inside-step");
+            Ok(())
+        })
+        .await?;
         ctx.log("after-step");
         ctx.sleep(Duration::from_secs(1)).await?;
         ctx.log("after-sleep");
@@ -46,11 +50,16 @@ async fn logs_written_before_a_completed_operation_are_not_written_again_on_repl
     w.advance(Duration::from_secs(1)).await;
     assert_eq!(w.run(&id).await.status, RunStatus::Completed);
     let text = String::from_utf8(sink.0.lock().unwrap().clone()).unwrap();
-    for line in ["before-step", "after-step", "after-sleep"] {
+    for line in ["before-step", "inside-step", "after-step", "after-sleep"] {
         assert_eq!(
             text.matches(line).count(),
             1,
             "{line} logged once in:\n{text}"
         );
     }
+    let inside = text.lines().find(|l| l.contains("inside-step")).unwrap();
+    assert!(
+        inside.contains("position=work#0") && inside.contains("attempt=1"),
+        "a step's log line names its position and attempt: {inside}"
+    );
 }

@@ -40,6 +40,8 @@ pub struct StepContext {
     pub(super) attempt: u32,
     pub(super) position: Position,
     pub(super) key: Option<IdempotencyKey>,
+    pub(super) tenant: TenantId,
+    pub(super) run_id: RunId,
 }
 
 impl StepContext {
@@ -56,6 +58,35 @@ impl StepContext {
     /// The idempotency key, for tool calls: hand it to the tool so it can dedupe too.
     pub fn idempotency_key(&self) -> Option<&IdempotencyKey> {
         self.key.as_ref()
+    }
+
+    /// Log at info level with the run, the step's position and the attempt. A step's
+    /// closure runs only for an attempt that is live (replay returns the journaled
+    /// outcome without calling it), so each line is written once per attempt, never
+    /// again on replay.
+    pub fn log(&self, message: impl AsRef<str>) {
+        tracing::info!(
+            target: "siesta::workflow",
+            tenant = %self.tenant,
+            run_id = %self.run_id,
+            position = %self.position,
+            attempt = self.attempt,
+            "{}",
+            message.as_ref()
+        );
+    }
+
+    /// Log at warn level, once per attempt (see [`StepContext::log`]).
+    pub fn warn(&self, message: impl AsRef<str>) {
+        tracing::warn!(
+            target: "siesta::workflow",
+            tenant = %self.tenant,
+            run_id = %self.run_id,
+            position = %self.position,
+            attempt = self.attempt,
+            "{}",
+            message.as_ref()
+        );
     }
 }
 
@@ -459,6 +490,8 @@ where
         attempt,
         position: op.position.clone(),
         key: key.clone(),
+        tenant: ctx.shared.tenant.clone(),
+        run_id: ctx.shared.run_id.clone(),
     };
     match attempt_catching_panics(f, step_ctx).await {
         Ok(value) => {

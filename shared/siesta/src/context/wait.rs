@@ -892,6 +892,8 @@ where
                 attempt,
                 position: op.position.clone(),
                 key: None,
+                tenant: ctx.shared.tenant.clone(),
+                run_id: ctx.shared.run_id.clone(),
             };
             let (done, next_state) = match check(state, step_ctx).await {
                 Ok(ConditionCheck::Done(s)) => (true, ctx.encode(&s).await?),
