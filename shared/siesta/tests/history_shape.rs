@@ -526,3 +526,96 @@ async fn a_tool_call_records_its_start_before_calling() {
     )
     .await;
 }
+
+#[tokio::test]
+async fn named_branches_and_items_carry_their_names() {
+    let (par, br) = (Some("Parallel"), Some("ParallelBranch"));
+    let (map, it) = (Some("Map"), Some("MapIteration"));
+    assert_shape(
+        "named",
+        |ctx| async move {
+            ctx.parallel(
+                "fan",
+                vec![
+                    branch(|_: Context| async { Ok(1) }),
+                    branch(|_: Context| async { Ok(2) }),
+                ],
+            )
+            .names(["charge", "ship"])
+            .max_concurrency(1)
+            .await?;
+            ctx.map(
+                "each",
+                vec!["a", "b"],
+                |_: Context, s: &str, _| async move { Ok(s.len()) },
+            )
+            .names(["item-a", "item-b"])
+            .max_concurrency(1)
+            .await?;
+            Ok(json!(null))
+        },
+        &[
+            ("ContextStarted", par, Some("fan#0"), None, Some("fan")),
+            (
+                "ContextStarted",
+                br,
+                Some("fan#0/charge#0"),
+                Some("fan#0"),
+                Some("charge"),
+            ),
+            (
+                "ContextSucceeded",
+                br,
+                Some("fan#0/charge#0"),
+                Some("fan#0"),
+                Some("charge"),
+            ),
+            (
+                "ContextStarted",
+                br,
+                Some("fan#0/ship#0"),
+                Some("fan#0"),
+                Some("ship"),
+            ),
+            (
+                "ContextSucceeded",
+                br,
+                Some("fan#0/ship#0"),
+                Some("fan#0"),
+                Some("ship"),
+            ),
+            ("ContextSucceeded", par, Some("fan#0"), None, Some("fan")),
+            ("ContextStarted", map, Some("each#0"), None, Some("each")),
+            (
+                "ContextStarted",
+                it,
+                Some("each#0/item-a#0"),
+                Some("each#0"),
+                Some("item-a"),
+            ),
+            (
+                "ContextSucceeded",
+                it,
+                Some("each#0/item-a#0"),
+                Some("each#0"),
+                Some("item-a"),
+            ),
+            (
+                "ContextStarted",
+                it,
+                Some("each#0/item-b#0"),
+                Some("each#0"),
+                Some("item-b"),
+            ),
+            (
+                "ContextSucceeded",
+                it,
+                Some("each#0/item-b#0"),
+                Some("each#0"),
+                Some("item-b"),
+            ),
+            ("ContextSucceeded", map, Some("each#0"), None, Some("each")),
+        ],
+    )
+    .await;
+}

@@ -263,6 +263,11 @@ async fn invalid_batch_options_are_an_error_at_the_call() {
                 .await;
             kinds.push(r.err().map(|e| e.kind().as_str()));
         }
+        let unnamed = ctx
+            .map("named", vec![1u32, 2], each)
+            .names(["only one"])
+            .await;
+        kinds.push(unnamed.err().map(|e| e.kind().as_str()));
         Ok(json!(kinds))
     });
     let w = world(reg);
@@ -271,6 +276,7 @@ async fn invalid_batch_options_are_an_error_at_the_call() {
     assert_eq!(
         output(&w.run(&id).await),
         json!([
+            "InvalidConfig",
             "InvalidConfig",
             "InvalidConfig",
             "InvalidConfig",

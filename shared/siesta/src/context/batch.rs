@@ -307,6 +307,7 @@ pub struct BatchBuilder<T> {
     branches: Vec<Branch<T>>,
     max_concurrency: Option<usize>,
     completion: CompletionConfig,
+    names: Option<Vec<String>>,
 }
 
 impl Context {
@@ -319,6 +320,7 @@ impl Context {
             branches,
             max_concurrency: None,
             completion: CompletionConfig::default(),
+            names: None,
         }
     }
 
@@ -345,6 +347,7 @@ impl Context {
             branches,
             max_concurrency: None,
             completion: CompletionConfig::default(),
+            names: None,
         }
     }
 }
@@ -354,6 +357,21 @@ impl<T> BatchBuilder<T> {
     /// refused with [`ErrorKind::InvalidConfig`] when the batch is awaited.
     pub fn max_concurrency(mut self, n: usize) -> Self {
         self.max_concurrency = Some(n);
+        self
+    }
+
+    /// Name the branches (or the map's items), in index order: each branch's context
+    /// is then `name#occurrence` under the batch instead of `branch#i` /
+    /// `iteration#i`, and its timeline events carry the name (AWS: branch names, the
+    /// map's item namer). One name per branch, or the batch fails with
+    /// [`ErrorKind::InvalidConfig`] when awaited. Changing names changes positions, so
+    /// it is a change of code for runs in flight.
+    pub fn names<I, S>(mut self, names: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.names = Some(names.into_iter().map(Into::into).collect());
         self
     }
 
@@ -382,9 +400,16 @@ async fn run_batch<T: Serialize + DeserializeOwned + Send + 'static>(
         branches,
         max_concurrency,
         completion,
+        names,
     } = b;
     let invalid = if max_concurrency == Some(0) {
         Some("max_concurrency must be at least 1".to_owned())
+    } else if let Some(n) = names.as_ref().filter(|n| n.len() != branches.len()) {
+        Some(format!(
+            "{} name(s) for {} branch(es)",
+            n.len(),
+            branches.len()
+        ))
     } else {
         completion.validate(branches.len()).err()
     };
@@ -412,7 +437,10 @@ async fn run_batch<T: Serialize + DeserializeOwned + Send + 'static>(
     );
     // Mint every branch's position up front, in index order, so they are stable.
     let branch_ops: Vec<Op> = (0..total)
-        .map(|_| scope.mint(branch_name, OperationKind::Context))
+        .map(|i| {
+            let name = names.as_ref().map_or(branch_name, |n| n[i].as_str());
+            scope.mint(name, OperationKind::Context)
+        })
         .collect();
 
     if let Some(entry) = entry {
