@@ -88,6 +88,23 @@ enum Command {
         #[arg(long, default_value = "siesta-dev")]
         prefix: String,
     },
+    /// Benchmark a dev server (started in its own process) with the `chain` workflow
+    /// over HTTP: throughput at 50 concurrent runs, sequential latency, bytes and
+    /// syscalls per step, peak RSS. Build with `--release` for figures worth quoting.
+    Bench {
+        /// Rounds per shape (min/median/max are printed).
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+        /// Concurrent clients in the concurrent shapes.
+        #[arg(long, default_value_t = 50)]
+        concurrency: usize,
+        /// The server's `--durability` (`full` or `relaxed`).
+        #[arg(long, default_value = "full")]
+        durability: String,
+        /// Skip the syscall counts (strace).
+        #[arg(long)]
+        no_strace: bool,
+    },
     /// Run the `order` example end to end on the embedded backend and print its timeline
     /// as it unfolds; this process plays the payment provider, whose webhooks are signed
     /// (Standard Webhooks) and verified by the server.
@@ -203,6 +220,21 @@ async fn main() -> anyhow::Result<()> {
         .init();
     match Cli::parse().command {
         Command::Demo { data_dir } => demo(data_dir).await,
+        Command::Bench {
+            rounds,
+            concurrency,
+            durability,
+            no_strace,
+        } => {
+            siesta_cli::bench::run(siesta_cli::bench::BenchOptions {
+                rounds,
+                concurrency: concurrency.max(1),
+                durability,
+                server_args: Vec::new(),
+                strace: !no_strace,
+            })
+            .await
+        }
         Command::Bootstrap { prefix } => {
             let sdk = siesta_aws::sdk_config_from_env().await;
             let plan = siesta_aws::bootstrap::Plan::from_embedded_template()?;

@@ -8,14 +8,18 @@
 //!   real side effect that a crash never repeats).
 //! - [`approval`](approval::approval) — plan a change, wait up to three days for a
 //!   human decision, then execute the plan step by step or park the run on rejection.
+//! - [`chain`](chain::chain) — `N` sequential steps, step `i` returning `i`, the sum as
+//!   output: the shape benchmarks use.
 
 pub mod approval;
+pub mod chain;
 pub mod order;
 pub mod report;
 
 use siesta::Registry;
 
 pub use approval::{ApprovalInput, ApprovalOutcome, Decision, ExecutedStep, approval};
+pub use chain::chain;
 pub use order::{OrderInput, OrderOutcome, PaymentEvent, order};
 pub use report::{Notice, Notification, ReportInput, ReportOutcome, report};
 
@@ -25,5 +29,6 @@ pub fn registry() -> Registry {
     registry.register("order", order);
     registry.register("report", report);
     registry.register("approval", approval);
+    registry.register("chain", chain);
     registry
 }

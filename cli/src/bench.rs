@@ -1,0 +1,303 @@
+//! `siesta bench`: the `chain` workflow driven over HTTP against a real dev server in
+//! its own process, so that its RSS, its bytes written and its syscalls are its own.
+//!
+//! Shapes (each run is `POST /runs` with `Prefer: wait=60`, answered when it finishes):
+//! 100-step runs × 50 concurrent (steps/s), 1-step runs × 50 concurrent (runs/s), and
+//! 1-step and 100-step runs one after another (p50 latency). Each shape runs
+//! `--rounds` times; min/median/max are printed. Per shape: bytes the server wrote per
+//! step (`/proc/<pid>/io`); after the timed rounds, one more round under
+//! `strace -c -f` counts the server's fsyncs and write syscalls per step (skipped
+//! without strace); the server's peak RSS (`VmHWM`) closes the report.
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct BenchOptions {
+    /// Rounds per shape.
+    pub rounds: usize,
+    /// Concurrent clients in the concurrent shapes.
+    pub concurrency: usize,
+    /// `siesta dev --durability` of the server.
+    pub durability: String,
+    /// Extra `siesta dev` arguments.
+    pub server_args: Vec<String>,
+    /// Count syscalls with strace (when installed).
+    pub strace: bool,
+}
+
+struct Server {
+    child: tokio::process::Child,
+    pid: u32,
+    base: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Server {
+    async fn start(options: &BenchOptions) -> anyhow::Result<Server> {
+        let dir = tempfile::tempdir()?;
+        let exe = std::env::current_exe()?;
+        let mut child = tokio::process::Command::new(exe)
+            .arg("dev")
+            .args(["--port", "0", "--durability", &options.durability])
+            .arg("--data-dir")
+            .arg(dir.path())
+            .args(&options.server_args)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .context("starting `siesta dev`")?;
+        let pid = child.id().context("the server has no pid")?;
+        let mut lines = BufReader::new(child.stdout.take().context("no stdout")?).lines();
+        let base = loop {
+            let Some(line) = lines.next_line().await? else {
+                bail!("the server exited before it listened");
+            };
+            if let Some(at) = line.find("http://") {
+                let url = line[at..].split_whitespace().next().unwrap_or_default();
+                break url.trim_end_matches('/').to_owned();
+            }
+        };
+        // Keep draining its stdout so it never blocks on a full pipe.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        Ok(Server {
+            child,
+            pid,
+            base,
+            _dir: dir,
+        })
+    }
+
+    fn written_bytes(&self) -> u64 {
+        proc_field(self.pid, "io", "write_bytes").unwrap_or(0)
+    }
+
+    fn peak_rss_kb(&self) -> u64 {
+        proc_field(self.pid, "status", "VmHWM").unwrap_or(0)
+    }
+}
+
+fn proc_field(pid: u32, file: &str, key: &str) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/{file}")).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+}
+
+/// One shape: `runs` runs of `steps` steps, `clients` at a time.
+#[derive(Clone, Copy)]
+struct Shape {
+    name: &'static str,
+    steps: u64,
+    clients: usize,
+    runs: usize,
+}
+
+/// What one round measured.
+struct Round {
+    elapsed: Duration,
+    latencies: Vec<Duration>,
+    bytes: u64,
+}
+
+async fn round(http: &reqwest::Client, server: &Server, shape: Shape) -> anyhow::Result<Round> {
+    let before = server.written_bytes();
+    let started = Instant::now();
+    let per_client = shape.runs.div_ceil(shape.clients);
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..shape.clients {
+        let (http, url) = (http.clone(), format!("{}/runs", server.base));
+        tasks.spawn(async move {
+            let mut latencies = Vec::with_capacity(per_client);
+            for _ in 0..per_client {
+                let t = Instant::now();
+                let response = http
+                    .post(&url)
+                    .header("prefer", "wait=60")
+                    .json(&serde_json::json!({"workflow": "chain", "input": shape.steps}))
+                    .send()
+                    .await?;
+                let status = response.status();
+                let body: serde_json::Value = response.json().await?;
+                let expected = shape.steps * shape.steps.saturating_sub(1) / 2;
+                if body["status"] != "completed" || body["output"] != expected {
+                    bail!("run did not complete with {expected} ({status}): {body}");
+                }
+                latencies.push(t.elapsed());
+            }
+            Ok::<_, anyhow::Error>(latencies)
+        });
+    }
+    let mut latencies = Vec::new();
+    while let Some(done) = tasks.join_next().await {
+        latencies.extend(done??);
+    }
+    let elapsed = started.elapsed();
+    let bytes = server.written_bytes().saturating_sub(before);
+    latencies.sort();
+    Ok(Round {
+        elapsed,
+        latencies,
+        bytes,
+    })
+}
+
+fn median(v: &mut [f64]) -> (f64, f64, f64) {
+    v.sort_by(|a, b| a.total_cmp(b));
+    (v[0], v[v.len() / 2], v[v.len() - 1])
+}
+
+/// Syscall counts of the server during one untimed round, from `strace -c -f`.
+async fn syscalls(
+    http: &reqwest::Client,
+    server: &Server,
+    shape: Shape,
+) -> anyhow::Result<Option<Vec<(String, u64)>>> {
+    let out = tempfile::NamedTempFile::new()?;
+    let Ok(mut strace) = tokio::process::Command::new("strace")
+        .args([
+            "-f",
+            "-c",
+            "-e",
+            "trace=fsync,fdatasync,write,pwrite64,futex",
+        ])
+        .arg("-o")
+        .arg(out.path())
+        .args(["-p", &server.pid.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+    else {
+        return Ok(None);
+    };
+    // strace attaches to each thread before it prints nothing; give it a moment.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    round(http, server, shape).await?;
+    let pid = strace.id().context("strace pid")?;
+    // SIGINT makes strace detach and write its summary.
+    let _ = std::process::Command::new("kill")
+        .args(["-INT", &pid.to_string()])
+        .status();
+    strace.wait().await?;
+    let text = std::fs::read_to_string(out.path())?;
+    let counts = text
+        .lines()
+        .filter_map(|l| {
+            let cols: Vec<&str> = l.split_whitespace().collect();
+            let name = cols.last()?;
+            let calls = cols.get(3)?.parse::<u64>().ok()?;
+            Some((name.to_string(), calls))
+        })
+        .collect();
+    Ok(Some(counts))
+}
+
+/// Run the benchmark and print its report.
+pub async fn run(options: BenchOptions) -> anyhow::Result<()> {
+    let server = Server::start(&options).await?;
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(options.concurrency * 2)
+        .build()?;
+    let c = options.concurrency;
+    let shapes = [
+        Shape {
+            name: "100-step runs x concurrent",
+            steps: 100,
+            clients: c,
+            runs: c * 4,
+        },
+        Shape {
+            name: "1-step runs x concurrent",
+            steps: 1,
+            clients: c,
+            runs: c * 40,
+        },
+        Shape {
+            name: "1-step runs, sequential",
+            steps: 1,
+            clients: 1,
+            runs: 300,
+        },
+        Shape {
+            name: "100-step runs, sequential",
+            steps: 100,
+            clients: 1,
+            runs: 30,
+        },
+    ];
+    println!(
+        "siesta bench: chain over HTTP (Prefer: wait), server pid {} at {}, durability {}, {} concurrent, {} rounds; load average {}",
+        server.pid,
+        server.base,
+        options.durability,
+        c,
+        options.rounds,
+        std::fs::read_to_string("/proc/loadavg")
+            .unwrap_or_default()
+            .split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    // Warm up: connections, page cache, the server's allocator.
+    round(
+        &http,
+        &server,
+        Shape {
+            name: "warm-up",
+            steps: 10,
+            clients: c,
+            runs: c,
+        },
+    )
+    .await?;
+    for shape in shapes {
+        let mut throughput = Vec::new();
+        let mut p50 = Vec::new();
+        let mut bytes_per_step = Vec::new();
+        for _ in 0..options.rounds.max(1) {
+            let r = round(&http, &server, shape).await?;
+            let steps =
+                (shape.runs.div_ceil(shape.clients) * shape.clients) as f64 * shape.steps as f64;
+            let runs = steps / shape.steps as f64;
+            throughput.push(if shape.steps > 1 { steps } else { runs } / r.elapsed.as_secs_f64());
+            p50.push(r.latencies[r.latencies.len() / 2].as_secs_f64() * 1000.0);
+            bytes_per_step.push(r.bytes as f64 / steps);
+        }
+        let unit = if shape.steps > 1 { "steps/s" } else { "runs/s" };
+        let (lo, mid, hi) = median(&mut throughput);
+        let (plo, pmid, phi) = median(&mut p50);
+        let (_, bmid, _) = median(&mut bytes_per_step);
+        println!("{}:", shape.name);
+        println!("  {unit:<22} min {lo:>9.0}  median {mid:>9.0}  max {hi:>9.0}");
+        println!("  p50 latency ms         min {plo:>9.2}  median {pmid:>9.2}  max {phi:>9.2}");
+        println!("  bytes written per step {bmid:>9.0} (median, /proc/<pid>/io write_bytes)");
+        if options.strace {
+            match syscalls(&http, &server, shape).await? {
+                Some(counts) => {
+                    let steps = (shape.runs.div_ceil(shape.clients) * shape.clients) as f64
+                        * shape.steps as f64;
+                    let per_step: Vec<String> = counts
+                        .iter()
+                        .filter(|(name, _)| name != "total")
+                        .map(|(name, n)| format!("{name} {:.3}", *n as f64 / steps))
+                        .collect();
+                    println!(
+                        "  syscalls per step      {} (strace -c -f, one untimed round)",
+                        per_step.join(", ")
+                    );
+                }
+                None => println!("  syscalls per step      n/a (strace not found)"),
+            }
+        }
+    }
+    println!("server peak RSS: {} KB (VmHWM)", server.peak_rss_kb());
+    drop(server.child);
+    Ok(())
+}
