@@ -561,6 +561,65 @@ async fn idempotency_key_replays_the_same_run_and_rejects_a_different_body() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_webhook_of_the_wrong_shape_is_refused_and_the_right_one_still_completes_the_order() {
+    let (server, _dir, base) = server("").await;
+    let client = reqwest::Client::new();
+    let run: Value = client
+        .post(format!("{base}/runs"))
+        .json(&json!({"workflow": "order", "input": {"item": "Lamp", "amount": 20}}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let run_url = format!("{base}/runs/{}", run["id"].as_str().unwrap());
+    let waiting = wait_for_status(&client, &run_url, None, "waiting").await;
+    let hook = waiting["waits"][0]["url"].as_str().unwrap().to_owned();
+    let callback = waiting["waits"][0]["callback_id"].as_str().unwrap();
+    let succeed = format!("{base}/callbacks/{callback}/succeed");
+
+    for (url, body) in [
+        (&hook, json!({"unexpected": true})),
+        (&hook, json!({"status": "COMPLETED", "transaction_id": 42})),
+        (&succeed, json!({"status": "COMPLETED"})),
+    ] {
+        let r = client.post(url).json(&body).send().await.unwrap();
+        assert_eq!(r.status(), 422, "{url} {body}");
+        let error: Value = r.json().await.unwrap();
+        assert_eq!(error["error"]["code"], "delivery_rejected", "{error}");
+    }
+    let still = get_json(&client, &run_url).await;
+    assert_eq!(still["status"], "waiting");
+    assert_eq!(still["version"], waiting["version"], "nothing was recorded");
+    assert_eq!(
+        still["waits"][0]["url"],
+        hook.as_str(),
+        "the callback is open"
+    );
+
+    let paid = client
+        .post(&hook)
+        .json(&json!({"status": "COMPLETED", "transaction_id": "txn_ok"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(paid.status(), 200);
+    let done: Value = client
+        .get(format!("{run_url}/result"))
+        .header("Prefer", "wait=10")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(done["output"]["transaction_id"], "txn_ok");
+    server.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn if_match_cancel_refuses_a_stale_version_and_cancels_at_the_current_one() {
     let (server, _dir, base) = server("").await;
     let client = reqwest::Client::new();
@@ -1003,6 +1062,25 @@ async fn a_signed_source_webhook_completes_the_callback_its_body_names_once_and_
     )
     .await;
     assert_eq!(status, 400, "no callback id in the body");
+    let unchanged = get_json(&client, &run_url).await;
+    assert_eq!(unchanged["version"], waiting["version"], "{unchanged}");
+
+    let (status, refused) = post(
+        "psp",
+        SECRET,
+        "d1",
+        &json!({"callback_id": callback_id, "status": "COMPLETED"}),
+    )
+    .await;
+    assert_eq!(status, 422, "the wrong shape for a PaymentEvent: {refused}");
+    assert_eq!(refused["error"]["code"], "delivery_rejected");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("transaction_id"),
+        "{refused}"
+    );
     let unchanged = get_json(&client, &run_url).await;
     assert_eq!(unchanged["version"], waiting["version"], "{unchanged}");
 

@@ -22,6 +22,7 @@
 
 use std::time::Duration;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use siesta::{Context, Error, RetryStrategy, StepError};
 
@@ -39,7 +40,7 @@ pub struct ApprovalInput {
 }
 
 /// A person's decision on the change: the value of the `approval` event.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct Decision {
     /// Whether the change may go ahead.
     pub approved: bool,

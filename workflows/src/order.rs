@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use siesta::{Context, Error, StepError};
 
@@ -16,7 +17,7 @@ pub struct OrderInput {
 }
 
 /// What the payment provider calls back with.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct PaymentEvent {
     /// `COMPLETED` or `FAILED`.
     pub status: String,

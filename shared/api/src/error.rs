@@ -73,6 +73,9 @@ impl From<EngineError> for ApiError {
                 "already_finished",
                 format!("the run is already {status}"),
             ),
+            EngineError::DeliveryRejected(m) => {
+                ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "delivery_rejected", m)
+            }
             EngineError::Gone(m) => ApiError::new(StatusCode::GONE, "gone", m),
             EngineError::NotParked(status) => ApiError::new(
                 StatusCode::CONFLICT,

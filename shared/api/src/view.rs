@@ -147,7 +147,7 @@ fn wait_view(entry: &JournalEntry, state: &EntryState, base: &str) -> Option<Wai
                     ));
                     view.callback_id = Some(callback_id.to_string());
                 }
-                WaitKind::Event { name } => {
+                WaitKind::Event { name, .. } => {
                     view.kind = "event";
                     view.event = Some(name.clone());
                 }

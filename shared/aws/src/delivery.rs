@@ -131,6 +131,7 @@ mod tests {
             status,
             deadline: None,
             created_at: Timestamp(1),
+            accepts: None,
         }
     }
 

@@ -384,6 +384,7 @@ mod tests {
             status: CallbackStatus::Open,
             deadline: None,
             created_at: Timestamp(0),
+            accepts: None,
         };
         let item = callback_item(&record, Timestamp(0), Duration::ZERO).unwrap();
         assert_eq!(item.get(CALLBACK_STATUS), Some(&open_callback_status()));

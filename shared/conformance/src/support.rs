@@ -294,6 +294,7 @@ pub(crate) fn open_callback(h: &Harness, run: &Run, position: &str) -> CallbackR
         status: CallbackStatus::Open,
         deadline: Some(h.now().plus(Duration::from_secs(3600))),
         created_at: h.now(),
+        accepts: None,
     }
 }
 

@@ -96,6 +96,10 @@ pub enum EngineError {
     /// The operation at this position is not a tool call whose outcome is unknown.
     #[error("nothing to resolve: {0}")]
     NothingToResolve(String),
+    /// A delivery does not match what its callback or event wait accepts; nothing was
+    /// recorded.
+    #[error("delivery rejected: {0}")]
+    DeliveryRejected(String),
     /// Storage failed; retrying may help.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -717,6 +721,7 @@ impl Engine {
         value: serde_json::Value,
         delivery_id: Option<DeliveryId>,
     ) -> Result<DeliverOutcome, EngineError> {
+        self.check_event(tenant, run_id, name, &value).await?;
         let payload = self.encode(tenant, run_id, &value).await?;
         let id =
             delivery_id.unwrap_or_else(|| DeliveryId(format!("event:{}", uuid::Uuid::new_v4())));
@@ -736,6 +741,59 @@ impl Engine {
             event,
         )
         .await
+    }
+
+    /// Refuse an event whose payload matches none of the typed waits for it the run has
+    /// registered. An event that comes before any wait for it is kept unchecked (the
+    /// run may never ask for a type); if it then does not decode, the wait sets it aside.
+    async fn check_event(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+        name: &str,
+        value: &serde_json::Value,
+    ) -> Result<(), EngineError> {
+        let run = self
+            .backend
+            .store
+            .get_run(tenant, run_id)
+            .await?
+            .ok_or(EngineError::NotFound)?;
+        if run.status.is_finished() {
+            return Ok(()); // the store answers: gone
+        }
+        let history = self.backend.store.load_history(tenant, run_id).await?;
+        let schemas: Vec<&serde_json::Value> = history
+            .journal
+            .iter()
+            .filter_map(|e| match &e.state {
+                EntryState::Waiting(Wait {
+                    kind:
+                        WaitKind::Event {
+                            name: waiting_for,
+                            accepts,
+                        },
+                    ..
+                }) if waiting_for == name => Some(accepts.as_ref()),
+                _ => None,
+            })
+            .collect::<Option<Vec<_>>>()
+            // An untyped wait for this event takes anything.
+            .unwrap_or_default();
+        let mut reasons = Vec::new();
+        for schema in &schemas {
+            match crate::accepts::check(schema, value) {
+                Ok(()) => return Ok(()),
+                Err(why) => reasons.push(why),
+            }
+        }
+        if reasons.is_empty() {
+            return Ok(());
+        }
+        Err(EngineError::DeliveryRejected(format!(
+            "the payload does not match what the wait for event '{name}' accepts: {}",
+            reasons.join(" | ")
+        )))
     }
 
     /// Inject a message into a run; it is drained at the run's next step boundary.
@@ -779,6 +837,19 @@ impl Engine {
         let record = self.callback(callback_id, tenant).await?;
         let id =
             delivery_id.unwrap_or_else(|| DeliveryId(format!("callback-outcome:{callback_id}")));
+        if let (Ok(value), Some(schema), CallbackStatus::Open) =
+            (&outcome, &record.accepts, record.status)
+        {
+            // Judged before anything is stored: a payload the workflow could not decode
+            // must not use up the single-use callback. A closed callback is left to the
+            // store (a duplicate or 410), whatever the body.
+            crate::accepts::check(schema, value).map_err(|why| {
+                EngineError::DeliveryRejected(format!(
+                    "the payload does not match what callback '{}' accepts: {why}",
+                    record.position
+                ))
+            })?;
+        }
         let (body, status) = match outcome {
             Ok(value) => {
                 let payload = self.encode(&record.tenant, &record.run_id, &value).await?;
@@ -1546,6 +1617,7 @@ fn open_callbacks<'a>(
             status: CallbackStatus::Closed,
             deadline: *deadline,
             created_at: *started_at,
+            accepts: None,
         })
         .collect()
 }

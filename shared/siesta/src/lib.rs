@@ -79,6 +79,7 @@
 //! both operation kinds; it never silently diverges.
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
+pub mod accepts;
 pub mod context;
 pub mod engine;
 pub mod error;
@@ -103,5 +104,8 @@ pub use model::*;
 pub use notify::RunWatch;
 pub use registry::Registry;
 pub use retry::{Backoff, Jitter, RetryOn, RetryStrategy};
+/// Derive it (`#[derive(JsonSchema)]`, from the `schemars` crate) on the payload types of
+/// callbacks and events, so a delivery of the wrong shape is refused when it arrives.
+pub use schemars::{self, JsonSchema};
 pub use time::{Clock, ManualClock, SystemClock, Timestamp};
 pub use worker::WorkerConfig;

@@ -537,6 +537,10 @@ pub enum WaitKind {
     Event {
         /// The event's name.
         name: String,
+        /// The JSON Schema its payload must match (see [`crate::accepts`]); none for an
+        /// untyped wait.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        accepts: Option<serde_json::Value>,
     },
     /// A child run started by `invoke`.
     Child {
@@ -562,6 +566,10 @@ pub struct CallbackRecord {
     pub deadline: Option<Timestamp>,
     /// When it was created.
     pub created_at: Timestamp,
+    /// The JSON Schema a success payload must match (see [`crate::accepts`]); none for
+    /// an untyped callback.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accepts: Option<serde_json::Value>,
 }
 
 /// Whether a callback still accepts an outcome.
@@ -765,6 +773,9 @@ pub enum EventType {
     EventDelivered,
     /// A message was injected.
     MessageInjected,
+    /// A stored delivery did not decode as the type its wait takes: it was set aside
+    /// and the wait goes on.
+    DeliveryRejected,
     /// A side-effecting tool call was recorded (running, succeeded, failed, unknown).
     ToolCallRecorded,
     /// The run needs an operator.

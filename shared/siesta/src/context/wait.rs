@@ -8,10 +8,12 @@ use std::marker::PhantomData;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
+use schemars::JsonSchema;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::{Context, Delta, Op, StepContext};
+use crate::accepts::schema_of;
 use crate::error::{Error, ErrorKind, StepError};
 use crate::model::*;
 use crate::retry::RetryStrategy;
@@ -110,6 +112,7 @@ pub struct CallbackBuilder<T> {
     op: Op,
     timeout: Option<Duration>,
     heartbeat_timeout: Option<Duration>,
+    accepts: Option<serde_json::Value>,
     _t: PhantomData<fn() -> T>,
 }
 
@@ -119,18 +122,38 @@ pub struct Callback<T> {
     ctx: Context,
     op: Op,
     id: CallbackId,
+    accepts: Option<serde_json::Value>,
     _t: PhantomData<fn() -> T>,
 }
 
 impl Context {
     /// Create a callback: a durable wait completed from outside, by a webhook to its URL
-    /// or through the API. `T` is the success payload's type.
-    pub fn create_callback<T>(&self, name: &str) -> CallbackBuilder<T> {
+    /// or through the API. `T` is the success payload's type; its JSON Schema is recorded
+    /// with the callback, so a success payload that does not match is refused on arrival
+    /// (422) and the callback stays open. Derive [`JsonSchema`](crate::JsonSchema) on `T`,
+    /// or see [`Context::create_callback_unchecked`].
+    pub fn create_callback<T: JsonSchema>(&self, name: &str) -> CallbackBuilder<T> {
+        self.callback_builder(name, Some(schema_of::<T>()))
+    }
+
+    /// [`Context::create_callback`] for a `T` without a JSON Schema: any JSON payload is
+    /// accepted on arrival; one that then does not decode as `T` is set aside when the
+    /// workflow consumes it (a `DeliveryRejected` timeline event) and the wait goes on.
+    pub fn create_callback_unchecked<T>(&self, name: &str) -> CallbackBuilder<T> {
+        self.callback_builder(name, None)
+    }
+
+    fn callback_builder<T>(
+        &self,
+        name: &str,
+        accepts: Option<serde_json::Value>,
+    ) -> CallbackBuilder<T> {
         CallbackBuilder {
             ctx: self.clone(),
             op: self.mint(name, OperationKind::Callback),
             timeout: None,
             heartbeat_timeout: None,
+            accepts,
             _t: PhantomData,
         }
     }
@@ -139,7 +162,23 @@ impl Context {
     /// and wait for the outcome. Like AWS's `waitForCallback`, it is a context operation
     /// of its own (`SubType` `WaitForCallback`) with the callback (under the same name)
     /// and the submitter step (`submit`) nested under it.
+    /// The payload is checked on arrival as with [`Context::create_callback`].
     pub fn wait_for_callback<T, F, Fut>(
+        &self,
+        name: &str,
+        submitter: F,
+    ) -> WaitForCallbackBuilder<T, F>
+    where
+        T: JsonSchema,
+        F: FnOnce(CallbackId, String, StepContext) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<(), StepError>> + Send + 'static,
+    {
+        self.wait_for_callback_builder(name, submitter, Some(schema_of::<T>()))
+    }
+
+    /// [`Context::wait_for_callback`] for a `T` without a JSON Schema (see
+    /// [`Context::create_callback_unchecked`]).
+    pub fn wait_for_callback_unchecked<T, F, Fut>(
         &self,
         name: &str,
         submitter: F,
@@ -148,12 +187,22 @@ impl Context {
         F: FnOnce(CallbackId, String, StepContext) -> Fut + Send + 'static,
         Fut: Future<Output = Result<(), StepError>> + Send + 'static,
     {
+        self.wait_for_callback_builder(name, submitter, None)
+    }
+
+    fn wait_for_callback_builder<T, F>(
+        &self,
+        name: &str,
+        submitter: F,
+        accepts: Option<serde_json::Value>,
+    ) -> WaitForCallbackBuilder<T, F> {
         WaitForCallbackBuilder {
             ctx: self.clone(),
             op: self.mint(name, OperationKind::Context),
             timeout: None,
             heartbeat_timeout: None,
             retry: RetryStrategy::default(),
+            accepts,
             submitter,
             _t: PhantomData,
         }
@@ -186,6 +235,7 @@ impl<T: Send + 'static> IntoFuture for CallbackBuilder<T> {
                 op,
                 timeout,
                 heartbeat_timeout,
+                accepts,
                 ..
             } = self;
             if let Some(entry) = ctx.lookup(&op).await {
@@ -204,6 +254,7 @@ impl<T: Send + 'static> IntoFuture for CallbackBuilder<T> {
                     ctx,
                     op,
                     id,
+                    accepts,
                     _t: PhantomData,
                 });
             }
@@ -230,6 +281,7 @@ impl<T: Send + 'static> IntoFuture for CallbackBuilder<T> {
                 status: CallbackStatus::Open,
                 deadline,
                 created_at: now,
+                accepts: accepts.clone(),
             };
             let event = ctx.event(
                 EventType::CallbackStarted,
@@ -248,6 +300,7 @@ impl<T: Send + 'static> IntoFuture for CallbackBuilder<T> {
                 ctx,
                 op,
                 id,
+                accepts,
                 _t: PhantomData,
             })
         })
@@ -278,7 +331,13 @@ impl<T: DeserializeOwned + Send + 'static> Callback<T> {
     /// Suspend until the callback succeeds (its payload), fails
     /// ([`ErrorKind::CallbackFailed`]) or times out ([`ErrorKind::CallbackTimedOut`]).
     pub async fn wait(self) -> Result<T, Error> {
-        let Callback { ctx, op, id, .. } = self;
+        let Callback {
+            ctx,
+            op,
+            id,
+            accepts,
+            ..
+        } = self;
         let entry = ctx.shared.state().journal.get(&op.position).cloned();
         let Some(entry) = entry else {
             return Err(Error::new(
@@ -307,14 +366,29 @@ impl<T: DeserializeOwned + Send + 'static> Callback<T> {
                 ));
             }
         };
-        let completion = ctx.take_delivery(|b| {
+        while let Some(delivery) = ctx.take_delivery(|b| {
             matches!(b, DeliveryBody::CallbackSucceeded { callback_id, .. } | DeliveryBody::CallbackFailed { callback_id, .. } if *callback_id == id)
-        });
-        if let Some(delivery) = completion {
+        }) {
             ctx.go_live();
             let (state, event, result) = match delivery.body {
                 DeliveryBody::CallbackSucceeded { value, .. } => {
                     let result = ctx.decode::<T>(&value).await;
+                    if let Some(e) = undecodable(&result) {
+                        // Open again: the store closed it when it took the delivery.
+                        let reopened = CallbackRecord {
+                            callback_id: id.clone(),
+                            tenant: ctx.shared.tenant.clone(),
+                            run_id: ctx.shared.run_id.clone(),
+                            position: op.position.clone(),
+                            status: CallbackStatus::Open,
+                            deadline,
+                            created_at: started_at,
+                            accepts: accepts.clone(),
+                        };
+                        set_aside(&ctx, &op, SubType::Callback, &delivery.id, e, vec![reopened])
+                            .await;
+                        continue;
+                    }
                     (
                         EntryState::Succeeded { value, attempt: 0 },
                         EventType::CallbackSucceeded,
@@ -341,7 +415,7 @@ impl<T: DeserializeOwned + Send + 'static> Callback<T> {
                 _ => unreachable!("only completions are taken"),
             };
             let mut entry = op.entry(state);
-            entry.consumed = vec![delivery.id.clone()];
+            entry.consumed = consumed_with(&ctx, &op, &delivery.id);
             entry.handle = Some(id.0.clone());
             let ev = ctx.event(
                 event,
@@ -467,6 +541,7 @@ pub(crate) fn callback_timeout(
         status: CallbackStatus::TimedOut,
         deadline: *deadline,
         created_at: *started_at,
+        accepts: None,
     };
     let event = TimelineEvent {
         seq: 0,
@@ -529,6 +604,7 @@ pub struct WaitForCallbackBuilder<T, F> {
     timeout: Option<Duration>,
     heartbeat_timeout: Option<Duration>,
     retry: RetryStrategy,
+    accepts: Option<serde_json::Value>,
     submitter: F,
     _t: PhantomData<fn() -> T>,
 }
@@ -572,6 +648,7 @@ where
                 timeout,
                 heartbeat_timeout,
                 retry,
+                accepts,
                 submitter,
                 ..
             } = self;
@@ -582,7 +659,7 @@ where
                 SubType::WaitForCallback,
                 false,
                 move |scope| async move {
-                    let mut callback = scope.create_callback::<T>(&name);
+                    let mut callback = scope.callback_builder::<T>(&name, accepts);
                     callback.timeout = timeout;
                     callback.heartbeat_timeout = heartbeat_timeout;
                     let callback = callback.await?;
@@ -606,19 +683,34 @@ pub struct EventBuilder<T> {
     op: Op,
     event_name: String,
     timeout: Option<Duration>,
+    accepts: Option<serde_json::Value>,
     _t: PhantomData<fn() -> T>,
 }
 
 impl Context {
     /// Wait for the named event (an approval, a signal) delivered through the API. An
     /// event that arrived before the run got here is kept and consumed now; each event
-    /// is consumed once.
-    pub fn wait_for_event<T>(&self, name: &str) -> EventBuilder<T> {
+    /// is consumed once. `T`'s JSON Schema is recorded with the wait: while the run
+    /// waits, an event that does not match is refused on arrival (422); one that came
+    /// earlier and does not decode is set aside (a `DeliveryRejected` timeline event)
+    /// and the wait goes on.
+    pub fn wait_for_event<T: JsonSchema>(&self, name: &str) -> EventBuilder<T> {
+        self.event_builder(name, Some(schema_of::<T>()))
+    }
+
+    /// [`Context::wait_for_event`] for a `T` without a JSON Schema: events are not
+    /// checked on arrival, only set aside when they do not decode.
+    pub fn wait_for_event_unchecked<T>(&self, name: &str) -> EventBuilder<T> {
+        self.event_builder(name, None)
+    }
+
+    fn event_builder<T>(&self, name: &str, accepts: Option<serde_json::Value>) -> EventBuilder<T> {
         EventBuilder {
             ctx: self.clone(),
             op: self.mint(name, OperationKind::Event),
             event_name: name.to_owned(),
             timeout: None,
+            accepts,
             _t: PhantomData,
         }
     }
@@ -632,6 +724,58 @@ impl<T> EventBuilder<T> {
     }
 }
 
+/// The deliveries the operation consumed so far, and `id`.
+fn consumed_with(ctx: &Context, op: &Op, id: &DeliveryId) -> Vec<DeliveryId> {
+    let mut consumed = ctx
+        .shared
+        .state()
+        .journal
+        .get(&op.position)
+        .map(|e| e.consumed.clone())
+        .unwrap_or_default();
+    consumed.push(id.clone());
+    consumed
+}
+
+/// Set aside a delivery the wait cannot decode: journal it as consumed by the still
+/// waiting operation (so it is never taken again), say so on the timeline, and write
+/// `callbacks` (a callback reopened). The run is not failed by what a sender posted.
+async fn set_aside(
+    ctx: &Context,
+    op: &Op,
+    sub_type: SubType,
+    delivery: &DeliveryId,
+    why: &Error,
+    callbacks: Vec<CallbackRecord>,
+) {
+    let Some(mut entry) = ctx.shared.state().journal.get(&op.position).cloned() else {
+        return;
+    };
+    entry.consumed.push(delivery.clone());
+    let event = ctx.event(
+        EventType::DeliveryRejected,
+        sub_type,
+        op,
+        serde_json::json!({"DeliveryId": delivery, "Reason": why.to_string()}),
+    );
+    ctx.commit_or_suspend(Delta {
+        journal: vec![entry],
+        timeline: vec![event],
+        callbacks,
+        ..Delta::default()
+    })
+    .await;
+}
+
+/// The error of a payload that did not decode as the wait's type (not a storage error
+/// reading an offloaded one, which is retried like any other).
+fn undecodable<T>(result: &Result<T, Error>) -> Option<&Error> {
+    result
+        .as_ref()
+        .err()
+        .filter(|e| e.kind() == ErrorKind::Serialization)
+}
+
 impl<T: DeserializeOwned + Send + 'static> IntoFuture for EventBuilder<T> {
     type Output = Result<T, Error>;
     type IntoFuture = BoxFuture<'static, Result<T, Error>>;
@@ -643,6 +787,7 @@ impl<T: DeserializeOwned + Send + 'static> IntoFuture for EventBuilder<T> {
                 op,
                 event_name,
                 timeout,
+                accepts,
                 ..
             } = self;
             let now = ctx.shared.now();
@@ -666,17 +811,46 @@ impl<T: DeserializeOwned + Send + 'static> IntoFuture for EventBuilder<T> {
                     serde_json::json!({"Event": event_name, "Timeout": deadline}),
                 )
             };
-            let arrived = ctx.take_delivery(
+            let waiting = || Wait {
+                kind: WaitKind::Event {
+                    name: event_name.clone(),
+                    accepts: accepts.clone(),
+                },
+                deadline,
+                started_at,
+            };
+            while let Some(delivery) = ctx.take_delivery(
                 |b| matches!(b, DeliveryBody::Event { name, .. } if *name == event_name),
-            );
-            if let Some(delivery) = arrived {
+            ) {
                 ctx.go_live();
                 let DeliveryBody::Event { value, .. } = delivery.body else {
                     unreachable!("only events are taken")
                 };
                 let result = ctx.decode::<T>(&value).await;
+                if let Some(e) = undecodable(&result) {
+                    if fresh {
+                        // The wait is recorded first, so the set-aside has an entry.
+                        ctx.commit_or_suspend(Delta {
+                            journal: vec![op.entry(EntryState::Waiting(waiting()))],
+                            timeline: vec![started_event()],
+                            ..Delta::default()
+                        })
+                        .await;
+                        fresh = false;
+                    }
+                    set_aside(
+                        &ctx,
+                        &op,
+                        SubType::WaitForEvent,
+                        &delivery.id,
+                        e,
+                        Vec::new(),
+                    )
+                    .await;
+                    continue;
+                }
                 let mut entry = op.entry(EntryState::Succeeded { value, attempt: 0 });
-                entry.consumed = vec![delivery.id.clone()];
+                entry.consumed = consumed_with(&ctx, &op, &delivery.id);
                 let mut timeline = if fresh {
                     vec![started_event()]
                 } else {
@@ -724,15 +898,8 @@ impl<T: DeserializeOwned + Send + 'static> IntoFuture for EventBuilder<T> {
                 return Err(err);
             }
             if fresh {
-                let wait = Wait {
-                    kind: WaitKind::Event {
-                        name: event_name.clone(),
-                    },
-                    deadline,
-                    started_at,
-                };
                 ctx.commit_or_suspend(Delta {
-                    journal: vec![op.entry(EntryState::Waiting(wait))],
+                    journal: vec![op.entry(EntryState::Waiting(waiting()))],
                     timeline: vec![started_event()],
                     ..Delta::default()
                 })
