@@ -49,8 +49,12 @@ async fn seen(State(r): State<Receiver>, Path(key): Path<String>) -> StatusCode 
     }
 }
 
-fn spawn_dev(data_dir: &std::path::Path) -> (Child, String) {
+/// `siesta dev` on `data_dir`, its `report` notifying `notify_url` (configuration, as
+/// a deployment sets it: the run's input cannot name a URL).
+fn spawn_dev(data_dir: &std::path::Path, notify_url: &str) -> (Child, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_siesta"))
+        .env("SIESTA_NOTIFY_URL", notify_url)
+        .env_remove("SIESTA_NOTIFY_TARGETS")
         .args([
             "dev",
             "--port",
@@ -91,11 +95,11 @@ async fn sigkill_mid_report_then_restart_completes_with_exactly_one_post() {
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
 
     let dir = tempfile::tempdir().unwrap();
-    let (mut first, base) = spawn_dev(dir.path());
+    let (mut first, base) = spawn_dev(dir.path(), &notify_url);
     let http = reqwest::Client::new();
     let run: Value = http
         .post(format!("{base}/runs"))
-        .json(&json!({"workflow": "report", "input": {"issue": "ENG-7", "notify_url": notify_url}}))
+        .json(&json!({"workflow": "report", "input": {"issue": "ENG-7"}}))
         .send()
         .await
         .unwrap()
@@ -109,7 +113,7 @@ async fn sigkill_mid_report_then_restart_completes_with_exactly_one_post() {
     first.kill().unwrap(); // SIGKILL
     first.wait().unwrap();
 
-    let (mut second, base) = spawn_dev(dir.path());
+    let (mut second, base) = spawn_dev(dir.path(), &notify_url);
     let mut done = Value::Null;
     for _ in 0..60 {
         done = http

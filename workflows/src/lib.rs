@@ -16,18 +16,28 @@ pub mod chain;
 pub mod order;
 pub mod report;
 
-use siesta::Registry;
+use siesta::{Context, Error, Registry};
 
 pub use approval::{ApprovalInput, ApprovalOutcome, Decision, ExecutedStep, approval};
 pub use chain::chain;
 pub use order::{OrderInput, OrderOutcome, PaymentEvent, order};
-pub use report::{Notice, Notification, ReportInput, ReportOutcome, report};
+pub use report::{
+    Notice, Notification, NotifyTargets, ReportInput, ReportOutcome, report, report_with,
+};
 
 /// Every workflow this deployment runs, by name.
 pub fn registry() -> Registry {
     let mut registry = Registry::new();
     registry.register("order", order);
-    registry.register("report", report);
+    // A malformed SIESTA_NOTIFY_TARGETS is a deployment error: it fails every report
+    // run with its message rather than quietly posting nowhere.
+    match NotifyTargets::from_env() {
+        Ok(targets) => registry.register("report", report_with(targets)),
+        Err(e) => registry.register("report", move |_: Context, _: ReportInput| {
+            let e = e.clone();
+            async move { Err::<ReportOutcome, _>(Error::msg(e)) }
+        }),
+    };
     registry.register("approval", approval);
     registry.register("chain", chain);
     registry

@@ -2,7 +2,8 @@
 //! report as an artifact, and notify the team with an HTTP POST — a real side effect
 //! that a crash and replay never repeat.
 //!
-//! Input: `{"issue": string, "notify_url"?: string}`. Output:
+//! Input: `{"issue": string, "notify"?: string}` (`notify` names a configured target;
+//! any other field, a `notify_url` included, is refused). Output:
 //! `{"issue": string, "artifact": {"sha256", "size", "media_type", "location"},
 //! "notified": bool}`.
 //!
@@ -13,13 +14,25 @@
 //!    content-addressed by SHA-256;
 //! 4. tool call `notify_team` — `POST` a [`Notice`] to the notify endpoint.
 //!
-//! # Where the notification goes
-//! The endpoint is the input's `notify_url` when present, else the environment variable
-//! [`SIESTA_NOTIFY_URL`](NOTIFY_URL_ENV), read **inside** the tool call (so the value
-//! used is the one journaled with the call's outcome, not one read at replay). An empty
-//! or missing URL skips the POST; the output then says `"notified": false`. The input
-//! override exists so that tests (and multi-team deployments) need not touch a
-//! process-global variable; `"notify_url": ""` turns notification off for one run.
+//! # Where the notification goes — configuration only
+//! The workflow posts only to URLs the deployment configured, never to one a run's
+//! input names: a caller who could choose the URL could make the worker send requests
+//! to internal services (SSRF) and read what they answer. The configured targets (an
+//! allow-list, [`NotifyTargets::from_env`]) are
+//! - `SIESTA_NOTIFY_URL`: the default target, used when the input names none;
+//! - `SIESTA_NOTIFY_TARGETS`: more named targets, `name=url` pairs separated by commas
+//!   (`ops=https://ops.example/hooks/report,sales=https://sales.example/notify`),
+//!   chosen with the input's `notify`.
+//!
+//! No default target, or `"notify": ""`: nothing is posted and the output says
+//! `"notified": false`. A `notify` that names no configured target fails the run before
+//! anything is fetched. Apps and tests pass the targets directly
+//! ([`report_with`]), which keeps process-global variables out of tests.
+//!
+//! # What a caller can see of the receiver
+//! Nothing the receiver says. A run's error (readable by whoever started it) carries
+//! the target's name, the HTTP status and a fixed phrase, never the response body, a
+//! header or the transport's own error text; those go to the worker's log.
 //!
 //! # The receiver's contract
 //! - `POST {url}` with the JSON body [`Notice`] (`{"run_id", "issue",
@@ -45,15 +58,21 @@
 //! retry after a failed attempt asks the same question before posting again, in case
 //! the failed attempt's POST did arrive (a timeout after the receiver had accepted it).
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use siesta::context::StepContext;
+use futures::future::BoxFuture;
 use siesta::{ArtifactRef, Context, Error, RetryStrategy, StepError};
 
-/// The environment variable naming the notify endpoint.
+/// The environment variable naming the default notify target's URL.
 pub const NOTIFY_URL_ENV: &str = "SIESTA_NOTIFY_URL";
+/// The environment variable listing further notify targets: `name=url,name=url`.
+pub const NOTIFY_TARGETS_ENV: &str = "SIESTA_NOTIFY_TARGETS";
+/// The name of the target `SIESTA_NOTIFY_URL` configures.
+pub const DEFAULT_TARGET: &str = "default";
 
 /// The header that carries the tool call's idempotency key.
 pub const IDEMPOTENCY_HEADER: &str = "Idempotency-Key";
@@ -63,15 +82,91 @@ const HTTP_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long connecting to the receiver may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// The input of the `report` workflow.
+/// The input of the `report` workflow. Unknown fields are refused, so an input that
+/// tries to name a URL fails loudly instead of being quietly ignored.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ReportInput {
     /// The issue to report on: an id (`SIESTA-42`) or a short description.
     pub issue: String,
-    /// Where to POST the notice; overrides `SIESTA_NOTIFY_URL`. An empty string turns
-    /// notification off for this run.
+    /// The configured notify target to tell (see [`NotifyTargets`]); absent for the
+    /// default one, empty for none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub notify_url: Option<String>,
+    pub notify: Option<String>,
+}
+
+/// The notify targets a deployment allows, by name: the only places `report` posts to.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NotifyTargets {
+    targets: BTreeMap<String, String>,
+}
+
+impl NotifyTargets {
+    /// No targets: nothing is ever posted.
+    pub fn none() -> Self {
+        NotifyTargets::default()
+    }
+
+    /// With the target `name` at `url` (a trailing `/` dropped; an empty URL is no
+    /// target).
+    pub fn with(mut self, name: &str, url: &str) -> Self {
+        let url = url.trim().trim_end_matches('/');
+        if !url.is_empty() {
+            self.targets.insert(name.trim().to_owned(), url.to_owned());
+        }
+        self
+    }
+
+    /// The targets `SIESTA_NOTIFY_URL` and `SIESTA_NOTIFY_TARGETS` configure (module
+    /// docs); an entry of the latter that is not `name=url` is an error naming it.
+    pub fn from_env() -> Result<Self, String> {
+        let get = |name| std::env::var(name).unwrap_or_default();
+        NotifyTargets::parse(&get(NOTIFY_URL_ENV), &get(NOTIFY_TARGETS_ENV))
+    }
+
+    /// [`NotifyTargets::from_env`] over the two values given.
+    pub fn parse(default_url: &str, named: &str) -> Result<Self, String> {
+        let mut targets = NotifyTargets::none().with(DEFAULT_TARGET, default_url);
+        for entry in named.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+            match entry.split_once('=') {
+                Some((name, url)) if !name.trim().is_empty() && !url.trim().is_empty() => {
+                    targets = targets.with(name, url);
+                }
+                _ => {
+                    return Err(format!(
+                        "{NOTIFY_TARGETS_ENV}: '{entry}' is not name=url"
+                    ));
+                }
+            }
+        }
+        Ok(targets)
+    }
+
+    /// The URL of the target `name` (the default one for `None`); `Ok(None)` when there
+    /// is nothing to tell, an error when `name` is not configured.
+    fn resolve(&self, name: Option<&str>) -> Result<Option<(String, String)>, String> {
+        match name.map(str::trim) {
+            Some("") => Ok(None),
+            None => Ok(self
+                .targets
+                .get(DEFAULT_TARGET)
+                .map(|url| (DEFAULT_TARGET.to_owned(), url.clone()))),
+            Some(name) => match self.targets.get(name) {
+                Some(url) => Ok(Some((name.to_owned(), url.clone()))),
+                None => Err(format!(
+                    "no notify target '{name}' is configured (configured: {})",
+                    self.names()
+                )),
+            },
+        }
+    }
+
+    fn names(&self) -> String {
+        if self.targets.is_empty() {
+            return "none".to_owned();
+        }
+        self.targets.keys().cloned().collect::<Vec<_>>().join(", ")
+    }
 }
 
 /// The issue record `fetch_issue` returns (fake, derived from the input).
@@ -134,13 +229,31 @@ pub struct ReportOutcome {
     pub notified: bool,
 }
 
+/// The `report` workflow posting to `targets` only: what an app registers
+/// (`registry.register("report", report_with(targets))`).
+pub fn report_with(
+    targets: NotifyTargets,
+) -> impl Fn(Context, ReportInput) -> BoxFuture<'static, Result<ReportOutcome, Error>>
++ Send
++ Sync
++ 'static {
+    move |ctx, input| Box::pin(report(ctx, input, targets.clone()))
+}
+
 /// Fetch the issue, search the knowledge base, store the report as an artifact and
 /// notify the team. See the [module docs](self) for the notify endpoint's contract.
-pub async fn report(ctx: Context, input: ReportInput) -> Result<ReportOutcome, Error> {
+pub async fn report(
+    ctx: Context,
+    input: ReportInput,
+    targets: NotifyTargets,
+) -> Result<ReportOutcome, Error> {
     let issue_ref = input.issue.trim().to_owned();
     if issue_ref.is_empty() {
         return Err(Error::msg("a report needs an issue"));
     }
+    let target = targets
+        .resolve(input.notify.as_deref())
+        .map_err(Error::msg)?;
     let query = issue_ref.clone();
     let issue: Issue = ctx
         .step(
@@ -164,17 +277,17 @@ pub async fn report(ctx: Context, input: ReportInput) -> Result<ReportOutcome, E
         artifact_sha256: artifact.sha256.clone(),
     };
     let body = notice.clone();
-    let post_url = input.notify_url.clone();
-    let lookup_url = input.notify_url;
+    let post_target = target.clone();
+    let lookup_target = target;
     let notification: Notification = ctx
         .tool_call("notify_team", &notice, move |call| {
-            notify(post_url, body, call)
+            notify(post_target, body, call)
         })
         .retry(RetryStrategy::exponential(6))
         .lookup(move |key| async move {
-            match notify_url(lookup_url.as_deref()) {
-                Some(url) => lookup_notice(&url, key.as_str()).await,
-                // Nothing could have been posted without a URL: calling again is safe.
+            match lookup_target {
+                Some((name, url)) => lookup_notice(&name, &url, key.as_str()).await,
+                // Nothing could have been posted without a target: calling again is safe.
                 None => Ok(None),
             }
         })
@@ -190,29 +303,18 @@ pub async fn report(ctx: Context, input: ReportInput) -> Result<ReportOutcome, E
     })
 }
 
-/// The notify endpoint: `override_url` when given, else `SIESTA_NOTIFY_URL`; `None`
-/// when that is empty or unset. A trailing `/` is dropped.
-pub fn notify_url(override_url: Option<&str>) -> Option<String> {
-    let url = match override_url {
-        Some(url) => url.to_owned(),
-        None => std::env::var(NOTIFY_URL_ENV).unwrap_or_default(),
-    };
-    let url = url.trim().trim_end_matches('/');
-    (!url.is_empty()).then(|| url.to_owned())
-}
-
 /// The body of the `notify_team` tool call: skip without a URL; on a retry, ask the
 /// receiver first whether an earlier attempt got through; otherwise POST.
 async fn notify(
-    override_url: Option<String>,
+    target: Option<(String, String)>,
     notice: Notice,
     call: StepContext,
 ) -> Result<Notification, StepError> {
-    let Some(url) = notify_url(override_url.as_deref()) else {
+    let Some((name, url)) = target else {
         return Ok(Notification {
             notified: false,
             status: None,
-            detail: format!("{NOTIFY_URL_ENV} is not set; nothing was posted"),
+            detail: "no notify target; nothing was posted".to_owned(),
         });
     };
     let key = call
@@ -221,7 +323,7 @@ async fn notify(
         .ok_or_else(|| StepError::fatal("a tool call without an idempotency key"))?;
     // Before a retry the engine has already asked `lookup_notice` whether an earlier
     // attempt got through, so reaching here means it did not.
-    post_notice(&url, &key, &notice).await
+    post_notice(&name, &url, &key, &notice).await
 }
 
 fn client() -> Result<reqwest::Client, StepError> {
@@ -235,65 +337,80 @@ fn client() -> Result<reqwest::Client, StepError> {
 }
 
 /// `POST {url}` the notice with its idempotency key.
-async fn post_notice(url: &str, key: &str, notice: &Notice) -> Result<Notification, StepError> {
+async fn post_notice(
+    name: &str,
+    url: &str,
+    key: &str,
+    notice: &Notice,
+) -> Result<Notification, StepError> {
     let response = client()?
         .post(url)
         .header(IDEMPOTENCY_HEADER, key)
         .json(notice)
         .send()
         .await
-        .map_err(|e| transport_error("POST", url, e))?;
+        .map_err(|e| transport_error("POST", name, e))?;
     let status = response.status().as_u16();
     if response.status().is_success() {
         return Ok(Notification {
             notified: true,
             status: Some(status),
-            detail: format!("posted to {url} (HTTP {status})"),
+            detail: format!("posted to notify target '{name}' (HTTP {status})"),
         });
     }
-    let text = response.text().await.unwrap_or_default();
-    let text: String = text.chars().take(200).collect();
+    // The body is not read: whatever the receiver says stays out of the run's error.
     Err(StepError::from_http_status(
         status,
-        format!("POST {url}: HTTP {status} {}", text.trim()),
+        refused("POST", name, status),
     ))
+}
+
+/// The caller-visible summary of a refusal: target, status and a fixed phrase.
+fn refused(method: &str, name: &str, status: u16) -> String {
+    format!("{method} to notify target '{name}': HTTP {status} from the receiver")
 }
 
 /// Ask the receiver whether it accepted a notice with idempotency key `key`:
 /// `GET {url}/{key}`, 2xx → `Some` (it did), 404 → `None` (it did not). The tool
 /// call's lookup after a crash, and the check before every retry.
-pub async fn lookup_notice(url: &str, key: &str) -> Result<Option<Notification>, StepError> {
+pub async fn lookup_notice(
+    name: &str,
+    url: &str,
+    key: &str,
+) -> Result<Option<Notification>, StepError> {
     let target = format!("{}/{key}", url.trim_end_matches('/'));
     let response = client()?
         .get(&target)
         .send()
         .await
-        .map_err(|e| transport_error("GET", &target, e))?;
+        .map_err(|e| transport_error("GET", name, e))?;
     let status = response.status().as_u16();
     match status {
         200..=299 => Ok(Some(Notification {
             notified: true,
             status: Some(status),
-            detail: format!("{url} already had the notice (idempotency key {key})"),
+            detail: format!("notify target '{name}' already had the notice (key {key})"),
         })),
         404 => Ok(None),
         _ => Err(StepError::from_http_status(
             status,
-            format!("GET {target}: HTTP {status}"),
+            refused("GET", name, status),
         )),
     }
 }
 
 /// A request that got no response: a timeout or a connection error is worth another
-/// attempt; a request that could not even be built (a malformed URL) is not.
-fn transport_error(method: &str, url: &str, e: reqwest::Error) -> StepError {
-    let message = format!("{method} {url}: {}", chain(&e));
+/// attempt; a request that could not even be built (a malformed URL) is not. The
+/// transport's own words (addresses, resolver and TLS details) go to the log only.
+fn transport_error(method: &str, name: &str, e: reqwest::Error) -> StepError {
+    tracing::warn!(target: "siesta::workflow", notify_target = name, error = %chain(&e), "{method} to the notify target failed");
+    let message = |what: &str| format!("{method} to notify target '{name}': {what}");
     if e.is_timeout() {
-        StepError::timeout(message)
+        StepError::timeout(message("timed out"))
     } else if e.is_builder() {
-        StepError::new("http_request", message, false)
+        StepError::new("http_request", message("not a usable URL"), false)
     } else {
-        StepError::new("http_connection", message, true)
+        StepError::new("http_connection", message("could not connect"), true)
     }
 }
 
@@ -391,12 +508,32 @@ mod tests {
     }
 
     #[test]
-    fn an_explicit_empty_url_turns_notification_off() {
-        assert_eq!(notify_url(Some("")), None);
-        assert_eq!(notify_url(Some("  ")), None);
-        assert_eq!(
-            notify_url(Some("http://x/notify/")).as_deref(),
-            Some("http://x/notify")
+    fn targets_come_from_configuration_and_an_unknown_name_is_refused() {
+        let targets =
+            NotifyTargets::parse("http://x/notify/", "ops = http://ops/n, sales=http://s/")
+                .unwrap();
+        let url = |name: Option<&str>| targets.resolve(name).map(|t| t.map(|(_, u)| u));
+        assert_eq!(url(None), Ok(Some("http://x/notify".to_owned())));
+        assert_eq!(url(Some("ops")), Ok(Some("http://ops/n".to_owned())));
+        assert_eq!(url(Some("")), Ok(None), "an empty name turns it off");
+        let e = url(Some("http://169.254.169.254/latest")).unwrap_err();
+        assert!(e.contains("configured: default, ops, sales"), "{e}");
+
+        let none = NotifyTargets::parse("", "").unwrap();
+        assert_eq!(none.resolve(None), Ok(None), "no default target: no post");
+        assert!(
+            NotifyTargets::parse("", "ops")
+                .unwrap_err()
+                .contains("'ops' is not name=url")
         );
+    }
+
+    #[test]
+    fn an_input_naming_a_url_is_refused() {
+        let e = serde_json::from_value::<ReportInput>(
+            serde_json::json!({"issue": "x", "notify_url": "http://internal/admin"}),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("notify_url"), "{e}");
     }
 }

@@ -48,12 +48,12 @@ async fn tool_call(w: &TestEnv, key: &IdempotencyKey) -> ToolCallRecord {
 
 #[tokio::test]
 async fn a_report_is_stored_and_posted_once_with_the_tool_calls_key() {
-    let w = support::env();
     let rx = Receiver::start().await;
+    let w = support::reporting_to(&rx.url);
     let id = w
         .start(
             "report",
-            json!({"issue": "login page times out", "notify_url": rx.url}),
+            json!({"issue": "login page times out"}),
         )
         .await;
     let out = w.output::<serde_json::Value>(&id).await;
@@ -93,13 +93,13 @@ async fn a_report_is_stored_and_posted_once_with_the_tool_calls_key() {
 
 #[tokio::test]
 async fn a_503_is_retried_on_the_durable_timer_until_the_post_succeeds() {
-    let w = support::env();
     let rx = Receiver::start().await;
+    let w = support::reporting_to(&rx.url);
     rx.script([Reply::Status(503), Reply::Status(503), Reply::Status(200)]);
     let id = w
         .start(
             "report",
-            json!({"issue": "SIESTA-42", "notify_url": rx.url}),
+            json!({"issue": "SIESTA-42"}),
         )
         .await;
     assert_eq!(w.run(&id).await.status, RunStatus::Waiting);
@@ -142,62 +142,109 @@ async fn a_503_is_retried_on_the_durable_timer_until_the_post_succeeds() {
 
 #[tokio::test]
 async fn a_4xx_fails_the_run_without_a_retry() {
-    let w = support::env();
     let rx = Receiver::start().await;
+    let w = support::reporting_to(&rx.url);
     rx.script([Reply::Status(422)]);
     let id = w
-        .start("report", json!({"issue": "SIESTA-7", "notify_url": rx.url}))
+        .start("report", json!({"issue": "SIESTA-7"}))
         .await;
     let run = w.run(&id).await;
     assert_eq!(run.status, RunStatus::Failed);
     let error = run.error.unwrap();
     assert_eq!(error.kind, "StepFailed");
-    assert_eq!(error.cause.unwrap().kind, "http_422");
+    let cause = error.cause.clone().unwrap();
+    assert_eq!(cause.kind, "http_422");
+    assert_eq!(
+        cause.message,
+        "POST to notify target 'default': HTTP 422 from the receiver",
+        "status and a fixed phrase only"
+    );
+    let visible = serde_json::to_string(&error).unwrap();
+    assert!(
+        !visible.contains(support::REFUSAL_SECRET),
+        "the receiver's body never reaches the run's error: {visible}"
+    );
     w.advance(Duration::from_secs(3600)).await;
     assert_eq!(rx.posts().len(), 1);
 }
 
 #[tokio::test]
 async fn an_unreachable_receiver_is_retried_not_failed() {
-    let w = support::env();
     // A port nobody listens on: bind, note it, close.
     let port = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap().port()
     };
-    let id = w
-        .start(
-            "report",
-            json!({"issue": "SIESTA-8", "notify_url": format!("http://127.0.0.1:{port}/notify")}),
-        )
-        .await;
+    let w = support::reporting_to(&format!("http://127.0.0.1:{port}/notify"));
+    let id = w.start("report", json!({"issue": "SIESTA-8"})).await;
     assert_eq!(w.run(&id).await.status, RunStatus::Waiting);
     match w.entry(&id, "notify_team#0").await.map(|e| e.state) {
         Some(EntryState::Retrying { error, .. }) => {
             assert_eq!(error.kind, "http_connection");
             assert!(error.retryable);
+            assert_eq!(
+                error.message,
+                "POST to notify target 'default': could not connect",
+                "no address or transport detail"
+            );
         }
         other => panic!("not retrying: {other:?}"),
     }
 }
 
 #[tokio::test]
-async fn an_empty_notify_url_skips_the_post() {
-    let w = support::env();
+async fn an_empty_notify_name_skips_the_post() {
+    let rx = Receiver::start().await;
+    let w = support::reporting_to(&rx.url);
     let id = w
-        .start("report", json!({"issue": "SIESTA-9", "notify_url": ""}))
+        .start("report", json!({"issue": "SIESTA-9", "notify": ""}))
         .await;
     let out = w.output::<serde_json::Value>(&id).await;
     assert_eq!(out["notified"], false);
     assert_eq!(out["artifact"]["media_type"], "text/markdown");
+    assert!(rx.posts().is_empty());
+}
+
+#[tokio::test]
+async fn the_input_cannot_choose_where_the_notice_goes() {
+    let rx = Receiver::start().await;
+    let w = support::reporting_to(&rx.url);
+    let elsewhere = Receiver::start().await;
+    let refused = w
+        .try_start(
+            "report",
+            json!({"issue": "SIESTA-10", "notify_url": elsewhere.url}),
+            None,
+        )
+        .await;
+    let failed = match refused {
+        // Refused at the start (the input does not fit), or the run fails at once.
+        Err(e) => e.to_string(),
+        Ok(id) => {
+            let run = w.run(&id).await;
+            assert_eq!(run.status, RunStatus::Failed);
+            run.error.unwrap().message
+        }
+    };
+    assert!(failed.contains("notify_url"), "{failed}");
+    let id = w
+        .start("report", json!({"issue": "SIESTA-11", "notify": "admin"}))
+        .await;
+    let run = w.run(&id).await;
+    assert_eq!(run.status, RunStatus::Failed);
+    assert!(
+        run.error
+            .unwrap()
+            .message
+            .contains("no notify target 'admin' is configured"),
+    );
+    assert!(rx.posts().is_empty() && elsewhere.posts().is_empty());
 }
 
 #[tokio::test]
 async fn an_empty_issue_fails_the_run() {
     let w = support::env();
-    let id = w
-        .start("report", json!({"issue": "  ", "notify_url": ""}))
-        .await;
+    let id = w.start("report", json!({"issue": "  "})).await;
     assert_eq!(w.run(&id).await.status, RunStatus::Failed);
 }
 
@@ -207,7 +254,7 @@ async fn crash_during_the_post(w: &TestEnv, rx: &Receiver, issue: &str) -> RunId
     let id = w
         .create(
             "report",
-            json!({"issue": issue, "notify_url": rx.url}),
+            json!({"issue": issue}),
             None,
         )
         .await
@@ -227,8 +274,8 @@ async fn crash_during_the_post(w: &TestEnv, rx: &Receiver, issue: &str) -> RunId
 
 #[tokio::test]
 async fn after_a_crash_a_post_the_receiver_took_is_not_made_again() {
-    let w = support::env();
     let rx = Receiver::start().await;
+    let w = support::reporting_to(&rx.url);
     rx.script([Reply::RecordThenHang]);
     let id = crash_during_the_post(&w, &rx, "SIESTA-100").await;
     let key = running_key(&w, &id).await;
@@ -247,8 +294,8 @@ async fn after_a_crash_a_post_the_receiver_took_is_not_made_again() {
 
 #[tokio::test]
 async fn after_a_crash_a_post_the_receiver_never_saw_is_made_once() {
-    let w = support::env();
     let rx = Receiver::start().await;
+    let w = support::reporting_to(&rx.url);
     rx.hang_next_connection();
     let id = crash_during_the_post(&w, &rx, "SIESTA-101").await;
     let key = running_key(&w, &id).await;

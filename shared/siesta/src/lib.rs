@@ -9,13 +9,14 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use siesta::{Context, Error, Registry, RetryStrategy, StepError};
+//! use siesta::{Context, Error, JsonSchema, Registry, RetryStrategy, StepError};
 //! use serde::Deserialize;
 //!
 //! #[derive(Deserialize)]
 //! struct Order { item: String, amount: u64 }
 //!
-//! #[derive(Deserialize)]
+//! // What the callback accepts: a webhook of another shape is refused with 422.
+//! #[derive(Deserialize, JsonSchema)]
 //! struct Payment { status: String, transaction_id: String }
 //!
 //! async fn order(ctx: Context, input: Order) -> Result<String, Error> {
@@ -46,7 +47,8 @@
 //!   [`sleep`](Context::sleep)/[`wait`](Context::wait),
 //!   [`create_callback`](Context::create_callback) and
 //!   [`wait_for_callback`](Context::wait_for_callback),
-//!   [`wait_for_event`](Context::wait_for_event),
+//!   [`wait_for_event`](Context::wait_for_event) (their payload types derive
+//!   [`JsonSchema`], checked on arrival; see [`accepts`]),
 //!   [`wait_for_condition`](Context::wait_for_condition),
 //!   [`run_in_child_context`](Context::run_in_child_context),
 //!   [`parallel`](Context::parallel) and [`map`](Context::map),

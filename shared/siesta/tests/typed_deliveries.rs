@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::json;
 use siesta::*;
-use support::World;
+use support::{output, world};
 
 #[derive(Debug, Deserialize, JsonSchema)]
 struct Payment {
@@ -49,12 +49,12 @@ fn types(timeline: &[TimelineEvent]) -> Vec<EventType> {
 
 #[tokio::test]
 async fn a_callback_payload_of_the_wrong_shape_is_refused_and_the_callback_stays_open() {
-    let w = World::new(registry());
+    let w = world(registry());
     let id = w.start("typed", json!(null)).await;
-    w.settle().await;
+    w.run_until_idle().await;
     let cb = w.open_callbacks(&id).await.pop().unwrap();
     let before = w.run(&id).await;
-    let stored = w.engine.backend().store.get_callback(&cb).await.unwrap();
+    let stored = w.engine().backend().store.get_callback(&cb).await.unwrap();
     assert!(stored.unwrap().accepts.is_some(), "the schema is recorded");
 
     for wrong in [
@@ -63,7 +63,7 @@ async fn a_callback_payload_of_the_wrong_shape_is_refused_and_the_callback_stays
         json!({"status": 1, "transaction_id": "t"}),
     ] {
         let refused = w
-            .engine
+            .engine()
             .complete_callback(&cb, None, Ok(wrong.clone()), Some("hook_bad".into()))
             .await;
         let Err(EngineError::DeliveryRejected(why)) = refused else {
@@ -76,7 +76,7 @@ async fn a_callback_payload_of_the_wrong_shape_is_refused_and_the_callback_stays
     assert_eq!(after.status, RunStatus::Waiting);
     assert!(w.history(&id).await.deliveries.is_empty());
     // The right one, even under the id the wrong one was sent with, completes it.
-    w.engine
+    w.engine()
         .complete_callback(
             &cb,
             None,
@@ -85,25 +85,25 @@ async fn a_callback_payload_of_the_wrong_shape_is_refused_and_the_callback_stays
         )
         .await
         .unwrap();
-    w.settle().await;
+    w.run_until_idle().await;
     let run = w.run(&id).await;
     assert_eq!(
-        World::output(&run),
+        output(&run),
         json!({"status": "COMPLETED", "txn": "txn_1"})
     );
 }
 
 #[tokio::test]
 async fn a_stored_payload_that_does_not_decode_is_set_aside_and_the_wait_goes_on() {
-    let w = World::new(registry());
+    let w = world(registry());
     let id = w.start("unchecked", json!(null)).await;
-    w.settle().await;
+    w.run_until_idle().await;
     let cb = w.open_callbacks(&id).await.pop().unwrap();
-    w.engine
+    w.engine()
         .complete_callback(&cb, None, Ok(json!({"unexpected": true})), None)
         .await
         .expect("an unchecked callback takes any JSON");
-    w.settle().await;
+    w.run_until_idle().await;
     let run = w.run(&id).await;
     assert_eq!(run.status, RunStatus::Waiting, "not failed by the sender");
     let timeline = w.timeline(&id).await;
@@ -119,14 +119,14 @@ async fn a_stored_payload_that_does_not_decode_is_set_aside_and_the_wait_goes_on
         "{}",
         rejected.details
     );
-    let record = w.engine.backend().store.get_callback(&cb).await.unwrap();
+    let record = w.engine().backend().store.get_callback(&cb).await.unwrap();
     assert_eq!(
         record.map(|r| r.status),
         Some(CallbackStatus::Open),
         "the callback is open again"
     );
 
-    w.engine
+    w.engine()
         .complete_callback(
             &cb,
             None,
@@ -135,10 +135,10 @@ async fn a_stored_payload_that_does_not_decode_is_set_aside_and_the_wait_goes_on
         )
         .await
         .unwrap();
-    w.settle().await;
+    w.run_until_idle().await;
     let run = w.run(&id).await;
     assert_eq!(run.status, RunStatus::Completed, "{:?}", run.error);
-    assert_eq!(World::output(&run), json!({"txn": "txn_2"}));
+    assert_eq!(output(&run), json!({"txn": "txn_2"}));
     let kinds = types(&w.timeline(&id).await);
     assert_eq!(
         kinds
@@ -152,15 +152,15 @@ async fn a_stored_payload_that_does_not_decode_is_set_aside_and_the_wait_goes_on
 
 #[tokio::test]
 async fn an_event_is_checked_while_the_run_waits_for_it_and_set_aside_if_it_came_early() {
-    let w = World::new(registry());
-    let tenant = w.tenant.clone();
-    let early = w.start("event", json!(null)).await;
+    let w = world(registry());
+    let tenant = w.tenant().clone();
+    let early = support::create(&w, "event", json!(null)).await;
     // Before the run waits for it, nothing says what it must be: kept, then set aside.
-    w.engine
+    w.engine()
         .deliver_event(&tenant, &early, "paid", json!({"wrong": 1}), None)
         .await
         .unwrap();
-    w.settle().await;
+    w.run_until_idle().await;
     let run = w.run(&early).await;
     assert_eq!(run.status, RunStatus::Waiting);
     assert!(types(&w.timeline(&early).await).contains(&EventType::DeliveryRejected));
@@ -168,7 +168,7 @@ async fn an_event_is_checked_while_the_run_waits_for_it_and_set_aside_if_it_came
     // Now it waits: the wrong shape is refused on arrival, nothing recorded.
     let before = w.run(&early).await.version;
     let refused = w
-        .engine
+        .engine()
         .deliver_event(&tenant, &early, "paid", json!({"status": "x"}), None)
         .await;
     assert!(
@@ -177,11 +177,11 @@ async fn an_event_is_checked_while_the_run_waits_for_it_and_set_aside_if_it_came
     );
     assert_eq!(w.run(&early).await.version, before);
     // Another event name is not judged by this wait.
-    w.engine
+    w.engine()
         .deliver_event(&tenant, &early, "other", json!({"any": "thing"}), None)
         .await
         .unwrap();
-    w.engine
+    w.engine()
         .deliver_event(
             &tenant,
             &early,
@@ -191,7 +191,7 @@ async fn an_event_is_checked_while_the_run_waits_for_it_and_set_aside_if_it_came
         )
         .await
         .unwrap();
-    w.settle().await;
+    w.run_until_idle().await;
     let run = w.run(&early).await;
-    assert_eq!(World::output(&run), json!({"txn": "txn_3"}));
+    assert_eq!(output(&run), json!({"txn": "txn_3"}));
 }

@@ -15,6 +15,19 @@ pub(crate) fn env() -> TestEnv {
     TestEnv::new(siesta_workflows::registry())
 }
 
+/// The `report` workflow with `url` as its one (default) notify target, as a
+/// deployment configures it.
+pub(crate) fn reporting_to(url: &str) -> TestEnv {
+    let targets = siesta_workflows::NotifyTargets::none()
+        .with(siesta_workflows::report::DEFAULT_TARGET, url);
+    let mut registry = siesta::Registry::new();
+    registry.register("report", siesta_workflows::report_with(targets));
+    TestEnv::new(registry)
+}
+
+/// What the receiver puts in the body of a refusal: it must never reach a run's error.
+pub(crate) const REFUSAL_SECRET: &str = "internal-admin-token-0451";
+
 /// How the receiver answers one POST.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Reply {
@@ -125,7 +138,10 @@ impl Receiver {
                 };
                 self.arrived.notify_one();
                 match reply {
-                    Reply::Status(s) => (s, format!("{{\"status\":{s}}}")),
+                    Reply::Status(s) if (200..300).contains(&s) => {
+                        (s, format!("{{\"status\":{s}}}"))
+                    }
+                    Reply::Status(s) => (s, format!("{{\"secret\":\"{REFUSAL_SECRET}\"}}")),
                     Reply::RecordThenHang => {
                         self.state().held.push(stream);
                         return;

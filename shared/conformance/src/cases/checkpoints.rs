@@ -574,7 +574,8 @@ pub async fn checkpoint_closing_callbacks_refuse_later_outcomes(h: Harness) {
 }
 
 /// `get_callback` and `get_tool_call` return records exactly as written, every field
-/// set; unknown ids are `None`.
+/// set (a typed callback's JSON Schema included, and an event wait's in the journal:
+/// deliveries are checked against them); unknown ids are `None`.
 pub async fn callback_and_tool_call_records_round_trip(h: Harness) {
     let tenant = tenant();
     let run = create(&h, &tenant).await;
@@ -583,7 +584,28 @@ pub async fn callback_and_tool_call_records_round_trip(h: Harness) {
         deadline: None,
         ..open_callback(&h, &held, "outer#0/approve#2")
     };
-    let with_deadline = open_callback(&h, &held, "payment#0");
+    let schema = siesta::accepts::schema_of::<Vec<Option<(String, u64)>>>();
+    let with_deadline = CallbackRecord {
+        accepts: Some(schema.clone()),
+        ..open_callback(&h, &held, "payment#0")
+    };
+    let event_wait = JournalEntry {
+        position: Position::from("approval#0"),
+        index: 0,
+        kind: OperationKind::Event,
+        name: "approval".into(),
+        state: EntryState::Waiting(Wait {
+            kind: WaitKind::Event {
+                name: "approval".into(),
+                accepts: Some(schema),
+            },
+            deadline: None,
+            started_at: h.now(),
+        }),
+        consumed: Vec::new(),
+        handle: None,
+        updated_at: h.now(),
+    };
     let mut cause = ErrorInfo::new("http", "503 from the tool", true);
     cause.cause = Some(Box::new(ErrorInfo::new("io", "reset", true)));
     let mut failed = ErrorInfo::new("retries_exhausted", "gave up", false);
@@ -609,6 +631,7 @@ pub async fn callback_and_tool_call_records_round_trip(h: Harness) {
     };
     let mut cp = checkpoint_over(&h, &held, Some(held.epoch), |_| {});
     cp.callbacks = vec![callback.clone(), with_deadline.clone()];
+    cp.journal.push(event_wait.clone());
     cp.tool_calls = vec![
         tool_failed.clone(),
         tool_large.clone(),
@@ -617,6 +640,13 @@ pub async fn callback_and_tool_call_records_round_trip(h: Harness) {
     write(&h, &cp).await;
 
     let store = &h.backend.store;
+    let history = store.load_history(&tenant, &run.id).await.expect("history");
+    let stored = history
+        .journal
+        .iter()
+        .find(|e| e.position == event_wait.position)
+        .expect("the event wait");
+    assert_eq!(stored.state, event_wait.state, "the wait with its schema");
     for record in [&callback, &with_deadline] {
         assert_eq!(
             store
