@@ -61,10 +61,10 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use siesta::context::StepContext;
-use futures::future::BoxFuture;
 use siesta::{ArtifactRef, Context, Error, RetryStrategy, StepError};
 
 /// The environment variable naming the default notify target's URL.
@@ -133,9 +133,7 @@ impl NotifyTargets {
                     targets = targets.with(name, url);
                 }
                 _ => {
-                    return Err(format!(
-                        "{NOTIFY_TARGETS_ENV}: '{entry}' is not name=url"
-                    ));
+                    return Err(format!("{NOTIFY_TARGETS_ENV}: '{entry}' is not name=url"));
                 }
             }
         }

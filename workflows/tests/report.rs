@@ -51,10 +51,7 @@ async fn a_report_is_stored_and_posted_once_with_the_tool_calls_key() {
     let rx = Receiver::start().await;
     let w = support::reporting_to(&rx.url);
     let id = w
-        .start(
-            "report",
-            json!({"issue": "login page times out"}),
-        )
+        .start("report", json!({"issue": "login page times out"}))
         .await;
     let out = w.output::<serde_json::Value>(&id).await;
     assert_eq!(out["issue"], "login page times out");
@@ -96,12 +93,7 @@ async fn a_503_is_retried_on_the_durable_timer_until_the_post_succeeds() {
     let rx = Receiver::start().await;
     let w = support::reporting_to(&rx.url);
     rx.script([Reply::Status(503), Reply::Status(503), Reply::Status(200)]);
-    let id = w
-        .start(
-            "report",
-            json!({"issue": "SIESTA-42"}),
-        )
-        .await;
+    let id = w.start("report", json!({"issue": "SIESTA-42"})).await;
     assert_eq!(w.run(&id).await.status, RunStatus::Waiting);
     assert_eq!(rx.posts().len(), 1);
     assert!(matches!(
@@ -145,9 +137,7 @@ async fn a_4xx_fails_the_run_without_a_retry() {
     let rx = Receiver::start().await;
     let w = support::reporting_to(&rx.url);
     rx.script([Reply::Status(422)]);
-    let id = w
-        .start("report", json!({"issue": "SIESTA-7"}))
-        .await;
+    let id = w.start("report", json!({"issue": "SIESTA-7"})).await;
     let run = w.run(&id).await;
     assert_eq!(run.status, RunStatus::Failed);
     let error = run.error.unwrap();
@@ -155,8 +145,7 @@ async fn a_4xx_fails_the_run_without_a_retry() {
     let cause = error.cause.clone().unwrap();
     assert_eq!(cause.kind, "http_422");
     assert_eq!(
-        cause.message,
-        "POST to notify target 'default': HTTP 422 from the receiver",
+        cause.message, "POST to notify target 'default': HTTP 422 from the receiver",
         "status and a fixed phrase only"
     );
     let visible = serde_json::to_string(&error).unwrap();
@@ -183,8 +172,7 @@ async fn an_unreachable_receiver_is_retried_not_failed() {
             assert_eq!(error.kind, "http_connection");
             assert!(error.retryable);
             assert_eq!(
-                error.message,
-                "POST to notify target 'default': could not connect",
+                error.message, "POST to notify target 'default': could not connect",
                 "no address or transport detail"
             );
         }
@@ -252,11 +240,7 @@ async fn an_empty_issue_fails_the_run() {
 /// holds its connection): the run is left `running` with the tool call `running`.
 async fn crash_during_the_post(w: &TestEnv, rx: &Receiver, issue: &str) -> RunId {
     let id = w
-        .create(
-            "report",
-            json!({"issue": issue}),
-            None,
-        )
+        .create("report", json!({"issue": issue}), None)
         .await
         .unwrap();
     let engine = w.engine();

@@ -87,10 +87,7 @@ async fn a_callback_payload_of_the_wrong_shape_is_refused_and_the_callback_stays
         .unwrap();
     w.run_until_idle().await;
     let run = w.run(&id).await;
-    assert_eq!(
-        output(&run),
-        json!({"status": "COMPLETED", "txn": "txn_1"})
-    );
+    assert_eq!(output(&run), json!({"status": "COMPLETED", "txn": "txn_1"}));
 }
 
 #[tokio::test]

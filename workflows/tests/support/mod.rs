@@ -18,8 +18,8 @@ pub(crate) fn env() -> TestEnv {
 /// The `report` workflow with `url` as its one (default) notify target, as a
 /// deployment configures it.
 pub(crate) fn reporting_to(url: &str) -> TestEnv {
-    let targets = siesta_workflows::NotifyTargets::none()
-        .with(siesta_workflows::report::DEFAULT_TARGET, url);
+    let targets =
+        siesta_workflows::NotifyTargets::none().with(siesta_workflows::report::DEFAULT_TARGET, url);
     let mut registry = siesta::Registry::new();
     registry.register("report", siesta_workflows::report_with(targets));
     TestEnv::new(registry)
