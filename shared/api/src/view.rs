@@ -31,6 +31,9 @@ pub struct RunView {
     pub created_at: i64,
     /// When it last changed (ms since the epoch).
     pub updated_at: i64,
+    /// The build of the code it started on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub build_id: Option<String>,
     /// What it waits for now.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub waits: Vec<WaitView>,
@@ -95,6 +98,7 @@ impl RunView {
             cancel_requested: run.cancel_requested && !run.status.is_finished(),
             created_at: run.created_at.millis(),
             updated_at: run.updated_at.millis(),
+            build_id: run.build_id.clone(),
             waits: Vec::new(),
             operations: None,
         };

@@ -1,4 +1,4 @@
-//! `/healthz` answers from the liveness of the process's loops.
+//! `/healthz` answers from the liveness of the process's loops; the run view names its build.
 
 use bytes::Bytes;
 use http::{HeaderMap, Method, StatusCode};
@@ -40,4 +40,32 @@ async fn healthz_without_loops_is_ok() {
     let (status, body) = healthz(&ControlApi::new(env.engine())).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(body["status"], "ok");
+}
+
+#[tokio::test]
+async fn the_run_view_shows_the_build_the_run_started_on() {
+    let mut registry = Registry::new();
+    registry.register(
+        "quick",
+        |_: siesta::Context, n: u32| async move { Ok(n + 1) },
+    );
+    let config = siesta::EngineConfig {
+        build_id: "shop@1.4.0+9f2c1e0".to_owned(),
+        ..siesta_testing::default_engine_config()
+    };
+    let env = TestEnv::builder(registry).engine_config(config).build();
+    let run = env.execute("quick", 1).await;
+    let req = ApiRequest {
+        method: Method::GET,
+        path: format!("/runs/{}", run.id),
+        query: String::new(),
+        headers: HeaderMap::new(),
+        body: Bytes::new(),
+    };
+    let response = ControlApi::new(env.engine())
+        .handle(env.tenant(), req)
+        .await;
+    assert_eq!(response.status, StatusCode::OK);
+    let json = response.body;
+    assert_eq!(json["build_id"], "shop@1.4.0+9f2c1e0");
 }

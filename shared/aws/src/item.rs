@@ -98,6 +98,8 @@ struct RunBody {
     timeline_seq: u64,
     cancel_requested: bool,
     parent: Option<ParentLink>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    build_id: Option<String>,
 }
 
 /// The TTL of a record closed at `at`: kept for `retention`, then removed by DynamoDB.
@@ -142,6 +144,7 @@ pub(crate) fn run_item(run: &Run, retention: Duration) -> Result<Item, StoreErro
         timeline_seq: run.timeline_seq,
         cancel_requested: run.cancel_requested,
         parent: run.parent.clone(),
+        build_id: run.build_id.clone(),
     };
     item.insert(BODY.into(), s(to_json(&body)?));
     Ok(item)
@@ -183,6 +186,7 @@ pub(crate) fn run_from_item(item: &Item) -> Result<Run, StoreError> {
         due_at: opt_n(item, DUE_AT, WHAT)?.map(Timestamp),
         cancel_requested: body.cancel_requested,
         parent: body.parent,
+        build_id: body.build_id,
     })
 }
 
@@ -328,6 +332,7 @@ mod tests {
         run.epoch = FencingEpoch(3);
         run.inbox_seq = 2;
         run.timeline_seq = 7;
+        run.build_id = Some("shop@1.4.0+9f2c1e0".into());
         run
     }
 

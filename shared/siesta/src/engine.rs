@@ -48,6 +48,10 @@ pub struct EngineConfig {
     pub callback_base_url: String,
     /// Replays one wake-up may do when deliveries keep arriving while it works.
     pub max_passes: u32,
+    /// The build of the code this engine runs, recorded on every run it starts (and in
+    /// the run's `ExecutionStarted` event): set it from the application's binary with
+    /// [`build_id!`](crate::build_id). Default: Siesta's own version, `siesta@x.y.z`.
+    pub build_id: String,
 }
 
 impl Default for EngineConfig {
@@ -59,6 +63,7 @@ impl Default for EngineConfig {
             inline_limit: 32 * 1024,
             callback_base_url: "http://127.0.0.1:8080".to_owned(),
             max_passes: 8,
+            build_id: concat!("siesta@", env!("CARGO_PKG_VERSION")).to_owned(),
         }
     }
 }
@@ -280,6 +285,7 @@ impl Engine {
         ContextConfig {
             inline_limit: self.config.inline_limit,
             callback_base_url: self.config.callback_base_url.clone(),
+            build_id: self.config.build_id.clone(),
         }
     }
 
@@ -340,10 +346,11 @@ impl Engine {
         let payload = self.encode(tenant, &id, &input).await?;
         let mut run = Run::new(tenant.clone(), id, workflow, payload, now);
         run.timeline_seq = 1;
+        run.build_id = Some(self.config.build_id.clone());
         let started = TimelineEvent::execution_started(
             now,
             workflow,
-            serde_json::json!({"Workflow": workflow}),
+            serde_json::json!({"Workflow": workflow, "BuildId": self.config.build_id}),
         );
         match self.backend.store.create_run(&run, &started).await {
             Ok(()) => {}

@@ -97,6 +97,30 @@ pub mod time;
 mod worker;
 
 pub use context::Context;
+
+/// The build id of the crate that calls it: `name@version`, plus `+hash` when the
+/// environment variable `SIESTA_BUILD_HASH` was set at compile time (a commit id from
+/// CI, say). Hand it to [`EngineConfig::build_id`] so every run records the code it
+/// started on.
+///
+/// ```
+/// let config = siesta::EngineConfig { build_id: siesta::build_id!(), ..Default::default() };
+/// assert!(config.build_id.starts_with("siesta@"));
+/// ```
+#[macro_export]
+macro_rules! build_id {
+    () => {
+        match option_env!("SIESTA_BUILD_HASH") {
+            Some(hash) => format!(
+                "{}@{}+{}",
+                env!("CARGO_PKG_NAME"),
+                env!("CARGO_PKG_VERSION"),
+                hash
+            ),
+            None => format!("{}@{}", env!("CARGO_PKG_NAME"), env!("CARGO_PKG_VERSION")),
+        }
+    };
+}
 pub use engine::{
     BatchReport, Engine, EngineConfig, EngineError, SweepReport, ToolCallResolution, WakeOutcome,
 };

@@ -287,6 +287,10 @@ pub struct Run {
     pub cancel_requested: bool,
     /// The parent run and position when this run was started by `invoke`.
     pub parent: Option<ParentLink>,
+    /// The build of the code the run started on ([`crate::EngineConfig::build_id`]);
+    /// `None` for runs started before builds were recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub build_id: Option<String>,
 }
 
 impl Run {
@@ -317,6 +321,7 @@ impl Run {
             due_at: Some(now),
             cancel_requested: false,
             parent: None,
+            build_id: None,
         }
     }
 

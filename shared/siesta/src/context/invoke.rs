@@ -85,6 +85,7 @@ where
                         input,
                         now,
                     );
+                    child.build_id = Some(ctx.shared.config.build_id.clone());
                     child.parent = Some(ParentLink {
                         run_id: ctx.shared.run_id.clone(),
                         position: op.position.clone(),
@@ -92,7 +93,7 @@ where
                     let started = TimelineEvent::execution_started(
                         now,
                         &workflow,
-                        serde_json::json!({"ParentRunId": ctx.shared.run_id, "ParentOperationId": op.position}),
+                        serde_json::json!({"ParentRunId": ctx.shared.run_id, "ParentOperationId": op.position, "BuildId": ctx.shared.config.build_id}),
                     );
                     child.timeline_seq = 1;
                     let wait = Wait {

@@ -53,6 +53,8 @@ pub(crate) struct ContextConfig {
     pub inline_limit: usize,
     /// Base of callback URLs (`{base}/hooks/{callback_id}`).
     pub callback_base_url: String,
+    /// The build of the code running, recorded on the child runs it starts.
+    pub build_id: String,
 }
 
 /// Why every branch stopped, when it was not simply waiting.
