@@ -197,6 +197,15 @@ enum RunsAction {
         #[arg(long)]
         if_match: Option<u64>,
     },
+    /// Resume a parked run once its cause is fixed (e.g. one parked because its
+    /// wake-up was dead-lettered: list them with `runs list --status parked`).
+    Resume {
+        /// The run's id.
+        id: String,
+        /// Only if the run is still at this version.
+        #[arg(long)]
+        if_match: Option<u64>,
+    },
     /// Deliver a named event (an approval, a signal) to a run.
     SendEvent {
         /// The run's id.
@@ -293,6 +302,7 @@ async fn main() -> anyhow::Result<()> {
                 RunsAction::Show { id } => remote.show(&id).await,
                 RunsAction::Timeline { id } => remote.timeline(&id).await,
                 RunsAction::Cancel { id, if_match } => remote.cancel(&id, if_match).await,
+                RunsAction::Resume { id, if_match } => remote.resume(&id, if_match).await,
                 RunsAction::SendEvent { id, name, payload } => {
                     remote.send_event(&id, &name, &payload).await
                 }

@@ -180,6 +180,21 @@ impl Remote {
 
     /// `runs cancel`.
     pub async fn cancel(&self, id: &str, if_match: Option<u64>) -> anyhow::Result<()> {
+        self.transition(id, "cancel", if_match).await
+    }
+
+    /// `runs resume`.
+    pub async fn resume(&self, id: &str, if_match: Option<u64>) -> anyhow::Result<()> {
+        self.transition(id, "resume", if_match).await
+    }
+
+    /// `POST /runs/{id}/{action}` with an optional `If-Match`; prints the new status.
+    async fn transition(
+        &self,
+        id: &str,
+        action: &str,
+        if_match: Option<u64>,
+    ) -> anyhow::Result<()> {
         let headers: Vec<(&str, String)> = if_match
             .map(|v| ("If-Match", format!("\"{v}\"")))
             .into_iter()
@@ -187,7 +202,7 @@ impl Remote {
         let body = self
             .call(
                 reqwest::Method::POST,
-                &format!("/runs/{id}/cancel"),
+                &format!("/runs/{id}/{action}"),
                 None,
                 &headers,
             )

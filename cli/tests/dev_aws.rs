@@ -143,3 +143,49 @@ async fn on_the_aws_backend_an_order_pauses_a_signed_webhook_resumes_it_and_dupl
     assert_eq!(delivered, 1, "{timeline}");
     server.stop();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_the_aws_backend_a_list_cursor_put_raw_into_the_next_url_pages_through_every_run() {
+    let Some(env) = siesta_aws::testing::emulators().await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut options = DevOptions::new(dir.path().to_owned());
+    options.backend = Some(env.backend(5).await.backend());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let server = start(listener, options, siesta_workflows::registry())
+        .await
+        .unwrap();
+    let base = format!("http://{}", server.addr);
+    let client = reqwest::Client::new();
+    let mut started = std::collections::BTreeSet::new();
+    for i in 0..3 {
+        let run: Value = client
+            .post(format!("{base}/runs"))
+            .json(&json!({"workflow": "approval", "input": {"change": format!("change {i}")}}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        started.insert(run["id"].as_str().unwrap().to_owned());
+    }
+    let mut listed = std::collections::BTreeSet::new();
+    let mut url = format!("{base}/runs?limit=1");
+    for _ in 0..10 {
+        let response = client.get(&url).send().await.unwrap();
+        assert_eq!(response.status(), 200, "GET {url}");
+        let page: Value = response.json().await.unwrap();
+        for run in page["runs"].as_array().unwrap() {
+            listed.insert(run["id"].as_str().unwrap().to_owned());
+        }
+        match page["next_cursor"].as_str() {
+            // As a client would write it: no escaping.
+            Some(cursor) => url = format!("{base}/runs?limit=1&cursor={cursor}"),
+            None => break,
+        }
+    }
+    assert_eq!(listed, started);
+    server.stop();
+}

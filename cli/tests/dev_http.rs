@@ -1113,3 +1113,37 @@ async fn a_signed_source_webhook_completes_the_callback_its_body_names_once_and_
     );
     server.stop();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_list_cursor_put_raw_into_the_next_url_pages_through_every_run() {
+    let (server, _dir, base) = server("").await;
+    let client = reqwest::Client::new();
+    let mut started = std::collections::BTreeSet::new();
+    for i in 0..3 {
+        let run: Value = client
+            .post(format!("{base}/runs"))
+            .json(&json!({"workflow": "approval", "input": {"change": format!("change {i}")}}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        started.insert(run["id"].as_str().unwrap().to_owned());
+    }
+    let mut listed = std::collections::BTreeSet::new();
+    let mut url = format!("{base}/runs?limit=1");
+    for _ in 0..10 {
+        let page = get_json(&client, &url).await;
+        for run in page["runs"].as_array().unwrap() {
+            listed.insert(run["id"].as_str().unwrap().to_owned());
+        }
+        match page["next_cursor"].as_str() {
+            // As a client would write it: no escaping.
+            Some(cursor) => url = format!("{base}/runs?limit=1&cursor={cursor}"),
+            None => break,
+        }
+    }
+    assert_eq!(listed, started);
+    server.stop();
+}

@@ -25,6 +25,8 @@ pub async fn handle(engine: &Engine, event: &Value, page: usize) -> Result<Value
             "expired_leases": report.expired_leases,
             "due_waits": report.due_waits,
             "lost_wakeups": report.lost_wakeups,
+            "already_queued": report.already_queued,
+            "dead_letters": report.dead_letters,
             "parked_dead_letters": report.parked_dead_letters,
             "backlog": backlog,
         });
@@ -44,6 +46,7 @@ pub async fn handle(engine: &Engine, event: &Value, page: usize) -> Result<Value
                 ),
                 ("SweepDueWaits", Unit::Count, &[report.due_waits as f64]),
                 ("SweepLostWakeUps", Unit::Count, &[report.lost_wakeups as f64]),
+                ("SweepDeadLetters", Unit::Count, &[report.dead_letters as f64]),
                 (
                     "SweepParkedDeadLetters",
                     Unit::Count,

@@ -1,12 +1,19 @@
 //! [`WakeQueue`] on SQS: a standard queue with a redrive policy to a dead-letter queue.
+//!
+//! Every wake-up carries its tenant as `MessageGroupId`, which makes the standard queue
+//! a *fair queue*: while one tenant has a backlog, SQS hands out the messages of quiet
+//! tenants first (see `docs/queue.md`). An endpoint that refuses a group id on a
+//! standard queue (an emulator older than the feature) is sent plain messages instead,
+//! once it has said so.
 
-use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use aws_sdk_sqs::Client;
 use aws_sdk_sqs::types::MessageSystemAttributeName;
 use siesta::ports::*;
+use siesta::{RunId, TenantId};
 
 use crate::error::{code, sdk};
 
@@ -15,6 +22,8 @@ pub(crate) struct SqsQueue {
     client: Client,
     queue_url: String,
     dead_letter_queue_url: String,
+    /// Whether sends carry the tenant as `MessageGroupId` (until the endpoint refuses).
+    fair: AtomicBool,
 }
 
 impl SqsQueue {
@@ -23,8 +32,23 @@ impl SqsQueue {
             client,
             queue_url,
             dead_letter_queue_url,
+            fair: AtomicBool::new(true),
         }
     }
+
+    /// Whether sends still carry the tenant as `MessageGroupId` (the endpoint has not
+    /// refused it).
+    pub(crate) fn is_fair(&self) -> bool {
+        self.fair.load(Ordering::Relaxed)
+    }
+}
+
+/// Whether an error refuses the `MessageGroupId` of a message to a standard queue.
+fn refuses_group_id(code: Option<&str>, message: Option<&str>) -> bool {
+    matches!(
+        code,
+        Some("InvalidParameterValue" | "InvalidParameterCombination" | "UnsupportedOperation")
+    ) && message.is_some_and(|m| m.contains("MessageGroupId"))
 }
 
 /// Whole seconds, rounded up (a wake-up a little late is fine; early is a wasted read),
@@ -56,14 +80,34 @@ fn decode(body: Option<&str>) -> Result<WakeUp, StoreError> {
 impl WakeQueue for SqsQueue {
     async fn send(&self, wake: &WakeUp, delay: Duration) -> Result<(), StoreError> {
         let body = serde_json::to_string(wake).map_err(|e| StoreError::Invalid(e.to_string()))?;
-        self.client
-            .send_message()
-            .queue_url(&self.queue_url)
-            .message_body(body)
-            .delay_seconds(seconds(delay, MAX_QUEUE_DELAY))
-            .send()
-            .await
-            .map_err(|e| sdk("send wake-up", e))?;
+        let send = || {
+            self.client
+                .send_message()
+                .queue_url(&self.queue_url)
+                .message_body(body.clone())
+                .delay_seconds(seconds(delay, MAX_QUEUE_DELAY))
+        };
+        if self.is_fair() {
+            match send().message_group_id(wake.tenant.as_str()).send().await {
+                Ok(_) => return Ok(()),
+                Err(e) => {
+                    let refused = match &e {
+                        aws_sdk_sqs::error::SdkError::ServiceError(ctx) => {
+                            use aws_sdk_sqs::error::ProvideErrorMetadata;
+                            refuses_group_id(ctx.err().code(), ctx.err().message())
+                        }
+                        _ => false,
+                    };
+                    if !refused {
+                        return Err(sdk("send wake-up", e));
+                    }
+                    if self.fair.swap(false, Ordering::Relaxed) {
+                        tracing::warn!(error = %code(&e).unwrap_or_default(), "the queue refuses MessageGroupId on a standard queue: sending without it (no fair queueing across tenants)");
+                    }
+                }
+            }
+        }
+        send().send().await.map_err(|e| sdk("send wake-up", e))?;
         Ok(())
     }
 
@@ -141,43 +185,84 @@ impl WakeQueue for SqsQueue {
         Ok(())
     }
 
-    async fn dead_letters(&self, limit: usize) -> Result<Vec<WakeUp>, StoreError> {
-        // A peek: messages are received with a zero visibility timeout, so they stay
-        // in the dead-letter queue for an operator to inspect and redrive.
-        let mut seen = HashSet::new();
+    async fn dead_letters(
+        &self,
+        max: usize,
+        visibility: Duration,
+    ) -> Result<Vec<DeadLetter>, StoreError> {
+        if max == 0 {
+            return Ok(Vec::new());
+        }
+        // A receive that hides what it returns: the next call gets the next ones, so a
+        // caller pages through however many there are (a zero-visibility peek returns
+        // the same few every time).
+        let out = self
+            .client
+            .receive_message()
+            .queue_url(&self.dead_letter_queue_url)
+            .max_number_of_messages(max.min(10) as i32)
+            .visibility_timeout(seconds(visibility, MAX_VISIBILITY).max(1))
+            .send()
+            .await
+            .map_err(|e| sdk("read dead letters", e))?;
         let mut dead = Vec::new();
-        while dead.len() < limit {
-            let out = self
-                .client
-                .receive_message()
-                .queue_url(&self.dead_letter_queue_url)
-                .max_number_of_messages(10)
-                .visibility_timeout(0)
-                .send()
-                .await
-                .map_err(|e| sdk("read dead letters", e))?;
-            let mut fresh = 0;
-            for message in out.messages.unwrap_or_default() {
-                let id = message.message_id().unwrap_or_default().to_owned();
-                if seen.insert(id) {
-                    fresh += 1;
-                    if let Ok(wake) = decode(message.body()) {
-                        dead.push(wake);
-                    }
+        for message in out.messages.unwrap_or_default() {
+            let receipt = message.receipt_handle().unwrap_or_default().to_owned();
+            match decode(message.body()) {
+                Ok(wake) => dead.push(DeadLetter { wake, receipt }),
+                Err(e) => {
+                    // Nothing can act on it; it stays for an operator until the
+                    // queue's retention drops it.
+                    tracing::warn!(error = %e, message_id = ?message.message_id(), "a dead letter that is not a wake-up");
                 }
             }
-            if fresh == 0 {
-                break;
-            }
         }
-        dead.truncate(limit);
         Ok(dead)
+    }
+
+    async fn holds(
+        &self,
+        _tenant: &TenantId,
+        _run_id: &RunId,
+        _due_at: siesta::Timestamp,
+    ) -> Result<Option<bool>, StoreError> {
+        // SQS cannot be searched by run.
+        Ok(None)
+    }
+
+    async fn delete_dead_letter(&self, receipt: &str) -> Result<(), StoreError> {
+        match self
+            .client
+            .delete_message()
+            .queue_url(&self.dead_letter_queue_url)
+            .receipt_handle(receipt)
+            .send()
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if code(&e).is_some_and(|c| GONE_RECEIPT_CODES.contains(&c)) => Ok(()),
+            Err(e) => Err(sdk("delete dead letter", e)),
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_refused_group_id_turns_fair_sends_off() {
+        let m = Some(
+            "Value for parameter MessageGroupId is invalid. Reason: The request include parameter that is not valid for this queue type.",
+        );
+        assert!(refuses_group_id(Some("InvalidParameterValue"), m));
+        assert!(!refuses_group_id(
+            Some("InvalidParameterValue"),
+            Some("DelaySeconds")
+        ));
+        assert!(!refuses_group_id(Some("ThrottlingException"), m));
+        assert!(!refuses_group_id(None, None));
+    }
 
     #[test]
     fn delays_round_up_to_whole_seconds_within_the_cap() {

@@ -800,12 +800,13 @@ impl RunStore for DynamoStore {
         let start = match cursor {
             None => None,
             Some(c) => {
+                let c = siesta::cursor::decode(c)?;
                 let (_, run) = c
                     .split_once('#')
                     .ok_or_else(|| StoreError::Invalid("malformed cursor".into()))?;
                 let mut k = key(run_pk(tenant, &RunId(run.to_owned())), RUN_SK);
                 k.insert(TENANT.into(), s(tenant.as_str()));
-                k.insert(CREATED_KEY.into(), s(c));
+                k.insert(CREATED_KEY.into(), s(&c));
                 Some(k)
             }
         };
@@ -831,7 +832,9 @@ impl RunStore for DynamoStore {
         let mut entries = out.items.unwrap_or_default();
         let next_cursor = if entries.len() > limit {
             entries.truncate(limit);
-            Some(created_key_of(entries.last().expect("limit >= 1"))?)
+            Some(siesta::cursor::encode(&created_key_of(
+                entries.last().expect("limit >= 1"),
+            )?))
         } else {
             None
         };

@@ -36,6 +36,7 @@ fn wake(tenant: &TenantId, run: &Run) -> WakeUp {
         run_id: run.id.clone(),
         reason: WakeReason::Started,
         epoch_hint: 0,
+        seq_hint: None,
     }
 }
 

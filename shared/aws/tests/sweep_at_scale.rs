@@ -85,8 +85,23 @@ impl WakeQueue for Recording {
         self.inner.extend_visibility(receipt, visibility).await
     }
 
-    async fn dead_letters(&self, limit: usize) -> Result<Vec<WakeUp>, StoreError> {
-        self.inner.dead_letters(limit).await
+    async fn dead_letters(
+        &self,
+        max: usize,
+        visibility: Duration,
+    ) -> Result<Vec<DeadLetter>, StoreError> {
+        self.inner.dead_letters(max, visibility).await
+    }
+    async fn delete_dead_letter(&self, receipt: &str) -> Result<(), StoreError> {
+        self.inner.delete_dead_letter(receipt).await
+    }
+    async fn holds(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+        due_at: Timestamp,
+    ) -> Result<Option<bool>, StoreError> {
+        self.inner.holds(tenant, run_id, due_at).await
     }
 }
 
@@ -259,6 +274,7 @@ async fn sweep_at_scale(env: &support::Emulators, runs: usize) {
                     run_id: run.id,
                     reason: siesta::ports::WakeReason::Started,
                     epoch_hint: 0,
+                    seq_hint: None,
                 };
                 assert_eq!(
                     engine.handle_wakeup(&wake).await.expect("handle"),

@@ -215,6 +215,7 @@ macro_rules! conformance_suite {
             queue_visibility_timeout_redelivers
             queue_extend_visibility_keeps_it_hidden
             queue_dead_letters_after_max_receives
+            queue_dead_letters_page_through_every_one_once
             queue_ack_with_unknown_receipt_is_ok
         }
     };

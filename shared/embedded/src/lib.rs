@@ -20,6 +20,8 @@
 //! # Ok::<(), siesta::ports::StoreError>(())
 //! ```
 
+#[cfg(test)]
+mod query_plans;
 mod writer;
 
 use std::path::{Path, PathBuf};
@@ -43,6 +45,9 @@ CREATE TABLE IF NOT EXISTS runs (
     PRIMARY KEY (tenant, run_id));
 CREATE INDEX IF NOT EXISTS runs_by_tenant ON runs (tenant, created_at DESC, run_id DESC);
 CREATE INDEX IF NOT EXISTS runs_due ON runs (due_at) WHERE due_at IS NOT NULL;
+CREATE INDEX IF NOT EXISTS runs_by_status ON runs (tenant, status, created_at DESC, run_id DESC);
+CREATE INDEX IF NOT EXISTS runs_by_workflow ON runs (tenant, workflow, created_at DESC, run_id DESC);
+CREATE INDEX IF NOT EXISTS runs_by_status_workflow ON runs (tenant, status, workflow, created_at DESC, run_id DESC);
 CREATE TABLE IF NOT EXISTS journal (
     tenant TEXT NOT NULL, run_id TEXT NOT NULL, position TEXT NOT NULL, body TEXT NOT NULL,
     PRIMARY KEY (tenant, run_id, position));
@@ -57,12 +62,50 @@ CREATE TABLE IF NOT EXISTS tool_calls (
     tenant TEXT NOT NULL, key TEXT NOT NULL, body TEXT NOT NULL, PRIMARY KEY (tenant, key));
 CREATE TABLE IF NOT EXISTS artifacts (
     location TEXT PRIMARY KEY, sha256 TEXT NOT NULL, media_type TEXT NOT NULL, size INTEGER NOT NULL, content BLOB NOT NULL);
-CREATE TABLE IF NOT EXISTS queue (
-    id INTEGER PRIMARY KEY AUTOINCREMENT, body TEXT NOT NULL, visible_at INTEGER NOT NULL,
+CREATE TABLE IF NOT EXISTS wake_queue (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, tenant TEXT NOT NULL, run_id TEXT NOT NULL,
+    lane INTEGER NOT NULL, body TEXT NOT NULL, visible_at INTEGER NOT NULL,
     receive_count INTEGER NOT NULL DEFAULT 0, receipt TEXT);
-CREATE INDEX IF NOT EXISTS queue_visible ON queue (visible_at, id);
-CREATE TABLE IF NOT EXISTS dead_letters (id INTEGER PRIMARY KEY AUTOINCREMENT, body TEXT NOT NULL, moved_at INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS wake_queue_fair ON wake_queue (lane, tenant, visible_at, id);
+CREATE INDEX IF NOT EXISTS wake_queue_receipt ON wake_queue (receipt) WHERE receipt IS NOT NULL;
+CREATE INDEX IF NOT EXISTS wake_queue_run ON wake_queue (tenant, run_id, visible_at);
+CREATE TABLE IF NOT EXISTS dead_letter_queue (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, body TEXT NOT NULL, moved_at INTEGER NOT NULL,
+    visible_at INTEGER NOT NULL, receipt TEXT);
+CREATE INDEX IF NOT EXISTS dead_letter_queue_visible ON dead_letter_queue (visible_at, id);
+CREATE INDEX IF NOT EXISTS dead_letter_queue_receipt ON dead_letter_queue (receipt) WHERE receipt IS NOT NULL;
+CREATE TABLE IF NOT EXISTS queue_turns (lane INTEGER PRIMARY KEY, tenant TEXT NOT NULL);
 ";
+
+/// Moves what a file made before the queue had lanes and per-run keys holds into the
+/// tables above, once.
+const MIGRATE_QUEUE: &str = "
+INSERT INTO wake_queue (tenant, run_id, lane, body, visible_at, receive_count, receipt)
+    SELECT json_extract(body, '$.tenant'), json_extract(body, '$.run_id'), 1, body, visible_at, receive_count, receipt FROM queue;
+DROP TABLE queue;
+";
+const MIGRATE_DEAD_LETTERS: &str = "
+INSERT INTO dead_letter_queue (body, moved_at, visible_at) SELECT body, moved_at, moved_at FROM dead_letters;
+DROP TABLE dead_letters;
+";
+
+/// A page of a tenant's runs, newest first, after the cursor `(?4, ?5)`.
+const LIST_RUNS: &str = "SELECT body FROM runs INDEXED BY runs_by_tenant
+    WHERE tenant = ?1 AND ?2 IS NULL AND ?3 IS NULL AND (created_at, run_id) < (?4, ?5)
+    ORDER BY created_at DESC, run_id DESC LIMIT ?6";
+/// [`LIST_RUNS`] in one status.
+const LIST_RUNS_BY_STATUS: &str = "SELECT body FROM runs INDEXED BY runs_by_status
+    WHERE tenant = ?1 AND status = ?2 AND ?3 IS NULL AND (created_at, run_id) < (?4, ?5)
+    ORDER BY created_at DESC, run_id DESC LIMIT ?6";
+/// [`LIST_RUNS`] of one workflow.
+const LIST_RUNS_BY_WORKFLOW: &str = "SELECT body FROM runs INDEXED BY runs_by_workflow
+    WHERE tenant = ?1 AND ?2 IS NULL AND workflow = ?3 AND (created_at, run_id) < (?4, ?5)
+    ORDER BY created_at DESC, run_id DESC LIMIT ?6";
+/// [`LIST_RUNS`] in one status and of one workflow.
+const LIST_RUNS_BY_STATUS_AND_WORKFLOW: &str =
+    "SELECT body FROM runs INDEXED BY runs_by_status_workflow
+    WHERE tenant = ?1 AND status = ?2 AND workflow = ?3 AND (created_at, run_id) < (?4, ?5)
+    ORDER BY created_at DESC, run_id DESC LIMIT ?6";
 
 /// How many times a wake-up may be received before it goes to the dead-letter queue.
 pub const DEFAULT_MAX_RECEIVES: u32 = 5;
@@ -162,6 +205,8 @@ impl EmbeddedBackend {
                 .map_err(|e| StoreError::Unavailable(format!("creating {}: {e}", dir.display())))?;
         }
         let conn = Connection::open(&path).map_err(sql)?;
+        #[cfg(test)]
+        query_plans::record(&conn);
         conn.busy_timeout(Duration::from_secs(5)).map_err(sql)?;
         conn.pragma_update(None, "journal_mode", "WAL")
             .map_err(sql)?;
@@ -172,6 +217,7 @@ impl EmbeddedBackend {
         conn.pragma_update(None, "synchronous", synchronous)
             .map_err(sql)?;
         conn.execute_batch(SCHEMA).map_err(sql)?;
+        migrate(&conn)?;
         let counters = Arc::new(writer::Counters::default());
         let (sender, jobs) = mpsc::channel();
         {
@@ -210,6 +256,29 @@ impl EmbeddedBackend {
             writes: self.inner.counters.writes.load(Ordering::Relaxed),
         }
     }
+}
+
+/// Bring the tables of an older file up to [`SCHEMA`].
+fn migrate(conn: &Connection) -> Result<(), StoreError> {
+    let has = |table: &str| -> Result<bool, StoreError> {
+        conn.query_row(
+            "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?1",
+            params![table],
+            |r| r.get::<_, i64>(0),
+        )
+        .map(|n| n > 0)
+        .map_err(sql)
+    };
+    for (table, migration) in [
+        ("queue", MIGRATE_QUEUE),
+        ("dead_letters", MIGRATE_DEAD_LETTERS),
+    ] {
+        if has(table)? {
+            conn.execute_batch(&format!("BEGIN IMMEDIATE; {migration} COMMIT;"))
+                .map_err(sql)?;
+        }
+    }
+    Ok(())
 }
 
 fn sql(e: rusqlite::Error) -> StoreError {
@@ -268,6 +337,8 @@ impl EmbeddedBackend {
                 Some(conn) => conn,
                 None => {
                     let conn = Connection::open(&self.inner.path).map_err(sql)?;
+                    #[cfg(test)]
+                    query_plans::record(&conn);
                     conn.busy_timeout(Duration::from_secs(5)).map_err(sql)?;
                     conn
                 }
@@ -676,9 +747,11 @@ impl RunStore for EmbeddedBackend {
         let status = filter.status.map(|s| s.as_str().to_owned());
         let workflow = filter.workflow.clone();
         let (after_created, after_id) = match cursor {
+            // Before every run: `(created_at, run_id) < (MAX, '')`.
             None => (i64::MAX, String::new()),
             Some(c) => {
-                let (t, id) = c
+                let position = siesta::cursor::decode(c)?;
+                let (t, id) = position
                     .split_once(':')
                     .ok_or_else(|| StoreError::Invalid("malformed cursor".into()))?;
                 (
@@ -689,15 +762,17 @@ impl RunStore for EmbeddedBackend {
             }
         };
         let limit = limit.max(1);
+        // One statement per filter, each a range seek on its own index: a filter
+        // folded into one statement (`?2 IS NULL OR status = ?2`) can use none, and
+        // the page would cost a walk over every run of the tenant it skips.
+        let query = match (&status, &workflow) {
+            (None, None) => LIST_RUNS,
+            (Some(_), None) => LIST_RUNS_BY_STATUS,
+            (None, Some(_)) => LIST_RUNS_BY_WORKFLOW,
+            (Some(_), Some(_)) => LIST_RUNS_BY_STATUS_AND_WORKFLOW,
+        };
         self.read(move |tx| {
-            let mut stmt = tx
-                .prepare_cached(
-                    "SELECT body FROM runs WHERE tenant = ?1
-                           AND (?2 IS NULL OR status = ?2) AND (?3 IS NULL OR workflow = ?3)
-                           AND (created_at < ?4 OR (created_at = ?4 AND (?5 = '' OR run_id < ?5)))
-                         ORDER BY created_at DESC, run_id DESC LIMIT ?6",
-                )
-                .map_err(sql)?;
+            let mut stmt = tx.prepare_cached(query).map_err(sql)?;
             let rows = stmt
                 .query_map(
                     params![
@@ -716,7 +791,8 @@ impl RunStore for EmbeddedBackend {
                 .collect::<Result<_, _>>()?;
             let next_cursor = if runs.len() > limit {
                 runs.truncate(limit);
-                runs.last().map(|r| format!("{}:{}", r.created_at.0, r.id))
+                runs.last()
+                    .map(|r| siesta::cursor::encode(&format!("{}:{}", r.created_at.0, r.id)))
             } else {
                 None
             };
@@ -790,16 +866,144 @@ impl ArtifactStore for EmbeddedBackend {
     }
 }
 
+/// The queue's lanes: wake-ups caused by the outside world (a delivery, a timer, a
+/// child's result, the sweep) are taken before the engine's own (starts,
+/// continuations), so an event for a run that has waited for days does not queue
+/// behind a burst of starts.
+fn lane(reason: WakeReason) -> i64 {
+    match reason {
+        WakeReason::Delivery | WakeReason::Timer | WakeReason::Child | WakeReason::Sweep => 0,
+        WakeReason::Started | WakeReason::Continue => 1,
+    }
+}
+
+/// The lanes, in the order they are served.
+const LANES: [i64; 2] = [0, 1];
+
+/// How much later than a run's `due_at` its wake-up may become visible and still be
+/// the one for that due time (the sender computed the delay a moment before sending).
+const HOLD_SLACK: Duration = Duration::from_secs(1);
+
+/// The tenant after `after` with a wake-up in `lane`, in tenant order (one index seek).
+fn next_tenant(tx: &Connection, lane: i64, after: &str) -> Result<Option<String>, StoreError> {
+    tx.prepare_cached(
+        "SELECT tenant FROM wake_queue WHERE lane = ?1 AND tenant > ?2 ORDER BY tenant LIMIT 1",
+    )
+    .map_err(sql)?
+    .query_row(params![lane, after], |r| r.get(0))
+    .optional()
+    .map_err(sql)
+}
+
+/// The tenant's oldest visible wake-up in `lane` (one index seek).
+fn oldest_visible(
+    tx: &Connection,
+    lane: i64,
+    tenant: &str,
+    now: Timestamp,
+) -> Result<Option<(i64, String, u32)>, StoreError> {
+    tx.prepare_cached(
+        "SELECT id, body, receive_count FROM wake_queue
+          WHERE lane = ?1 AND tenant = ?2 AND visible_at <= ?3 ORDER BY visible_at, id LIMIT 1",
+    )
+    .map_err(sql)?
+    .query_row(params![lane, tenant, now.0], |r| {
+        Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+    })
+    .optional()
+    .map_err(sql)
+}
+
+/// Take up to `max` visible wake-ups: the outside-world lane first, and within a lane
+/// one wake-up per tenant in turn (round robin, resumed where the last receive
+/// stopped), so that one tenant's backlog never stands between another tenant and
+/// the queue. A wake-up received `max_receives` times already goes to the dead-letter
+/// queue instead.
+fn receive_fair(
+    tx: &Connection,
+    now: Timestamp,
+    max: usize,
+    visibility: Duration,
+    max_receives: u32,
+) -> Result<Vec<ReceivedWakeUp>, StoreError> {
+    let mut out = Vec::new();
+    for lane in LANES {
+        let mut turn: String = tx
+            .prepare_cached("SELECT tenant FROM queue_turns WHERE lane = ?1")
+            .map_err(sql)?
+            .query_row(params![lane], |r| r.get(0))
+            .optional()
+            .map_err(sql)?
+            .unwrap_or_default();
+        // The first tenant of a round in which nobody had anything visible.
+        let mut idle_since: Option<String> = None;
+        while out.len() < max {
+            let tenant = match next_tenant(tx, lane, &turn)? {
+                Some(t) => t,
+                None => match next_tenant(tx, lane, "")? {
+                    Some(t) => t,
+                    None => break,
+                },
+            };
+            if idle_since.as_ref() == Some(&tenant) {
+                break;
+            }
+            match oldest_visible(tx, lane, &tenant, now)? {
+                None => {
+                    idle_since.get_or_insert_with(|| tenant.clone());
+                }
+                Some((id, body, count)) => {
+                    idle_since = None;
+                    if count >= max_receives {
+                        tx.execute(
+                            "INSERT INTO dead_letter_queue (body, moved_at, visible_at) VALUES (?1, ?2, ?2)",
+                            params![body, now.0],
+                        )
+                        .map_err(sql)?;
+                        tx.execute("DELETE FROM wake_queue WHERE id = ?1", params![id])
+                            .map_err(sql)?;
+                    } else {
+                        let receipt = format!("{id}:{}", uuid::Uuid::new_v4());
+                        tx.execute(
+                            "UPDATE wake_queue SET receipt = ?1, receive_count = receive_count + 1, visible_at = ?2 WHERE id = ?3",
+                            params![receipt, now.plus(visibility).0, id],
+                        )
+                        .map_err(sql)?;
+                        out.push(ReceivedWakeUp {
+                            wake: from_json(&body)?,
+                            receipt,
+                            receive_count: count + 1,
+                        });
+                    }
+                }
+            }
+            turn = tenant;
+        }
+        tx.execute(
+            "INSERT OR REPLACE INTO queue_turns (lane, tenant) VALUES (?1, ?2)",
+            params![lane, turn],
+        )
+        .map_err(sql)?;
+    }
+    Ok(out)
+}
+
 #[async_trait]
 impl WakeQueue for EmbeddedBackend {
     async fn send(&self, wake: &WakeUp, delay: Duration) -> Result<(), StoreError> {
         let body = to_json(wake)?;
+        let (tenant, run_id, lane) = (
+            wake.tenant.0.clone(),
+            wake.run_id.0.clone(),
+            lane(wake.reason),
+        );
         let delay = delay.min(MAX_QUEUE_DELAY);
         self.tx(move |tx, now| {
-            tx.execute(
-                "INSERT INTO queue (body, visible_at) VALUES (?1, ?2)",
-                params![body, now.plus(delay).0],
+            tx.prepare_cached(
+                "INSERT INTO wake_queue (tenant, run_id, lane, body, visible_at) VALUES (?1, ?2, ?3, ?4, ?5)",
             )
+            .map_err(sql)?
+            .execute(params![tenant, run_id, lane, body, now.plus(delay).0])
             .map_err(sql)?;
             Ok(())
         })
@@ -811,39 +1015,20 @@ impl WakeQueue for EmbeddedBackend {
         max: usize,
         visibility: Duration,
     ) -> Result<Vec<ReceivedWakeUp>, StoreError> {
+        if max == 0 {
+            return Ok(Vec::new());
+        }
         let max_receives = self.inner.max_receives;
-        self.tx(move |tx, now| {
-                let candidates: Vec<(i64, String, u32)> = {
-                    let mut stmt = tx
-                        .prepare_cached("SELECT id, body, receive_count FROM queue WHERE visible_at <= ?1 ORDER BY visible_at, id LIMIT ?2")
-                        .map_err(sql)?;
-                    let rows = stmt.query_map(params![now.0, max as i64], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?))).map_err(sql)?;
-                    rows.collect::<Result<_, _>>().map_err(sql)?
-                };
-                let mut out = Vec::with_capacity(candidates.len());
-                for (id, body, count) in candidates {
-                    if count >= max_receives {
-                        tx.execute("INSERT INTO dead_letters (body, moved_at) VALUES (?1, ?2)", params![body, now.0]).map_err(sql)?;
-                        tx.execute("DELETE FROM queue WHERE id = ?1", params![id]).map_err(sql)?;
-                        continue;
-                    }
-                    let receipt = format!("{id}:{}", uuid::Uuid::new_v4());
-                    tx.execute(
-                        "UPDATE queue SET receipt = ?1, receive_count = receive_count + 1, visible_at = ?2 WHERE id = ?3",
-                        params![receipt, now.plus(visibility).0, id],
-                    )
-                    .map_err(sql)?;
-                    out.push(ReceivedWakeUp { wake: from_json(&body)?, receipt, receive_count: count + 1 });
-                }
-                Ok(out)
-            })
+        self.tx(move |tx, now| receive_fair(tx, now, max, visibility, max_receives))
             .await
     }
 
     async fn ack(&self, receipt: &str) -> Result<(), StoreError> {
         let receipt = receipt.to_owned();
         self.tx(move |tx, _| {
-            tx.execute("DELETE FROM queue WHERE receipt = ?1", params![receipt])
+            tx.prepare_cached("DELETE FROM wake_queue WHERE receipt = ?1")
+                .map_err(sql)?
+                .execute(params![receipt])
                 .map_err(sql)?;
             Ok(())
         })
@@ -857,25 +1042,86 @@ impl WakeQueue for EmbeddedBackend {
     ) -> Result<(), StoreError> {
         let receipt = receipt.to_owned();
         self.tx(move |tx, now| {
-            tx.execute(
-                "UPDATE queue SET visible_at = ?1 WHERE receipt = ?2",
-                params![now.plus(visibility).0, receipt],
-            )
-            .map_err(sql)?;
+            tx.prepare_cached("UPDATE wake_queue SET visible_at = ?1 WHERE receipt = ?2")
+                .map_err(sql)?
+                .execute(params![now.plus(visibility).0, receipt])
+                .map_err(sql)?;
             Ok(())
         })
         .await
     }
 
-    async fn dead_letters(&self, limit: usize) -> Result<Vec<WakeUp>, StoreError> {
-        self.read(move |tx| {
-            let mut stmt = tx
-                .prepare_cached("SELECT body FROM dead_letters ORDER BY id LIMIT ?1")
+    async fn dead_letters(
+        &self,
+        max: usize,
+        visibility: Duration,
+    ) -> Result<Vec<DeadLetter>, StoreError> {
+        let max = max.min(10);
+        self.tx(move |tx, now| {
+            let page: Vec<(i64, String)> = {
+                let mut stmt = tx
+                    .prepare_cached(
+                        "SELECT id, body FROM dead_letter_queue WHERE visible_at <= ?1 ORDER BY visible_at, id LIMIT ?2",
+                    )
+                    .map_err(sql)?;
+                let rows = stmt
+                    .query_map(params![now.0, max as i64], |r| Ok((r.get(0)?, r.get(1)?)))
+                    .map_err(sql)?;
+                rows.collect::<Result<_, _>>().map_err(sql)?
+            };
+            let mut out = Vec::with_capacity(page.len());
+            for (id, body) in page {
+                let receipt = format!("{id}:{}", uuid::Uuid::new_v4());
+                tx.prepare_cached(
+                    "UPDATE dead_letter_queue SET receipt = ?1, visible_at = ?2 WHERE id = ?3",
+                )
+                .map_err(sql)?
+                .execute(params![receipt, now.plus(visibility).0, id])
                 .map_err(sql)?;
-            let rows = stmt
-                .query_map(params![limit as i64], |r| r.get::<_, String>(0))
+                match from_json(&body) {
+                    Ok(wake) => out.push(DeadLetter { wake, receipt }),
+                    // Nothing can act on it; dropping it beats handing it out forever.
+                    Err(_) => {
+                        tx.execute("DELETE FROM dead_letter_queue WHERE id = ?1", params![id])
+                            .map_err(sql)?;
+                    }
+                }
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    async fn delete_dead_letter(&self, receipt: &str) -> Result<(), StoreError> {
+        let receipt = receipt.to_owned();
+        self.tx(move |tx, _| {
+            tx.prepare_cached("DELETE FROM dead_letter_queue WHERE receipt = ?1")
+                .map_err(sql)?
+                .execute(params![receipt])
                 .map_err(sql)?;
-            rows.map(|b| from_json(&b.map_err(sql)?)).collect()
+            Ok(())
+        })
+        .await
+    }
+
+    async fn holds(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+        due_at: Timestamp,
+    ) -> Result<Option<bool>, StoreError> {
+        let (tenant, run_id) = (tenant.0.clone(), run_id.0.clone());
+        self.tx(move |tx, _| {
+            tx.prepare_cached(
+                "SELECT EXISTS (SELECT 1 FROM wake_queue WHERE tenant = ?1 AND run_id = ?2
+                                  AND (receipt IS NOT NULL OR visible_at <= ?3))",
+            )
+            .map_err(sql)?
+            .query_row(params![tenant, run_id, due_at.plus(HOLD_SLACK).0], |r| {
+                r.get::<_, bool>(0)
+            })
+            .map(Some)
+            .map_err(sql)
         })
         .await
     }

@@ -35,6 +35,7 @@ fn wake(run: &Run) -> WakeUp {
         run_id: run.id.clone(),
         reason: WakeReason::Started,
         epoch_hint: 0,
+        seq_hint: None,
     }
 }
 
@@ -142,7 +143,7 @@ async fn corrupt_rows_are_invalid_not_panics() {
     raw.execute_batch(
         "UPDATE runs SET body = '{\"not\": \"a run\"'; \
          UPDATE timeline SET body = '[]'; \
-         UPDATE queue SET body = 'garbage';",
+         UPDATE wake_queue SET body = 'garbage';",
     )
     .expect("corrupt the rows");
     drop(raw);
@@ -195,10 +196,15 @@ async fn the_default_receive_limit_is_five() {
         clock.advance(Duration::from_secs(2));
     }
     assert_eq!(counts, vec![1, 2, 3, 4, 5]);
-    assert_eq!(
-        backend.queue.dead_letters(10).await.expect("dead_letters"),
-        vec![wake(&run)]
-    );
+    let dead: Vec<WakeUp> = backend
+        .queue
+        .dead_letters(10, Duration::from_secs(1))
+        .await
+        .expect("dead_letters")
+        .into_iter()
+        .map(|d| d.wake)
+        .collect();
+    assert_eq!(dead, vec![wake(&run)]);
 }
 
 /// GIVEN the writer held up by another connection's write lock WHEN 64 creates arrive

@@ -73,6 +73,7 @@ fn wake_up() -> WakeUp {
         run_id: RunId::from(RUN),
         reason: WakeReason::Timer,
         epoch_hint: 1,
+        seq_hint: None,
     }
 }
 

@@ -14,7 +14,7 @@
 //! | start | `IdempotentReplays` | count | a request answered from its `Idempotency-Key` |
 //! | webhook | `WebhookDuplicates` | count | a delivery already received |
 //! | webhook | `WebhooksRefused` | count | a non-2xx answer (bad signature, unknown source…) |
-//! | sweep | `SweepWoken`, `SweepExpiredLeases`, `SweepDueWaits`, `SweepLostWakeUps`, `SweepParkedDeadLetters` | count | what the sweep did |
+//! | sweep | `SweepWoken`, `SweepExpiredLeases`, `SweepDueWaits`, `SweepLostWakeUps`, `SweepDeadLetters`, `SweepParkedDeadLetters` | count | what the sweep did |
 
 use std::time::{SystemTime, UNIX_EPOCH};
 

@@ -164,8 +164,22 @@ pub struct SweepReport {
     pub due_waits: usize,
     /// Of those, runnable runs whose wake-up was lost.
     pub lost_wakeups: usize,
-    /// Runs parked because a wake-up of theirs kept failing and was dead-lettered.
+    /// Due runs not woken because a wake-up for them waits in the queue already.
+    pub already_queued: usize,
+    /// Dead letters handled (and deleted from the dead-letter queue).
+    pub dead_letters: usize,
+    /// Of those, runs parked because a wake-up of theirs kept failing and was
+    /// dead-lettered while it was their latest.
     pub parked_dead_letters: usize,
+}
+
+/// What handling the dead-letter queue did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DeadLetterReport {
+    /// Dead letters handled, each then deleted.
+    pub handled: usize,
+    /// Runs parked for one.
+    pub parked: usize,
 }
 
 /// What one batch of wake-ups did, for the queue's partial-batch-failure report.
@@ -189,6 +203,10 @@ impl BatchReport {
 
 /// How many wake-ups the sweep sends at once.
 const SWEEP_SENDS_IN_FLIGHT: usize = 16;
+
+/// How long a dead letter taken by the sweep stays hidden: it is deleted once handled,
+/// and comes back after this if the sweep stopped before.
+const DEAD_LETTER_VISIBILITY: Duration = Duration::from_secs(300);
 
 /// The durable engine over a backend.
 #[derive(Clone)]
@@ -309,12 +327,14 @@ impl Engine {
         reason: WakeReason,
         delay: Duration,
         epoch_hint: u64,
+        seq_hint: Option<u64>,
     ) {
         let wake = WakeUp {
             tenant: tenant.clone(),
             run_id: run_id.clone(),
             reason,
             epoch_hint,
+            seq_hint,
         };
         // The write before this one left the run due; a lost send is healed by the sweep.
         if let Err(e) = self
@@ -357,8 +377,15 @@ impl Engine {
             Err(StoreError::AlreadyExists) => return Err(EngineError::AlreadyExists),
             Err(e) => return Err(e.into()),
         }
-        self.send_wake(tenant, &run.id, WakeReason::Started, Duration::ZERO, 0)
-            .await;
+        self.send_wake(
+            tenant,
+            &run.id,
+            WakeReason::Started,
+            Duration::ZERO,
+            0,
+            Some(run.timeline_seq),
+        )
+        .await;
         Ok(run)
     }
 
@@ -681,6 +708,7 @@ impl Engine {
         self.close_overflow(&run.tenant, &run.id, overflow).await;
         self.watchers.changed(&run.tenant, &run.id);
         let epoch = shared.epoch.0;
+        let seq = Some(shared.state().run.timeline_seq);
         match ending {
             Ending::Yield => {
                 self.send_wake(
@@ -689,6 +717,7 @@ impl Engine {
                     WakeReason::Continue,
                     Duration::ZERO,
                     epoch,
+                    seq,
                 )
                 .await
             }
@@ -697,7 +726,7 @@ impl Engine {
                     let delay = now.until(due);
                     // Longer timers wait in the due index for the sweep.
                     if delay <= MAX_QUEUE_DELAY {
-                        self.send_wake(&run.tenant, &run.id, WakeReason::Timer, delay, epoch)
+                        self.send_wake(&run.tenant, &run.id, WakeReason::Timer, delay, epoch, seq)
                             .await;
                     }
                 }
@@ -711,6 +740,7 @@ impl Engine {
                 WakeReason::Child,
                 Duration::ZERO,
                 0,
+                None,
             )
             .await;
         }
@@ -976,6 +1006,7 @@ impl Engine {
                 WakeReason::Delivery,
                 Duration::ZERO,
                 run.epoch.0,
+                Some(run.timeline_seq),
             )
             .await;
         }
@@ -1058,8 +1089,15 @@ impl Engine {
                     self.watchers.changed(tenant, run_id);
                     if leased {
                         // The holder sees the flag when its next write conflicts.
-                        self.send_wake(tenant, run_id, WakeReason::Delivery, Duration::ZERO, 0)
-                            .await;
+                        self.send_wake(
+                            tenant,
+                            run_id,
+                            WakeReason::Delivery,
+                            Duration::ZERO,
+                            0,
+                            Some(next.timeline_seq),
+                        )
+                        .await;
                     } else if let Some(parent) = &run.parent {
                         self.send_wake(
                             tenant,
@@ -1067,6 +1105,7 @@ impl Engine {
                             WakeReason::Child,
                             Duration::ZERO,
                             0,
+                            None,
                         )
                         .await;
                     }
@@ -1187,8 +1226,15 @@ impl Engine {
             }
             Err(e) => return Err(e.into()),
         }
-        self.send_wake(tenant, run_id, WakeReason::Delivery, Duration::ZERO, 0)
-            .await;
+        self.send_wake(
+            tenant,
+            run_id,
+            WakeReason::Delivery,
+            Duration::ZERO,
+            0,
+            Some(next.timeline_seq),
+        )
+        .await;
         Ok(next)
     }
 
@@ -1337,39 +1383,60 @@ impl Engine {
             Err(e) => return Err(e.into()),
         }
         tracing::info!(tenant = %tenant, run_id = %run_id, %position, resolution = resolution.as_str(), %by, "unknown tool call resolved");
-        self.send_wake(tenant, run_id, WakeReason::Delivery, Duration::ZERO, 0)
-            .await;
+        self.send_wake(
+            tenant,
+            run_id,
+            WakeReason::Delivery,
+            Duration::ZERO,
+            0,
+            Some(next.timeline_seq),
+        )
+        .await;
         Ok(next)
     }
 
-    /// Wake every run that is due: fired timers, passed deadlines, expired leases, lost
-    /// wake-ups. Bounded by `limit`; idempotent (a duplicate wake-up is a no-op).
+    /// Handle the dead-letter queue (see [`Engine::handle_dead_letters`]), then wake
+    /// every run that is due — fired timers, passed deadlines, expired leases, lost
+    /// wake-ups — unless the queue holds a wake-up for it already: a wake-up that
+    /// merely waits behind others (or is being handled) is not lost, and sending another
+    /// would only add to the backlog. Bounded by `limit`; idempotent (a duplicate
+    /// wake-up is a no-op).
     pub async fn sweep(&self, limit: usize) -> Result<SweepReport, EngineError> {
+        let dead = self.handle_dead_letters(limit).await?;
         let now = self.clock.now();
         let due = self.backend.store.due_runs(now, limit).await?;
         let mut report = SweepReport {
             due: due.len(),
+            dead_letters: dead.handled,
+            parked_dead_letters: dead.parked,
             ..SweepReport::default()
         };
-        // Sends go out concurrently: a page of hundreds of due runs would otherwise
-        // cost hundreds of queue round trips in a row.
-        let sent: Vec<(RunStatus, bool)> = futures::stream::iter(due)
+        // Checks and sends go out concurrently: a page of hundreds of due runs would
+        // otherwise cost hundreds of round trips in a row.
+        let sent: Vec<(RunStatus, Option<bool>)> = futures::stream::iter(due)
             .map(|run| async move {
-                let wake = WakeUp {
-                    tenant: run.tenant,
-                    run_id: run.run_id,
-                    reason: WakeReason::Sweep,
-                    epoch_hint: 0,
-                };
-                let ok = self.backend.queue.send(&wake, Duration::ZERO).await.is_ok();
-                (run.status, ok)
+                let queue = &self.backend.queue;
+                match queue.holds(&run.tenant, &run.run_id, run.due_at).await {
+                    Ok(Some(true)) => return (run.status, None),
+                    Ok(_) => {}
+                    // Unknown: better a harmless duplicate than a lost wake-up.
+                    Err(e) => tracing::warn!(run_id = %run.run_id, error = %e, "could not look for a queued wake-up"),
+                }
+                let wake = WakeUp::new(run.tenant, run.run_id, WakeReason::Sweep);
+                let ok = queue.send(&wake, Duration::ZERO).await.is_ok();
+                (run.status, Some(ok))
             })
             .buffer_unordered(SWEEP_SENDS_IN_FLIGHT)
             .collect()
             .await;
-        for (status, ok) in sent {
-            if !ok {
-                continue;
+        for (status, sent) in sent {
+            match sent {
+                None => {
+                    report.already_queued += 1;
+                    continue;
+                }
+                Some(false) => continue,
+                Some(true) => {}
             }
             report.woken += 1;
             match status {
@@ -1378,90 +1445,117 @@ impl Engine {
                 _ => report.lost_wakeups += 1,
             }
         }
-        report.parked_dead_letters = self.park_dead_letters(limit).await?;
         Ok(report)
     }
 
-    /// Park every run whose wake-up kept failing until the queue dead-lettered it, with
-    /// the reason in its error and timeline, so that an operator sees it instead of a
-    /// run that silently stopped. A run that is finished or parked already, or whose
-    /// lease is live (someone is working on it), is left alone. Bounded by `limit`;
-    /// returns how many runs it parked. The messages stay in the dead-letter queue for
-    /// the operator to inspect and redrive.
-    pub async fn park_dead_letters(&self, limit: usize) -> Result<usize, EngineError> {
-        let dead = self.backend.queue.dead_letters(limit).await?;
-        let mut seen = std::collections::HashSet::new();
-        let mut parked = 0;
-        for wake in dead {
-            if !seen.insert((wake.tenant.clone(), wake.run_id.clone())) {
-                continue;
-            }
-            let Some(run) = self
+    /// Handle every dead letter, up to `limit`, each once: the dead-letter queue is
+    /// paged through (each page hidden while it is handled) and every dead letter is
+    /// deleted once handled, so none is seen twice and none is missed however many
+    /// there are.
+    ///
+    /// A dead letter parks its run — with the reason and the wake-up in its error and
+    /// timeline, for an operator to see, fix and resume — only when the run is still
+    /// where the wake-up left it: not finished or parked, no live lease (someone is
+    /// working on it), and no progress since the wake-up was sent (`seq_hint`, when
+    /// the sender knew it). A wake-up that the run's progress has overtaken parks
+    /// nothing: the run went on without it. A resumed run has moved on past its old
+    /// dead letters, so `resume` sticks.
+    pub async fn handle_dead_letters(&self, limit: usize) -> Result<DeadLetterReport, EngineError> {
+        let mut report = DeadLetterReport::default();
+        while report.handled < limit {
+            let page = self
                 .backend
-                .store
-                .get_run(&wake.tenant, &wake.run_id)
-                .await?
-            else {
-                continue;
-            };
-            if run.status.is_finished() || run.status == RunStatus::Parked {
-                continue;
+                .queue
+                .dead_letters((limit - report.handled).min(10), DEAD_LETTER_VISIBILITY)
+                .await?;
+            if page.is_empty() {
+                break;
             }
-            // Take the lease first: parking is then an ordinary fenced checkpoint, and a
-            // run someone holds is not parked under them.
-            let now = self.clock.now();
-            let claim = Claim {
-                owner: format!("{}#dead-letter", self.config.owner),
-                now,
-                expires_at: now.plus(self.config.lease_ttl),
-            };
-            let run = match self
-                .backend
-                .store
-                .claim(&wake.tenant, &wake.run_id, &claim)
-                .await
-            {
-                Ok(run) => run,
-                Err(StoreError::Conflict(_) | StoreError::NotFound) => continue,
-                Err(e) => return Err(e.into()),
-            };
-            let status = decide(run.status, LifecycleEvent::Park)
-                .map_err(|e| EngineError::Gone(e.to_string()))?;
-            let reason = ErrorInfo::new(
-                "DeadLettered",
-                "a wake-up of this run kept failing and went to the dead-letter queue; \
-                 fix the cause, then resume or cancel the run",
-                false,
-            );
-            let mut next = run.clone();
-            next.status = status;
-            next.version += 1;
-            next.updated_at = now;
-            next.lease = None;
-            next.due_at = None;
-            next.error = Some(reason.clone());
-            next.timeline_seq += 1;
-            let mut checkpoint = Checkpoint::new(next.clone(), run.version, Some(run.epoch));
-            checkpoint.timeline.push(TimelineEvent {
-                seq: next.timeline_seq,
-                at: now,
-                event_type: EventType::RunParked,
-                sub_type: None,
-                id: None,
-                parent_id: None,
-                name: Some(run.workflow.clone()),
-                details: serde_json::json!({"Error": reason, "WakeUp": wake}),
-            });
-            match self.backend.store.checkpoint(&checkpoint).await {
-                Ok(()) => {
-                    tracing::warn!(tenant = %run.tenant, run_id = %run.id, "run parked: its wake-up was dead-lettered");
-                    parked += 1;
-                }
-                Err(StoreError::Conflict(_)) => {}
-                Err(e) => return Err(e.into()),
+            for letter in page {
+                // On an error the letter stays, and comes back after its visibility.
+                let parked = self.handle_dead_letter(&letter.wake).await?;
+                self.backend
+                    .queue
+                    .delete_dead_letter(&letter.receipt)
+                    .await?;
+                report.handled += 1;
+                report.parked += usize::from(parked);
             }
         }
-        Ok(parked)
+        Ok(report)
+    }
+
+    /// Park the run of one dead letter if the letter is still its latest wake-up;
+    /// whether it parked it.
+    async fn handle_dead_letter(&self, wake: &WakeUp) -> Result<bool, EngineError> {
+        let Some(run) = self
+            .backend
+            .store
+            .get_run(&wake.tenant, &wake.run_id)
+            .await?
+        else {
+            return Ok(false);
+        };
+        if run.status.is_finished() || run.status == RunStatus::Parked {
+            return Ok(false);
+        }
+        if wake.seq_hint.is_some_and(|seq| run.timeline_seq > seq) {
+            tracing::info!(tenant = %run.tenant, run_id = %run.id, "a dead-lettered wake-up was overtaken by the run's progress; nothing to park");
+            return Ok(false);
+        }
+        // Take the lease first: parking is then an ordinary fenced checkpoint, and a
+        // run someone holds is not parked under them.
+        let now = self.clock.now();
+        let claim = Claim {
+            owner: format!("{}#dead-letter", self.config.owner),
+            now,
+            expires_at: now.plus(self.config.lease_ttl),
+        };
+        let run = match self
+            .backend
+            .store
+            .claim(&wake.tenant, &wake.run_id, &claim)
+            .await
+        {
+            Ok(run) => run,
+            Err(StoreError::Conflict(_) | StoreError::NotFound) => return Ok(false),
+            Err(e) => return Err(e.into()),
+        };
+        let status = decide(run.status, LifecycleEvent::Park)
+            .map_err(|e| EngineError::Gone(e.to_string()))?;
+        let reason = ErrorInfo::new(
+            "DeadLettered",
+            "a wake-up of this run kept failing and went to the dead-letter queue; \
+             fix the cause, then resume or cancel the run",
+            false,
+        );
+        let mut next = run.clone();
+        next.status = status;
+        next.version += 1;
+        next.updated_at = now;
+        next.lease = None;
+        next.due_at = None;
+        next.error = Some(reason.clone());
+        next.timeline_seq += 1;
+        let mut checkpoint = Checkpoint::new(next.clone(), run.version, Some(run.epoch));
+        checkpoint.timeline.push(TimelineEvent {
+            seq: next.timeline_seq,
+            at: now,
+            event_type: EventType::RunParked,
+            sub_type: None,
+            id: None,
+            parent_id: None,
+            name: Some(run.workflow.clone()),
+            details: serde_json::json!({"Error": reason, "WakeUp": wake}),
+        });
+        match self.backend.store.checkpoint(&checkpoint).await {
+            Ok(()) => {
+                tracing::warn!(tenant = %run.tenant, run_id = %run.id, "run parked: its wake-up was dead-lettered");
+                Ok(true)
+            }
+            Err(StoreError::Conflict(_)) => Ok(false),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Handle a batch of wake-ups (an SQS batch) concurrently, each with `deadline` as
@@ -1488,20 +1582,29 @@ impl Engine {
             .receive(max, self.config.lease_ttl)
             .await?;
         let n = received.len();
-        for message in received {
+        // All of them at once, as the step function handles an SQS batch: a wake-up
+        // received is a wake-up being handled, so a worker killed meanwhile costs a
+        // receive only to wake-ups it was working on — never to ones waiting behind a
+        // slow one, which would otherwise reach the receive limit and be dead-lettered
+        // for another run's fault.
+        let acks = futures::future::join_all(received.iter().map(|message| async move {
             match self
                 .keep_hidden_while(&message.receipt, self.handle_wakeup(&message.wake))
                 .await
             {
                 Ok(WakeOutcome::Aborted(why)) => {
                     tracing::warn!(run_id = %message.wake.run_id, %why, "invocation aborted; the wake-up will be redelivered");
+                    Ok(())
                 }
-                Ok(_) => self.backend.queue.ack(&message.receipt).await?,
+                Ok(_) => self.backend.queue.ack(&message.receipt).await,
                 Err(e) => {
-                    tracing::warn!(run_id = %message.wake.run_id, error = %e, "wake-up failed; it will be redelivered")
+                    tracing::warn!(run_id = %message.wake.run_id, error = %e, "wake-up failed; it will be redelivered");
+                    Ok(())
                 }
             }
-        }
+        }))
+        .await;
+        acks.into_iter().collect::<Result<Vec<()>, _>>()?;
         Ok(n)
     }
 

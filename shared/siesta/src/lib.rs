@@ -83,6 +83,7 @@
 
 pub mod accepts;
 pub mod context;
+pub mod cursor;
 pub mod engine;
 pub mod error;
 pub mod lifecycle;
@@ -122,7 +123,8 @@ macro_rules! build_id {
     };
 }
 pub use engine::{
-    BatchReport, Engine, EngineConfig, EngineError, SweepReport, ToolCallResolution, WakeOutcome,
+    BatchReport, DeadLetterReport, Engine, EngineConfig, EngineError, SweepReport,
+    ToolCallResolution, WakeOutcome,
 };
 pub use error::{Error, ErrorKind, PANICKED, StepError, StepResultExt};
 pub use liveness::{Liveness, LoopGuard};

@@ -20,7 +20,7 @@ use async_trait::async_trait;
 use tokio::sync::Notify;
 
 use crate::model::{RunId, TenantId};
-use crate::ports::{ReceivedWakeUp, StoreError, WakeQueue, WakeUp};
+use crate::ports::{DeadLetter, ReceivedWakeUp, StoreError, WakeQueue, WakeUp};
 use crate::time::{Clock, Timestamp};
 
 /// Most delayed sends remembered; beyond that the worker's idle look finds them.
@@ -112,8 +112,25 @@ impl WakeQueue for SignallingQueue {
         self.inner.extend_visibility(receipt, visibility).await
     }
 
-    async fn dead_letters(&self, limit: usize) -> Result<Vec<WakeUp>, StoreError> {
-        self.inner.dead_letters(limit).await
+    async fn dead_letters(
+        &self,
+        max: usize,
+        visibility: Duration,
+    ) -> Result<Vec<DeadLetter>, StoreError> {
+        self.inner.dead_letters(max, visibility).await
+    }
+
+    async fn delete_dead_letter(&self, receipt: &str) -> Result<(), StoreError> {
+        self.inner.delete_dead_letter(receipt).await
+    }
+
+    async fn holds(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+        due_at: Timestamp,
+    ) -> Result<Option<bool>, StoreError> {
+        self.inner.holds(tenant, run_id, due_at).await
     }
 }
 

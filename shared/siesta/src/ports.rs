@@ -349,6 +349,33 @@ pub struct WakeUp {
     /// The fencing epoch the sender saw, for diagnostics.
     #[serde(default)]
     pub epoch_hint: u64,
+    /// The run's `timeline_seq` when the sender wrote it, when the sender knows it.
+    /// Claims do not move it, progress does: a dead-lettered wake-up whose run has
+    /// moved past it was overtaken, and parks nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seq_hint: Option<u64>,
+}
+
+impl WakeUp {
+    /// A wake-up for `run_id` with no hints.
+    pub fn new(tenant: TenantId, run_id: RunId, reason: WakeReason) -> Self {
+        WakeUp {
+            tenant,
+            run_id,
+            reason,
+            epoch_hint: 0,
+            seq_hint: None,
+        }
+    }
+}
+
+/// A wake-up in the dead-letter queue, taken for handling.
+#[derive(Debug, Clone)]
+pub struct DeadLetter {
+    /// The wake-up that was received too often without being acknowledged.
+    pub wake: WakeUp,
+    /// Handle for [`WakeQueue::delete_dead_letter`].
+    pub receipt: String,
 }
 
 /// A wake-up taken from the queue, hidden from other receivers until acknowledged or
@@ -393,8 +420,30 @@ pub trait WakeQueue: Send + Sync + 'static {
         visibility: Duration,
     ) -> Result<(), StoreError>;
 
-    /// Wake-ups moved to the dead-letter queue, oldest first, at most `limit`.
-    async fn dead_letters(&self, limit: usize) -> Result<Vec<WakeUp>, StoreError>;
+    /// Take up to `max` (at most 10 per call, as SQS) dead letters, hiding each for
+    /// `visibility`: a caller that pages through the dead-letter queue sees each once,
+    /// however many there are. A dead letter stays until deleted; one taken and not
+    /// deleted comes back after `visibility`.
+    async fn dead_letters(
+        &self,
+        max: usize,
+        visibility: Duration,
+    ) -> Result<Vec<DeadLetter>, StoreError>;
+
+    /// Delete a dead letter taken with [`WakeQueue::dead_letters`]: it has been handled.
+    /// An unknown or stale receipt is not an error.
+    async fn delete_dead_letter(&self, receipt: &str) -> Result<(), StoreError>;
+
+    /// Whether a wake-up for the run that fell due at `due_at` is in the queue — being
+    /// handled, or visible by `due_at` (a wake-up for a later timer does not count) —
+    /// so that the sweep does not take a wake-up that merely waits for a lost one.
+    /// `None` when the queue cannot tell (SQS is not searchable by run).
+    async fn holds(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+        due_at: Timestamp,
+    ) -> Result<Option<bool>, StoreError>;
 }
 
 /// The three adapters a backend provides.

@@ -45,6 +45,7 @@ async fn zombie_holder_with_a_stale_fencing_epoch_writes_nothing() {
         run_id: id.clone(),
         reason: WakeReason::Started,
         epoch_hint: 0,
+        seq_hint: None,
     };
     let zombie = w.engine().clone();
     let zombie_wake = wake.clone();
@@ -96,6 +97,7 @@ async fn two_concurrent_engines_never_both_advance_a_run() {
             run_id: id.clone(),
             reason: WakeReason::Started,
             epoch_hint: 0,
+            seq_hint: None,
         };
         let (a, _) = w.another_engine("engine-a");
         let (b, _) = w.another_engine("engine-b");
@@ -137,6 +139,7 @@ async fn duplicate_wakeups_are_harmless() {
         run_id: id.clone(),
         reason: WakeReason::Sweep,
         epoch_hint: 0,
+        seq_hint: None,
     };
     for _ in 0..5 {
         w.embedded()
@@ -200,8 +203,10 @@ async fn sweep_reports_expired_leases_due_waits_and_lost_wakeups() {
     w.probe().crash_after(1);
     w.run_until_idle().await;
     w.restart();
-    // A run whose wake-up is lost: its message is taken and dropped.
     let lost = create(&w, "sleepy", json!(null)).await;
+    w.clock().advance(LEASE_TTL + Duration::from_secs(60));
+    // Every wake-up is lost: the messages are taken and dropped (the sweep does not
+    // re-send one that still waits in the queue).
     for m in w
         .embedded()
         .backend()
@@ -212,7 +217,6 @@ async fn sweep_reports_expired_leases_due_waits_and_lost_wakeups() {
     {
         w.embedded().backend().queue.ack(&m.receipt).await.unwrap();
     }
-    w.clock().advance(LEASE_TTL + Duration::from_secs(60));
     let report = w.engine().sweep(100).await.unwrap();
     assert_eq!((report.due, report.woken), (3, 3), "{report:?}");
     assert_eq!(
@@ -255,6 +259,7 @@ async fn a_batch_with_duplicates_advances_each_run_once_and_reports_no_failures(
         run_id: id.clone(),
         reason: WakeReason::Started,
         epoch_hint: 0,
+        seq_hint: None,
     };
     let batch = [wake(&a), wake(&b), wake(&a), wake(&RunId::from("missing"))];
     let report = w.engine().handle_batch(&batch, None).await;
@@ -307,6 +312,7 @@ async fn a_renewed_lease_is_not_shortened_by_the_next_checkpoint() {
         run_id: id.clone(),
         reason: WakeReason::Started,
         epoch_hint: 0,
+        seq_hint: None,
     };
     let task = tokio::spawn(async move { holder.handle_wakeup(&wake).await });
     entered_rx.await.unwrap();
@@ -323,6 +329,7 @@ async fn a_renewed_lease_is_not_shortened_by_the_next_checkpoint() {
         run_id: id.clone(),
         reason: WakeReason::Sweep,
         epoch_hint: 0,
+        seq_hint: None,
     };
     assert_eq!(
         other.handle_wakeup(&intruder).await.unwrap(),

@@ -888,6 +888,7 @@ async fn a_wakeup_with_nothing_to_do_costs_one_read_and_no_write() {
         run_id: id.clone(),
         reason: ports::WakeReason::Sweep,
         epoch_hint: 0,
+        seq_hint: None,
     };
     assert_eq!(
         w.engine().handle_wakeup(&wake).await.unwrap(),

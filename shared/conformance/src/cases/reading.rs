@@ -36,6 +36,14 @@ async fn list_all(
         match page.next_cursor {
             Some(next) => {
                 assert!(pages < 100, "the listing never ends");
+                // Clients put the cursor into a query string as they got it.
+                assert!(
+                    !next.is_empty()
+                        && next
+                            .bytes()
+                            .all(|b| b.is_ascii_alphanumeric() || b"-._~".contains(&b)),
+                    "a cursor is URL-safe as it is (RFC 3986 unreserved characters): {next:?}"
+                );
                 cursor = Some(next);
             }
             None => return (runs, pages),

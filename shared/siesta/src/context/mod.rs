@@ -299,12 +299,9 @@ impl Shared {
                         }
                     }
                     for (child, _) in &delta.child_runs {
-                        let wake = WakeUp {
-                            tenant: child.tenant.clone(),
-                            run_id: child.id.clone(),
-                            reason: WakeReason::Child,
-                            epoch_hint: 0,
-                        };
+                        let mut wake =
+                            WakeUp::new(child.tenant.clone(), child.id.clone(), WakeReason::Child);
+                        wake.seq_hint = Some(child.timeline_seq);
                         // A lost send is healed by the sweep: the child is due now.
                         if let Err(e) = self
                             .backend

@@ -1,0 +1,307 @@
+//! Dead letters and crash loops on SQS and DynamoDB (the emulators): a dead letter is
+//! handled once and parks its run only while it is the run's latest wake-up, so a
+//! resumed run stays resumed; every dead letter is seen however many there are; a
+//! worker killed while it holds a batch costs a receive only to what it was handling;
+//! every wake-up carries its tenant as `MessageGroupId` (the fair-queue key).
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::json;
+use siesta::ports::*;
+use siesta::*;
+
+/// Receptions before a wake-up is dead-lettered, in these tests.
+const MAX_RECEIVES: u32 = 2;
+/// The lease, hence the worker's visibility timeout: short, so a killed worker's
+/// wake-up comes back soon.
+const LEASE_TTL: Duration = Duration::from_secs(2);
+
+fn registry() -> Registry {
+    let mut reg = Registry::new();
+    reg.register("nap", |ctx: Context, _: serde_json::Value| async move {
+        ctx.sleep(Duration::from_secs(3600)).await?;
+        Ok("rested")
+    });
+    reg.register(
+        "await_payment",
+        |ctx: Context, _: serde_json::Value| async move {
+            let payment = ctx
+                .create_callback::<serde_json::Value>("payment")
+                .timeout(Duration::from_secs(3600))
+                .await?;
+            payment.wait().await
+        },
+    );
+    reg.register("hang", |ctx: Context, _: serde_json::Value| async move {
+        ctx.step("forever", |_| {
+            std::future::pending::<Result<(), StepError>>()
+        })
+        .await?;
+        Ok(())
+    });
+    reg.register("quick", |ctx: Context, _: serde_json::Value| async move {
+        ctx.step("work", |_| async { Ok(1) }).await?;
+        Ok(2)
+    });
+    reg
+}
+
+fn engine(backend: Backend) -> Engine {
+    Engine::new(
+        backend,
+        Arc::new(SystemClock),
+        registry(),
+        EngineConfig {
+            lease_ttl: LEASE_TTL,
+            ..EngineConfig::default()
+        },
+    )
+}
+
+fn fresh_tenant() -> TenantId {
+    TenantId(format!("dead-letters-{}", uuid::Uuid::new_v4().simple()))
+}
+
+/// Receive every wake-up of the queue without acknowledging any, `MAX_RECEIVES` times
+/// over and once more, so that the queue moves them all to the dead-letter queue.
+async fn fail_all_until_dead_lettered(queue: &Arc<dyn WakeQueue>, count: usize) {
+    for round in 0..=MAX_RECEIVES {
+        let mut got = 0;
+        for _ in 0..count * 2 + 10 {
+            let page = queue.receive(10, Duration::from_secs(1)).await.unwrap();
+            if page.is_empty() && (round == MAX_RECEIVES || got >= count) {
+                break;
+            }
+            got += page.len();
+        }
+        // Past the visibility timeout.
+        tokio::time::sleep(Duration::from_millis(1300)).await;
+    }
+}
+
+async fn run(engine: &Engine, tenant: &TenantId, id: &RunId) -> Run {
+    engine.get_run(tenant, id).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_aws_twenty_five_dead_letters_are_each_handled_once() {
+    let Some(env) = support::emulators().await else {
+        return;
+    };
+    let engine = engine(env.backend(MAX_RECEIVES).await.backend());
+    let tenant = fresh_tenant();
+    let mut ids = Vec::new();
+    for _ in 0..25 {
+        ids.push(
+            engine
+                .start(&tenant, "nap", json!(null), None)
+                .await
+                .unwrap()
+                .id,
+        );
+    }
+    fail_all_until_dead_lettered(&engine.backend().queue, ids.len()).await;
+
+    // The dead-letter move may lag a moment on a real queue.
+    let mut report = DeadLetterReport::default();
+    for _ in 0..20 {
+        let more = engine.handle_dead_letters(100).await.unwrap();
+        report.handled += more.handled;
+        report.parked += more.parked;
+        if report.handled >= ids.len() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert_eq!((report.handled, report.parked), (25, 25), "{report:?}");
+    for id in &ids {
+        assert_eq!(run(&engine, &tenant, id).await.status, RunStatus::Parked);
+    }
+    let again = engine.handle_dead_letters(100).await.unwrap();
+    assert_eq!(again.handled, 0, "each once: {again:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_aws_a_resumed_run_stays_resumed_through_sweeps_and_a_webhook_completes_it() {
+    let Some(env) = support::emulators().await else {
+        return;
+    };
+    let engine = engine(env.backend(MAX_RECEIVES).await.backend());
+    let tenant = fresh_tenant();
+    let id = engine
+        .start(&tenant, "await_payment", json!(null), None)
+        .await
+        .unwrap()
+        .id;
+    fail_all_until_dead_lettered(&engine.backend().queue, 1).await;
+    let mut parked = 0;
+    for _ in 0..20 {
+        parked += engine.handle_dead_letters(100).await.unwrap().parked;
+        if parked > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert_eq!(parked, 1);
+    assert_eq!(run(&engine, &tenant, &id).await.status, RunStatus::Parked);
+
+    engine.resume(&tenant, &id, None).await.unwrap();
+    engine.run_until_idle(20).await.unwrap();
+    for _ in 0..3 {
+        let report = engine.handle_dead_letters(100).await.unwrap();
+        assert_eq!(report.parked, 0, "{report:?}");
+        engine.run_until_idle(20).await.unwrap();
+    }
+    let waiting = run(&engine, &tenant, &id).await;
+    assert_eq!(waiting.status, RunStatus::Waiting, "{:?}", waiting.error);
+
+    // The webhook: the callback completed by its id, as `POST /hooks/{token}` does.
+    let history = engine
+        .backend()
+        .store
+        .load_history(&tenant, &id)
+        .await
+        .unwrap();
+    let callback_id = history
+        .journal
+        .iter()
+        .find_map(|e| match &e.state {
+            EntryState::Waiting(Wait {
+                kind: WaitKind::Callback { callback_id, .. },
+                ..
+            }) => Some(callback_id.clone()),
+            _ => None,
+        })
+        .expect("the run waits on its callback");
+    engine
+        .complete_callback(&callback_id, None, Ok(json!({"paid": true})), None)
+        .await
+        .unwrap();
+    for _ in 0..20 {
+        engine.run_until_idle(20).await.unwrap();
+        if run(&engine, &tenant, &id).await.status.is_finished() {
+            break;
+        }
+    }
+    let done = run(&engine, &tenant, &id).await;
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_aws_five_kills_in_a_row_of_a_worker_holding_a_batch_park_no_healthy_run() {
+    let Some(env) = support::emulators().await else {
+        return;
+    };
+    let engine = engine(env.backend(5).await.backend());
+    let tenant = fresh_tenant();
+    let hang = engine
+        .start(&tenant, "hang", json!(null), None)
+        .await
+        .unwrap()
+        .id;
+    let mut healthy = Vec::new();
+    for _ in 0..9 {
+        healthy.push(
+            engine
+                .start(&tenant, "quick", json!(null), None)
+                .await
+                .unwrap()
+                .id,
+        );
+    }
+    for _ in 0..5 {
+        let worker = tokio::spawn({
+            let engine = engine.clone();
+            async move { engine.work_queue_once(10).await }
+        });
+        // Until the healthy runs it holds have finished (a guard, not a measurement).
+        let _ = tokio::time::timeout(Duration::from_secs(5), async {
+            loop {
+                let mut done = true;
+                for id in &healthy {
+                    done &= run(&engine, &tenant, id).await.status == RunStatus::Completed;
+                }
+                if done {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+        .await;
+        worker.abort();
+        let _ = worker.await;
+        // Past the visibility timeout and the lease.
+        tokio::time::sleep(LEASE_TTL + Duration::from_millis(500)).await;
+    }
+    // What is left: healthy runs a receive may have missed are handled now; the
+    // hanging run's wake-up, received five times, goes to the dead-letter queue.
+    let leftover = tokio::spawn({
+        let engine = engine.clone();
+        async move { engine.run_until_idle(5).await }
+    });
+    let _ = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            let mut done = true;
+            for id in &healthy {
+                done &= run(&engine, &tenant, id).await.status == RunStatus::Completed;
+            }
+            if done {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    leftover.abort();
+    let mut report = DeadLetterReport::default();
+    for _ in 0..20 {
+        let more = engine.handle_dead_letters(100).await.unwrap();
+        report.handled += more.handled;
+        report.parked += more.parked;
+        if report.handled > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    for id in &healthy {
+        let r = run(&engine, &tenant, id).await;
+        assert_eq!(r.status, RunStatus::Completed, "{:?}", r.error);
+    }
+    assert!(report.handled <= 1, "only the run at fault: {report:?}");
+    let hang_status = run(&engine, &tenant, &hang).await.status;
+    assert!(
+        matches!(hang_status, RunStatus::Parked | RunStatus::Running),
+        "{hang_status}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_aws_every_wake_up_carries_its_tenant_as_message_group_id() {
+    let Some(env) = support::emulators().await else {
+        return;
+    };
+    let names = env.names(5).await;
+    let backend = siesta_aws::AwsBackend::new(&env.sdk, names.clone()).backend();
+    let tenant = fresh_tenant();
+    let wake = WakeUp::new(tenant.clone(), RunId::generate(), WakeReason::Started);
+    backend.queue.send(&wake, Duration::ZERO).await.unwrap();
+    let sqs = aws_sdk_sqs::Client::new(&env.sdk);
+    let got = sqs
+        .receive_message()
+        .queue_url(&names.queue_url)
+        .message_system_attribute_names(
+            aws_sdk_sqs::types::MessageSystemAttributeName::MessageGroupId,
+        )
+        .wait_time_seconds(2)
+        .send()
+        .await
+        .unwrap();
+    let message = got.messages().first().expect("the wake-up");
+    let group = message
+        .attributes()
+        .and_then(|a| a.get(&aws_sdk_sqs::types::MessageSystemAttributeName::MessageGroupId));
+    assert_eq!(group.map(String::as_str), Some(tenant.as_str()));
+}

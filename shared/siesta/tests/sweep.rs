@@ -1,0 +1,240 @@
+//! What the sweep sends and what the queue hands out first, on the engine's own queue
+//! (embedded) with a manual clock: a wake-up waiting in the queue is not sent again, a
+//! lost one is; outside-world wake-ups go before older starts; one tenant's backlog
+//! does not hold up another tenant.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::json;
+use siesta::ports::*;
+use siesta::*;
+use siesta_testing::TestEnv;
+use support::{create, world};
+
+fn registry() -> Registry {
+    let mut reg = Registry::new();
+    reg.register("sleepy", |ctx: Context, _: serde_json::Value| async move {
+        ctx.sleep(Duration::from_secs(60)).await
+    });
+    reg.register(
+        "await_go",
+        |ctx: Context, _: serde_json::Value| async move {
+            let v: serde_json::Value = ctx
+                .wait_for_event("go")
+                .timeout(Duration::from_secs(3600))
+                .await?;
+            Ok(v)
+        },
+    );
+    reg
+}
+
+/// Hand out every visible wake-up, one at a time, handling each; the wake-ups in the
+/// order they were handed out.
+async fn drain_one_by_one(w: &TestEnv) -> Vec<WakeUp> {
+    let engine = w.engine();
+    let queue = engine.backend().queue.clone();
+    let mut order = Vec::new();
+    loop {
+        let got = queue.receive(1, Duration::from_secs(60)).await.unwrap();
+        let Some(m) = got.into_iter().next() else {
+            return order;
+        };
+        engine.handle_wakeup(&m.wake).await.unwrap();
+        queue.ack(&m.receipt).await.unwrap();
+        order.push(m.wake);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sweep_while_wake_ups_wait_in_the_queue_sends_none_again() {
+    let w = world(registry());
+    let mut ids = Vec::new();
+    for _ in 0..50 {
+        ids.push(create(&w, "sleepy", json!(null)).await);
+    }
+    // Started, due at once, their wake-ups queued and not yet handled.
+    w.clock().advance(Duration::from_secs(10));
+    for _ in 0..3 {
+        let report = w.engine().sweep(1000).await.unwrap();
+        assert_eq!(
+            (report.due, report.woken, report.already_queued),
+            (50, 0, 50),
+            "{report:?}"
+        );
+    }
+    assert_eq!(
+        w.engine().run_until_idle(100).await.unwrap(),
+        50,
+        "one each"
+    );
+
+    // Asleep on their timers, whose delayed wake-ups are in the queue: once due, they
+    // are visible there and the sweep leaves them to it.
+    w.clock().advance(Duration::from_secs(61));
+    let report = w.engine().sweep(1000).await.unwrap();
+    assert_eq!(
+        (report.due, report.woken, report.already_queued),
+        (50, 0, 50),
+        "{report:?}"
+    );
+    assert_eq!(
+        w.engine().run_until_idle(100).await.unwrap(),
+        50,
+        "one each"
+    );
+    for id in &ids {
+        assert_eq!(w.run(id).await.status, RunStatus::Completed);
+    }
+    assert_eq!(w.engine().sweep(1000).await.unwrap().due, 0);
+}
+
+/// A queue whose sends fail: the commit before them happened, the message did not.
+struct SendsFail(Arc<dyn WakeQueue>);
+
+#[async_trait]
+impl WakeQueue for SendsFail {
+    async fn send(&self, _: &WakeUp, _: Duration) -> Result<(), StoreError> {
+        Err(StoreError::Unavailable("injected: the send failed".into()))
+    }
+    async fn receive(&self, max: usize, v: Duration) -> Result<Vec<ReceivedWakeUp>, StoreError> {
+        self.0.receive(max, v).await
+    }
+    async fn ack(&self, receipt: &str) -> Result<(), StoreError> {
+        self.0.ack(receipt).await
+    }
+    async fn extend_visibility(&self, receipt: &str, v: Duration) -> Result<(), StoreError> {
+        self.0.extend_visibility(receipt, v).await
+    }
+    async fn dead_letters(&self, max: usize, v: Duration) -> Result<Vec<DeadLetter>, StoreError> {
+        self.0.dead_letters(max, v).await
+    }
+    async fn delete_dead_letter(&self, receipt: &str) -> Result<(), StoreError> {
+        self.0.delete_dead_letter(receipt).await
+    }
+    async fn holds(
+        &self,
+        t: &TenantId,
+        r: &RunId,
+        due: Timestamp,
+    ) -> Result<Option<bool>, StoreError> {
+        self.0.holds(t, r, due).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sweep_after_a_lost_send_sends_it_again() {
+    let w = world(registry());
+    let base = w.embedded().backend();
+    let failing = Engine::new(
+        Backend {
+            queue: Arc::new(SendsFail(base.queue.clone())),
+            ..base.clone()
+        },
+        w.clock().clone(),
+        registry(),
+        EngineConfig::default(),
+    );
+    let lost = failing
+        .start(w.tenant(), "await_go", json!(null), None)
+        .await
+        .unwrap()
+        .id;
+    let queued = create(&w, "await_go", json!(null)).await;
+    w.clock().advance(Duration::from_secs(10));
+
+    let report = w.engine().sweep(1000).await.unwrap();
+    assert_eq!(
+        (
+            report.due,
+            report.woken,
+            report.lost_wakeups,
+            report.already_queued
+        ),
+        (2, 1, 1, 1),
+        "{report:?}"
+    );
+    assert_eq!(w.engine().run_until_idle(100).await.unwrap(), 2);
+    assert_eq!(w.run(&lost).await.status, RunStatus::Waiting);
+    assert_eq!(w.run(&queued).await.status, RunStatus::Waiting);
+
+    // A delivery whose wake-up is lost too.
+    failing
+        .deliver_event(w.tenant(), &lost, "go", json!(1), None)
+        .await
+        .unwrap();
+    let report = w.engine().sweep(1000).await.unwrap();
+    assert_eq!((report.woken, report.due_waits), (1, 1), "{report:?}");
+    w.run_until_idle().await;
+    assert_eq!(w.run(&lost).await.status, RunStatus::Completed);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outside_world_wake_up_is_handled_before_older_start_wake_ups() {
+    let w = world(registry());
+    let waiting = create(&w, "await_go", json!(null)).await;
+    w.run_until_idle().await;
+    let mut starts = Vec::new();
+    for _ in 0..100 {
+        starts.push(create(&w, "sleepy", json!(null)).await);
+    }
+    w.clock().advance(Duration::from_millis(5));
+    w.engine
+        .deliver_event(w.tenant(), &waiting, "go", json!("now"), None)
+        .await
+        .unwrap();
+
+    let order = drain_one_by_one(&w).await;
+    assert_eq!(order.len(), 101);
+    assert_eq!(
+        order[0].run_id, waiting,
+        "the event goes first: {:?}",
+        order[0]
+    );
+    assert_eq!(w.run(&waiting).await.status, RunStatus::Completed);
+    let rest: Vec<&RunId> = order[1..].iter().map(|w| &w.run_id).collect();
+    assert_eq!(rest, starts.iter().collect::<Vec<_>>(), "starts in order");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_with_a_large_backlog_does_not_hold_up_another_tenants_wake_ups() {
+    let w = world(registry());
+    let (a, b) = (TenantId::from("a-busy"), TenantId::from("b-quiet"));
+    for _ in 0..500 {
+        w.engine
+            .start(&a, "sleepy", json!(null), None)
+            .await
+            .unwrap();
+    }
+    let mut quiet = Vec::new();
+    for _ in 0..3 {
+        quiet.push(
+            w.engine
+                .start(&b, "sleepy", json!(null), None)
+                .await
+                .unwrap()
+                .id,
+        );
+    }
+    let order = drain_one_by_one(&w).await;
+    assert_eq!(order.len(), 503);
+    // Turn and turn about while both have wake-ups: b's three are among the first six.
+    let b_at: Vec<usize> = order
+        .iter()
+        .enumerate()
+        .filter(|(_, wake)| wake.tenant == b)
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(b_at.len(), 3);
+    assert!(b_at.iter().all(|&i| i < 6), "b handled at {b_at:?}");
+    for id in &quiet {
+        assert_eq!(
+            w.engine().get_run(&b, id).await.unwrap().status,
+            RunStatus::Waiting
+        );
+    }
+}
