@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use aws_sdk_dynamodb::types::{AttributeValue, Select};
 use futures::{FutureExt, StreamExt};
 use serde_json::json;
-use siesta::ports::{Backend, ReceivedWakeUp, StoreError, WakeQueue, WakeUp};
+use siesta::ports::{Backend, DeadLetter, ReceivedWakeUp, StoreError, WakeQueue, WakeUp};
 use siesta::*;
 use siesta_aws::keys::{DUE_AT, DUE_INDEX, DUE_SHARD, DUE_SHARDS, due_shard, shard_name};
 use siesta_aws::{AwsOptions, RequestCounter};

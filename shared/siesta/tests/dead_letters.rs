@@ -262,7 +262,7 @@ async fn a_resumed_run_stays_resumed_through_sweeps_and_a_later_event_completes_
     let run = w.run(&id).await;
     assert_eq!(run.status, RunStatus::Waiting, "{:?}", run.error);
 
-    w.engine
+    w.engine()
         .deliver_event(w.tenant(), &id, "go", json!("approved"), None)
         .await
         .unwrap();
@@ -283,7 +283,7 @@ async fn twenty_five_dead_letters_are_each_handled_once() {
     for _ in 0..6 {
         loop {
             let got = w
-                .engine
+                .engine()
                 .backend()
                 .queue
                 .receive(10, Duration::from_secs(1))
@@ -388,7 +388,7 @@ async fn five_kills_in_a_row_of_a_worker_holding_a_batch_park_no_healthy_run() {
     }
     // The sixth receive moves the hanging run's wake-up to the dead-letter queue.
     let got = w
-        .engine
+        .engine()
         .backend()
         .queue
         .receive(10, w.config().lease_ttl)

@@ -183,7 +183,7 @@ async fn an_outside_world_wake_up_is_handled_before_older_start_wake_ups() {
         starts.push(create(&w, "sleepy", json!(null)).await);
     }
     w.clock().advance(Duration::from_millis(5));
-    w.engine
+    w.engine()
         .deliver_event(w.tenant(), &waiting, "go", json!("now"), None)
         .await
         .unwrap();
@@ -205,7 +205,7 @@ async fn a_tenant_with_a_large_backlog_does_not_hold_up_another_tenants_wake_ups
     let w = world(registry());
     let (a, b) = (TenantId::from("a-busy"), TenantId::from("b-quiet"));
     for _ in 0..500 {
-        w.engine
+        w.engine()
             .start(&a, "sleepy", json!(null), None)
             .await
             .unwrap();
@@ -213,7 +213,7 @@ async fn a_tenant_with_a_large_backlog_does_not_hold_up_another_tenants_wake_ups
     let mut quiet = Vec::new();
     for _ in 0..3 {
         quiet.push(
-            w.engine
+            w.engine()
                 .start(&b, "sleepy", json!(null), None)
                 .await
                 .unwrap()
