@@ -186,6 +186,8 @@ async fn on_the_aws_backend_a_list_cursor_put_raw_into_the_next_url_pages_throug
             None => break,
         }
     }
-    assert_eq!(listed, started);
+    // The table is shared with other tests of the tenant `default`: every run started
+    // here is listed, each page reached through the cursor as it came.
+    assert!(listed.is_superset(&started), "{listed:?} ⊉ {started:?}");
     server.stop();
 }
