@@ -9,15 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use axum::Router;
-use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, State};
-use axum::http::{HeaderMap, Method, StatusCode, Uri};
-use axum::response::{IntoResponse, Response};
 use siesta::*;
-use siesta_api::{
-    ApiError, ApiRequest, ApiResponse, ControlApi, DEFAULT_MAX_BODY, WebhookReceiver, WebhookSource,
-};
+use siesta_api::server::Limits;
+use siesta_api::{ApiKeys, ControlApi, DEFAULT_MAX_BODY, WebhookReceiver, WebhookSource};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
@@ -47,6 +41,8 @@ pub struct DevOptions {
     /// What an acknowledged write to the embedded backend survives (default: an OS
     /// crash, fsync before every acknowledgement).
     pub durability: siesta_embedded::Durability,
+    /// The HTTP transport's timeouts and connection cap.
+    pub limits: Limits,
 }
 
 impl std::fmt::Debug for DevOptions {
@@ -68,6 +64,7 @@ impl std::fmt::Debug for DevOptions {
                 "backend",
                 &self.backend.as_ref().map_or("embedded", |_| "given"),
             )
+            .field("limits", &self.limits)
             .finish_non_exhaustive()
     }
 }
@@ -87,6 +84,7 @@ impl DevOptions {
             backend: None,
             workers: WorkerConfig::default().concurrency,
             durability: siesta_embedded::Durability::Full,
+            limits: Limits::default(),
         }
     }
 
@@ -128,13 +126,6 @@ impl DevServer {
     }
 }
 
-#[derive(Clone)]
-struct App {
-    api: ControlApi,
-    hooks: WebhookReceiver,
-    keys: Arc<HashMap<String, TenantId>>,
-}
-
 /// Start the dev server on `listener` with `registry`'s workflows.
 pub async fn start(
     listener: TcpListener,
@@ -171,22 +162,19 @@ pub async fn start(
     };
     let engine = Engine::new(backend, clock, registry, config);
     let liveness = Liveness::new();
-    let app = App {
-        api: ControlApi::new(engine.clone()).with_liveness(liveness.clone()),
-        hooks: WebhookReceiver::new(engine.clone(), options.max_webhook_body)
-            .with_sources(options.sources.clone()),
-        keys: Arc::new(options.api_keys.clone()),
-    };
-    // Bodies over the webhook limit get our JSON 413; the transport only guards memory.
-    let router = Router::new()
+    let hooks =
+        WebhookReceiver::new(options.max_webhook_body).with_sources(options.sources.clone());
+    // Control-API bodies (a run's input) may be larger than a webhook's.
+    let router = ControlApi::new(engine.clone())
+        .authenticate(ApiKeys::new(options.api_keys.clone()))
+        .webhooks(hooks)
+        .max_body(options.max_webhook_body.saturating_mul(4))
+        .with_liveness(liveness.clone())
         .merge(siesta_ui::router())
-        .fallback(handle)
-        .layer(DefaultBodyLimit::max(
-            options.max_webhook_body.saturating_mul(4),
-        ))
-        .with_state(app);
+        .router();
+    let limits = options.limits;
     let server = tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, router).await {
+        if let Err(e) = siesta_api::server::serve(listener, router, limits).await {
             tracing::error!(error = %e, "dev server stopped");
         }
     });
@@ -224,60 +212,4 @@ pub async fn start(
         liveness,
         tasks: vec![server, worker, sweeper],
     })
-}
-
-async fn handle(
-    State(app): State<App>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    let req = ApiRequest {
-        method,
-        path: uri.path().to_owned(),
-        query: uri.query().unwrap_or("").to_owned(),
-        headers,
-        body,
-    };
-    let public = matches!(req.path.as_str(), "/healthz" | "/openapi.json");
-    let response = if req.path == "/hooks" || req.path.starts_with("/hooks/") {
-        app.hooks.handle(req).await
-    } else if public {
-        app.api.handle(&TenantId::from("default"), req).await
-    } else {
-        match tenant(&app.keys, &req.headers) {
-            Ok(tenant) => app.api.handle(&tenant, req).await,
-            Err(e) => e.into(),
-        }
-    };
-    into_response(response)
-}
-
-/// The caller's tenant: from `Authorization: Bearer <key>` when keys are configured.
-fn tenant(keys: &HashMap<String, TenantId>, headers: &HeaderMap) -> Result<TenantId, ApiError> {
-    if keys.is_empty() {
-        return Ok(TenantId::from("default"));
-    }
-    let bearer = headers
-        .get("authorization")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| {
-            v.strip_prefix("Bearer ")
-                .or_else(|| v.strip_prefix("bearer "))
-        })
-        .map(str::trim);
-    bearer.and_then(|k| keys.get(k).cloned()).ok_or_else(|| {
-        ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
-            "a valid 'Authorization: Bearer <api key>' is required",
-        )
-    })
-}
-
-fn into_response(r: ApiResponse) -> Response {
-    let mut response = (r.status, axum::Json(r.body)).into_response();
-    response.headers_mut().extend(r.headers);
-    response
 }

@@ -1,14 +1,17 @@
-//! The control API as a Lambda behind API Gateway (HTTP API, payload v2): the tenant is
-//! the JWT authorizer's claim; everything else is [`ControlApi`].
+//! The control API as a Lambda behind API Gateway (HTTP API, payload v2): `siesta_api`'s
+//! router, the same one `siesta dev` serves, with the tenant taken from the JWT
+//! authorizer's claim and idempotent replays counted.
 
 use std::time::Duration;
 
-use lambda_http::{Body, Request, RequestExt, Response};
-use siesta::{Engine, TenantId};
-use siesta_api::ControlApi;
-use siesta_lambda::http::{from_api_response, no_tenant, tenant, to_api_request};
+use axum::Router;
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use lambda_http::{Body, Request, RequestExt};
+use siesta::Engine;
+use siesta_api::{ControlApi, MaxWait};
+use siesta_lambda::http::{JwtClaim, answer};
 use siesta_lambda::metrics::{Unit, emit};
-use tracing::Instrument;
 
 /// The longest API Gateway holds a request (its integration timeout is 30 s), less a
 /// second to answer in.
@@ -27,45 +30,44 @@ pub fn max_wait(now_ms: i64, deadline_ms: Option<u64>) -> Duration {
 /// The start function: built once per container.
 #[derive(Clone)]
 pub struct Start {
-    api: ControlApi,
-    tenant_claim: String,
+    router: Router,
 }
 
 impl Start {
     /// Over `engine`, reading the tenant from the JWT claim `tenant_claim`.
     pub fn new(engine: Engine, tenant_claim: impl Into<String>) -> Self {
-        Start {
-            api: ControlApi::new(engine),
-            tenant_claim: tenant_claim.into(),
-        }
+        let router = ControlApi::new(engine)
+            .authenticate(JwtClaim::new(tenant_claim))
+            .router()
+            .layer(middleware::map_response(count_replays))
+            .layer(middleware::from_fn(cap_wait));
+        Start { router }
     }
 
-    /// Answer one API Gateway request.
-    pub async fn handle(&self, req: Request) -> Response<Body> {
-        let public = matches!(req.uri().path(), "/healthz" | "/openapi.json");
-        let tenant = match tenant(&req, &self.tenant_claim) {
-            Some(t) => t,
-            None if public => TenantId::from("default"),
-            None => return no_tenant(&self.tenant_claim),
-        };
-        let span = tracing::info_span!("request", tenant = %tenant, method = %req.method(), path = %req.uri().path());
-        let deadline = req.lambda_context_ref().map(|c| c.deadline);
-        let api = self
-            .api
-            .clone()
-            .with_max_wait(max_wait(siesta_lambda::now_ms(), deadline));
-        async {
-            let response = api.handle(&tenant, to_api_request(req)).await;
-            let replayed = response.headers.contains_key("idempotent-replayed");
-            tracing::info!(status = response.status.as_u16(), "answered");
-            if replayed {
-                emit("start", &[("IdempotentReplays", Unit::Count, &[1.0])]);
-            }
-            from_api_response(response)
-        }
-        .instrument(span)
-        .await
+    /// The router, for `lambda_http::run`.
+    pub fn router(&self) -> Router {
+        self.router.clone()
     }
+
+    /// Answer one API Gateway request, as the runtime does.
+    pub async fn handle(&self, req: Request) -> lambda_http::Response<Body> {
+        answer(&self.router, req).await
+    }
+}
+
+/// A `Prefer: wait` ends before API Gateway or the invocation gives up.
+async fn cap_wait(mut request: axum::extract::Request, next: Next) -> Response {
+    let deadline = request.extensions().lambda_context_ref().map(|c| c.deadline);
+    let cap = max_wait(siesta_lambda::now_ms(), deadline);
+    request.extensions_mut().insert(MaxWait(cap));
+    next.run(request).await
+}
+
+async fn count_replays(response: Response) -> Response {
+    if response.headers().contains_key("idempotent-replayed") {
+        emit("start", &[("IdempotentReplays", Unit::Count, &[1.0])]);
+    }
+    response
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
 //! Lambda entry point of the start function.
 
-use lambda_http::{Error, service_fn};
+use lambda_http::Error;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
@@ -8,9 +8,5 @@ async fn main() -> Result<(), Error> {
     let settings = siesta_lambda::Settings::from_env()?;
     let sdk = siesta_aws::sdk_config_from_env().await;
     let start = siesta_start::Start::new(settings.engine(&sdk).await, &settings.tenant_claim);
-    lambda_http::run(service_fn(move |req| {
-        let start = start.clone();
-        async move { Ok::<_, std::convert::Infallible>(start.handle(req).await) }
-    }))
-    .await
+    lambda_http::run(start.router()).await
 }

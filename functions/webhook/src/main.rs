@@ -1,6 +1,6 @@
 //! Lambda entry point of the webhook function.
 
-use lambda_http::{Error, service_fn};
+use lambda_http::Error;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
@@ -9,9 +9,5 @@ async fn main() -> Result<(), Error> {
     let sdk = siesta_aws::sdk_config_from_env().await;
     let engine = settings.engine(&sdk).await;
     let webhook = siesta_webhook_fn::Webhook::new(engine, settings, sdk).await?;
-    lambda_http::run(service_fn(move |req| {
-        let webhook = webhook.clone();
-        async move { Ok::<_, std::convert::Infallible>(webhook.handle(req).await) }
-    }))
-    .await
+    lambda_http::run(webhook.router()).await
 }

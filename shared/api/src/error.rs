@@ -1,9 +1,17 @@
 //! One error type for the API, mapped to a status and `{"error": {"code", "message"}}`
-//! in one place.
+//! in one place. Only the caller's own mistakes are 4xx; storage that is exhausted,
+//! failing or too slow is 503 with `Retry-After`, so a client retries instead of giving
+//! up on a request that was fine.
 
-use http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use http::{HeaderValue, StatusCode, header};
+use serde::Serialize;
 use siesta::EngineError;
 use siesta::ports::StoreError;
+use utoipa::ToSchema;
+
+/// Seconds a client is asked to wait before retrying a 503.
+pub const RETRY_AFTER_SECS: u64 = 1;
 
 /// An API error: what the caller did wrong, or what went wrong here.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -12,6 +20,23 @@ pub struct ApiError {
     pub status: StatusCode,
     /// Stable machine-readable code.
     pub code: &'static str,
+    /// What happened, for a person.
+    pub message: String,
+}
+
+/// The body of every error answer.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = Error)]
+pub struct ErrorBody {
+    /// The error.
+    pub error: ErrorDetail,
+}
+
+/// What went wrong.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorDetail {
+    /// Stable machine-readable code (`bad_request`, `not_found`, `version_mismatch`...).
+    pub code: String,
     /// What happened, for a person.
     pub message: String,
 }
@@ -40,9 +65,57 @@ impl ApiError {
         )
     }
 
+    /// 401: no credentials, or not valid ones.
+    pub fn unauthorized(message: impl Into<String>) -> Self {
+        ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", message)
+    }
+
+    /// 503: not the caller's fault; trying again later may work.
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message)
+    }
+
     /// The JSON body of this error.
     pub fn body(&self) -> serde_json::Value {
         serde_json::json!({"error": {"code": self.code, "message": self.message}})
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut response = (self.status, axum::Json(self.body())).into_response();
+        if self.status == StatusCode::SERVICE_UNAVAILABLE {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS));
+        }
+        if self.status == StatusCode::REQUEST_TIMEOUT {
+            // The body was not read to its end; the connection cannot be reused.
+            response
+                .headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
+        response
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::NotFound => ApiError::not_found("run"),
+            // A record this side cannot read: not the caller's doing (a route where the
+            // caller names the value, like a list cursor, maps it to 400 itself).
+            StoreError::Invalid(m) => {
+                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", m)
+            }
+            StoreError::Gone(m) => ApiError::new(StatusCode::GONE, "gone", m),
+            StoreError::Unavailable(_) => ApiError::unavailable(e.to_string()),
+            // A conflict or duplicate the engine did not turn into an answer of its own:
+            // the state moved under this request, which a retry re-reads.
+            StoreError::Conflict(_) | StoreError::AlreadyExists => {
+                ApiError::unavailable(format!("{e}; try again"))
+            }
+        }
     }
 }
 
@@ -85,15 +158,49 @@ impl From<EngineError> for ApiError {
             EngineError::NothingToResolve(m) => {
                 ApiError::new(StatusCode::CONFLICT, "nothing_to_resolve", m)
             }
-            EngineError::Store(StoreError::NotFound) => ApiError::not_found("run"),
-            EngineError::Store(e) if e.is_retryable() => ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "unavailable",
-                e.to_string(),
-            ),
-            EngineError::Store(e) => {
-                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string())
-            }
+            EngineError::Store(e) => e.into(),
+        }
+    }
+}
+
+/// The stable code of an error answer made by a layer below the handlers (body limit,
+/// method filter), which speaks in statuses only.
+pub(crate) fn code_of(status: StatusCode) -> &'static str {
+    match status {
+        StatusCode::BAD_REQUEST => "bad_request",
+        StatusCode::UNAUTHORIZED => "unauthorized",
+        StatusCode::NOT_FOUND => "not_found",
+        StatusCode::METHOD_NOT_ALLOWED => "method_not_allowed",
+        StatusCode::REQUEST_TIMEOUT => "request_timeout",
+        StatusCode::PAYLOAD_TOO_LARGE => "payload_too_large",
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
+        StatusCode::UNPROCESSABLE_ENTITY => "invalid_input",
+        StatusCode::TOO_MANY_REQUESTS => "too_many_requests",
+        StatusCode::SERVICE_UNAVAILABLE => "unavailable",
+        s if s.is_client_error() => "bad_request",
+        _ => "internal",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn storage_that_is_unavailable_is_a_503_with_retry_after_never_a_4xx() {
+        let e: ApiError =
+            EngineError::Store(StoreError::Unavailable("database or disk is full".into())).into();
+        assert_eq!(e.status, StatusCode::SERVICE_UNAVAILABLE);
+        let response = e.into_response();
+        assert_eq!(response.headers()[header::RETRY_AFTER], "1");
+    }
+
+    #[test]
+    fn a_write_that_lost_a_race_inside_the_store_is_retryable_not_the_callers_fault() {
+        for e in [StoreError::Conflict(None), StoreError::AlreadyExists] {
+            let name = format!("{e:?}");
+            let status = ApiError::from(EngineError::Store(e)).status;
+            assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{name}");
         }
     }
 }

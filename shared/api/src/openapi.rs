@@ -1,197 +1,171 @@
-//! The OpenAPI 3.1 document of the API, generated from a route table kept next to the
-//! router; a test routes every entry of the table, so the two cannot drift apart.
+//! The routes, each registered with its OpenAPI description (utoipa-axum), so the router
+//! and the document are made from the same list and cannot drift apart.
 
-use serde_json::{Value, json};
+use std::sync::OnceLock;
 
-/// One route: method, path template, what it does, its success status, whether it
-/// takes a JSON body.
-pub struct Route {
-    /// Lower-case HTTP method.
-    pub method: &'static str,
-    /// Path template with `{param}`s.
-    pub path: &'static str,
-    /// What it does.
-    pub summary: &'static str,
-    /// Its success status.
-    pub success: u16,
-    /// Whether it takes a JSON body.
-    pub body: bool,
+use axum::Json;
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::openapi::{ComponentsBuilder, InfoBuilder, OpenApi, OpenApiBuilder};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use crate::routes::*;
+use crate::webhook::*;
+
+/// Every route of the API, described.
+pub(crate) fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::with_openapi(base())
+        .routes(routes!(start_run, list_runs))
+        .routes(routes!(get_run))
+        .routes(routes!(get_run_result))
+        .routes(routes!(get_run_timeline))
+        .routes(routes!(cancel_run))
+        .routes(routes!(resume_run))
+        .routes(routes!(deliver_event))
+        .routes(routes!(inject_message))
+        .routes(routes!(succeed_callback))
+        .routes(routes!(fail_callback))
+        .routes(routes!(heartbeat_callback))
+        .routes(routes!(source_webhook))
+        .routes(routes!(callback_webhook))
+        .routes(routes!(health))
+        .routes(routes!(openapi_json))
 }
 
-/// Every route of the control API and the webhook receiver.
-pub const ROUTES: &[Route] = &[
-    Route {
-        method: "post",
-        path: "/runs",
-        summary: "Start a run (Idempotency-Key, Prefer: wait=N)",
-        success: 201,
-        body: true,
-    },
-    Route {
-        method: "get",
-        path: "/runs",
-        summary: "List the caller's runs (status, workflow, limit, cursor)",
-        success: 200,
-        body: false,
-    },
-    Route {
-        method: "get",
-        path: "/runs/{id}",
-        summary: "The run view; ETag is its version",
-        success: 200,
-        body: false,
-    },
-    Route {
-        method: "get",
-        path: "/runs/{id}/result",
-        summary: "Long-poll for the outcome (Prefer: wait=N, N <= 60)",
-        success: 200,
-        body: false,
-    },
-    Route {
-        method: "get",
-        path: "/runs/{id}/timeline",
-        summary: "Timeline events after a sequence number",
-        success: 200,
-        body: false,
-    },
-    Route {
-        method: "post",
-        path: "/runs/{id}/cancel",
-        summary: "Cancel (If-Match optional)",
-        success: 200,
-        body: false,
-    },
-    Route {
-        method: "post",
-        path: "/runs/{id}/resume",
-        summary: "Resume a parked run (If-Match optional)",
-        success: 202,
-        body: false,
-    },
-    Route {
-        method: "post",
-        path: "/runs/{id}/events/{name}",
-        summary: "Deliver a named event",
-        success: 202,
-        body: true,
-    },
-    Route {
-        method: "post",
-        path: "/runs/{id}/messages",
-        summary: "Inject a message",
-        success: 202,
-        body: true,
-    },
-    Route {
-        method: "post",
-        path: "/callbacks/{id}/succeed",
-        summary: "Complete a callback with a result",
-        success: 202,
-        body: true,
-    },
-    Route {
-        method: "post",
-        path: "/callbacks/{id}/fail",
-        summary: "Fail a callback",
-        success: 202,
-        body: true,
-    },
-    Route {
-        method: "post",
-        path: "/callbacks/{id}/heartbeat",
-        summary: "Keep a callback alive",
-        success: 202,
-        body: false,
-    },
-    Route {
-        method: "post",
-        path: "/hooks/sources/{source}",
-        summary: "Public webhook from a configured, signed source",
-        success: 200,
-        body: true,
-    },
-    Route {
-        method: "post",
-        path: "/hooks/{token}",
-        summary: "Public webhook addressed by a callback token",
-        success: 200,
-        body: true,
-    },
-    Route {
-        method: "get",
-        path: "/healthz",
-        summary: "Liveness",
-        success: 200,
-        body: false,
-    },
-    Route {
-        method: "get",
-        path: "/openapi.json",
-        summary: "This document",
-        success: 200,
-        body: false,
-    },
-];
+fn base() -> OpenApi {
+    OpenApiBuilder::new()
+        .info(
+            InfoBuilder::new()
+                .title("Siesta")
+                .version(env!("CARGO_PKG_VERSION"))
+                .description(Some(
+                    "Durable workflows: runs, events, callbacks and webhooks. Authenticated \
+                     routes take `Authorization: Bearer <token>` (an API key in `siesta dev`, \
+                     a JWT behind API Gateway); `/healthz`, `/openapi.json` and `/hooks/*` \
+                     are public. Errors are `{\"error\": {\"code\", \"message\"}}`.",
+                ))
+                .build(),
+        )
+        .components(Some(
+            ComponentsBuilder::new()
+                .security_scheme(
+                    "bearer",
+                    SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+                )
+                .build(),
+        ))
+        .build()
+}
 
-/// The OpenAPI 3.1 document.
-pub fn openapi() -> Value {
-    let error = json!({
-        "type": "object",
-        "required": ["error"],
-        "properties": {"error": {"type": "object", "required": ["code", "message"],
-            "properties": {"code": {"type": "string"}, "message": {"type": "string"}}}}
-    });
-    let mut paths = serde_json::Map::new();
-    for route in ROUTES {
-        let params: Vec<Value> = route
-            .path
-            .split('/')
-            .filter_map(|s| s.strip_prefix('{').and_then(|s| s.strip_suffix('}')))
-            .map(|name| json!({"name": name, "in": "path", "required": true, "schema": {"type": "string"}}))
-            .collect();
-        let mut op = json!({
-            "summary": route.summary,
-            "parameters": params,
-            "responses": {
-                route.success.to_string(): {"description": "success", "content": {"application/json": {"schema": {"type": "object"}}}},
-                "default": {"description": "error", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
-            }
-        });
-        if route.body {
-            op["requestBody"] =
-                json!({"required": true, "content": {"application/json": {"schema": {}}}});
-        }
-        let entry = paths
-            .entry(route.path.to_owned())
-            .or_insert_with(|| json!({}));
-        entry[route.method] = op;
-    }
-    json!({
-        "openapi": "3.1.0",
-        "info": {"title": "Siesta", "version": env!("CARGO_PKG_VERSION"), "description": "Durable workflows: runs, events, callbacks and webhooks."},
-        "paths": paths,
-        "components": {
-            "schemas": {"Error": error},
-            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}
-        },
-        "security": [{"bearer": []}]
-    })
+/// The OpenAPI 3.1 document of the API.
+pub fn openapi() -> OpenApi {
+    routes().into_openapi()
+}
+
+/// This document.
+#[utoipa::path(
+    get, path = "/openapi.json", operation_id = "openapi", tag = "meta",
+    responses((status = 200, description = "The OpenAPI 3.1 document", body = Object))
+)]
+pub(crate) async fn openapi_json() -> Json<serde_json::Value> {
+    static DOCUMENT: OnceLock<serde_json::Value> = OnceLock::new();
+    Json(
+        DOCUMENT
+            .get_or_init(|| serde_json::to_value(openapi()).unwrap_or_default())
+            .clone(),
+    )
 }
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use serde_json::Value;
+
+    fn doc() -> Value {
+        serde_json::to_value(super::openapi()).unwrap()
+    }
 
     #[test]
-    fn every_route_is_documented_once_with_its_path_parameters() {
-        let doc = openapi();
-        for route in ROUTES {
-            let op = &doc["paths"][route.path][route.method];
-            assert!(op.is_object(), "{} {}", route.method, route.path);
-            let params = op["parameters"].as_array().unwrap().len();
-            assert_eq!(params, route.path.matches('{').count(), "{}", route.path);
-        }
+    fn the_document_is_openapi_3_1_with_no_global_security() {
+        let doc = doc();
         assert_eq!(doc["openapi"], "3.1.0");
+        assert!(doc.get("security").is_none(), "security is per route");
+    }
+
+    #[test]
+    fn public_routes_are_public_and_every_other_route_needs_the_bearer_token() {
+        let doc = doc();
+        for (path, item) in doc["paths"].as_object().unwrap() {
+            for (method, op) in item.as_object().unwrap() {
+                let public = matches!(path.as_str(), "/healthz" | "/openapi.json")
+                    || path.starts_with("/hooks/");
+                let security = &op["security"];
+                if public {
+                    assert!(security.is_null(), "{method} {path} is public");
+                } else {
+                    assert_eq!(
+                        security,
+                        &serde_json::json!([{"bearer": []}]),
+                        "{method} {path}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn every_operation_has_an_id_a_success_schema_and_a_json_error() {
+        let doc = doc();
+        let mut ids = std::collections::BTreeSet::new();
+        for (path, item) in doc["paths"].as_object().unwrap() {
+            for (method, op) in item.as_object().unwrap() {
+                assert!(
+                    ids.insert(op["operationId"].as_str().unwrap().to_owned()),
+                    "{method} {path}: duplicate operationId"
+                );
+                let responses = op["responses"].as_object().unwrap();
+                let success = responses
+                    .iter()
+                    .find(|(code, _)| code.starts_with('2'))
+                    .unwrap_or_else(|| panic!("{method} {path}: no 2xx"));
+                assert!(
+                    success.1["content"]["application/json"]["schema"].is_object(),
+                    "{method} {path}: the 2xx has no schema"
+                );
+                let error = responses
+                    .get("default")
+                    .or_else(|| responses.get("503"))
+                    .filter(|_| path != "/openapi.json");
+                if let Some(error) = error {
+                    assert_eq!(
+                        error["content"]["application/json"]["schema"]["$ref"],
+                        "#/components/schemas/Error",
+                        "{method} {path}"
+                    );
+                } else {
+                    assert_eq!(path, "/openapi.json", "{method} {path}: no error schema");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_started_run_links_to_every_route_that_takes_its_id() {
+        let doc = doc();
+        let links = doc["paths"]["/runs"]["post"]["responses"]["201"]["links"]
+            .as_object()
+            .unwrap();
+        let linked: std::collections::BTreeSet<&str> = links
+            .values()
+            .map(|l| l["operationId"].as_str().unwrap())
+            .collect();
+        for (path, item) in doc["paths"].as_object().unwrap() {
+            if !path.starts_with("/runs/{id}") {
+                continue;
+            }
+            for op in item.as_object().unwrap().values() {
+                let id = op["operationId"].as_str().unwrap();
+                assert!(linked.contains(id), "{path}: {id} is not linked");
+            }
+        }
     }
 }

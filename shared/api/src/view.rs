@@ -3,9 +3,13 @@
 use serde::Serialize;
 use siesta::ports::History;
 use siesta::*;
+use utoipa::ToSchema;
+
+use crate::schema::{ErrorInfoSchema, RunStatusSchema, TimelineEventSchema};
 
 /// A run as the API shows it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[schema(as = Run)]
 pub struct RunView {
     /// The run's id.
     pub id: String,
@@ -14,6 +18,7 @@ pub struct RunView {
     /// The tenant it belongs to (the caller's: another tenant's run is not found).
     pub tenant: String,
     /// Where it is in its life.
+    #[schema(value_type = RunStatusSchema)]
     pub status: RunStatus,
     /// Its version (the `ETag`).
     pub version: u64,
@@ -24,6 +29,7 @@ pub struct RunView {
     pub output: Option<serde_json::Value>,
     /// Its error, once failed, parked or cancelled.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<ErrorInfoSchema>)]
     pub error: Option<ErrorInfo>,
     /// Cancellation was requested and will be honoured at the next boundary.
     pub cancel_requested: bool,
@@ -43,11 +49,12 @@ pub struct RunView {
 }
 
 /// One pending wait.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct WaitView {
     /// The operation's position.
     pub operation: String,
     /// `timer`, `callback`, `event`, `child` or `retry`.
+    #[schema(value_type = String)]
     pub kind: &'static str,
     /// The callback's id, for callbacks.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -64,7 +71,7 @@ pub struct WaitView {
 }
 
 /// Operations by state.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, ToSchema)]
 pub struct OperationsSummary {
     /// All journaled operations.
     pub total: usize,
@@ -74,6 +81,66 @@ pub struct OperationsSummary {
     pub failed: usize,
     /// Suspended, retrying, polling or started.
     pub pending: usize,
+}
+
+/// A page of the caller's runs.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RunPage {
+    /// The runs, without their waits and operations.
+    pub runs: Vec<RunView>,
+    /// Pass as `cursor` for the next page; `null` on the last page.
+    pub next_cursor: Option<String>,
+}
+
+/// A finished run's outcome.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RunResult {
+    /// The run's id.
+    pub id: String,
+    /// `completed`, `failed` or `cancelled`.
+    #[schema(value_type = RunStatusSchema)]
+    pub status: RunStatus,
+    /// Its output, when completed.
+    pub output: Option<serde_json::Value>,
+    /// Its error, when failed or cancelled.
+    #[schema(value_type = Option<ErrorInfoSchema>)]
+    pub error: Option<ErrorInfo>,
+}
+
+/// A page of a run's timeline.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Timeline {
+    /// The events, in `seq` order.
+    #[schema(value_type = Vec<TimelineEventSchema>)]
+    pub events: Vec<TimelineEvent>,
+    /// Pass as `after` for the next page.
+    pub next_after: u64,
+}
+
+/// A delivery through the authenticated API (event, message, callback outcome) was
+/// durably recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+pub struct Accepted {
+    /// Always `true`.
+    pub accepted: bool,
+    /// It had been delivered before (same delivery id); nothing changed.
+    pub duplicate: bool,
+}
+
+/// A webhook was durably recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+pub struct Received {
+    /// Always `true`.
+    pub received: bool,
+    /// It had been delivered before (same delivery id); nothing changed.
+    pub duplicate: bool,
+}
+
+/// The answer of `/healthz`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Health {
+    /// `ok`.
+    pub status: String,
 }
 
 pub(crate) fn payload_json(p: &Payload) -> serde_json::Value {

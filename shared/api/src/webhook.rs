@@ -13,16 +13,24 @@
 //! then the wake-up. A delivery after the callback closed (completed, timed out) is 410.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
-use http::{HeaderMap, Method, StatusCode};
+use axum::Json;
+use axum::extract::{FromRequest, Request, State};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use http::{HeaderMap, StatusCode};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use siesta::ports::DeliverOutcome;
 use siesta::*;
 
-use crate::{ApiError, ApiRequest, ApiResponse};
+use crate::ApiError;
+use crate::error::ErrorBody;
+use crate::extract::{ApiPath, json, read_body};
+use crate::routes::AppState;
+use crate::view::Received;
 use siesta_webhook::{Scheme, SignatureError, Verifier};
 
 /// A configured webhook source, as written in configuration (JSON).
@@ -146,168 +154,190 @@ impl WebhookSource {
     }
 }
 
-/// The default largest body accepted: 1 MiB.
+/// The default largest webhook body accepted: 1 MiB.
 pub const DEFAULT_MAX_BODY: usize = 1024 * 1024;
 
-/// Receives webhooks and turns them into callback outcomes.
+/// Receives webhooks and turns them into callback outcomes and events: the state of the
+/// `/hooks/*` routes. Its sources can be replaced while it serves (a rotated secret).
 #[derive(Clone)]
 pub struct WebhookReceiver {
-    engine: Engine,
     max_body: usize,
-    sources: Arc<HashMap<String, WebhookSource>>,
+    sources: Arc<RwLock<Arc<HashMap<String, WebhookSource>>>>,
 }
 
 impl WebhookReceiver {
-    /// A receiver over `engine` accepting bodies up to `max_body` bytes.
-    pub fn new(engine: Engine, max_body: usize) -> Self {
+    /// A receiver accepting bodies up to `max_body` bytes (413 over it).
+    pub fn new(max_body: usize) -> Self {
         WebhookReceiver {
-            engine,
             max_body,
-            sources: Arc::new(HashMap::new()),
+            sources: Arc::default(),
         }
     }
 
     /// With these configured sources.
-    pub fn with_sources(mut self, sources: Vec<WebhookSource>) -> Self {
-        self.sources = Arc::new(sources.into_iter().map(|s| (s.name.clone(), s)).collect());
+    pub fn with_sources(self, sources: Vec<WebhookSource>) -> Self {
+        self.set_sources(sources);
         self
     }
 
-    /// Answer one webhook request.
-    pub async fn handle(&self, req: ApiRequest) -> ApiResponse {
-        match self.route(&req).await {
-            Ok(r) => r,
-            Err(e) => e.into(),
-        }
+    /// Serve these sources from now on, in place of the ones before (every clone of
+    /// this receiver sees them).
+    pub fn set_sources(&self, sources: Vec<WebhookSource>) {
+        let map = Arc::new(sources.into_iter().map(|s| (s.name.clone(), s)).collect());
+        *self.sources.write().unwrap_or_else(PoisonError::into_inner) = map;
     }
 
-    async fn route(&self, req: &ApiRequest) -> Result<ApiResponse, ApiError> {
-        if req.body.len() > self.max_body {
-            return Err(ApiError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "payload_too_large",
-                format!(
-                    "the body is {} bytes; the limit is {}",
-                    req.body.len(),
-                    self.max_body
-                ),
-            ));
-        }
-        let segments: Vec<&str> = req.path.trim_matches('/').split('/').collect();
-        match (&req.method, segments.as_slice()) {
-            (&Method::POST, ["hooks", token]) if !token.is_empty() => {
-                self.by_token(&CallbackId::from(*token), req).await
-            }
-            (&Method::POST, ["hooks", "sources", name]) => self.by_source(name, req).await,
-            (_, ["hooks", ..]) => Err(ApiError::new(
-                StatusCode::METHOD_NOT_ALLOWED,
-                "method_not_allowed",
-                "webhooks are POST",
-            )),
-            _ => Err(ApiError::not_found("route")),
-        }
+    /// The source named `name`, if configured.
+    pub fn source(&self, name: &str) -> Option<WebhookSource> {
+        self.sources
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(name)
+            .cloned()
     }
 
-    async fn by_token(
-        &self,
-        token: &CallbackId,
-        req: &ApiRequest,
-    ) -> Result<ApiResponse, ApiError> {
-        let record = self
-            .engine
-            .backend()
-            .store
-            .get_callback(token)
+    /// The largest body accepted.
+    pub fn max_body(&self) -> usize {
+        self.max_body
+    }
+}
+
+/// The raw body of a webhook, within the receiver's size limit: the signature is
+/// checked over exactly these bytes.
+pub(crate) struct HookBody(Bytes);
+
+impl FromRequest<AppState> for HookBody {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
+        read_body(req.into_body(), state.hooks.max_body)
             .await
-            .map_err(EngineError::from)?;
-        if record.is_none() {
-            return Err(ApiError::not_found("callback"));
-        }
-        let value: serde_json::Value = serde_json::from_slice(&req.body)
-            .map_err(|e| ApiError::bad_request(format!("malformed JSON body: {e}")))?;
-        let delivery = DeliveryId(format!(
-            "hook:{token}:{}",
-            delivery_id(&req.headers, &req.body)
-        ));
-        let outcome = self
-            .engine
-            .complete_callback(token, None, Ok(value), Some(delivery))
+            .map(HookBody)
+    }
+}
+
+/// Complete the callback whose capability token is in the URL with the body (JSON). No
+/// API key: the token is the credential.
+#[utoipa::path(
+    post, path = "/hooks/{token}", operation_id = "callbackWebhook", tag = "webhooks",
+    params(
+        ("token" = String, Path, description = "The callback's token (its id), from its URL"),
+        ("webhook-id" = Option<String>, Header, description = "The delivery's id (also `X-GitHub-Delivery` or `Idempotency-Key`); default: a hash of the body"),
+    ),
+    request_body(content = serde_json::Value, content_type = "application/json", description = "The callback's result (any JSON)"),
+    responses(
+        (status = 200, description = "Recorded (or a duplicate)", body = Received),
+        (status = "default", description = "Error (404 unknown token, 410 closed callback, 413 too large)", body = ErrorBody),
+    )
+)]
+pub(crate) async fn callback_webhook(
+    State(app): State<AppState>,
+    ApiPath(token): ApiPath<String>,
+    headers: HeaderMap,
+    HookBody(body): HookBody,
+) -> Result<Response, ApiError> {
+    let token = CallbackId::from(token.as_str());
+    let record = app.engine.backend().store.get_callback(&token).await?;
+    if record.is_none() {
+        return Err(ApiError::not_found("callback"));
+    }
+    let value: serde_json::Value = json(&body)?;
+    let delivery = DeliveryId(format!("hook:{token}:{}", delivery_id(&headers, &body)));
+    let outcome = app
+        .engine
+        .complete_callback(&token, None, Ok(value), Some(delivery))
+        .await
+        .map_err(|e| match e {
+            EngineError::NotFound => ApiError::not_found("callback"),
+            other => other.into(),
+        })?;
+    Ok(acknowledged(outcome))
+}
+
+/// A signed webhook from a configured provider: its signature is verified over the raw
+/// body, then the correlation id in the body names the run (an event is delivered to
+/// it), or a callback token in the body names the callback it completes.
+#[utoipa::path(
+    post, path = "/hooks/sources/{source}", operation_id = "sourceWebhook", tag = "webhooks",
+    params(
+        ("source" = String, Path, description = "The configured source's name"),
+        ("webhook-id" = Option<String>, Header, description = "Standard Webhooks: the delivery's id"),
+        ("webhook-timestamp" = Option<String>, Header, description = "Standard Webhooks: seconds since the epoch"),
+        ("webhook-signature" = Option<String>, Header, description = "Standard Webhooks: `v1,<base64 HMAC-SHA256>`, several during a rotation"),
+        ("Stripe-Signature" = Option<String>, Header, description = "Stripe-style: `t=<ts>,v1=<hex HMAC-SHA256>`"),
+        ("X-Hub-Signature-256" = Option<String>, Header, description = "GitHub-style: `sha256=<hex HMAC-SHA256>`"),
+    ),
+    request_body(content = serde_json::Value, content_type = "application/json", description = "The provider's payload, as signed"),
+    responses(
+        (status = 200, description = "Verified and recorded (or a duplicate)", body = Received),
+        (status = "default", description = "Error (401 bad signature, 404 unknown source or run, 410 closed callback, 413 too large)", body = ErrorBody),
+    )
+)]
+pub(crate) async fn source_webhook(
+    State(app): State<AppState>,
+    ApiPath(name): ApiPath<String>,
+    headers: HeaderMap,
+    HookBody(body): HookBody,
+) -> Result<Response, ApiError> {
+    let source = app
+        .hooks
+        .source(&name)
+        .ok_or_else(|| ApiError::not_found("webhook source"))?;
+    let engine = &app.engine;
+    let now = engine.clock().now().millis() / 1000;
+    let verified = source.verifier.verify(&headers, &body, now).map_err(|e| {
+        let code = match e {
+            SignatureError::TimestampOutOfTolerance => "timestamp_out_of_tolerance",
+            _ => "bad_signature",
+        };
+        ApiError::new(StatusCode::UNAUTHORIZED, code, e.to_string())
+    })?;
+    let value: serde_json::Value = json(&body)?;
+    let id = verified
+        .delivery_id
+        .unwrap_or_else(|| delivery_id(&headers, &body));
+    let delivery = DeliveryId(format!("source:{name}:{id}"));
+    if let Some(pointer) = &source.callback {
+        let token = match value.pointer(pointer) {
+            Some(serde_json::Value::String(s)) if !s.is_empty() => CallbackId(s.clone()),
+            _ => {
+                return Err(ApiError::bad_request(format!(
+                    "the body has no callback id at {pointer}"
+                )));
+            }
+        };
+        let outcome = engine
+            .complete_callback(&token, Some(&source.tenant), Ok(value), Some(delivery))
             .await
             .map_err(|e| match e {
                 EngineError::NotFound => ApiError::not_found("callback"),
                 other => other.into(),
             })?;
-        Ok(acknowledged(outcome))
+        return Ok(acknowledged(outcome));
     }
-}
-
-impl WebhookReceiver {
-    async fn by_source(&self, name: &str, req: &ApiRequest) -> Result<ApiResponse, ApiError> {
-        let source = self
-            .sources
-            .get(name)
-            .ok_or_else(|| ApiError::not_found("webhook source"))?;
-        let now = self.engine.clock().now().millis() / 1000;
-        let verified = source
-            .verifier
-            .verify(&req.headers, &req.body, now)
-            .map_err(|e| {
-                let code = match e {
-                    SignatureError::TimestampOutOfTolerance => "timestamp_out_of_tolerance",
-                    _ => "bad_signature",
-                };
-                ApiError::new(StatusCode::UNAUTHORIZED, code, e.to_string())
-            })?;
-        let value: serde_json::Value = serde_json::from_slice(&req.body)
-            .map_err(|e| ApiError::bad_request(format!("malformed JSON body: {e}")))?;
-        let id = verified
-            .delivery_id
-            .unwrap_or_else(|| delivery_id(&req.headers, &req.body));
-        let delivery = DeliveryId(format!("source:{name}:{id}"));
-        if let Some(pointer) = &source.callback {
-            let token = match value.pointer(pointer) {
-                Some(serde_json::Value::String(s)) if !s.is_empty() => CallbackId(s.clone()),
-                _ => {
-                    return Err(ApiError::bad_request(format!(
-                        "the body has no callback id at {pointer}"
-                    )));
-                }
-            };
-            let outcome = self
-                .engine
-                .complete_callback(&token, Some(&source.tenant), Ok(value), Some(delivery))
-                .await
-                .map_err(|e| match e {
-                    EngineError::NotFound => ApiError::not_found("callback"),
-                    other => other.into(),
-                })?;
-            return Ok(acknowledged(outcome));
+    let run_id = match value.pointer(&source.correlation) {
+        Some(serde_json::Value::String(s)) if !s.is_empty() => RunId(s.clone()),
+        _ => {
+            return Err(ApiError::bad_request(format!(
+                "the body has no correlation id at {}",
+                source.correlation
+            )));
         }
-        let run_id = match value.pointer(&source.correlation) {
-            Some(serde_json::Value::String(s)) if !s.is_empty() => RunId(s.clone()),
-            _ => {
-                return Err(ApiError::bad_request(format!(
-                    "the body has no correlation id at {}",
-                    source.correlation
-                )));
-            }
-        };
-        let outcome = self
-            .engine
-            .deliver_event(
-                &source.tenant,
-                &run_id,
-                &source.event,
-                value,
-                Some(delivery),
-            )
-            .await
-            .map_err(|e| match e {
-                EngineError::NotFound => ApiError::not_found("run"),
-                other => other.into(),
-            })?;
-        Ok(acknowledged(outcome))
-    }
+    };
+    let outcome = engine
+        .deliver_event(
+            &source.tenant,
+            &run_id,
+            &source.event,
+            value,
+            Some(delivery),
+        )
+        .await
+        .map_err(|e| match e {
+            EngineError::NotFound => ApiError::not_found("run"),
+            other => other.into(),
+        })?;
+    Ok(acknowledged(outcome))
 }
 
 /// The delivery's id: the sender's (`webhook-id`, `X-GitHub-Delivery`,
@@ -325,13 +355,16 @@ pub(crate) fn delivery_id(headers: &HeaderMap, body: &[u8]) -> String {
     format!("sha256:{}", hex::encode(Sha256::digest(body)))
 }
 
-pub(crate) fn acknowledged(outcome: DeliverOutcome) -> ApiResponse {
-    let duplicate = outcome == DeliverOutcome::Duplicate;
-    ApiResponse {
-        status: StatusCode::OK,
-        headers: HeaderMap::new(),
-        body: serde_json::json!({"received": true, "duplicate": duplicate}),
-    }
+/// 200 with [`Received`], which also rides on the response's extensions for a layer
+/// that counts duplicates.
+fn acknowledged(outcome: DeliverOutcome) -> Response {
+    let received = Received {
+        received: true,
+        duplicate: outcome == DeliverOutcome::Duplicate,
+    };
+    let mut response = (StatusCode::OK, Json(received)).into_response();
+    response.extensions_mut().insert(received);
+    response
 }
 
 #[cfg(test)]

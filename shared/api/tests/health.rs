@@ -1,21 +1,21 @@
 //! `/healthz` answers from the liveness of the process's loops; the run view names its build.
 
-use bytes::Bytes;
-use http::{HeaderMap, Method, StatusCode};
-use siesta::{Liveness, Registry, TenantId};
-use siesta_api::{ApiRequest, ControlApi};
+use http::StatusCode;
+use siesta::{Liveness, Registry};
+use siesta_api::ControlApi;
 use siesta_testing::TestEnv;
+use tower::ServiceExt;
 
 async fn healthz(api: &ControlApi) -> (StatusCode, serde_json::Value) {
-    let req = ApiRequest {
-        method: Method::GET,
-        path: "/healthz".to_owned(),
-        query: String::new(),
-        headers: HeaderMap::new(),
-        body: Bytes::new(),
-    };
-    let response = api.handle(&TenantId::from("default"), req).await;
-    (response.status, response.body)
+    let req = http::Request::get("/healthz")
+        .body(axum::body::Body::empty())
+        .unwrap();
+    let response = api.clone().router().oneshot(req).await.unwrap();
+    let status = response.status();
+    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    (status, serde_json::from_slice(&bytes).unwrap())
 }
 
 #[tokio::test]

@@ -1,69 +1,60 @@
-//! API Gateway HTTP API (payload v2) requests to [`ApiRequest`] and [`ApiResponse`]
-//! back; the tenant from the JWT authorizer's claims.
+//! The HTTP functions (start, webhook) serve `siesta_api`'s router through `lambda_http`:
+//! the tenant of an authenticated route is the API Gateway JWT authorizer's claim
+//! ([`JwtClaim`]), and [`answer`] is what the runtime does with one request, for tests
+//! that drive a function with an event.
 
-use bytes::Bytes;
+use axum::Router;
 use lambda_http::request::RequestContext;
-use lambda_http::{Body, Request, RequestExt, Response};
+use lambda_http::{Body, IntoResponse, Request, RequestExt, Response};
 use siesta::TenantId;
-use siesta_api::{ApiRequest, ApiResponse};
+use siesta_api::{ApiError, Authenticate};
+use tower::ServiceExt;
 
-/// The request as the handler logic takes it: the raw body bytes (base64-decoded by
-/// `lambda_http` when API Gateway sent `isBase64Encoded`), untouched, so a webhook's
-/// signature is checked over exactly what the sender signed.
-pub fn to_api_request(req: Request) -> ApiRequest {
-    let (parts, body) = req.into_parts();
-    let body = match body {
-        Body::Empty => Bytes::new(),
-        Body::Text(t) => Bytes::from(t),
-        Body::Binary(b) => Bytes::from(b),
-        _ => Bytes::new(),
+/// The tenant is the JWT authorizer's claim named here (API Gateway HTTP API, payload
+/// v2); a request without it is 401.
+#[derive(Debug, Clone)]
+pub struct JwtClaim {
+    claim: String,
+}
+
+impl JwtClaim {
+    /// Read the tenant from the claim `claim`.
+    pub fn new(claim: impl Into<String>) -> Self {
+        JwtClaim {
+            claim: claim.into(),
+        }
+    }
+}
+
+impl Authenticate for JwtClaim {
+    fn authenticate(&self, request: &http::request::Parts) -> Result<TenantId, ApiError> {
+        let claimed = match request.extensions.request_context_ref() {
+            Some(RequestContext::ApiGatewayV2(ctx)) => ctx
+                .authorizer
+                .as_ref()
+                .and_then(|a| a.jwt.as_ref())
+                .and_then(|jwt| jwt.claims.get(&self.claim))
+                .filter(|t| !t.trim().is_empty())
+                .map(|t| TenantId::from(t.as_str())),
+            #[allow(unreachable_patterns)]
+            _ => None,
+        };
+        claimed.ok_or_else(|| {
+            ApiError::unauthorized(format!(
+                "the token carries no '{}' claim naming a tenant",
+                self.claim
+            ))
+        })
+    }
+}
+
+/// Answer one request with `router`, exactly as `lambda_http::run(router)` does: the
+/// body (base64-decoded by `lambda_http` when API Gateway sent `isBase64Encoded`) reaches
+/// the handlers untouched, and the answer is converted back to a Lambda response.
+pub async fn answer(router: &Router, request: Request) -> Response<Body> {
+    let response = match router.clone().oneshot(request).await {
+        Ok(response) => response,
+        Err(never) => match never {},
     };
-    ApiRequest {
-        method: parts.method,
-        path: parts.uri.path().to_owned(),
-        query: parts.uri.query().unwrap_or_default().to_owned(),
-        headers: parts.headers,
-        body,
-    }
-}
-
-/// The handler logic's answer as a Lambda HTTP response (JSON body).
-pub fn from_api_response(r: ApiResponse) -> Response<Body> {
-    let mut response = Response::new(Body::Text(r.body.to_string()));
-    *response.status_mut() = r.status;
-    response.headers_mut().insert(
-        http::header::CONTENT_TYPE,
-        http::HeaderValue::from_static("application/json"),
-    );
-    response.headers_mut().extend(r.headers);
-    response
-}
-
-/// The tenant named by the JWT authorizer's `claim`, if the request carries one.
-pub fn tenant(req: &Request, claim: &str) -> Option<TenantId> {
-    match req.request_context_ref()? {
-        RequestContext::ApiGatewayV2(ctx) => ctx
-            .authorizer
-            .as_ref()?
-            .jwt
-            .as_ref()?
-            .claims
-            .get(claim)
-            .filter(|t| !t.trim().is_empty())
-            .map(|t| TenantId::from(t.as_str())),
-        #[allow(unreachable_patterns)]
-        _ => None,
-    }
-}
-
-/// The 401 answer for a request without a tenant claim.
-pub fn no_tenant(claim: &str) -> Response<Body> {
-    from_api_response(
-        siesta_api::ApiError::new(
-            http::StatusCode::UNAUTHORIZED,
-            "unauthorized",
-            format!("the token carries no '{claim}' claim naming a tenant"),
-        )
-        .into(),
-    )
+    response.into_response().await
 }

@@ -3,8 +3,8 @@
 //!
 //! - [`Settings`]: configuration from the environment, read once per container;
 //! - [`Settings::engine`]: the AWS backend and the engine, built once per container;
-//! - [`http`]: API Gateway HTTP API (payload v2) requests to [`siesta_api::ApiRequest`]
-//!   and back, and the tenant from the JWT authorizer's claims;
+//! - [`http`]: the tenant from the JWT authorizer's claim, for `siesta_api`'s router
+//!   served through `lambda_http`;
 //! - [`metrics`]: CloudWatch Embedded Metric Format lines;
 //! - [`init_logging`]: `tracing` as JSON lines.
 

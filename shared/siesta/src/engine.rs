@@ -23,7 +23,7 @@ use crate::context::{
     CommitError, Context, ContextConfig, Delta, LeaseWatch, Shared, Stop, decode_payload,
     encode_payload, expire_callbacks,
 };
-use crate::error::{Error, PANICKED, panic_message};
+use crate::error::{Error, ErrorKind, PANICKED, panic_message};
 use crate::lifecycle::{LifecycleEvent, decide};
 use crate::model::*;
 use crate::notify::{QueueSignal, RunWatch, RunWatchers, SignallingQueue};
@@ -307,8 +307,9 @@ impl Engine {
         }
     }
 
-    /// Store a caller's value as a payload (offloaded when large); a value that cannot
-    /// be stored is the caller's problem.
+    /// Store a caller's value as a payload (offloaded when large). A value that cannot
+    /// be serialized is the caller's problem; storage that fails (full, unreachable) is
+    /// not, and a retry may succeed.
     async fn encode(
         &self,
         tenant: &TenantId,
@@ -317,7 +318,10 @@ impl Engine {
     ) -> Result<Payload, EngineError> {
         encode_payload(&self.backend, &self.context_config(), tenant, run_id, value)
             .await
-            .map_err(|e| EngineError::InvalidInput(e.to_string()))
+            .map_err(|e| match e.kind() {
+                ErrorKind::Storage => StoreError::Unavailable(e.to_string()).into(),
+                _ => EngineError::InvalidInput(e.to_string()),
+            })
     }
 
     async fn send_wake(

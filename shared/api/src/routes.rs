@@ -1,0 +1,705 @@
+//! The control API's handlers: runs, their results and timelines, cancel and resume,
+//! events, messages and callbacks, plus `/healthz`. Each is an axum handler whose
+//! extractors say what it takes (an authenticated [`Tenant`], path, query, headers,
+//! body) and whose `#[utoipa::path]` says the same to the OpenAPI document.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::Json;
+use axum::extract::{Extension, State};
+use axum::response::{IntoResponse, Response};
+use http::{HeaderValue, StatusCode, header};
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+use siesta::ports::{DeliverOutcome, RunFilter};
+use siesta::*;
+use utoipa::{IntoParams, ToSchema};
+
+use crate::auth::{Authenticate, Tenant};
+use crate::error::{ApiError, ErrorBody};
+use crate::extract::{ApiPath, ApiQuery, IdempotencyKey, IfMatch, JsonBody, PreferWait};
+use crate::view::{self, Accepted, Health, RunPage, RunResult, RunView, Timeline};
+use crate::{HealthCheck, WebhookReceiver};
+
+/// What every handler shares.
+#[derive(Clone)]
+pub(crate) struct AppState {
+    pub(crate) engine: Engine,
+    pub(crate) hooks: WebhookReceiver,
+    pub(crate) auth: Arc<dyn Authenticate>,
+    pub(crate) health: Option<Arc<dyn HealthCheck>>,
+    pub(crate) max_body: usize,
+    pub(crate) max_wait: Duration,
+}
+
+/// The body of `POST /runs`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct StartRun {
+    /// The registered workflow to run.
+    workflow: String,
+    /// Its input (any JSON; `null` when left out).
+    #[serde(default)]
+    input: serde_json::Value,
+}
+
+impl Default for StartRun {
+    fn default() -> Self {
+        // Never used: the body of a start is required.
+        StartRun {
+            workflow: String::new(),
+            input: serde_json::Value::Null,
+        }
+    }
+}
+
+/// The body of `POST /callbacks/{callback_id}/fail`: `{"error": {"code", "message"}}`
+/// or `{"code", "message"}`, all optional.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+pub(crate) struct CallbackFailure {
+    /// The failure, nested.
+    #[serde(default)]
+    error: Option<FailureBody>,
+    /// Its kind (default `CallbackFailed`).
+    #[serde(default)]
+    code: Option<String>,
+    /// What happened (default "failed by the caller").
+    #[serde(default)]
+    message: Option<String>,
+}
+
+/// A callback's failure.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+pub(crate) struct FailureBody {
+    /// Its kind (`kind` is read too).
+    #[serde(default, alias = "kind")]
+    code: Option<String>,
+    /// What happened.
+    #[serde(default)]
+    message: Option<String>,
+}
+
+/// Filters and paging of `GET /runs`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct ListQuery {
+    /// Only runs in this status.
+    #[param(value_type = Option<crate::schema::RunStatusSchema>)]
+    status: Option<String>,
+    /// Only runs of this workflow.
+    workflow: Option<String>,
+    /// Where the previous page ended (its `next_cursor`).
+    cursor: Option<String>,
+    /// Runs per page, 1 to 200 (default 50).
+    #[param(minimum = 1, maximum = 200)]
+    limit: Option<u32>,
+}
+
+/// Paging of `GET /runs/{id}/timeline`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct TimelineQuery {
+    /// Events after this `seq` (default 0: from the first).
+    after: Option<u64>,
+    /// Events per page, 1 to 1000 (default 100).
+    #[param(minimum = 1, maximum = 1000)]
+    limit: Option<u32>,
+}
+
+/// The run's id and, for events, the event's name.
+#[derive(Debug, Deserialize)]
+pub(crate) struct EventPath {
+    id: String,
+    name: String,
+}
+
+fn run_answer(status: StatusCode, view: &RunView) -> Response {
+    let mut response = (status, Json(view)).into_response();
+    if let Ok(etag) = HeaderValue::from_str(&format!("\"{}\"", view.version)) {
+        response.headers_mut().insert(header::ETAG, etag);
+    }
+    response
+}
+
+fn accepted(outcome: DeliverOutcome) -> (StatusCode, Json<Accepted>) {
+    (
+        StatusCode::ACCEPTED,
+        Json(Accepted {
+            accepted: true,
+            duplicate: outcome == DeliverOutcome::Duplicate,
+        }),
+    )
+}
+
+impl AppState {
+    async fn view(&self, tenant: &TenantId, run: &Run) -> Result<RunView, ApiError> {
+        let history = self
+            .engine
+            .backend()
+            .store
+            .load_history(tenant, &run.id)
+            .await?;
+        Ok(RunView::new(
+            run,
+            Some(&history),
+            &self.engine.config().callback_base_url,
+        ))
+    }
+
+    /// Hold until the run is finished or `wait` passes (capped by the router's and the
+    /// request's [`crate::MaxWait`]). In a process that runs the workflows itself (the
+    /// dev server) the engine says when an invocation ends; where another process runs
+    /// them (Lambda), the run is re-read on a backoff from 10 ms to 1 s.
+    async fn await_finish(
+        &self,
+        tenant: &TenantId,
+        id: &RunId,
+        wait: Duration,
+        cap: Option<crate::MaxWait>,
+    ) -> Result<Run, ApiError> {
+        let cap = cap.map_or(self.max_wait, |c| c.0.min(self.max_wait));
+        let deadline = Instant::now() + wait.min(cap);
+        let watch = self.engine.watch_run(tenant, id);
+        let mut backoff = Duration::from_millis(10);
+        loop {
+            // Registered before the read: an end in between is not missed.
+            let changed = watch.changed();
+            let run = self.engine.get_run(tenant, id).await?;
+            let left = deadline.saturating_duration_since(Instant::now());
+            if run.status.is_finished() || left.is_zero() {
+                return Ok(run);
+            }
+            tokio::select! {
+                _ = changed => {}
+                _ = tokio::time::sleep(backoff.min(left)) => {
+                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                }
+            }
+        }
+    }
+}
+
+/// Start a run. With `Idempotency-Key`, a retry with the same body answers with the
+/// first run; with `Prefer: wait=N`, the answer waits up to N seconds for the run to
+/// finish.
+#[utoipa::path(
+    post, path = "/runs", operation_id = "startRun", tag = "runs",
+    security(("bearer" = [])),
+    params(
+        ("Idempotency-Key" = Option<String>, Header, description = "Same key and body: the first answer again; same key, other body: 422"),
+        ("Prefer" = Option<String>, Header, description = "`wait=N` (N <= 60): wait up to N seconds for the run to finish"),
+    ),
+    request_body(content = StartRun, content_type = "application/json"),
+    responses(
+        (status = 201, description = "Started (or, with a reused Idempotency-Key, the first start)", body = RunView,
+            headers(
+                ("Location" = String, description = "The run's URL"),
+                ("ETag" = String, description = "The run's version"),
+                ("Idempotent-Replayed" = Option<String>, description = "`true` when this answers a retried start"),
+            ),
+            links(
+                ("GetRun" = (operation_id = "getRun", parameters(("id" = "$response.body#/id")))),
+                ("GetRunResult" = (operation_id = "getRunResult", parameters(("id" = "$response.body#/id")))),
+                ("GetRunTimeline" = (operation_id = "getRunTimeline", parameters(("id" = "$response.body#/id")))),
+                ("CancelRun" = (operation_id = "cancelRun", parameters(("id" = "$response.body#/id")))),
+                ("ResumeRun" = (operation_id = "resumeRun", parameters(("id" = "$response.body#/id")))),
+                ("DeliverEvent" = (operation_id = "deliverEvent", parameters(("id" = "$response.body#/id")))),
+                ("InjectMessage" = (operation_id = "injectMessage", parameters(("id" = "$response.body#/id")))),
+            )),
+        (status = "default", description = "Error", body = ErrorBody),
+    )
+)]
+pub(crate) async fn start_run(
+    State(app): State<AppState>,
+    Tenant(tenant): Tenant,
+    IdempotencyKey(key): IdempotencyKey,
+    PreferWait(wait): PreferWait,
+    cap: Option<Extension<crate::MaxWait>>,
+    JsonBody(start): JsonBody<StartRun>,
+) -> Result<Response, ApiError> {
+    let run_id = key.as_deref().map(|k| idempotent_run_id(&tenant, k));
+    let (run, replayed) = match (
+        app.engine
+            .start(
+                &tenant,
+                &start.workflow,
+                start.input.clone(),
+                run_id.clone(),
+            )
+            .await,
+        run_id,
+    ) {
+        (Ok(run), _) => (run, false),
+        (Err(EngineError::AlreadyExists), Some(run_id)) => {
+            let run = app.engine.get_run(&tenant, &run_id).await?;
+            if run.workflow != start.workflow || !same_input(&run.input, &start.input) {
+                return Err(ApiError::new(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "idempotency_key_reused",
+                    "this Idempotency-Key was used with a different request body",
+                ));
+            }
+            (run, true)
+        }
+        (Err(e), _) => return Err(e.into()),
+    };
+    let run = match wait {
+        Some(wait) => {
+            app.await_finish(&tenant, &run.id, wait, cap.map(|c| c.0))
+                .await?
+        }
+        None => run,
+    };
+    let view = app.view(&tenant, &run).await?;
+    let mut response = run_answer(StatusCode::CREATED, &view);
+    let headers = response.headers_mut();
+    if let Ok(location) = HeaderValue::from_str(&format!("/runs/{}", run.id)) {
+        headers.insert(header::LOCATION, location);
+    }
+    if replayed {
+        headers.insert(
+            header::HeaderName::from_static("idempotent-replayed"),
+            HeaderValue::from_static("true"),
+        );
+    }
+    Ok(response)
+}
+
+/// The caller's runs, newest first, filtered and paged.
+#[utoipa::path(
+    get, path = "/runs", operation_id = "listRuns", tag = "runs",
+    security(("bearer" = [])),
+    params(ListQuery),
+    responses(
+        (status = 200, description = "A page of runs", body = RunPage),
+        (status = "default", description = "Error", body = ErrorBody),
+    )
+)]
+pub(crate) async fn list_runs(
+    State(app): State<AppState>,
+    Tenant(tenant): Tenant,
+    ApiQuery(query): ApiQuery<ListQuery>,
+) -> Result<Json<RunPage>, ApiError> {
+    let filter = RunFilter {
+        status: query
+            .status
+            .map(|v| {
+                RunStatus::ALL
+                    .into_iter()
+                    .find(|s| s.as_str() == v)
+                    .ok_or_else(|| ApiError::bad_request(format!("unknown status '{v}'")))
+            })
+            .transpose()?,
+        workflow: query.workflow,
+        ..RunFilter::default()
+    };
+    let limit = query.limit.map_or(50, |l| l.clamp(1, 200) as usize);
+    let page = app
+        .engine
+        .backend()
+        .store
+        .list_runs(&tenant, &filter, query.cursor.as_deref(), limit)
+        .await
+        .map_err(|e| match e {
+            // The caller's cursor is what did not parse.
+            siesta::ports::StoreError::Invalid(m) => ApiError::bad_request(m),
+            other => other.into(),
+        })?;
+    let base = &app.engine.config().callback_base_url;
+    Ok(Json(RunPage {
+        runs: page
+            .runs
+            .iter()
+            .map(|r| RunView::new(r, None, base))
+            .collect(),
+        next_cursor: page.next_cursor,
+    }))
+}
+
+/// The run view; its `ETag` is the run's version.
+#[utoipa::path(
+    get, path = "/runs/{id}", operation_id = "getRun", tag = "runs",
+    security(("bearer" = [])),
+    params(("id" = String, Path, description = "The run's id")),
+    responses(
+        (status = 200, description = "The run", body = RunView,
+            headers(("ETag" = String, description = "The run's version")),
+            links(
+                ("CompleteCallback" = (operation_id = "succeedCallback", parameters(("callback_id" = "$response.body#/waits/0/callback_id")))),
+                ("FailCallback" = (operation_id = "failCallback", parameters(("callback_id" = "$response.body#/waits/0/callback_id")))),
+                ("HeartbeatCallback" = (operation_id = "heartbeatCallback", parameters(("callback_id" = "$response.body#/waits/0/callback_id")))),
+                ("CallbackWebhook" = (operation_id = "callbackWebhook", parameters(("token" = "$response.body#/waits/0/callback_id")))),
+            )),
+        (status = "default", description = "Error", body = ErrorBody),
+    )
+)]
+pub(crate) async fn get_run(
+    State(app): State<AppState>,
+    Tenant(tenant): Tenant,
+    ApiPath(id): ApiPath<String>,
+) -> Result<Response, ApiError> {
+    let run = app
+        .engine
+        .get_run(&tenant, &RunId::from(id.as_str()))
+        .await?;
+    Ok(run_answer(StatusCode::OK, &app.view(&tenant, &run).await?))
+}
+
+/// Long-poll for the outcome: `Prefer: wait=N` holds the request until the run
+/// finishes or N seconds pass.
+#[utoipa::path(
+    get, path = "/runs/{id}/result", operation_id = "getRunResult", tag = "runs",
+    security(("bearer" = [])),
+    params(
+        ("id" = String, Path, description = "The run's id"),
+        ("Prefer" = Option<String>, Header, description = "`wait=N` (N <= 60): wait up to N seconds for the run to finish"),
+    ),
+    responses(
+        (status = 200, description = "The run finished", body = RunResult,
+            headers(("ETag" = String, description = "The run's version"))),
+        (status = 202, description = "Not finished yet: the run view", body = RunView,
+            headers(("ETag" = String, description = "The run's version"))),
+        (status = "default", description = "Error", body = ErrorBody),
+    )
+)]
+pub(crate) async fn get_run_result(
+    State(app): State<AppState>,
+    Tenant(tenant): Tenant,
+    ApiPath(id): ApiPath<String>,
+    PreferWait(wait): PreferWait,
+    cap: Option<Extension<crate::MaxWait>>,
+) -> Result<Response, ApiError> {
+    let run = app
+        .await_finish(
+            &tenant,
+            &RunId::from(id.as_str()),
+            wait.unwrap_or(Duration::ZERO),
+            cap.map(|c| c.0),
+        )
+        .await?;
+    if !run.status.is_finished() {
+        return Ok(run_answer(
+            StatusCode::ACCEPTED,
+            &app.view(&tenant, &run).await?,
+        ));
+    }
+    let result = RunResult {
+        id: run.id.to_string(),
+        status: run.status,
+        output: run.output.as_ref().map(view::payload_json),
+        error: run.error.clone(),
+    };
+    let mut response = Json(result).into_response();
+    if let Ok(etag) = HeaderValue::from_str(&format!("\"{}\"", run.version)) {
+        response.headers_mut().insert(header::ETAG, etag);
+    }
+    Ok(response)
+}
+
+/// The run's timeline events after a sequence number.
+#[utoipa::path(
+    get, path = "/runs/{id}/timeline", operation_id = "getRunTimeline", tag = "runs",
+    security(("bearer" = [])),
+    params(("id" = String, Path, description = "The run's id"), TimelineQuery),
+    responses(
+        (status = 200, description = "A page of events", body = Timeline),
+        (status = "default", description = "Error", body = ErrorBody),
+    )
+)]
+pub(crate) async fn get_run_timeline(
+    State(app): State<AppState>,
+    Tenant(tenant): Tenant,
+    ApiPath(id): ApiPath<String>,
+    ApiQuery(query): ApiQuery<TimelineQuery>,
+) -> Result<Json<Timeline>, ApiError> {
+    let id = RunId::from(id.as_str());
+    app.engine.get_run(&tenant, &id).await?;
+    let after = query.after.unwrap_or(0);
+    let limit = query.limit.map_or(100, |l| l.clamp(1, 1000) as usize);
+    let events = app
+        .engine
+        .backend()
+        .store
+        .timeline(&tenant, &id, after, limit)
+        .await?;
+    let next_after = events.last().map_or(after, |e| e.seq);
+    Ok(Json(Timeline { events, next_after }))
+}
+
+/// Cancel the run: at once when it waits, at its next step boundary when it runs.
+#[utoipa::path(
+    post, path = "/runs/{id}/cancel", operation_id = "cancelRun", tag = "runs",
+    security(("bearer" = [])),
+    params(
+        ("id" = String, Path, description = "The run's id"),
+        ("If-Match" = Option<String>, Header, description = "The run's ETag; 412 when it changed since"),
+    ),
+    responses(
+        (status = 200, description = "Cancelled", body = RunView,
+            headers(("ETag" = String, description = "The run's version"))),
+        (status = 202, description = "Cancellation requested; honoured at the next step boundary", body = RunView,
+            headers(("ETag" = String, description = "The run's version"))),
+        (status = "default", description = "Error (409 when already finished, 412 on a stale If-Match)", body = ErrorBody),
+    )
+)]
+pub(crate) async fn cancel_run(
+    State(app): State<AppState>,
+    Tenant(tenant): Tenant,
+    ApiPath(id): ApiPath<String>,
+    IfMatch(if_match): IfMatch,
+) -> Result<Response, ApiError> {
+    let run = app
+        .engine
+        .cancel(&tenant, &RunId::from(id.as_str()), if_match)
+        .await?;
+    let status = if run.status.is_finished() {
+        StatusCode::OK
+    } else {
+        StatusCode::ACCEPTED
+    };
+    Ok(run_answer(status, &app.view(&tenant, &run).await?))
+}
+
+/// Resume a parked run.
+#[utoipa::path(
+    post, path = "/runs/{id}/resume", operation_id = "resumeRun", tag = "runs",
+    security(("bearer" = [])),
+    params(
+        ("id" = String, Path, description = "The run's id"),
+        ("If-Match" = Option<String>, Header, description = "The run's ETag; 412 when it changed since"),
+    ),
+    responses(
+        (status = 202, description = "Resumed", body = RunView,
+            headers(("ETag" = String, description = "The run's version"))),
+        (status = "default", description = "Error (409 when the run is not parked)", body = ErrorBody),
+    )
+)]
+pub(crate) async fn resume_run(
+    State(app): State<AppState>,
+    Tenant(tenant): Tenant,
+    ApiPath(id): ApiPath<String>,
+    IfMatch(if_match): IfMatch,
+) -> Result<Response, ApiError> {
+    let run = app
+        .engine
+        .resume(&tenant, &RunId::from(id.as_str()), if_match)
+        .await?;
+    Ok(run_answer(
+        StatusCode::ACCEPTED,
+        &app.view(&tenant, &run).await?,
+    ))
+}
+
+/// Deliver a named event (an approval, a signal); kept if the run does not wait for it
+/// yet.
+#[utoipa::path(
+    post, path = "/runs/{id}/events/{name}", operation_id = "deliverEvent", tag = "runs",
+    security(("bearer" = [])),
+    params(
+        ("id" = String, Path, description = "The run's id"),
+        ("name" = String, Path, description = "The event's name"),
+        ("Idempotency-Key" = Option<String>, Header, description = "The delivery's id: a repeat is acknowledged as a duplicate"),
+    ),
+    request_body(content = Option<serde_json::Value>, content_type = "application/json", description = "The event's value (any JSON; empty: null)"),
+    responses(
+        (status = 202, description = "Recorded", body = Accepted),
+        (status = "default", description = "Error", body = ErrorBody),
+    )
+)]
+pub(crate) async fn deliver_event(
+    State(app): State<AppState>,
+    Tenant(tenant): Tenant,
+    ApiPath(path): ApiPath<EventPath>,
+    IdempotencyKey(key): IdempotencyKey,
+    JsonBody(value): JsonBody<serde_json::Value, true>,
+) -> Result<(StatusCode, Json<Accepted>), ApiError> {
+    let delivery = key.map(|k| DeliveryId(format!("event:{k}")));
+    let outcome = app
+        .engine
+        .deliver_event(
+            &tenant,
+            &RunId::from(path.id.as_str()),
+            &path.name,
+            value,
+            delivery,
+        )
+        .await?;
+    Ok(accepted(outcome))
+}
+
+/// Inject a message, drained by the run at its next step boundary.
+#[utoipa::path(
+    post, path = "/runs/{id}/messages", operation_id = "injectMessage", tag = "runs",
+    security(("bearer" = [])),
+    params(
+        ("id" = String, Path, description = "The run's id"),
+        ("Idempotency-Key" = Option<String>, Header, description = "The delivery's id: a repeat is acknowledged as a duplicate"),
+    ),
+    request_body(content = serde_json::Value, content_type = "application/json", description = "The message (any JSON)"),
+    responses(
+        (status = 202, description = "Recorded", body = Accepted),
+        (status = "default", description = "Error", body = ErrorBody),
+    )
+)]
+pub(crate) async fn inject_message(
+    State(app): State<AppState>,
+    Tenant(tenant): Tenant,
+    ApiPath(id): ApiPath<String>,
+    IdempotencyKey(key): IdempotencyKey,
+    JsonBody(value): JsonBody<serde_json::Value>,
+) -> Result<(StatusCode, Json<Accepted>), ApiError> {
+    let delivery = key.map(|k| DeliveryId(format!("message:{k}")));
+    let outcome = app
+        .engine
+        .inject_message(&tenant, &RunId::from(id.as_str()), value, delivery)
+        .await?;
+    Ok(accepted(outcome))
+}
+
+fn callback_delivery(key: Option<String>) -> Option<DeliveryId> {
+    key.map(|k| DeliveryId(format!("callback:{k}")))
+}
+
+fn callback_answer(
+    outcome: Result<DeliverOutcome, EngineError>,
+) -> Result<(StatusCode, Json<Accepted>), ApiError> {
+    match outcome {
+        Err(EngineError::NotFound) => Err(ApiError::not_found("callback")),
+        other => Ok(accepted(other?)),
+    }
+}
+
+/// Complete a callback with a result.
+#[utoipa::path(
+    post, path = "/callbacks/{callback_id}/succeed", operation_id = "succeedCallback", tag = "callbacks",
+    security(("bearer" = [])),
+    params(
+        ("callback_id" = String, Path, description = "The callback's id"),
+        ("Idempotency-Key" = Option<String>, Header, description = "The delivery's id: a repeat is acknowledged as a duplicate"),
+    ),
+    request_body(content = Option<serde_json::Value>, content_type = "application/json", description = "The result (any JSON; empty: null)"),
+    responses(
+        (status = 202, description = "Recorded", body = Accepted),
+        (status = "default", description = "Error (410 when the callback closed)", body = ErrorBody),
+    )
+)]
+pub(crate) async fn succeed_callback(
+    State(app): State<AppState>,
+    Tenant(tenant): Tenant,
+    ApiPath(id): ApiPath<String>,
+    IdempotencyKey(key): IdempotencyKey,
+    JsonBody(value): JsonBody<serde_json::Value, true>,
+) -> Result<(StatusCode, Json<Accepted>), ApiError> {
+    callback_answer(
+        app.engine
+            .complete_callback(
+                &CallbackId::from(id.as_str()),
+                Some(&tenant),
+                Ok(value),
+                callback_delivery(key),
+            )
+            .await,
+    )
+}
+
+/// Fail a callback.
+#[utoipa::path(
+    post, path = "/callbacks/{callback_id}/fail", operation_id = "failCallback", tag = "callbacks",
+    security(("bearer" = [])),
+    params(
+        ("callback_id" = String, Path, description = "The callback's id"),
+        ("Idempotency-Key" = Option<String>, Header, description = "The delivery's id: a repeat is acknowledged as a duplicate"),
+    ),
+    request_body(content = Option<CallbackFailure>, content_type = "application/json", description = "The failure (empty: `CallbackFailed`)"),
+    responses(
+        (status = 202, description = "Recorded", body = Accepted),
+        (status = "default", description = "Error (410 when the callback closed)", body = ErrorBody),
+    )
+)]
+pub(crate) async fn fail_callback(
+    State(app): State<AppState>,
+    Tenant(tenant): Tenant,
+    ApiPath(id): ApiPath<String>,
+    IdempotencyKey(key): IdempotencyKey,
+    JsonBody(failure): JsonBody<CallbackFailure, true>,
+) -> Result<(StatusCode, Json<Accepted>), ApiError> {
+    let (code, message) = match failure.error {
+        Some(FailureBody { code, message }) => (code, message),
+        None => (failure.code, failure.message),
+    };
+    let error = ErrorInfo::new(
+        code.unwrap_or_else(|| "CallbackFailed".into()),
+        message.unwrap_or_else(|| "failed by the caller".into()),
+        false,
+    );
+    callback_answer(
+        app.engine
+            .complete_callback(
+                &CallbackId::from(id.as_str()),
+                Some(&tenant),
+                Err(error),
+                callback_delivery(key),
+            )
+            .await,
+    )
+}
+
+/// Keep a callback alive (resets its heartbeat timeout).
+#[utoipa::path(
+    post, path = "/callbacks/{callback_id}/heartbeat", operation_id = "heartbeatCallback", tag = "callbacks",
+    security(("bearer" = [])),
+    params(("callback_id" = String, Path, description = "The callback's id")),
+    responses(
+        (status = 202, description = "Recorded", body = Accepted),
+        (status = "default", description = "Error (410 when the callback closed)", body = ErrorBody),
+    )
+)]
+pub(crate) async fn heartbeat_callback(
+    State(app): State<AppState>,
+    Tenant(tenant): Tenant,
+    ApiPath(id): ApiPath<String>,
+) -> Result<(StatusCode, Json<Accepted>), ApiError> {
+    callback_answer(
+        app.engine
+            .heartbeat_callback(&CallbackId::from(id.as_str()), Some(&tenant))
+            .await,
+    )
+}
+
+/// Liveness: 200 while this process can serve, 503 (with the reason) when a part it
+/// depends on stopped.
+#[utoipa::path(
+    get, path = "/healthz", operation_id = "health", tag = "meta",
+    responses(
+        (status = 200, description = "Alive", body = Health),
+        (status = 503, description = "Not serving", body = ErrorBody),
+    )
+)]
+pub(crate) async fn health(State(app): State<AppState>) -> Result<Json<Health>, ApiError> {
+    if let Some(check) = &app.health {
+        check.check().map_err(ApiError::unavailable)?;
+    }
+    Ok(Json(Health {
+        status: "ok".into(),
+    }))
+}
+
+/// The run id an `Idempotency-Key` maps to: the same key of the same tenant is the
+/// same run, so a retried start finds the first one.
+pub fn idempotent_run_id(tenant: &TenantId, key: &str) -> RunId {
+    let mut h = Sha256::new();
+    h.update(tenant.as_str().as_bytes());
+    h.update([0]);
+    h.update(key.as_bytes());
+    RunId(format!("idem-{}", &hex::encode(h.finalize())[..32]))
+}
+
+fn same_input(stored: &Payload, requested: &serde_json::Value) -> bool {
+    match stored {
+        Payload::Inline(v) => v == requested,
+        Payload::Artifact(a) => serde_json::to_vec(requested)
+            .map(|b| hex::encode(Sha256::digest(b)) == a.sha256)
+            .unwrap_or(false),
+    }
+}
