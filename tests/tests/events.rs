@@ -1,12 +1,56 @@
 //! The fixtures, in the exact shapes AWS sends, parsed as the functions' runtimes parse
-//! them and translated as the functions translate them — no emulators needed.
+//! them and handed to a router as the functions hand them (`siesta_lambda::http::answer`,
+//! what `lambda_http::run` does) — no emulators needed.
 
 use aws_lambda_events::event::sqs::SqsEvent;
+use axum::Router;
+use axum::response::IntoResponse;
 use base64::Engine as _;
 use lambda_http::{Body, Request};
-use serde_json::Value;
+use serde_json::{Value, json};
+use siesta::TenantId;
 use siesta::ports::WakeUp;
-use siesta_lambda::http::{from_api_response, no_tenant, tenant, to_api_request};
+use siesta_api::Authenticate;
+use siesta_lambda::http::{JwtClaim, answer};
+
+/// The tenant the JWT claim `claim` names in `req`, if any.
+fn tenant(req: &Request, claim: &str) -> Option<TenantId> {
+    let mut parts = http::Request::new(());
+    *parts.extensions_mut() = req.extensions().clone();
+    *parts.headers_mut() = req.headers().clone();
+    let (parts, ()) = parts.into_parts();
+    JwtClaim::new(claim).authenticate(&parts).ok()
+}
+
+/// What a handler behind the router sees of a request: method, path, query, headers and
+/// the body's exact bytes (base64).
+async fn as_a_handler_sees_it(req: Request) -> Value {
+    let probe = Router::new().fallback(
+        |method: http::Method, uri: http::Uri, headers: http::HeaderMap, body: bytes::Bytes| async move {
+            axum::Json(json!({
+                "method": method.as_str(),
+                "path": uri.path(),
+                "query": uri.query().unwrap_or_default(),
+                "headers": headers
+                    .iter()
+                    .map(|(k, v)| (k.as_str().to_owned(), json!(v.to_str().unwrap_or_default())))
+                    .collect::<serde_json::Map<_, _>>(),
+                "body": base64::engine::general_purpose::STANDARD.encode(&body),
+            }))
+        },
+    );
+    let response = answer(&probe, req).await;
+    let Body::Text(text) = response.body() else {
+        panic!("a JSON text body")
+    };
+    serde_json::from_str(text).unwrap()
+}
+
+fn body_bytes(seen: &Value) -> Vec<u8> {
+    base64::engine::general_purpose::STANDARD
+        .decode(seen["body"].as_str().unwrap())
+        .unwrap()
+}
 
 fn fixture(name: &str) -> String {
     let path = format!("{}/fixtures/{name}", env!("CARGO_MANIFEST_DIR"));
@@ -26,8 +70,8 @@ const BINARY: &[u8] = &[
     0x7b, 0x22, 0xff, 0xfe, 0x00, 0xc3, 0x28, 0x80, 0x22, 0x7d, 0x0a,
 ];
 
-#[test]
-fn an_http_api_request_becomes_an_api_request_with_the_tenant_from_the_jwt_claim() {
+#[tokio::test]
+async fn an_http_api_request_reaches_the_router_with_the_tenant_from_the_jwt_claim() {
     let req = http_event("http-api-v2-start-order.json", &[("TENANT", "acme")]);
     assert_eq!(
         tenant(&req, "tenant").map(|t| t.to_string()),
@@ -42,18 +86,26 @@ fn an_http_api_request_becomes_an_api_request_with_the_tenant_from_the_jwt_claim
         None,
         "a claim the token does not carry"
     );
-    let api = to_api_request(req);
-    assert_eq!((api.method.as_str(), api.path.as_str()), ("POST", "/runs"));
-    assert_eq!(api.headers["idempotency-key"], "order-42");
-    let body: Value = serde_json::from_slice(&api.body).unwrap();
+    let seen = as_a_handler_sees_it(req).await;
+    assert_eq!(
+        (seen["method"].as_str(), seen["path"].as_str()),
+        (Some("POST"), Some("/runs"))
+    );
+    assert_eq!(seen["headers"]["idempotency-key"], "order-42");
+    let body: Value = serde_json::from_slice(&body_bytes(&seen)).unwrap();
     assert_eq!(body["workflow"], "order");
 }
 
-#[test]
-fn a_request_without_the_claim_has_no_tenant_and_is_answered_401_in_json() {
+#[tokio::test]
+async fn a_request_without_the_claim_has_no_tenant_and_is_answered_401_in_json() {
     let req = http_event("http-api-v2-no-tenant.json", &[]);
     assert_eq!(tenant(&req, "tenant"), None);
-    let response = no_tenant("tenant");
+    let guarded = Router::new().fallback(|parts: http::request::Parts| async move {
+        JwtClaim::new("tenant")
+            .authenticate(&parts)
+            .map(|t| t.to_string())
+    });
+    let response = answer(&guarded, req).await;
     assert_eq!(response.status(), 401);
     assert_eq!(response.headers()["content-type"], "application/json");
     let Body::Text(text) = response.body() else {
@@ -70,8 +122,8 @@ fn a_request_without_the_claim_has_no_tenant_and_is_answered_401_in_json() {
     );
 }
 
-#[test]
-fn a_base64_body_from_api_gateway_reaches_the_handler_as_the_exact_bytes_sent() {
+#[tokio::test]
+async fn a_base64_body_from_api_gateway_reaches_the_handler_as_the_exact_bytes_sent() {
     let encoded = base64::engine::general_purpose::STANDARD.encode(BINARY);
     let req = http_event(
         "http-api-v2-webhook-source.json",
@@ -83,41 +135,41 @@ fn a_base64_body_from_api_gateway_reaches_the_handler_as_the_exact_bytes_sent() 
         ],
     );
     assert!(matches!(req.body(), Body::Binary(_)), "decoded to binary");
-    let api = to_api_request(req);
-    assert_eq!(api.path, "/hooks/sources/psp");
-    assert_eq!(&api.body[..], BINARY);
-    assert_eq!(api.headers["webhook-id"], "msg_1");
+    let seen = as_a_handler_sees_it(req).await;
+    assert_eq!(seen["path"], "/hooks/sources/psp");
+    assert_eq!(body_bytes(&seen), BINARY);
+    assert_eq!(seen["headers"]["webhook-id"], "msg_1");
 }
 
-#[test]
-fn a_function_url_request_is_read_like_an_http_api_one_with_its_query_and_raw_body() {
+#[tokio::test]
+async fn a_function_url_request_is_read_like_an_http_api_one_with_its_query_and_raw_body() {
     let encoded = base64::engine::general_purpose::STANDARD.encode(BINARY);
     let req = http_event(
         "function-url-webhook-token.json",
         &[("TOKEN", "cb_tok123"), ("BODY_BASE64", &encoded)],
     );
     assert_eq!(tenant(&req, "tenant"), None, "no authorizer behind a URL");
-    let api = to_api_request(req);
+    let seen = as_a_handler_sees_it(req).await;
     assert_eq!(
-        (api.method.as_str(), api.path.as_str()),
-        ("POST", "/hooks/cb_tok123")
+        (seen["method"].as_str(), seen["path"].as_str()),
+        (Some("POST"), Some("/hooks/cb_tok123"))
     );
-    assert_eq!(api.query, "attempt=2");
-    assert_eq!(&api.body[..], BINARY);
+    assert_eq!(seen["query"], "attempt=2");
+    assert_eq!(body_bytes(&seen), BINARY);
 }
 
-#[test]
-fn an_api_response_becomes_a_json_response_with_its_status_and_headers() {
-    let mut answer = siesta_api::ApiResponse {
-        status: http::StatusCode::CREATED,
-        headers: http::HeaderMap::new(),
-        body: serde_json::json!({"id": "run_1"}),
-    };
-    answer.headers.insert(
-        "idempotent-replayed",
-        http::HeaderValue::from_static("true"),
-    );
-    let response = from_api_response(answer);
+#[tokio::test]
+async fn a_router_answer_becomes_a_json_response_with_its_status_and_headers() {
+    let router = Router::new().fallback(|| async {
+        (
+            http::StatusCode::CREATED,
+            [("idempotent-replayed", "true")],
+            axum::Json(json!({"id": "run_1"})),
+        )
+            .into_response()
+    });
+    let req = http_event("http-api-v2-start-order.json", &[("TENANT", "acme")]);
+    let response = answer(&router, req).await;
     assert_eq!(response.status(), 201);
     assert_eq!(response.headers()["content-type"], "application/json");
     assert_eq!(response.headers()["idempotent-replayed"], "true");
