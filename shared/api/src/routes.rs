@@ -292,7 +292,6 @@ pub(crate) async fn list_runs(
             })
             .transpose()?,
         workflow: query.workflow,
-        ..RunFilter::default()
     };
     let limit = query.limit.map_or(50, |l| l.clamp(1, 200) as usize);
     let page = app

@@ -669,3 +669,89 @@ async fn only_a_parked_run_can_be_resumed() {
         "nothing changed"
     );
 }
+
+#[tokio::test]
+async fn a_body_over_the_limit_is_413_and_a_wrong_method_405_with_allow_both_in_json() {
+    let w = World::new();
+    let big = format!(
+        r#"{{"workflow":"quick","input":"{}"}}"#,
+        "x".repeat(siesta_api::DEFAULT_MAX_API_BODY)
+    );
+    let r = w.call("a", Method::POST, "/runs", &[], &big).await;
+    assert_eq!(r.status, StatusCode::PAYLOAD_TOO_LARGE, "{}", r.body);
+    assert_eq!(code(&r), "payload_too_large");
+    for (method, path, allowed) in [
+        (Method::DELETE, "/runs", &["GET", "POST"][..]),
+        (Method::PUT, "/runs/x/cancel", &["POST"][..]),
+        (Method::GET, "/hooks/cb_x", &["POST"][..]),
+    ] {
+        let r = w.call("a", method.clone(), path, &[], "").await;
+        assert_eq!(r.status, StatusCode::METHOD_NOT_ALLOWED, "{method} {path}");
+        assert_eq!(code(&r), "method_not_allowed", "{method} {path}");
+        let allow = r.headers["allow"].to_str().unwrap();
+        for m in allowed {
+            assert!(allow.contains(m), "{method} {path}: Allow: {allow}");
+        }
+    }
+    assert_eq!(
+        w.call("a", Method::GET, "/runs", &[], "").await.body["runs"],
+        json!([]),
+        "nothing was started"
+    );
+}
+
+/// An artifact store whose disk is full.
+struct FullDisk;
+
+#[async_trait::async_trait]
+impl siesta::ports::ArtifactStore for FullDisk {
+    async fn put(
+        &self,
+        _: &TenantId,
+        _: &RunId,
+        _: &str,
+        _: bytes::Bytes,
+    ) -> Result<ArtifactRef, siesta::ports::StoreError> {
+        Err(siesta::ports::StoreError::Unavailable(
+            "database or disk is full".into(),
+        ))
+    }
+
+    async fn get(&self, _: &ArtifactRef) -> Result<bytes::Bytes, siesta::ports::StoreError> {
+        Err(siesta::ports::StoreError::NotFound)
+    }
+}
+
+#[tokio::test]
+async fn storage_that_is_full_is_a_503_with_retry_after_and_nothing_is_started() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::default());
+    let embedded =
+        siesta_embedded::EmbeddedBackend::open(dir.path().join("db"), clock.clone()).unwrap();
+    let mut backend = embedded.backend();
+    backend.artifacts = Arc::new(FullDisk);
+    let engine = Engine::new(backend, clock, registry(), EngineConfig::default());
+    let router = ControlApi::new(engine.clone())
+        .authenticate(TenantHeader)
+        .router();
+    // Larger than the inline limit: the input goes to the (full) artifact store.
+    let input = "x".repeat(EngineConfig::default().inline_limit + 1);
+    let body = json!({"workflow": "approve", "input": input}).to_string();
+    let r = send(
+        &router,
+        request(Method::POST, "/runs", &[("x-test-tenant", "a")], &body),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{}", r.body);
+    assert_eq!(code(&r), "unavailable");
+    assert_eq!(
+        r.headers["retry-after"],
+        siesta_api::RETRY_AFTER_SECS.to_string().as_str()
+    );
+    let list = send(
+        &router,
+        request(Method::GET, "/runs", &[("x-test-tenant", "a")], ""),
+    )
+    .await;
+    assert_eq!(list.body["runs"], json!([]), "nothing was started");
+}
