@@ -57,7 +57,10 @@ impl Start {
 
 /// A `Prefer: wait` ends before API Gateway or the invocation gives up.
 async fn cap_wait(mut request: axum::extract::Request, next: Next) -> Response {
-    let deadline = request.extensions().lambda_context_ref().map(|c| c.deadline);
+    let deadline = request
+        .extensions()
+        .lambda_context_ref()
+        .map(|c| c.deadline);
     let cap = max_wait(siesta_lambda::now_ms(), deadline);
     request.extensions_mut().insert(MaxWait(cap));
     next.run(request).await
