@@ -55,17 +55,24 @@ async fn the_run_view_shows_the_build_the_run_started_on() {
     };
     let env = TestEnv::builder(registry).engine_config(config).build();
     let run = env.execute("quick", 1).await;
-    let req = ApiRequest {
-        method: Method::GET,
-        path: format!("/runs/{}", run.id),
-        query: String::new(),
-        headers: HeaderMap::new(),
-        body: Bytes::new(),
-    };
+    let keys = siesta_api::ApiKeys::new(std::collections::HashMap::from([(
+        "k".to_owned(),
+        env.tenant().clone(),
+    )]));
+    let req = http::Request::get(format!("/runs/{}", run.id))
+        .header("authorization", "Bearer k")
+        .body(axum::body::Body::empty())
+        .unwrap();
     let response = ControlApi::new(env.engine())
-        .handle(env.tenant(), req)
-        .await;
-    assert_eq!(response.status, StatusCode::OK);
-    let json = response.body;
+        .authenticate(keys)
+        .router()
+        .oneshot(req)
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
     assert_eq!(json["build_id"], "shop@1.4.0+9f2c1e0");
 }
