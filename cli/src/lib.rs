@@ -1,6 +1,6 @@
-//! The `siesta` command's library: the local dev server (so tests can start it
-//! in-process on an ephemeral port) and the client for `siesta runs`.
+//! The `siesta` command's library: the client for `siesta runs`, `siesta bench`, and
+//! what `siesta new` writes.
 
 pub mod bench;
-pub mod dev;
+pub mod new;
 pub mod runs;

@@ -1,10 +1,13 @@
-//! `siesta`: run Siesta locally, on the embedded backend, with no AWS account.
+//! `siesta`: the examples app (`dev`, `lambda`: the example workflows served by
+//! [`siesta_app`], as any app serves its own) plus the tools: `new` scaffolds an app,
+//! `runs` steers a server's runs, `bootstrap` creates the AWS resources, `demo` runs
+//! the order example end to end.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory as _, Parser, Subcommand};
 use siesta::*;
 
 #[derive(Parser)]
@@ -15,11 +18,27 @@ use siesta::*;
 )]
 struct Cli {
     #[command(subcommand)]
-    command: Command,
+    command: Option<Command>,
 }
 
 #[derive(Subcommand)]
 enum Command {
+    /// `dev` and `lambda`: the example workflows served as any Siesta app serves its own.
+    #[command(flatten)]
+    App(siesta_app::Command),
+    /// Create a Siesta app in DIR: a crate whose one binary serves `dev` and the four
+    /// Lambda roles, a `hello` workflow with its test, a SAM template and a README.
+    New {
+        /// The directory to create; its last component names the crate.
+        dir: PathBuf,
+        /// Depend on the Siesta checkout at this path (default: the checkout this
+        /// `siesta` was built from).
+        #[arg(long, conflicts_with = "siesta_git")]
+        siesta_path: Option<PathBuf>,
+        /// Depend on Siesta from this git repository.
+        #[arg(long)]
+        siesta_git: Option<String>,
+    },
     /// Inspect and steer runs on a running server.
     Runs {
         /// The server's URL.
@@ -38,46 +57,6 @@ enum Command {
         json: bool,
         #[command(subcommand)]
         action: RunsAction,
-    },
-    /// Serve the API and webhooks on 127.0.0.1, with a queue worker and a sweep ticker,
-    /// on the embedded backend (data kept in `--data-dir`, surviving restarts) or, with
-    /// `--backend aws`, on DynamoDB, S3 and SQS.
-    Dev {
-        /// Port to listen on (0 picks a free one).
-        #[arg(long, default_value_t = 8080)]
-        port: u16,
-        /// Where the data lives.
-        #[arg(long, default_value = ".siesta")]
-        data_dir: PathBuf,
-        /// API keys as `key=tenant,...`; without any, auth is off and the tenant is `default`.
-        #[arg(long, env = "SIESTA_API_KEYS", default_value = "")]
-        api_keys: String,
-        /// Lease length in milliseconds: how soon a run held by a crashed process is
-        /// taken over.
-        #[arg(long, default_value_t = 60_000)]
-        lease_ttl_ms: u64,
-        /// How often the sweep runs, in milliseconds.
-        #[arg(long, default_value_t = 5_000)]
-        sweep_every_ms: u64,
-        /// Webhook sources as a JSON array (see the README).
-        #[arg(long, env = "SIESTA_WEBHOOK_SOURCES", default_value = "")]
-        webhook_sources: String,
-        /// Where runs live: `embedded` (a SQLite file in `--data-dir`) or `aws`
-        /// (DynamoDB, S3 and SQS, on the emulators or on AWS).
-        #[arg(long, env = "SIESTA_BACKEND", value_enum, default_value_t = BackendKind::Embedded)]
-        backend: BackendKind,
-        /// Most wake-ups the worker handles at once (one slow step never holds up
-        /// another run while slots are free).
-        #[arg(long, default_value_t = siesta::WorkerConfig::default().concurrency)]
-        workers: usize,
-        /// What an acknowledged write to the embedded backend survives: `full` (the
-        /// default) fsyncs before every acknowledgement, so it survives an OS crash or a
-        /// power loss; `relaxed` skips the fsync — faster, but the last writes before
-        /// an OS crash may be lost (a process kill loses nothing).
-        #[arg(long, value_enum, default_value_t = DurabilityKind::Full)]
-        durability: DurabilityKind,
-        #[command(flatten)]
-        aws: AwsArgs,
     },
     /// Create the AWS backend's table, bucket, queue and dead-letter queue from
     /// infra/template.yaml (idempotent), where the AWS configuration points (the
@@ -113,59 +92,6 @@ enum Command {
         #[arg(long)]
         data_dir: Option<PathBuf>,
     },
-}
-
-/// Which backend `siesta dev` runs on.
-#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-enum BackendKind {
-    /// A SQLite file in the data dir; nothing else needed.
-    Embedded,
-    /// DynamoDB, S3 and SQS, configured as every AWS tool is (the default credential
-    /// chain, `AWS_REGION`, `AWS_ENDPOINT_URL`, `AWS_ENDPOINT_URL_<SERVICE>`).
-    Aws,
-}
-
-/// What an acknowledged write to the embedded backend survives.
-#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-enum DurabilityKind {
-    /// fsync before every acknowledgement (group commit): survives an OS crash.
-    Full,
-    /// No fsync: survives a process kill, not an OS crash or a power loss.
-    Relaxed,
-}
-
-/// Where the AWS backend's resources are.
-#[derive(clap::Args)]
-struct AwsArgs {
-    /// The DynamoDB table of runs.
-    #[arg(long, env = "SIESTA_TABLE")]
-    table: Option<String>,
-    /// The S3 bucket of artifacts.
-    #[arg(long, env = "SIESTA_BUCKET")]
-    bucket: Option<String>,
-    /// The SQS queue of wake-ups (its URL).
-    #[arg(long, env = "SIESTA_QUEUE_URL")]
-    queue_url: Option<String>,
-    /// Its dead-letter queue (its URL).
-    #[arg(long, env = "SIESTA_DLQ_URL")]
-    dlq_url: Option<String>,
-}
-
-impl AwsArgs {
-    /// The resource names, or a clear error naming what is missing.
-    fn names(self) -> anyhow::Result<siesta_aws::ResourceNames> {
-        let need = |v: Option<String>, flag: &str, var: &str| {
-            v.filter(|v| !v.trim().is_empty()).with_context(|| {
-                format!("--backend aws needs {flag} (or {var}); `siesta bootstrap` creates the resources and prints them")
-            })
-        };
-        Ok(siesta_aws::ResourceNames {
-            table: need(self.table, "--table", "SIESTA_TABLE")?,
-            bucket: need(self.bucket, "--bucket", "SIESTA_BUCKET")?,
-            queue_url: need(self.queue_url, "--queue-url", "SIESTA_QUEUE_URL")?,
-            dead_letter_queue_url: need(self.dlq_url, "--dlq-url", "SIESTA_DLQ_URL")?,
-        })
-    }
 }
 
 #[derive(Subcommand)]
@@ -218,16 +144,55 @@ enum RunsAction {
     },
 }
 
+/// The examples app: the example workflows, with this build's id.
+fn app() -> siesta_app::App {
+    siesta_app::App::new(siesta_workflows::registry())
+        .name("siesta")
+        .build_id(siesta_app::build_id!())
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("SIESTA_LOG")
-                .unwrap_or_else(|_| "warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
-    match Cli::parse().command {
+    let command = match Cli::parse().command {
+        Some(command) => command,
+        // A Lambda function's `bootstrap` is started with no arguments.
+        None => match siesta_app::Command::from_env() {
+            Some(role) => Command::App(role),
+            None => {
+                Cli::command().print_help()?;
+                std::process::exit(2);
+            }
+        },
+    };
+    if !matches!(command, Command::App(_)) {
+        tracing_subscriber::fmt()
+            .with_env_filter(
+                tracing_subscriber::EnvFilter::try_from_env("SIESTA_LOG")
+                    .unwrap_or_else(|_| "warn".into()),
+            )
+            .with_writer(std::io::stderr)
+            .init();
+    }
+    match command {
+        Command::App(command) => app().run(command).await,
+        Command::New {
+            dir,
+            siesta_path,
+            siesta_git,
+        } => {
+            use siesta_cli::new::Source;
+            let source = match (siesta_path, siesta_git) {
+                (Some(path), _) => Source::Path(
+                    std::fs::canonicalize(&path)
+                        .with_context(|| format!("--siesta-path {}", path.display()))?,
+                ),
+                (None, Some(url)) => Source::Git(url),
+                (None, None) => Source::this_checkout().context(
+                    "this siesta was not built from a checkout that is still there: pass --siesta-path or --siesta-git",
+                )?,
+            };
+            siesta_cli::new::scaffold(&dir, &source)
+        }
         Command::Demo { data_dir } => demo(data_dir).await,
         Command::Bench {
             rounds,
@@ -256,40 +221,6 @@ async fn main() -> anyhow::Result<()> {
             println!("export SIESTA_DLQ_URL={}", created.dead_letter_queue_url);
             Ok(())
         }
-        Command::Dev {
-            port,
-            data_dir,
-            api_keys,
-            lease_ttl_ms,
-            sweep_every_ms,
-            webhook_sources,
-            backend,
-            workers,
-            durability,
-            aws,
-        } => {
-            let mut options = siesta_cli::dev::DevOptions::new(data_dir);
-            options.api_keys = siesta_cli::dev::DevOptions::parse_api_keys(&api_keys)?;
-            options.lease_ttl = Duration::from_millis(lease_ttl_ms.max(100));
-            options.sweep_every = Duration::from_millis(sweep_every_ms.max(50));
-            options.workers = workers.max(1);
-            options.durability = match durability {
-                DurabilityKind::Full => siesta_embedded::Durability::Full,
-                DurabilityKind::Relaxed => siesta_embedded::Durability::Relaxed,
-            };
-            options.sources = siesta_api::WebhookSource::parse_all(&webhook_sources)
-                .map_err(anyhow::Error::msg)?;
-            if backend == BackendKind::Aws {
-                let names = aws.names()?;
-                let sdk = siesta_aws::sdk_config_from_env().await;
-                println!(
-                    "AWS backend: table {}, bucket {}, queue {}",
-                    names.table, names.bucket, names.queue_url
-                );
-                options.backend = Some(siesta_aws::AwsBackend::new(&sdk, names).backend());
-            }
-            dev(port, options).await
-        }
         Command::Runs {
             url,
             api_key,
@@ -311,43 +242,11 @@ async fn main() -> anyhow::Result<()> {
     }
 }
 
-async fn dev(port: u16, options: siesta_cli::dev::DevOptions) -> anyhow::Result<()> {
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
-        .await
-        .with_context(|| format!("binding 127.0.0.1:{port}"))?;
-    let server =
-        siesta_cli::dev::start(listener, options.clone(), siesta_workflows::registry()).await?;
-    match options.backend {
-        Some(_) => println!("siesta dev listening on http://{}", server.addr),
-        None => println!(
-            "siesta dev listening on http://{} (data in {})",
-            server.addr,
-            options.data_dir.display()
-        ),
-    }
-    println!(
-        "workflows: {}",
-        server
-            .engine
-            .registry()
-            .names()
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
-    if options.api_keys.is_empty() {
-        println!("auth is off: every request is tenant `default`");
-    }
-    println!("web UI: http://{}/", server.addr);
-    tokio::signal::ctrl_c().await?;
-    server.stop();
-    Ok(())
-}
-
 async fn demo(data_dir: Option<PathBuf>) -> anyhow::Result<()> {
     let temp = tempfile::tempdir()?;
     let dir = data_dir.unwrap_or_else(|| temp.path().to_owned());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let mut options = siesta_cli::dev::DevOptions::new(dir.clone());
+    let mut options = siesta_app::dev::DevOptions::new(dir.clone());
     // The payment provider signs its webhooks with a fresh Standard Webhooks secret: 40
     // random hex digits are valid base64 (a 30-byte key) after `whsec_`.
     let secret = format!("whsec_{}", &CallbackId::generate().0["cb_".len()..]);
@@ -364,7 +263,7 @@ async fn demo(data_dir: Option<PathBuf>) -> anyhow::Result<()> {
         })
         .map_err(anyhow::Error::msg)?,
     ];
-    let server = siesta_cli::dev::start(listener, options, siesta_workflows::registry()).await?;
+    let server = siesta_app::dev::start(listener, options, siesta_workflows::registry()).await?;
     let base = format!("http://{}", server.addr);
     let http = reqwest::Client::new();
     println!(

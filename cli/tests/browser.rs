@@ -15,7 +15,7 @@ use fantoccini::{Client, ClientBuilder, Locator};
 use futures::FutureExt as _;
 use serde_json::{Value, json};
 use siesta::{Context, Error, Registry, RetryStrategy, StepError};
-use siesta_cli::dev::{DevOptions, DevServer, start};
+use siesta_app::dev::{DevOptions, DevServer, start};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 

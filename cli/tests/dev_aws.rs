@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use siesta_api::signature::{Scheme, Secret, sign};
-use siesta_cli::dev::{DevOptions, start};
+use siesta_app::dev::{DevOptions, start};
 
 const SECRET: &str = "whsec_cHNwLXNlY3JldA==";
 

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use siesta_cli::dev::{DevOptions, DevServer, start};
+use siesta_app::dev::{DevOptions, DevServer, start};
 
 async fn server(keys: &str) -> (DevServer, tempfile::TempDir, String) {
     let keys = DevOptions::parse_api_keys(keys).unwrap();

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use siesta::{Context, Registry, RetryStrategy};
-use siesta_cli::dev::{DevOptions, start};
+use siesta_app::dev::{DevOptions, start};
 
 fn registry() -> Registry {
     let mut registry = Registry::new();

@@ -106,7 +106,7 @@ async fn stack(registry: Registry, lease_ttl: Duration) -> Option<Stack> {
         ),
         webhook_sources_parameter: None,
     };
-    let engine = settings.engine_with(&env.sdk, registry).await;
+    let engine = settings.engine(&env.sdk, registry).await;
     let webhook =
         siesta_webhook_fn::Webhook::new(engine.clone(), settings.clone(), env.sdk.clone())
             .await
@@ -459,7 +459,9 @@ async fn webhook_sources_come_from_an_ssm_secure_string_and_a_rotated_secret_tak
     assert!(err.to_string().contains("/siesta/test/missing"), "{err}");
 
     // The function reads the parameter once, then again once the cache is a second old.
-    let engine = settings.engine(&env.sdk).await;
+    let engine = settings
+        .engine(&env.sdk, siesta_workflows::registry())
+        .await;
     let webhook = siesta_webhook_fn::Webhook::new(engine, settings, env.sdk.clone())
         .await
         .expect("sources from SSM")
@@ -626,4 +628,301 @@ fn wake_ids(event: &SqsEvent) -> Vec<String> {
             w["run_id"].as_str().unwrap().to_owned()
         })
         .collect()
+}
+
+/// The Lambda Runtime API, as far as a function uses it: `next` hands out the events the
+/// test queued (holding the request until there is one), `response` and `error` hand
+/// back what the function answered.
+mod runtime_api {
+    use std::sync::Arc;
+
+    use axum::Router;
+    use axum::extract::{Path, State};
+    use axum::http::{HeaderMap, HeaderValue, StatusCode};
+    use axum::routing::{get, post};
+    use serde_json::Value;
+    use tokio::sync::{Mutex, mpsc};
+
+    #[derive(Clone)]
+    struct Stub {
+        events: Arc<Mutex<mpsc::UnboundedReceiver<(String, Value)>>>,
+        answers: mpsc::UnboundedSender<(String, Result<Value, Value>)>,
+    }
+
+    /// One function's Runtime API on a free port.
+    pub(crate) struct RuntimeApi {
+        pub(crate) addr: std::net::SocketAddr,
+        events: mpsc::UnboundedSender<(String, Value)>,
+        answers: mpsc::UnboundedReceiver<(String, Result<Value, Value>)>,
+        invocations: u32,
+    }
+
+    impl RuntimeApi {
+        pub(crate) async fn start() -> RuntimeApi {
+            let (events, queued) = mpsc::unbounded_channel();
+            let (answered, answers) = mpsc::unbounded_channel();
+            let stub = Stub {
+                events: Arc::new(Mutex::new(queued)),
+                answers: answered,
+            };
+            let app = Router::new()
+                .route("/2018-06-01/runtime/invocation/next", get(next))
+                .route(
+                    "/2018-06-01/runtime/invocation/{id}/response",
+                    post(response),
+                )
+                .route("/2018-06-01/runtime/invocation/{id}/error", post(error))
+                .with_state(stub);
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            tokio::spawn(async move { axum::serve(listener, app).await });
+            RuntimeApi {
+                addr,
+                events,
+                answers,
+                invocations: 0,
+            }
+        }
+
+        /// Invoke the function with `event`; what it answered (`Err`: what it reported
+        /// as the invocation's error).
+        pub(crate) async fn invoke(&mut self, event: Value) -> Result<Value, Value> {
+            self.invocations += 1;
+            let id = format!("request-{}", self.invocations);
+            self.events.send((id.clone(), event)).unwrap();
+            let (answered, answer) =
+                tokio::time::timeout(std::time::Duration::from_secs(60), self.answers.recv())
+                    .await
+                    .expect("the function answered within a minute")
+                    .expect("the stub is running");
+            assert_eq!(answered, id, "answers come in order");
+            answer
+        }
+    }
+
+    async fn next(State(stub): State<Stub>) -> (HeaderMap, String) {
+        let (id, event) = stub
+            .events
+            .lock()
+            .await
+            .recv()
+            .await
+            .expect("the test is running");
+        let deadline = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis()
+            + 60_000;
+        let mut headers = HeaderMap::new();
+        let value = |s: String| HeaderValue::from_str(&s).unwrap();
+        headers.insert("lambda-runtime-aws-request-id", value(id));
+        headers.insert("lambda-runtime-deadline-ms", value(deadline.to_string()));
+        headers.insert(
+            "lambda-runtime-invoked-function-arn",
+            value("arn:aws:lambda:us-east-1:123456789012:function:e2e".into()),
+        );
+        headers.insert("content-type", value("application/json".into()));
+        (headers, event.to_string())
+    }
+
+    async fn response(
+        State(stub): State<Stub>,
+        Path(id): Path<String>,
+        body: String,
+    ) -> StatusCode {
+        let answer = serde_json::from_str(&body).unwrap_or(Value::String(body));
+        let _ = stub.answers.send((id, Ok(answer)));
+        StatusCode::ACCEPTED
+    }
+
+    async fn error(State(stub): State<Stub>, Path(id): Path<String>, body: String) -> StatusCode {
+        let answer = serde_json::from_str(&body).unwrap_or(Value::String(body));
+        let _ = stub.answers.send((id, Err(answer)));
+        StatusCode::ACCEPTED
+    }
+}
+
+/// The `siesta` binary (the examples app) this workspace built: beside this test's
+/// `deps/` directory. `cargo test --workspace` builds it (the CLI's own tests run it);
+/// when a narrower command did not, it is built here.
+fn siesta_binary() -> std::path::PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let profile_dir = exe.parent().and_then(|deps| deps.parent()).unwrap();
+    let binary = profile_dir.join(format!("siesta{}", std::env::consts::EXE_SUFFIX));
+    if !binary.is_file() {
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let built = std::process::Command::new(cargo)
+            .args(["build", "--offline", "-p", "siesta-cli", "--bin", "siesta"])
+            .env("CARGO_TARGET_DIR", profile_dir.parent().unwrap())
+            .status()
+            .expect("run cargo");
+        assert!(built.success(), "building the siesta binary");
+    }
+    binary
+}
+
+/// Kills a function's process when the test ends, however it ends.
+struct Function(std::process::Child);
+
+impl Drop for Function {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The `siesta` binary started as a Lambda function would start it — `bootstrap`, no
+/// arguments, the role in `SIESTA_ROLE` — on `api`, over `settings`' resources.
+fn function(role: &str, api: &runtime_api::RuntimeApi, settings: &Settings) -> Function {
+    let child = std::process::Command::new(siesta_binary())
+        .env("SIESTA_ROLE", role)
+        .env("AWS_LAMBDA_RUNTIME_API", api.addr.to_string())
+        .env("AWS_LAMBDA_FUNCTION_NAME", format!("e2e-{role}"))
+        .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "256")
+        .env("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST")
+        .env(
+            "AWS_LAMBDA_LOG_GROUP_NAME",
+            format!("/aws/lambda/e2e-{role}"),
+        )
+        .env("AWS_LAMBDA_LOG_STREAM_NAME", "e2e")
+        .env("SIESTA_TABLE", &settings.resources.table)
+        .env("SIESTA_BUCKET", &settings.resources.bucket)
+        .env("SIESTA_QUEUE_URL", &settings.resources.queue_url)
+        .env("SIESTA_DLQ_URL", &settings.resources.dead_letter_queue_url)
+        .env("SIESTA_CALLBACK_BASE_URL", &settings.callback_base_url)
+        .env("SIESTA_WEBHOOK_SOURCES", &settings.webhook_sources)
+        .env("SIESTA_SAFETY_MARGIN_MS", "2000")
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("start the siesta binary");
+    Function(child)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_binary_serves_the_four_roles_an_order_runs_through_all_of_them() {
+    let Some(s) = stack(siesta_workflows::registry(), Duration::from_secs(30)).await else {
+        return;
+    };
+    let mut apis = Vec::new();
+    for _ in 0..4 {
+        apis.push(runtime_api::RuntimeApi::start().await);
+    }
+    let [mut start_api, mut step_api, mut webhook_api, mut sweep_api] =
+        <[_; 4]>::try_from(apis).ok().unwrap();
+    let _start = function("start", &start_api, &s.settings);
+    let _step = function("step", &step_api, &s.settings);
+    let _webhook = function("webhook", &webhook_api, &s.settings);
+    let _sweep = function("sweep", &sweep_api, &s.settings);
+    let fixture_json = |name: &str, replacements: &[(&str, &str)]| -> Value {
+        let mut text = fixture(name);
+        for (from, to) in replacements {
+            text = text.replace(from, to);
+        }
+        serde_json::from_str(&text).unwrap()
+    };
+    let body = |response: &Value| -> Value {
+        serde_json::from_str(response["body"].as_str().unwrap_or("null")).unwrap()
+    };
+
+    // start: POST /runs through API Gateway's event.
+    let started = start_api
+        .invoke(fixture_json(
+            "http-api-v2-start-order.json",
+            &[("TENANT", &s.tenant)],
+        ))
+        .await
+        .expect("the start function answered");
+    assert_eq!(started["statusCode"], 201, "{started}");
+    let run_id = body(&started)["id"].as_str().unwrap().to_owned();
+
+    // step: the start's wake-up, as the event source mapping hands it over.
+    let mut stepped = 0;
+    let waiting = loop {
+        let event = s.sqs_event().await;
+        if !event.records.is_empty() {
+            let answer = step_api
+                .invoke(serde_json::to_value(&event).unwrap())
+                .await
+                .expect("the step function answered");
+            assert_eq!(answer["batchItemFailures"], json!([]), "{answer}");
+            for r in &event.records {
+                let _ = s
+                    .sqs
+                    .delete_message()
+                    .queue_url(&s.settings.resources.queue_url)
+                    .receipt_handle(r.receipt_handle.clone().unwrap())
+                    .send()
+                    .await;
+            }
+            stepped += 1;
+        }
+        let (_, run) = s.api("http-api-v2-get-run.json", &run_id).await;
+        if run["status"] == "waiting" {
+            break run;
+        }
+        assert!(stepped < 20, "the run never waited: {run}");
+    };
+
+    // webhook: the payment provider's signed callback.
+    let callback_id = waiting["waits"][0]["callback_id"].as_str().unwrap();
+    let paid = serde_json::to_vec(
+        &json!({"callback_id": callback_id, "status": "COMPLETED", "transaction_id": "txn_roles"}),
+    )
+    .unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let secret = Secret::parse(Scheme::StandardWebhooks, SECRET).unwrap();
+    let headers = sign(Scheme::StandardWebhooks, &secret, "psp-roles", now, &paid);
+    let header = |name: &str| {
+        headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.clone())
+            .unwrap()
+    };
+    let encoded = base64::engine::general_purpose::STANDARD.encode(&paid);
+    let acked = webhook_api
+        .invoke(fixture_json(
+            "http-api-v2-webhook-source.json",
+            &[
+                ("WEBHOOK_ID", &header("webhook-id")),
+                ("WEBHOOK_TIMESTAMP", &header("webhook-timestamp")),
+                ("WEBHOOK_SIGNATURE", &header("webhook-signature")),
+                ("BODY_BASE64", &encoded),
+            ],
+        ))
+        .await
+        .expect("the webhook function answered");
+    assert_eq!(acked["statusCode"], 200, "{acked}");
+
+    // The delivery's wake-up is lost; the sweep finds the run due and wakes it again.
+    let lost = s.sqs_event().await;
+    for r in &lost.records {
+        s.sqs
+            .delete_message()
+            .queue_url(&s.settings.resources.queue_url)
+            .receipt_handle(r.receipt_handle.clone().unwrap())
+            .send()
+            .await
+            .unwrap();
+    }
+    let swept = sweep_api
+        .invoke(fixture_json("eventbridge-scheduled.json", &[]))
+        .await
+        .expect("the sweep function answered");
+    assert_eq!(swept["woken"], 1, "{swept}");
+
+    let event = s.sqs_event().await;
+    assert_eq!(event.records.len(), 1, "the sweep's wake-up");
+    let answer = step_api
+        .invoke(serde_json::to_value(&event).unwrap())
+        .await
+        .expect("the step function answered");
+    assert_eq!(answer["batchItemFailures"], json!([]), "{answer}");
+    let (_, done) = s.api("http-api-v2-get-run.json", &run_id).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(done["output"]["transaction_id"], "txn_roles", "{done}");
 }

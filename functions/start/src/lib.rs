@@ -2,6 +2,10 @@
 //! router, the same one `siesta dev` serves, with the tenant taken from the JWT
 //! authorizer's claim and idempotent replays counted.
 
+mod runtime;
+
+pub use runtime::run;
+
 use std::time::Duration;
 
 use axum::Router;

@@ -3,6 +3,10 @@
 //! schedules its own continuation), and only the failed messages reported back
 //! (`ReportBatchItemFailures`), so SQS redelivers those and no others.
 
+mod runtime;
+
+pub use runtime::run;
+
 use std::time::{Duration, Instant};
 
 use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent};

@@ -7,6 +7,10 @@
 //! a run stays due until the step function has handled its wake-up, so a second page
 //! taken at once would be the first page again — the same wake-ups sent twice.
 
+mod runtime;
+
+pub use runtime::run;
+
 use serde_json::{Value, json};
 use siesta::{Engine, EngineError};
 use siesta_lambda::metrics::{Unit, emit};

@@ -4,6 +4,10 @@
 //! and re-read at most every [`SOURCES_REFRESH`], so a rotated secret takes effect
 //! without a deploy.
 
+mod runtime;
+
+pub use runtime::run;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};

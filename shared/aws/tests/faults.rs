@@ -17,6 +17,33 @@ use support::faults::{Fault, FaultyClient};
 
 const ATTEMPT_TIMEOUT: Duration = Duration::from_millis(800);
 
+/// An order's shape (the examples' `order`, kept here so this library's tests do not
+/// depend on the examples): a step, a callback, a side-effecting tool call, the wait,
+/// a last step.
+fn order_registry() -> Registry {
+    let mut registry = Registry::new();
+    registry.register("order", |ctx: Context, input: serde_json::Value| async move {
+        let order_id: String = ctx
+            .step("create_order", |_| async { Ok("ord-1".to_owned()) })
+            .await?;
+        let payment = ctx
+            .create_callback::<serde_json::Value>("payment")
+            .timeout(Duration::from_secs(3600))
+            .await?;
+        let url = payment.url();
+        ctx.tool_call("request_payment", &(&order_id, &input), move |_| async move {
+            Ok(json!({"callback_url": url}))
+        })
+        .await?;
+        let event = payment.wait().await?;
+        let tracking: String = ctx
+            .step("ship", |_| async { Ok("TRK-1".to_owned()) })
+            .await?;
+        Ok(json!({"order_id": order_id, "transaction_id": event["transaction_id"], "tracking": tracking}))
+    });
+    registry
+}
+
 async fn order_completes_exactly_once_under(fault: Fault) {
     let Some(env) = support::emulators().await else {
         return;
@@ -47,7 +74,7 @@ async fn order_completes_exactly_once_under(fault: Fault) {
     let engine = Engine::new(
         backend.clone(),
         Arc::new(SystemClock),
-        siesta_workflows::registry(),
+        order_registry(),
         EngineConfig {
             lease_ttl: Duration::from_secs(3),
             ..EngineConfig::default()

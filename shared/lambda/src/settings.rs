@@ -80,14 +80,9 @@ impl Settings {
         })
     }
 
-    /// The engine over the AWS backend, with the example workflows' registry. Build it
-    /// once per container, outside the handler: the SDK clients keep their connections.
-    pub async fn engine(&self, sdk: &aws_config::SdkConfig) -> Engine {
-        self.engine_with(sdk, siesta_workflows::registry()).await
-    }
-
-    /// Like [`Settings::engine`], running `registry`'s workflows.
-    pub async fn engine_with(&self, sdk: &aws_config::SdkConfig, registry: Registry) -> Engine {
+    /// The engine over the AWS backend, running `registry`'s workflows. Build it once per
+    /// container, outside the handler: the SDK clients keep their connections.
+    pub async fn engine(&self, sdk: &aws_config::SdkConfig, registry: Registry) -> Engine {
         let options = AwsOptions {
             retention: self.retention,
             ..AwsOptions::default()

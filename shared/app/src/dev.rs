@@ -1,4 +1,4 @@
-//! `siesta dev`: the four handlers in one process on the embedded backend — an HTTP
+//! `dev`: the four handlers in one process on the embedded backend — an HTTP
 //! server for the control API and webhooks, a queue worker standing in for the SQS
 //! trigger, and a sweep ticker standing in for EventBridge.
 

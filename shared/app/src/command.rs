@@ -1,0 +1,210 @@
+//! The commands every Siesta app binary has: `dev` and `lambda ROLE`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context as _;
+
+use crate::App;
+use crate::dev::DevOptions;
+use crate::lambda::Role;
+
+/// The commands an [`App`] runs. Flatten it into a CLI of your own
+/// (`#[command(flatten)]`) to keep them beside yours, and hand the parsed value to
+/// [`App::run`].
+#[derive(Debug, clap::Subcommand)]
+pub enum Command {
+    /// Serve the API and webhooks on 127.0.0.1, with a queue worker and a sweep ticker,
+    /// on the embedded backend (data kept in `--data-dir`, surviving restarts) or, with
+    /// `--backend aws`, on DynamoDB, S3 and SQS.
+    Dev(DevArgs),
+    /// Serve one of the four Lambda functions on the Lambda runtime (what a function's
+    /// `bootstrap` runs; the template sets `SIESTA_ROLE` instead of passing this).
+    Lambda {
+        /// Which function: `start` (the HTTP API), `step` (SQS wake-ups), `webhook`, or
+        /// `sweep` (the schedule).
+        #[arg(value_enum, env = "SIESTA_ROLE")]
+        role: Role,
+    },
+}
+
+impl Command {
+    /// The Lambda role `SIESTA_ROLE` names, if it names one: what a function runs when
+    /// its `bootstrap` is started with no arguments.
+    pub fn from_env() -> Option<Command> {
+        let role = std::env::var("SIESTA_ROLE").ok()?;
+        let role = <Role as clap::ValueEnum>::from_str(role.trim(), true).ok()?;
+        Some(Command::Lambda { role })
+    }
+}
+
+/// The options of `dev`.
+#[derive(Debug, clap::Args)]
+pub struct DevArgs {
+    /// Port to listen on (0 picks a free one).
+    #[arg(long, default_value_t = 8080)]
+    pub port: u16,
+    /// Where the data lives.
+    #[arg(long, default_value = ".siesta")]
+    pub data_dir: PathBuf,
+    /// API keys as `key=tenant,...`; without any, auth is off and the tenant is `default`.
+    #[arg(long, env = "SIESTA_API_KEYS", default_value = "")]
+    pub api_keys: String,
+    /// Lease length in milliseconds: how soon a run held by a crashed process is
+    /// taken over.
+    #[arg(long, default_value_t = 60_000)]
+    pub lease_ttl_ms: u64,
+    /// How often the sweep runs, in milliseconds.
+    #[arg(long, default_value_t = 5_000)]
+    pub sweep_every_ms: u64,
+    /// Webhook sources as a JSON array (see the README).
+    #[arg(long, env = "SIESTA_WEBHOOK_SOURCES", default_value = "")]
+    pub webhook_sources: String,
+    /// Where runs live: `embedded` (a SQLite file in `--data-dir`) or `aws`
+    /// (DynamoDB, S3 and SQS, on the emulators or on AWS).
+    #[arg(long, env = "SIESTA_BACKEND", value_enum, default_value_t = BackendKind::Embedded)]
+    pub backend: BackendKind,
+    /// Most wake-ups the worker handles at once (one slow step never holds up
+    /// another run while slots are free).
+    #[arg(long, default_value_t = siesta::WorkerConfig::default().concurrency)]
+    pub workers: usize,
+    /// What an acknowledged write to the embedded backend survives: `full` (the
+    /// default) fsyncs before every acknowledgement, so it survives an OS crash or a
+    /// power loss; `relaxed` skips the fsync — faster, but the last writes before
+    /// an OS crash may be lost (a process kill loses nothing).
+    #[arg(long, value_enum, default_value_t = DurabilityKind::Full)]
+    pub durability: DurabilityKind,
+    /// Where the AWS backend's resources are.
+    #[command(flatten)]
+    pub aws: AwsArgs,
+}
+
+/// Which backend `dev` runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum BackendKind {
+    /// A SQLite file in the data dir; nothing else needed.
+    Embedded,
+    /// DynamoDB, S3 and SQS, configured as every AWS tool is (the default credential
+    /// chain, `AWS_REGION`, `AWS_ENDPOINT_URL`, `AWS_ENDPOINT_URL_<SERVICE>`).
+    Aws,
+}
+
+/// What an acknowledged write to the embedded backend survives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum DurabilityKind {
+    /// fsync before every acknowledgement (group commit): survives an OS crash.
+    Full,
+    /// No fsync: survives a process kill, not an OS crash or a power loss.
+    Relaxed,
+}
+
+/// Where the AWS backend's resources are.
+#[derive(Debug, clap::Args)]
+pub struct AwsArgs {
+    /// The DynamoDB table of runs.
+    #[arg(long, env = "SIESTA_TABLE")]
+    pub table: Option<String>,
+    /// The S3 bucket of artifacts.
+    #[arg(long, env = "SIESTA_BUCKET")]
+    pub bucket: Option<String>,
+    /// The SQS queue of wake-ups (its URL).
+    #[arg(long, env = "SIESTA_QUEUE_URL")]
+    pub queue_url: Option<String>,
+    /// Its dead-letter queue (its URL).
+    #[arg(long, env = "SIESTA_DLQ_URL")]
+    pub dlq_url: Option<String>,
+}
+
+impl AwsArgs {
+    /// The resource names, or a clear error naming what is missing.
+    pub fn names(self) -> anyhow::Result<siesta_aws::ResourceNames> {
+        let need = |v: Option<String>, flag: &str, var: &str| {
+            v.filter(|v| !v.trim().is_empty()).with_context(|| {
+                format!("--backend aws needs {flag} (or {var}); `siesta bootstrap` creates the resources and prints them")
+            })
+        };
+        Ok(siesta_aws::ResourceNames {
+            table: need(self.table, "--table", "SIESTA_TABLE")?,
+            bucket: need(self.bucket, "--bucket", "SIESTA_BUCKET")?,
+            queue_url: need(self.queue_url, "--queue-url", "SIESTA_QUEUE_URL")?,
+            dead_letter_queue_url: need(self.dlq_url, "--dlq-url", "SIESTA_DLQ_URL")?,
+        })
+    }
+}
+
+impl DevArgs {
+    /// The dev server's options these arguments name (the AWS backend is connected here).
+    pub async fn options(self) -> anyhow::Result<DevOptions> {
+        let mut options = DevOptions::new(self.data_dir);
+        options.api_keys = DevOptions::parse_api_keys(&self.api_keys)?;
+        options.lease_ttl = Duration::from_millis(self.lease_ttl_ms.max(100));
+        options.sweep_every = Duration::from_millis(self.sweep_every_ms.max(50));
+        options.workers = self.workers.max(1);
+        options.durability = match self.durability {
+            DurabilityKind::Full => siesta_embedded::Durability::Full,
+            DurabilityKind::Relaxed => siesta_embedded::Durability::Relaxed,
+        };
+        options.sources = siesta_api::WebhookSource::parse_all(&self.webhook_sources)
+            .map_err(anyhow::Error::msg)?;
+        if self.backend == BackendKind::Aws {
+            let names = self.aws.names()?;
+            let sdk = siesta_aws::sdk_config_from_env().await;
+            println!(
+                "AWS backend: table {}, bucket {}, queue {}",
+                names.table, names.bucket, names.queue_url
+            );
+            options.backend = Some(siesta_aws::AwsBackend::new(&sdk, names).backend());
+        }
+        Ok(options)
+    }
+}
+
+/// Log human-readable lines on stderr at the level `SIESTA_LOG` names (default `warn`),
+/// unless a subscriber is set up already.
+pub(crate) fn init_dev_logging() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("SIESTA_LOG")
+                .unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+/// `dev`: serve until Ctrl-C. The first line printed names the URL (tests and scripts
+/// read it).
+pub(crate) async fn dev(app: App, args: DevArgs) -> anyhow::Result<()> {
+    init_dev_logging();
+    let port = args.port;
+    let options = args.options().await?;
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+        .await
+        .with_context(|| format!("binding 127.0.0.1:{port}"))?;
+    let server = crate::dev::start(listener, options.clone(), app.registry).await?;
+    match options.backend {
+        Some(_) => println!("{} dev listening on http://{}", app.name, server.addr),
+        None => println!(
+            "{} dev listening on http://{} (data in {})",
+            app.name,
+            server.addr,
+            options.data_dir.display()
+        ),
+    }
+    println!(
+        "workflows: {}",
+        server
+            .engine
+            .registry()
+            .names()
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    println!("build: {}", app.build_id);
+    if options.api_keys.is_empty() {
+        println!("auth is off: every request is tenant `default`");
+    }
+    println!("web UI: http://{}/", server.addr);
+    tokio::signal::ctrl_c().await?;
+    server.stop();
+    Ok(())
+}
