@@ -110,7 +110,7 @@ pub fn render(template: &str, name: &str, source: &Source) -> String {
         .replace("{{siesta}}", &source.dependency("shared/siesta"))
         .replace("{{siesta-app}}", &source.dependency("shared/app"))
         .replace("{{siesta-build}}", &source.dependency("shared/build"))
-        .replace("{{siesta-embedded}}", &source.dependency("shared/embedded"))
+        .replace("{{siesta-testing}}", &source.dependency("shared/testing"))
 }
 
 fn write(dir: &Path, path: &str, text: &str) -> anyhow::Result<()> {

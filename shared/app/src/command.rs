@@ -32,7 +32,11 @@ impl Command {
     /// The Lambda role `SIESTA_ROLE` names, if it names one: what a function runs when
     /// its `bootstrap` is started with no arguments.
     pub fn from_env() -> Option<Command> {
-        let role = std::env::var("SIESTA_ROLE").ok()?;
+        Command::for_role(&std::env::var("SIESTA_ROLE").ok()?)
+    }
+
+    /// The Lambda role `role` names (`start`, `step`, `webhook`, `sweep`), if any.
+    pub fn for_role(role: &str) -> Option<Command> {
         let role = <Role as clap::ValueEnum>::from_str(role.trim(), true).ok()?;
         Some(Command::Lambda { role })
     }

@@ -135,6 +135,16 @@ impl App {
     /// The command the command line names, or the Lambda role `SIESTA_ROLE` names when it
     /// names no command.
     fn parse(&self) -> Result<Command, clap::Error> {
+        self.parse_from(std::env::args_os(), std::env::var("SIESTA_ROLE").ok())
+    }
+
+    /// [`App::parse`] over `args` (the program's name first) and `role` (the value of
+    /// `SIESTA_ROLE`).
+    fn parse_from(
+        &self,
+        args: impl IntoIterator<Item = impl Into<std::ffi::OsString> + Clone>,
+        role: Option<String>,
+    ) -> Result<Command, clap::Error> {
         use clap::{FromArgMatches as _, Subcommand as _};
         let cli = Command::augment_subcommands(
             clap::Command::new(self.name.clone())
@@ -142,12 +152,13 @@ impl App {
                 .about("Durable workflows on Siesta: the local server and the Lambda roles"),
         );
         let mut help = cli.clone();
-        let matches = cli.try_get_matches()?;
+        let matches = cli.try_get_matches_from(args)?;
         if matches.subcommand().is_none() {
-            return Command::from_env().ok_or_else(|| {
+            return role.as_deref().and_then(Command::for_role).ok_or_else(|| {
                 help.error(
                     clap::error::ErrorKind::MissingSubcommand,
-                    "name a command (e.g. `dev`), or set SIESTA_ROLE to a Lambda role",
+                    "name a command (e.g. `dev`), or set SIESTA_ROLE to a Lambda role \
+                         (start, step, webhook, sweep)",
                 )
             });
         }
@@ -167,5 +178,74 @@ impl App {
                     .map_err(|e| anyhow::anyhow!(e))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn app() -> App {
+        App::new(Registry::new())
+            .name("myapp")
+            .build_id("1.2.3+abc")
+    }
+
+    #[test]
+    fn dev_takes_the_options_siesta_dev_has() {
+        let command = app()
+            .parse_from(
+                [
+                    "myapp",
+                    "dev",
+                    "--port",
+                    "0",
+                    "--data-dir",
+                    "/tmp/d",
+                    "--backend",
+                    "aws",
+                ],
+                None,
+            )
+            .unwrap();
+        let Command::Dev(args) = command else {
+            panic!("{command:?}")
+        };
+        assert_eq!(args.port, 0);
+        assert_eq!(args.data_dir, std::path::PathBuf::from("/tmp/d"));
+        assert_eq!(args.backend, BackendKind::Aws);
+        assert_eq!(args.lease_ttl_ms, 60_000);
+    }
+
+    #[test]
+    fn a_lambda_role_is_named_by_the_command_or_by_siesta_role() {
+        let named = app().parse_from(["myapp", "lambda", "step"], None).unwrap();
+        assert!(
+            matches!(named, Command::Lambda { role: Role::Step }),
+            "{named:?}"
+        );
+        // A function's bootstrap is started with no arguments.
+        let configured = app()
+            .parse_from(["bootstrap"], Some("sweep".into()))
+            .unwrap();
+        assert!(
+            matches!(configured, Command::Lambda { role: Role::Sweep }),
+            "{configured:?}"
+        );
+    }
+
+    #[test]
+    fn no_command_and_no_role_is_a_usage_error_naming_both() {
+        for role in [None, Some("stepper".to_owned())] {
+            let err = app().parse_from(["myapp"], role).unwrap_err();
+            assert!(err.to_string().contains("SIESTA_ROLE"), "{err}");
+        }
+    }
+
+    #[test]
+    fn the_version_flag_prints_the_build_id() {
+        let err = app().parse_from(["myapp", "--version"], None).unwrap_err();
+        assert_eq!(err.kind(), clap::error::ErrorKind::DisplayVersion);
+        assert!(err.to_string().contains("1.2.3+abc"), "{err}");
     }
 }

@@ -3,11 +3,10 @@
 //! run records the build id it started on, so the same sources give the same id on every
 //! machine and any change to them gives another.
 //!
+//! The whole of an app's `build.rs`'s `main`:
+//!
 //! ```no_run
-//! // build.rs
-//! fn main() {
-//!     siesta_build::emit_source_hash(&["src", "Cargo.toml", "Cargo.lock"]);
-//! }
+//! siesta_build::emit_source_hash(&["src", "Cargo.toml", "Cargo.lock"]);
 //! ```
 //!
 //! It has no dependencies, so it adds nothing to a build but itself.
