@@ -105,6 +105,7 @@ async fn stack(registry: Registry, lease_ttl: Duration) -> Option<Stack> {
             r#"[{{"name": "psp", "scheme": "standard-webhooks", "secrets": ["{SECRET}"], "callback": "/callback_id"}}]"#
         ),
         webhook_sources_parameter: None,
+        build_id: "lambda-test@1".into(),
     };
     let engine = settings.engine(&env.sdk, registry).await;
     let webhook =
@@ -443,6 +444,7 @@ async fn webhook_sources_come_from_an_ssm_secure_string_and_a_rotated_secret_tak
         sweep_page: 100,
         webhook_sources: String::new(),
         webhook_sources_parameter: Some(parameter.clone()),
+        build_id: "lambda-test@1".into(),
     };
     let sources = settings
         .webhook_sources(&env.sdk)

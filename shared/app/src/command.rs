@@ -180,7 +180,8 @@ pub(crate) fn init_dev_logging() {
 pub(crate) async fn dev(app: App, args: DevArgs) -> anyhow::Result<()> {
     init_dev_logging();
     let port = args.port;
-    let options = args.options().await?;
+    let mut options = args.options().await?;
+    options.build_id = app.build_id.clone();
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
         .await
         .with_context(|| format!("binding 127.0.0.1:{port}"))?;

@@ -43,6 +43,9 @@ pub struct DevOptions {
     pub durability: siesta_embedded::Durability,
     /// The HTTP transport's timeouts and connection cap.
     pub limits: Limits,
+    /// The build id every run started here records (the app sets it; default: the
+    /// engine's, Siesta's own version).
+    pub build_id: String,
 }
 
 impl std::fmt::Debug for DevOptions {
@@ -85,6 +88,7 @@ impl DevOptions {
             workers: WorkerConfig::default().concurrency,
             durability: siesta_embedded::Durability::Full,
             limits: Limits::default(),
+            build_id: EngineConfig::default().build_id,
         }
     }
 
@@ -158,6 +162,7 @@ pub async fn start(
     let config = EngineConfig {
         callback_base_url: format!("http://{addr}"),
         lease_ttl: options.lease_ttl,
+        build_id: options.build_id.clone(),
         ..EngineConfig::default()
     };
     let engine = Engine::new(backend, clock, registry, config);

@@ -23,9 +23,10 @@ pub enum Role {
 pub(crate) async fn serve(
     role: Role,
     registry: Registry,
-    _build_id: &str,
+    build_id: &str,
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    let settings = Settings::from_env()?;
+    let mut settings = Settings::from_env()?;
+    settings.build_id = build_id.to_owned();
     let sdk = siesta_aws::sdk_config_from_env().await;
     let engine = settings.engine(&sdk, registry).await;
     match role {

@@ -38,7 +38,8 @@ use siesta::Registry;
 pub use command::{AwsArgs, BackendKind, Command, DevArgs, DurabilityKind};
 pub use lambda::Role;
 
-/// Your crate's version and build hash as a build id, e.g. `0.1.0+5f3a9c0e1b2d4a67`:
+/// Your crate's name, version and build hash as a build id, e.g.
+/// `myapp@0.1.0+5f3a9c0e1b2d4a67` (the form of `siesta::build_id!`): `CARGO_PKG_NAME`,
 /// `CARGO_PKG_VERSION` and, when the build set it, `SIESTA_BUILD_HASH` (compile time,
 /// both read in the crate that calls the macro). A build script sets the hash; the one
 /// `siesta new` writes hashes the crate's sources.
@@ -46,12 +47,17 @@ pub use lambda::Role;
 macro_rules! build_id {
     () => {
         match ::core::option_env!("SIESTA_BUILD_HASH") {
-            ::core::option::Option::Some(hash) => {
-                ::std::format!("{}+{}", ::core::env!("CARGO_PKG_VERSION"), hash)
-            }
-            ::core::option::Option::None => {
-                ::std::string::String::from(::core::env!("CARGO_PKG_VERSION"))
-            }
+            ::core::option::Option::Some(hash) => ::std::format!(
+                "{}@{}+{}",
+                ::core::env!("CARGO_PKG_NAME"),
+                ::core::env!("CARGO_PKG_VERSION"),
+                hash
+            ),
+            ::core::option::Option::None => ::std::format!(
+                "{}@{}",
+                ::core::env!("CARGO_PKG_NAME"),
+                ::core::env!("CARGO_PKG_VERSION")
+            ),
         }
     };
 }

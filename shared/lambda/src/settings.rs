@@ -47,6 +47,9 @@ pub struct Settings {
     /// An SSM parameter (SecureString) holding the webhook sources instead
     /// (`SIESTA_WEBHOOK_SOURCES_PARAMETER`).
     pub webhook_sources_parameter: Option<String>,
+    /// The build id every run started here records (the app sets it; default: the
+    /// engine's, Siesta's own version).
+    pub build_id: String,
 }
 
 fn var(name: &str) -> Option<String> {
@@ -77,6 +80,7 @@ impl Settings {
             sweep_page: number("SIESTA_SWEEP_PAGE", 500)?,
             webhook_sources: var("SIESTA_WEBHOOK_SOURCES").unwrap_or_default(),
             webhook_sources_parameter: var("SIESTA_WEBHOOK_SOURCES_PARAMETER"),
+            build_id: EngineConfig::default().build_id,
         })
     }
 
@@ -91,6 +95,7 @@ impl Settings {
         let config = EngineConfig {
             lease_ttl: self.lease_ttl,
             callback_base_url: self.callback_base_url.clone(),
+            build_id: self.build_id.clone(),
             ..EngineConfig::default()
         };
         Engine::new(backend, std::sync::Arc::new(SystemClock), registry, config)
