@@ -20,7 +20,7 @@ pub fn schema_of<T: JsonSchema>() -> serde_json::Value {
 }
 
 /// Check `value` against `schema`: `Err` names where and how it does not match (at
-/// most [`MAX_REASONS`] places, then how many more).
+/// most `MAX_REASONS` places, then how many more).
 pub fn check(schema: &serde_json::Value, value: &serde_json::Value) -> Result<(), String> {
     let validator = jsonschema::validator_for(schema)
         .map_err(|e| format!("the stored schema is not usable: {e}"))?;

@@ -130,7 +130,7 @@ impl Context {
     /// Create a callback: a durable wait completed from outside, by a webhook to its URL
     /// or through the API. `T` is the success payload's type; its JSON Schema is recorded
     /// with the callback, so a success payload that does not match is refused on arrival
-    /// (422) and the callback stays open. Derive [`JsonSchema`](crate::JsonSchema) on `T`,
+    /// (422) and the callback stays open. Derive [`JsonSchema`] on `T`,
     /// or see [`Context::create_callback_unchecked`].
     pub fn create_callback<T: JsonSchema>(&self, name: &str) -> CallbackBuilder<T> {
         self.callback_builder(name, Some(schema_of::<T>()))
