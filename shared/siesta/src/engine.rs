@@ -1177,10 +1177,9 @@ impl Engine {
         }
     }
 
-    /// Resume a parked run once its cause is fixed: it becomes pending, due now, and is
-    /// woken; replay continues from its journal (an unresolved cause parks it again).
-    /// `if_match` guards against a stale view (the run's version).
-    pub async fn resume(
+    /// The run, if it is parked and (with `if_match`) still at that version: what an
+    /// operator's action on a parked run (resume, resolve) starts from.
+    async fn parked_run(
         &self,
         tenant: &TenantId,
         run_id: &RunId,
@@ -1199,6 +1198,19 @@ impl Engine {
                 EngineError::NotParked(run.status)
             });
         }
+        Ok(run)
+    }
+
+    /// Resume a parked run once its cause is fixed: it becomes pending, due now, and is
+    /// woken; replay continues from its journal (an unresolved cause parks it again).
+    /// `if_match` guards against a stale view (the run's version).
+    pub async fn resume(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+        if_match: Option<u64>,
+    ) -> Result<Run, EngineError> {
+        let run = self.parked_run(tenant, run_id, if_match).await?;
         let status = decide(run.status, LifecycleEvent::Resume)
             .map_err(|e| EngineError::Gone(e.to_string()))?;
         let now = self.clock.now();
@@ -1257,19 +1269,7 @@ impl Engine {
         by: &str,
         if_match: Option<u64>,
     ) -> Result<Run, EngineError> {
-        let run = self.get_run(tenant, run_id).await?;
-        if if_match.is_some_and(|v| v != run.version) {
-            return Err(EngineError::VersionMismatch {
-                current: run.version,
-            });
-        }
-        if run.status != RunStatus::Parked {
-            return Err(if run.status.is_finished() {
-                EngineError::AlreadyFinished(run.status)
-            } else {
-                EngineError::NotParked(run.status)
-            });
-        }
+        let run = self.parked_run(tenant, run_id, if_match).await?;
         let history = self.backend.store.load_history(tenant, run_id).await?;
         let entry = history
             .journal
