@@ -171,6 +171,19 @@ async fn gallery(ctx: Context, _input: Value) -> Result<u64, Error> {
     Ok(base + scores.iter().sum::<u64>() + child + go["bonus"].as_u64().unwrap_or(0))
 }
 
+/// A report over the dev server's inline limit (32 KiB): its step's result and the
+/// run's output are kept in the artifact store and fetched by the page when opened.
+async fn big_report(ctx: Context, lines: u32) -> Result<Value, Error> {
+    let lines: Vec<String> = ctx
+        .step("render_lines", move |_| async move {
+            Ok((0..lines)
+                .map(|i| format!("line {i:05} of the quarterly report"))
+                .collect())
+        })
+        .await?;
+    Ok(json!({"title": "quarterly report", "lines": lines}))
+}
+
 /// Whether the partner `fragile` calls is up; the parked-run test brings it up.
 static PARTNER_UP: AtomicBool = AtomicBool::new(false);
 
@@ -198,6 +211,7 @@ async fn server(keys: &str) -> (DevServer, tempfile::TempDir, String) {
     registry.register("steps", steps);
     registry.register("gallery", gallery);
     registry.register("fragile", fragile);
+    registry.register("big_report", big_report);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let server = start(listener, options, registry).await.unwrap();
     let base = format!("http://{}", server.addr);
@@ -228,14 +242,25 @@ async fn find(client: &Client, css: &str) -> fantoccini::elements::Element {
         .unwrap_or_else(|e| panic!("the page shows {css}: {e}"))
 }
 
-fn docs_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs")
+/// Where screenshots go: `docs/` (tracked, shown in the README) only when
+/// `SIESTA_UPDATE_SCREENSHOTS=1` asks for it, so that an ordinary test run leaves the
+/// working tree alone; otherwise this test's scratch directory under `target/`.
+fn screenshot_dir() -> PathBuf {
+    if std::env::var("SIESTA_UPDATE_SCREENSHOTS").as_deref() == Ok("1") {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs")
+    } else {
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join("screenshots")
+    }
 }
 
 async fn screenshot(client: &Client, name: &str) {
     let png = client.screenshot().await.unwrap();
     assert!(png.starts_with(b"\x89PNG"), "a PNG screenshot");
-    std::fs::write(docs_dir().join(name), png).unwrap();
+    let dir = screenshot_dir();
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, png).unwrap();
+    eprintln!("screenshot: {}", path.display());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -326,6 +351,40 @@ async fn an_order_is_paid_through_the_ui_and_its_waterfall_shows_the_steps() {
         .unwrap();
     assert_eq!(result["output"]["transaction_id"], "tx-from-the-ui");
     screenshot(client, "ui-run.png").await;
+
+    // A large output is a reference on the page; opening it fetches the value from the
+    // artifact store and shows it pretty-printed.
+    let big = start_run(
+        &base,
+        None,
+        json!({"workflow": "big_report", "input": 1500}),
+        true,
+    )
+    .await;
+    assert_eq!(big["status"], "completed", "{big}");
+    assert!(big["output"]["value_ref"].is_object(), "{big}");
+    client
+        .goto(&format!("{base}/ui/runs/{}", big["id"].as_str().unwrap()))
+        .await
+        .unwrap();
+    let open = find(client, ".io button[data-value-href]").await;
+    let label = open.text().await.unwrap();
+    assert!(label.contains("KB"), "the button says how large: {label}");
+    open.click().await.unwrap();
+    let shown = find(client, ".io pre.large-value[data-loaded]")
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        shown.contains("\"line 01499 of the quarterly report\""),
+        "the value is shown"
+    );
+    assert!(
+        shown.contains("\n  \"lines\": [\n"),
+        "pretty-printed: {}",
+        &shown[..200.min(shown.len())]
+    );
 
     // A run with a thousand timeline events: how fast its page renders, and what the
     // page weighs. Printed, not asserted (speed goals are met in figures, not tests).

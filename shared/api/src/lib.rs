@@ -32,6 +32,7 @@ mod schema;
 pub mod server;
 /// Webhook signature verification (re-exported from `siesta-webhook`).
 pub use siesta_webhook as signature;
+mod values;
 mod view;
 mod webhook;
 
@@ -51,6 +52,7 @@ pub use error::{ApiError, ErrorBody, ErrorDetail, RETRY_AFTER_SECS};
 pub use extract::MAX_WAIT;
 pub use openapi::openapi;
 pub use routes::idempotent_run_id;
+pub use values::{VALUE_REF, ValueRef, value_path};
 pub use view::{
     Accepted, Health, OperationsSummary, Received, RunPage, RunResult, RunView, Timeline, WaitView,
 };

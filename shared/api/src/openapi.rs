@@ -10,6 +10,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use crate::routes::*;
+use crate::values::*;
 use crate::webhook::*;
 
 /// Every route of the API, described.
@@ -19,6 +20,7 @@ pub(crate) fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(get_run))
         .routes(routes!(get_run_result))
         .routes(routes!(get_run_timeline))
+        .routes(routes!(get_run_value))
         .routes(routes!(cancel_run))
         .routes(routes!(resume_run))
         .routes(routes!(deliver_event))
@@ -48,6 +50,7 @@ fn base() -> OpenApi {
         )
         .components(Some(
             ComponentsBuilder::new()
+                .schema_from::<ValueRef>()
                 .security_scheme(
                     "bearer",
                     SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),

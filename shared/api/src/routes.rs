@@ -206,6 +206,7 @@ impl AppState {
                 ("ResumeRun" = (operation_id = "resumeRun", parameters(("id" = "$response.body#/id")))),
                 ("DeliverEvent" = (operation_id = "deliverEvent", parameters(("id" = "$response.body#/id")))),
                 ("InjectMessage" = (operation_id = "injectMessage", parameters(("id" = "$response.body#/id")))),
+                ("GetRunValue" = (operation_id = "getRunValue", parameters(("id" = "$response.body#/id"), ("sha256" = "$response.body#/input/value_ref/sha256")))),
             )),
         (status = "default", description = "Error", body = ErrorBody),
     )
@@ -386,7 +387,10 @@ pub(crate) async fn get_run_result(
     let result = RunResult {
         id: run.id.to_string(),
         status: run.status,
-        output: run.output.as_ref().map(view::payload_json),
+        output: run
+            .output
+            .as_ref()
+            .map(|p| view::payload_json(run.id.as_str(), p)),
         error: run.error.clone(),
     };
     let mut response = Json(result).into_response();
@@ -416,12 +420,15 @@ pub(crate) async fn get_run_timeline(
     app.engine.get_run(&tenant, &id).await?;
     let after = query.after.unwrap_or(0);
     let limit = query.limit.map_or(100, |l| l.clamp(1, 1000) as usize);
-    let events = app
+    let mut events = app
         .engine
         .backend()
         .store
         .timeline(&tenant, &id, after, limit)
         .await?;
+    for event in &mut events {
+        crate::values::show_refs(id.as_str(), &mut event.details);
+    }
     let next_after = events.last().map_or(after, |e| e.seq);
     Ok(Json(Timeline { events, next_after }))
 }

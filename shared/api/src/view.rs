@@ -22,9 +22,10 @@ pub struct RunView {
     pub status: RunStatus,
     /// Its version (the `ETag`).
     pub version: u64,
-    /// Its input.
+    /// Its input; a large one is `{"value_ref": ValueRef}`, fetched from
+    /// `GET /runs/{id}/values/{sha256}`.
     pub input: serde_json::Value,
-    /// Its output, once completed.
+    /// Its output, once completed (a large one as for `input`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub output: Option<serde_json::Value>,
     /// Its error, once failed, parked or cancelled.
@@ -100,7 +101,7 @@ pub struct RunResult {
     /// `completed`, `failed` or `cancelled`.
     #[schema(value_type = RunStatusSchema)]
     pub status: RunStatus,
-    /// Its output, when completed.
+    /// Its output, when completed; a large one is `{"value_ref": ValueRef}`.
     pub output: Option<serde_json::Value>,
     /// Its error, when failed or cancelled.
     #[schema(value_type = Option<ErrorInfoSchema>)]
@@ -110,7 +111,8 @@ pub struct RunResult {
 /// A page of a run's timeline.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Timeline {
-    /// The events, in `seq` order.
+    /// The events, in `seq` order. A large value in their details is
+    /// `{"value_ref": ValueRef}`.
     #[schema(value_type = Vec<TimelineEventSchema>)]
     pub events: Vec<TimelineEvent>,
     /// Pass as `after` for the next page.
@@ -143,10 +145,12 @@ pub struct Health {
     pub status: String,
 }
 
-pub(crate) fn payload_json(p: &Payload) -> serde_json::Value {
+/// A stored value as the API shows it: the value, or for a large one kept in the
+/// artifact store, `{"value_ref": ...}` ([`crate::ValueRef`]) to fetch it by.
+pub(crate) fn payload_json(run_id: &str, p: &Payload) -> serde_json::Value {
     match p {
         Payload::Inline(v) => v.clone(),
-        Payload::Artifact(a) => serde_json::json!({"artifact": a}),
+        Payload::Artifact(a) => crate::ValueRef::new(run_id, a).to_json(),
     }
 }
 
@@ -159,8 +163,11 @@ impl RunView {
             tenant: run.tenant.to_string(),
             status: run.status,
             version: run.version,
-            input: payload_json(&run.input),
-            output: run.output.as_ref().map(payload_json),
+            input: payload_json(run.id.as_str(), &run.input),
+            output: run
+                .output
+                .as_ref()
+                .map(|p| payload_json(run.id.as_str(), p)),
             error: run.error.clone(),
             cancel_requested: run.cancel_requested && !run.status.is_finished(),
             created_at: run.created_at.millis(),

@@ -505,11 +505,61 @@ function actionsHtml(view, model) {
     <p class="muted">Each action asks first and is sent with <code>If-Match: "${view.version}"</code> (the version shown here); an error from the API is shown as it is.</p></section>`;
 }
 
+// ---------- large values ----------
+// A value over the inline limit is kept in the artifact store; the API shows
+// {"value_ref": {sha256, size, media_type, href}} in its place, and the page fetches the
+// value from href only when the person opens it.
+const isValueRef = (v) => !!(v && typeof v === 'object' && !Array.isArray(v) && v.value_ref &&
+  typeof v.value_ref.href === 'string' && Object.keys(v).length === 1);
+function bytes(n) {
+  if (n < 1024) return n + ' B';
+  if (n < 1024 * 1024) return (n / 1024).toFixed(1) + ' KB';
+  return (n / 1024 / 1024).toFixed(1) + ' MB';
+}
+/** Every value reference inside `v`, with the path of keys that leads to it. */
+function valueRefs(v, path = [], out = []) {
+  if (isValueRef(v)) out.push({ path: path.join('.'), ref: v.value_ref });
+  else if (v && typeof v === 'object') for (const [k, x] of Object.entries(v)) valueRefs(x, path.concat(k), out);
+  return out;
+}
+/** A button that fetches a large value and shows it pretty-printed below itself. */
+function valueRefHtml(ref, label) {
+  return `<div class="value-ref"><button type="button" data-value-href="${esc(ref.href)}" data-sha="${esc(ref.sha256)}">` +
+    `Open ${esc(label || 'value')} (${bytes(ref.size)})</button> <span class="muted">kept in the artifact store: ` +
+    `<span class="mono">${esc(ref.media_type)}</span>, sha256 <span class="mono">${esc(ref.sha256.slice(0, 12))}…</span></span>` +
+    '<pre class="json large-value" hidden></pre></div>';
+}
+function valueRefsHtml(v) {
+  return valueRefs(v).map((r) => valueRefHtml(r.ref, r.path || 'value')).join('');
+}
+async function openValue(button) {
+  const box = button.parentElement.querySelector('pre.large-value');
+  if (!box.hidden && box.dataset.loaded) { box.hidden = true; return; }
+  button.disabled = true;
+  box.hidden = false;
+  box.classList.remove('error-box');
+  box.textContent = 'Loading…';
+  try {
+    const got = await authed(() => api('GET', button.dataset.valueHref));
+    if (!got) return;
+    box.textContent = typeof got.data === 'string' ? got.data : json(got.data);
+    box.dataset.loaded = '';
+  } catch (e) {
+    box.textContent = String(e);
+    box.classList.add('error-box');
+  } finally {
+    button.disabled = false;
+  }
+}
+document.addEventListener('click', (ev) => {
+  const b = ev.target.closest('button[data-value-href]');
+  if (b) { ev.stopPropagation(); openValue(b); }
+}, true);
+
 function valueHtml(label, v) {
   if (v === undefined) return '';
-  const artifact = v && typeof v === 'object' && v.artifact && Object.keys(v).length === 1;
-  const note = artifact ? '<p class="muted">Kept in the artifact store (too large to inline); its reference:</p>' : '';
-  return `<div><h2>${label}</h2>${note}<pre class="json">${esc(json(v))}</pre></div>`;
+  if (isValueRef(v)) return `<div><h2>${label}</h2>${valueRefHtml(v.value_ref, label.toLowerCase())}</div>`;
+  return `<div><h2>${label}</h2><pre class="json">${esc(json(v))}</pre>${valueRefsHtml(v)}</div>`;
 }
 
 async function showRun(id) {
@@ -622,7 +672,7 @@ function renderRun(state) {
     const next = row.nextElementSibling;
     if (next && next.classList.contains('wf-detail')) { next.remove(); return; }
     const evs = state.events.filter((e) => (op ? e.Id === op : !e.Id));
-    row.insertAdjacentHTML('afterend', `<div class="wf-detail"><pre class="json">${esc(json(evs))}</pre></div>`);
+    row.insertAdjacentHTML('afterend', `<div class="wf-detail"><pre class="json">${esc(json(evs))}</pre>${evs.map((e) => valueRefsHtml(e.Details)).join('')}</div>`);
   };
 }
 
@@ -633,7 +683,7 @@ function toggleEvent(state, seq) {
   const next = tr.nextElementSibling;
   if (next && next.classList.contains('detail')) { next.remove(); return; }
   const e = state.events.find((x) => x.Seq === seq);
-  tr.insertAdjacentHTML('afterend', `<tr class="detail"><td colspan="7"><pre class="json">${esc(json(e))}</pre></td></tr>`);
+  tr.insertAdjacentHTML('afterend', `<tr class="detail"><td colspan="7"><pre class="json">${esc(json(e))}</pre>${valueRefsHtml(e.Details)}</td></tr>`);
 }
 
 async function copy(button) {

@@ -1,0 +1,319 @@
+//! Large values on demand. A value over the engine's inline limit (a run's input or
+//! output, a step's result, a delivery, a condition's state) is kept in the artifact
+//! store; the run view and the timeline show a [`ValueRef`] in its place (its digest,
+//! size and media type, and where to fetch it), and `GET /runs/{id}/values/{sha256}`
+//! serves its bytes to the run's own tenant.
+//!
+//! A digest is served only when the run refers to it (in the run, its journal, its
+//! deliveries or its timeline): knowing a digest is not enough to read another run's
+//! content, and another tenant's run is not found at all.
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::response::Response;
+use http::{HeaderValue, StatusCode, header};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use siesta::ports::StoreError;
+use siesta::*;
+use utoipa::ToSchema;
+
+use crate::auth::Tenant;
+use crate::error::{ApiError, ErrorBody};
+use crate::extract::ApiPath;
+use crate::routes::AppState;
+
+/// The key under which a large value's reference stands in for it:
+/// `{"value_ref": {"sha256", "size", "media_type", "href"}}`.
+pub const VALUE_REF: &str = "value_ref";
+
+/// Timeline pages read while looking for a reference (1 000 events each).
+const TIMELINE_PAGE: usize = 1000;
+
+/// A large value kept in the artifact store, in place of the value.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ValueRef {
+    /// Lower-case hex SHA-256 of the value's bytes.
+    pub sha256: String,
+    /// Its size in bytes.
+    pub size: u64,
+    /// Its media type (`application/json` for values).
+    pub media_type: String,
+    /// Where to fetch it: `/runs/{id}/values/{sha256}`.
+    pub href: String,
+}
+
+impl ValueRef {
+    /// The reference to `artifact`, kept for run `run_id`.
+    pub fn new(run_id: &str, artifact: &ArtifactRef) -> ValueRef {
+        ValueRef {
+            sha256: artifact.sha256.clone(),
+            size: artifact.size,
+            media_type: artifact.media_type.clone(),
+            href: value_path(run_id, &artifact.sha256),
+        }
+    }
+
+    /// `{"value_ref": {...}}`, as the API shows it in place of the value.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({ VALUE_REF: self })
+    }
+}
+
+/// The path a run's large value is served at.
+pub fn value_path(run_id: &str, sha256: &str) -> String {
+    format!("/runs/{}/values/{sha256}", percent_encode_segment(run_id))
+}
+
+/// Run ids are URL-safe as minted, but a caller's own id (an idempotent start) is kept
+/// as given: encode what a path segment cannot hold.
+fn percent_encode_segment(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// The artifact reference `v` is, as the stores and the engine write it: an object
+/// with exactly `sha256`, `size`, `media_type` and `location`.
+fn as_artifact(v: &serde_json::Value) -> Option<ArtifactRef> {
+    let o = v.as_object()?;
+    if o.len() != 4
+        || !["sha256", "size", "media_type", "location"]
+            .iter()
+            .all(|k| o.contains_key(*k))
+    {
+        return None;
+    }
+    serde_json::from_value(v.clone()).ok()
+}
+
+/// Replaces every artifact reference inside `details` (a timeline event's) with its
+/// [`ValueRef`]: a bare reference, or one wrapped alone as `{"Artifact": ...}` /
+/// `{"artifact": ...}`, becomes `{"value_ref": ...}`. The store's `location` is not
+/// shown: it is the store's business.
+pub(crate) fn show_refs(run_id: &str, details: &mut serde_json::Value) {
+    if let Some(artifact) = as_artifact(details) {
+        *details = ValueRef::new(run_id, &artifact).to_json();
+        return;
+    }
+    match details {
+        serde_json::Value::Object(o) => {
+            if o.len() == 1
+                && let Some(artifact) = o
+                    .get("Artifact")
+                    .or_else(|| o.get("artifact"))
+                    .and_then(as_artifact)
+            {
+                *details = ValueRef::new(run_id, &artifact).to_json();
+                return;
+            }
+            for v in o.values_mut() {
+                show_refs(run_id, v);
+            }
+        }
+        serde_json::Value::Array(a) => {
+            for v in a {
+                show_refs(run_id, v);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The artifact reference with digest `sha256` anywhere inside `v`.
+fn find_artifact(v: &serde_json::Value, sha256: &str) -> Option<ArtifactRef> {
+    if let Some(a) = as_artifact(v) {
+        return (a.sha256 == sha256).then_some(a);
+    }
+    match v {
+        serde_json::Value::Object(o) => o.values().find_map(|v| find_artifact(v, sha256)),
+        serde_json::Value::Array(a) => a.iter().find_map(|v| find_artifact(v, sha256)),
+        _ => None,
+    }
+}
+
+fn in_json<T: Serialize>(item: &T, sha256: &str) -> Option<ArtifactRef> {
+    serde_json::to_value(item)
+        .ok()
+        .and_then(|v| find_artifact(&v, sha256))
+}
+
+impl AppState {
+    /// The reference with digest `sha256` that `run` makes: in the run itself (input,
+    /// output), its journal and deliveries, or its timeline (artifacts it put).
+    async fn run_artifact(
+        &self,
+        tenant: &TenantId,
+        run: &Run,
+        sha256: &str,
+    ) -> Result<Option<ArtifactRef>, ApiError> {
+        if let Some(a) = in_json(run, sha256) {
+            return Ok(Some(a));
+        }
+        let store = &self.engine.backend().store;
+        let history = store.load_history(tenant, &run.id).await?;
+        let found = history
+            .journal
+            .iter()
+            .find_map(|e| in_json(e, sha256))
+            .or_else(|| history.deliveries.iter().find_map(|d| in_json(d, sha256)));
+        if found.is_some() {
+            return Ok(found);
+        }
+        let mut after = 0;
+        loop {
+            let events = store
+                .timeline(tenant, &run.id, after, TIMELINE_PAGE)
+                .await?;
+            if let Some(a) = events
+                .iter()
+                .find_map(|e| find_artifact(&e.details, sha256))
+            {
+                return Ok(Some(a));
+            }
+            match events.last() {
+                Some(last) if events.len() == TIMELINE_PAGE => after = last.seq,
+                _ => return Ok(None),
+            }
+        }
+    }
+}
+
+/// The run's id and the value's digest.
+#[derive(Debug, Deserialize)]
+pub(crate) struct ValuePath {
+    id: String,
+    sha256: String,
+}
+
+/// A large value of the run (an input, output, step result or delivery kept in the
+/// artifact store; also an artifact the run put), fetched from the artifact store. The
+/// run view and the timeline refer to it as `{"value_ref": {"sha256", "size",
+/// "media_type", "href"}}`.
+#[utoipa::path(
+    get, path = "/runs/{id}/values/{sha256}", operation_id = "getRunValue", tag = "runs",
+    security(("bearer" = [])),
+    params(
+        ("id" = String, Path, description = "The run's id"),
+        ("sha256" = String, Path, description = "The value's digest (its `value_ref.sha256`)"),
+    ),
+    responses(
+        (status = 200, description = "The value's bytes, in its media type (`application/json` for values)",
+            body = serde_json::Value, content_type = "application/json",
+            headers(("ETag" = String, description = "The digest: the content never changes"))),
+        (status = "default", description = "Error (404 when the run or the value is not the caller's)", body = ErrorBody),
+    )
+)]
+pub(crate) async fn get_run_value(
+    State(app): State<AppState>,
+    Tenant(tenant): Tenant,
+    ApiPath(path): ApiPath<ValuePath>,
+) -> Result<Response, ApiError> {
+    if path.sha256.len() != 64
+        || !path
+            .sha256
+            .bytes()
+            .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    {
+        return Err(ApiError::bad_request(
+            "a value is named by its SHA-256: 64 lower-case hex digits",
+        ));
+    }
+    let run = app
+        .engine
+        .get_run(&tenant, &RunId::from(path.id.as_str()))
+        .await?;
+    let artifact = app
+        .run_artifact(&tenant, &run, &path.sha256)
+        .await?
+        .ok_or_else(|| ApiError::not_found("value"))?;
+    let bytes = app
+        .engine
+        .backend()
+        .artifacts
+        .get(&artifact)
+        .await
+        .map_err(|e| match e {
+            StoreError::NotFound => ApiError::not_found("value"),
+            other => other.into(),
+        })?;
+    if hex::encode(Sha256::digest(&bytes)) != artifact.sha256 {
+        return Err(ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "the artifact store holds other content under this digest",
+        ));
+    }
+    let mut response = Response::new(Body::from(bytes));
+    let headers = response.headers_mut();
+    let media_type = HeaderValue::from_str(&artifact.media_type)
+        .unwrap_or(HeaderValue::from_static("application/octet-stream"));
+    headers.insert(header::CONTENT_TYPE, media_type);
+    if let Ok(etag) = HeaderValue::from_str(&format!("\"{}\"", artifact.sha256)) {
+        headers.insert(header::ETAG, etag);
+    }
+    // Content-addressed: the bytes under this digest never change.
+    headers.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("private, max-age=31536000, immutable"),
+    );
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    Ok(response)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn artifact(sha: &str) -> serde_json::Value {
+        json!({"sha256": sha, "size": 40000, "media_type": "application/json", "location": "t/r/x"})
+    }
+
+    #[test]
+    fn references_in_details_are_shown_as_value_refs_without_the_store_location() {
+        let mut details = json!({
+            "Attempt": 1,
+            "ResultArtifact": artifact("aa"),
+            "Result": {"Artifact": artifact("bb")},
+            "Other": {"Artifact": artifact("cc"), "Name": "kept as is around it"},
+            "List": [artifact("dd")],
+        });
+        show_refs("run 1", &mut details);
+        let href = |sha: &str| format!("/runs/run%201/values/{sha}");
+        assert_eq!(details["ResultArtifact"]["value_ref"]["href"], href("aa"));
+        assert_eq!(details["Result"]["value_ref"]["href"], href("bb"));
+        assert_eq!(details["Other"]["Artifact"]["value_ref"]["size"], 40000);
+        assert_eq!(details["Other"]["Name"], "kept as is around it");
+        assert_eq!(details["List"][0]["value_ref"]["sha256"], "dd");
+        assert_eq!(details["Attempt"], 1);
+        assert!(!details.to_string().contains("location"), "{details}");
+    }
+
+    #[test]
+    fn an_object_with_other_keys_is_not_a_reference() {
+        let mut details =
+            json!({"sha256": "aa", "size": 1, "media_type": "x", "location": "y", "more": 1});
+        let before = details.clone();
+        show_refs("r", &mut details);
+        assert_eq!(details, before);
+        assert!(find_artifact(&before, "aa").is_none());
+    }
+
+    #[test]
+    fn a_reference_is_found_by_its_digest_only() {
+        let v = json!({"journal": [{"state": {"artifact": artifact("aa")}}, artifact("bb")]});
+        assert_eq!(find_artifact(&v, "bb").unwrap().sha256, "bb");
+        assert_eq!(find_artifact(&v, "aa").unwrap().location, "t/r/x");
+        assert!(find_artifact(&v, "cc").is_none());
+    }
+}
