@@ -132,6 +132,29 @@ enum RunsAction {
         #[arg(long)]
         if_match: Option<u64>,
     },
+    /// Resolve a tool call whose outcome is unknown (its process died while it ran, and
+    /// it has no lookup), which parked the run: say it succeeded (with its result),
+    /// failed (with a message), or must be made again. The run resumes; the timeline
+    /// shows the resolution and who made it.
+    #[command(group(clap::ArgGroup::new("outcome").required(true).args(["succeeded", "failed", "retry"])))]
+    Resolve {
+        /// The run's id.
+        id: String,
+        /// The tool call's position (its timeline id, e.g. `charge#0`).
+        position: String,
+        /// The call happened and returned this JSON.
+        #[arg(long, value_name = "JSON")]
+        succeeded: Option<String>,
+        /// The call failed with this message (or must not be made).
+        #[arg(long, value_name = "MESSAGE")]
+        failed: Option<String>,
+        /// Make the call again: you take the risk that it already happened.
+        #[arg(long)]
+        retry: bool,
+        /// Only if the run is still at this version.
+        #[arg(long)]
+        if_match: Option<u64>,
+    },
     /// Deliver a named event (an approval, a signal) to a run.
     SendEvent {
         /// The run's id.
@@ -234,6 +257,21 @@ async fn main() -> anyhow::Result<()> {
                 RunsAction::Timeline { id } => remote.timeline(&id).await,
                 RunsAction::Cancel { id, if_match } => remote.cancel(&id, if_match).await,
                 RunsAction::Resume { id, if_match } => remote.resume(&id, if_match).await,
+                RunsAction::Resolve {
+                    id,
+                    position,
+                    succeeded,
+                    failed,
+                    retry: _,
+                    if_match,
+                } => {
+                    let outcome = match (succeeded, failed) {
+                        (Some(json), _) => siesta_cli::runs::Outcome::succeeded(&json)?,
+                        (None, Some(message)) => siesta_cli::runs::Outcome::Failed(message),
+                        (None, None) => siesta_cli::runs::Outcome::Retry,
+                    };
+                    remote.resolve(&id, &position, outcome, if_match).await
+                }
                 RunsAction::SendEvent { id, name, payload } => {
                     remote.send_event(&id, &name, &payload).await
                 }
@@ -390,5 +428,35 @@ async fn pay(http: reqwest::Client, base: String, callback_id: String, secret: S
             Err(e) => e.to_string(),
         };
         println!("      ↳ payment provider POST /hooks/sources/{PAYMENTS_SOURCE} ({what}): {said}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runs_resolve_takes_exactly_one_outcome() {
+        let parse = |args: &[&str]| {
+            Cli::try_parse_from(
+                ["siesta", "runs", "resolve", "run-1", "charge#0"]
+                    .iter()
+                    .chain(args),
+            )
+        };
+        assert!(parse(&["--retry"]).is_ok());
+        assert!(parse(&["--succeeded", "1", "--if-match", "4"]).is_ok());
+        assert!(parse(&["--failed", "refused"]).is_ok());
+        for wrong in [&[][..], &["--retry", "--failed", "refused"][..]] {
+            let e = parse(wrong).err().expect("refused");
+            assert!(
+                matches!(
+                    e.kind(),
+                    clap::error::ErrorKind::MissingRequiredArgument
+                        | clap::error::ErrorKind::ArgumentConflict
+                ),
+                "{wrong:?}: {e}"
+            );
+        }
     }
 }

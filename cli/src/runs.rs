@@ -217,6 +217,40 @@ impl Remote {
         Ok(())
     }
 
+    /// `runs resolve`: `POST /runs/{id}/operations/{position}/resolve`.
+    pub async fn resolve(
+        &self,
+        id: &str,
+        position: &str,
+        outcome: Outcome,
+        if_match: Option<u64>,
+    ) -> anyhow::Result<()> {
+        let headers: Vec<(&str, String)> = if_match
+            .map(|v| ("If-Match", format!("\"{v}\"")))
+            .into_iter()
+            .collect();
+        let body = self
+            .call(
+                reqwest::Method::POST,
+                &format!(
+                    "/runs/{}/operations/{}/resolve",
+                    path_segment(id),
+                    path_segment(position)
+                ),
+                Some(outcome.body()),
+                &headers,
+            )
+            .await?;
+        self.print(&body, |b| {
+            println!(
+                "{position} of run {id} resolved ({}); the run is {}",
+                outcome.name(),
+                paint_status(b["status"].as_str().unwrap_or(""))
+            )
+        });
+        Ok(())
+    }
+
     /// `runs send-event`.
     pub async fn send_event(&self, id: &str, name: &str, payload: &str) -> anyhow::Result<()> {
         let value: Value =
@@ -239,6 +273,61 @@ impl Remote {
         });
         Ok(())
     }
+}
+
+/// What an operator says happened to a tool call whose outcome is unknown.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// It happened and returned this value.
+    Succeeded(Value),
+    /// It failed with this message.
+    Failed(String),
+    /// Make it again.
+    Retry,
+}
+
+impl Outcome {
+    /// `--succeeded JSON`: the value must be JSON.
+    pub fn succeeded(json: &str) -> anyhow::Result<Outcome> {
+        serde_json::from_str(json)
+            .map(Outcome::Succeeded)
+            .context("--succeeded takes the call's result as JSON (a string is \"quoted\")")
+    }
+
+    /// The resolve route's body.
+    pub fn body(&self) -> Value {
+        match self {
+            Outcome::Succeeded(value) => {
+                serde_json::json!({"outcome": "succeeded", "value": value})
+            }
+            Outcome::Failed(message) => {
+                serde_json::json!({"outcome": "failed", "error": {"message": message}})
+            }
+            Outcome::Retry => serde_json::json!({"outcome": "retry"}),
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            Outcome::Succeeded(_) => "succeeded",
+            Outcome::Failed(_) => "failed",
+            Outcome::Retry => "retry",
+        }
+    }
+}
+
+/// `segment` percent-encoded for one path segment: a position holds `#` and, nested,
+/// `/`, which would otherwise end the path or the segment.
+fn path_segment(segment: &str) -> String {
+    let mut out = String::with_capacity(segment.len());
+    for b in segment.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }
 
 /// When a run (as the API shows it) started and finished, in ms since the epoch.
@@ -389,6 +478,113 @@ mod tests {
             serde_json::json!({"status": "completed", "created_at": 1000, "updated_at": 1350});
         assert_eq!(RunTimes::of(&done).finished, Some(1350));
         assert_eq!(RunTimes::of(&done).duration(99_999), "350 ms");
+    }
+
+    /// A server that records each request (path as sent, `If-Match`, body) and answers
+    /// with `status` and `answer`.
+    async fn recording_server(
+        status: u16,
+        answer: Value,
+    ) -> (
+        String,
+        tokio::sync::mpsc::UnboundedReceiver<(String, Option<String>, Value)>,
+    ) {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let app = axum::Router::new().fallback(move |request: axum::extract::Request| {
+            let tx = tx.clone();
+            let answer = answer.clone();
+            async move {
+                let path = request.uri().path().to_owned();
+                let if_match = request
+                    .headers()
+                    .get("if-match")
+                    .map(|v| v.to_str().unwrap().to_owned());
+                let bytes = axum::body::to_bytes(request.into_body(), usize::MAX)
+                    .await
+                    .unwrap();
+                tx.send((path, if_match, serde_json::from_slice(&bytes).unwrap()))
+                    .unwrap();
+                (
+                    axum::http::StatusCode::from_u16(status).unwrap(),
+                    axum::Json(answer),
+                )
+            }
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        (url, rx)
+    }
+
+    fn remote(url: String) -> Remote {
+        Remote {
+            url,
+            api_key: None,
+            json: true,
+        }
+    }
+
+    #[tokio::test]
+    async fn runs_resolve_posts_each_outcome_to_the_operations_encoded_position() {
+        let (url, mut seen) = recording_server(202, serde_json::json!({"status": "pending"})).await;
+        let remote = remote(url);
+        let cases = [
+            (
+                Outcome::succeeded(r#"{"receipt": "r-9"}"#).unwrap(),
+                serde_json::json!({"outcome": "succeeded", "value": {"receipt": "r-9"}}),
+            ),
+            (
+                Outcome::Failed("the bank refused".into()),
+                serde_json::json!({"outcome": "failed", "error": {"message": "the bank refused"}}),
+            ),
+            (Outcome::Retry, serde_json::json!({"outcome": "retry"})),
+        ];
+        for (outcome, body) in cases {
+            remote
+                .resolve("run-1", "pay/charge#0", outcome, Some(7))
+                .await
+                .unwrap();
+            let (path, if_match, sent) = seen.recv().await.unwrap();
+            assert_eq!(path, "/runs/run-1/operations/pay%2Fcharge%230/resolve");
+            assert_eq!(if_match.as_deref(), Some("\"7\""));
+            assert_eq!(sent, body);
+        }
+        remote
+            .resolve("run-1", "charge#0", Outcome::Retry, None)
+            .await
+            .unwrap();
+        assert_eq!(
+            seen.recv().await.unwrap().1,
+            None,
+            "no If-Match unless asked"
+        );
+    }
+
+    #[tokio::test]
+    async fn runs_resolve_reports_the_servers_refusal() {
+        let (url, _seen) = recording_server(
+            409,
+            serde_json::json!({"error": {"code": "nothing_to_resolve", "message": "not a tool call whose outcome is unknown"}}),
+        )
+        .await;
+        let e = remote(url)
+            .resolve("run-1", "prepare#0", Outcome::Retry, None)
+            .await
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "409 Conflict: not a tool call whose outcome is unknown"
+        );
+    }
+
+    #[test]
+    fn a_succeeded_value_that_is_not_json_is_refused_before_anything_is_sent() {
+        let e = Outcome::succeeded("charged").unwrap_err();
+        assert!(e.to_string().contains("--succeeded takes"), "{e}");
+        assert_eq!(
+            Outcome::succeeded("\"charged\"").unwrap(),
+            Outcome::Succeeded(Value::from("charged"))
+        );
     }
 
     #[test]

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use axum::extract::FromRequestParts;
 use http::request::Parts;
+use sha2::Digest;
 use siesta::TenantId;
 
 use crate::ApiError;
@@ -16,6 +17,14 @@ use crate::routes::AppState;
 pub trait Authenticate: Send + Sync + 'static {
     /// The caller's tenant, from the request's head (headers, extensions).
     fn authenticate(&self, request: &Parts) -> Result<TenantId, ApiError>;
+
+    /// Who the caller is, for the record of what they did (an operator resolving a tool
+    /// call): asked after [`Authenticate::authenticate`] accepted the request. By
+    /// default the tenant (`tenant:<id>`); a scheme that knows more says more.
+    fn caller(&self, request: &Parts, tenant: &TenantId) -> String {
+        let _ = request;
+        format!("tenant:{tenant}")
+    }
 }
 
 /// API keys, each mapped to a tenant, presented as `Authorization: Bearer <key>`. With
@@ -48,21 +57,36 @@ impl Authenticate for ApiKeys {
         if self.keys.is_empty() {
             return Ok(TenantId::from("default"));
         }
-        let bearer = request
-            .headers
-            .get(http::header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| {
-                v.strip_prefix("Bearer ")
-                    .or_else(|| v.strip_prefix("bearer "))
-            })
-            .map(str::trim);
-        bearer
+        bearer(request)
             .and_then(|k| self.keys.get(k).cloned())
             .ok_or_else(|| {
                 ApiError::unauthorized("a valid 'Authorization: Bearer <api key>' is required")
             })
     }
+
+    /// `dev` when authentication is off; otherwise the key's fingerprint (the first 12
+    /// hex digits of its SHA-256: the key is a secret) and its tenant.
+    fn caller(&self, request: &Parts, tenant: &TenantId) -> String {
+        if self.keys.is_empty() {
+            return "dev".into();
+        }
+        let key = bearer(request).unwrap_or_default();
+        let digest = hex::encode(sha2::Sha256::digest(key.as_bytes()));
+        format!("api-key:{}@{tenant}", &digest[..12])
+    }
+}
+
+/// The token of `Authorization: Bearer <token>`, if sent.
+fn bearer(request: &Parts) -> Option<&str> {
+    request
+        .headers
+        .get(http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            v.strip_prefix("Bearer ")
+                .or_else(|| v.strip_prefix("bearer "))
+        })
+        .map(str::trim)
 }
 
 /// Refuses every caller: what a [`crate::ControlApi`] authenticates with until it is

@@ -27,6 +27,7 @@ mod auth;
 mod error;
 mod extract;
 mod openapi;
+mod resolve;
 mod routes;
 mod schema;
 pub mod server;

@@ -23,6 +23,7 @@ pub(crate) fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(get_run_value))
         .routes(routes!(cancel_run))
         .routes(routes!(resume_run))
+        .routes(routes!(crate::resolve::resolve_operation))
         .routes(routes!(deliver_event))
         .routes(routes!(inject_message))
         .routes(routes!(succeed_callback))

@@ -114,7 +114,7 @@ pub(crate) struct EventPath {
     name: String,
 }
 
-fn run_answer(status: StatusCode, view: &RunView) -> Response {
+pub(crate) fn run_answer(status: StatusCode, view: &RunView) -> Response {
     let mut response = (status, Json(view)).into_response();
     if let Ok(etag) = HeaderValue::from_str(&format!("\"{}\"", view.version)) {
         response.headers_mut().insert(header::ETAG, etag);
@@ -133,7 +133,7 @@ fn accepted(outcome: DeliverOutcome) -> (StatusCode, Json<Accepted>) {
 }
 
 impl AppState {
-    async fn view(&self, tenant: &TenantId, run: &Run) -> Result<RunView, ApiError> {
+    pub(crate) async fn view(&self, tenant: &TenantId, run: &Run) -> Result<RunView, ApiError> {
         let history = self
             .engine
             .backend()
@@ -204,6 +204,7 @@ impl AppState {
                 ("GetRunTimeline" = (operation_id = "getRunTimeline", parameters(("id" = "$response.body#/id")))),
                 ("CancelRun" = (operation_id = "cancelRun", parameters(("id" = "$response.body#/id")))),
                 ("ResumeRun" = (operation_id = "resumeRun", parameters(("id" = "$response.body#/id")))),
+                ("ResolveOperation" = (operation_id = "resolveOperation", parameters(("id" = "$response.body#/id")))),
                 ("DeliverEvent" = (operation_id = "deliverEvent", parameters(("id" = "$response.body#/id")))),
                 ("InjectMessage" = (operation_id = "injectMessage", parameters(("id" = "$response.body#/id")))),
                 ("GetRunValue" = (operation_id = "getRunValue", parameters(("id" = "$response.body#/id"), ("sha256" = "$response.body#/input/value_ref/sha256")))),

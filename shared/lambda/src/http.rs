@@ -46,6 +46,23 @@ impl Authenticate for JwtClaim {
             ))
         })
     }
+
+    /// `jwt:<sub>`: the token's subject (the person or client behind it), or the tenant
+    /// when the authorizer passed no `sub` claim.
+    fn caller(&self, request: &http::request::Parts, tenant: &TenantId) -> String {
+        let subject = match request.extensions.request_context_ref() {
+            Some(RequestContext::ApiGatewayV2(ctx)) => ctx
+                .authorizer
+                .as_ref()
+                .and_then(|a| a.jwt.as_ref())
+                .and_then(|jwt| jwt.claims.get("sub"))
+                .filter(|s| !s.trim().is_empty())
+                .cloned(),
+            #[allow(unreachable_patterns)]
+            _ => None,
+        };
+        format!("jwt:{}", subject.unwrap_or_else(|| tenant.to_string()))
+    }
 }
 
 /// Answer one request with `router`, exactly as `lambda_http::run(router)` does: the

@@ -758,7 +758,7 @@ function actionSpec(state, button) {
       const op = button.dataset.op;
       return {
         title: `Resolve the tool call “${opName(state.model, op)}”`,
-        what: 'Say what happened to the call: succeeded (with its result), failed (with an error), or retry (make the call again — you take the risk of doing it twice). Needs the resolve route (POST /runs/{id}/operations/{position}/resolve).',
+        what: 'Say what happened to the call: succeeded (with its result), failed (with an error), or retry (make the call again — you take the risk of doing it twice). A failure is a message or {"code", "message"}.',
         fields: [{ name: 'outcome', label: 'Outcome', options: ['succeeded', 'failed', 'retry'] },
           { name: 'value', label: 'Result or error (JSON; ignored for retry)', json: true, value: '{}' }],
         danger: true,
@@ -821,7 +821,6 @@ function openAction(state, button) {
       route();
     } catch (e) {
       let msg = String(e);
-      if (e.status === 404 && e.code === 'not_found' && button.dataset.action === 'resolve') msg += '\n(this server has no resolve route yet)';
       if (e.status === 412) msg += '\nThe run changed since this page showed it; look again and retry.';
       showError(msg);
       confirmButton.disabled = false;

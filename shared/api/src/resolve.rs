@@ -1,0 +1,199 @@
+//! The operator's resolution of a tool call whose outcome is `unknown` (a crash between
+//! "running" and its result, with no lookup): `POST /runs/{id}/operations/{position}/resolve`
+//! says what happened to the call — it succeeded (with its value), failed (with an
+//! error), or must be made again — and resumes the parked run. Who resolved it (the
+//! caller's identity, see [`crate::Authenticate::caller`]) is journaled and shown in the
+//! timeline as `ResolvedBy`.
+
+use axum::extract::{FromRequestParts, State};
+use axum::response::Response;
+use http::StatusCode;
+use http::request::Parts;
+use serde::Deserialize;
+use siesta::{EngineError, ErrorInfo, Position, RunId, TenantId, ToolCallResolution};
+use utoipa::ToSchema;
+
+use crate::ApiError;
+use crate::error::ErrorBody;
+use crate::extract::{ApiBody, ApiPath, IfMatch, json};
+use crate::routes::{AppState, run_answer};
+use crate::view::RunView;
+
+/// The body of a resolution: `{"outcome": "succeeded", "value": ...}`,
+/// `{"outcome": "failed", "error": {"code", "message"}}` or `{"outcome": "retry"}`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(tag = "outcome", rename_all = "lowercase")]
+pub(crate) enum Resolution {
+    /// The call happened and returned `value`; the workflow gets it.
+    Succeeded {
+        /// What the call returned (any JSON; `null` when left out).
+        #[serde(default)]
+        value: serde_json::Value,
+    },
+    /// The call failed (or must not be made): the workflow gets this as the tool
+    /// call's failure.
+    Failed {
+        /// The failure: `{"code", "message"}` or just a message.
+        error: ResolvedError,
+    },
+    /// Make the call again; the operator takes the risk that it already happened.
+    Retry,
+}
+
+/// A failure given by the operator.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(untagged, try_from = "serde_json::Value")]
+pub(crate) enum ResolvedError {
+    /// Only what happened.
+    Message(String),
+    /// Its kind and what happened.
+    Detailed {
+        /// Its kind (default `ResolvedAsFailed`; `kind` is read too).
+        #[serde(default, alias = "kind")]
+        code: Option<String>,
+        /// What happened.
+        message: String,
+    },
+}
+
+impl TryFrom<serde_json::Value> for ResolvedError {
+    type Error = String;
+
+    /// Read by hand so that a wrong shape is named plainly (serde's untagged enums say
+    /// only "did not match any variant").
+    fn try_from(value: serde_json::Value) -> Result<Self, String> {
+        const SHAPE: &str =
+            "'error' must be a message or {\"code\": \"...\", \"message\": \"...\"}";
+        match value {
+            serde_json::Value::String(message) => Ok(ResolvedError::Message(message)),
+            serde_json::Value::Object(fields) => {
+                let text = |name: &str| match fields.get(name) {
+                    None | Some(serde_json::Value::Null) => Ok(None),
+                    Some(serde_json::Value::String(s)) => Ok(Some(s.clone())),
+                    Some(_) => Err(format!("{SHAPE}: '{name}' is not text")),
+                };
+                let code = match text("code")? {
+                    Some(code) => Some(code),
+                    None => text("kind")?,
+                };
+                let message =
+                    text("message")?.ok_or_else(|| format!("{SHAPE}: it has no 'message'"))?;
+                Ok(ResolvedError::Detailed { code, message })
+            }
+            _ => Err(SHAPE.into()),
+        }
+    }
+}
+
+impl Resolution {
+    fn into_engine(self) -> ToolCallResolution {
+        match self {
+            Resolution::Succeeded { value } => ToolCallResolution::Succeeded(value),
+            Resolution::Failed { error } => {
+                let (code, message) = match error {
+                    ResolvedError::Message(message) => (None, message),
+                    ResolvedError::Detailed { code, message } => (code, message),
+                };
+                ToolCallResolution::Failed(ErrorInfo::new(
+                    code.unwrap_or_else(|| "ResolvedAsFailed".into()),
+                    message,
+                    false,
+                ))
+            }
+            Resolution::Retry => ToolCallResolution::Retry,
+        }
+    }
+}
+
+/// The caller of an authenticated route: its tenant and who it is, as the router's
+/// [`crate::Authenticate`] says.
+pub(crate) struct Caller {
+    tenant: TenantId,
+    who: String,
+}
+
+impl FromRequestParts<AppState> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let tenant = state.auth.authenticate(parts)?;
+        tracing::Span::current().record("tenant", tracing::field::display(&tenant));
+        let who = state.auth.caller(parts, &tenant);
+        Ok(Caller { tenant, who })
+    }
+}
+
+/// The run's id and the operation's position (percent-encoded: a nested position has
+/// `/` in it).
+#[derive(Debug, Deserialize)]
+pub(crate) struct OperationPath {
+    id: String,
+    position: String,
+}
+
+/// Resolve the tool call at `position`, whose outcome is unknown, of a parked run: the
+/// resolution is journaled with who made it, and the run resumes.
+#[utoipa::path(
+    post, path = "/runs/{id}/operations/{position}/resolve", operation_id = "resolveOperation", tag = "runs",
+    security(("bearer" = [])),
+    params(
+        ("id" = String, Path, description = "The run's id"),
+        ("position" = String, Path, description = "The tool call's position (its timeline `Id`, percent-encoded: `charge%230`, `pay%2Fcharge%230`)"),
+        ("If-Match" = Option<String>, Header, description = "The run's ETag; 412 when it changed since"),
+    ),
+    request_body(content = Resolution, content_type = "application/json", description = "What happened to the call"),
+    responses(
+        (status = 202, description = "Resolved; the run resumes", body = RunView,
+            headers(("ETag" = String, description = "The run's version"))),
+        (status = 400, description = "A malformed body or an unknown outcome", body = ErrorBody),
+        (status = 404, description = "No such run, or no operation at this position", body = ErrorBody),
+        (status = 409, description = "The run is not parked (`not_parked`, `already_finished`), or the operation is not a tool call whose outcome is unknown (`nothing_to_resolve`)", body = ErrorBody),
+        (status = 412, description = "If-Match does not match the run's version", body = ErrorBody),
+        (status = "default", description = "Error", body = ErrorBody),
+    )
+)]
+pub(crate) async fn resolve_operation(
+    State(app): State<AppState>,
+    caller: Caller,
+    ApiPath(path): ApiPath<OperationPath>,
+    IfMatch(if_match): IfMatch,
+    ApiBody(body): ApiBody,
+) -> Result<Response, ApiError> {
+    let resolution: Resolution = json(&body)?;
+    let run_id = RunId::from(path.id.as_str());
+    let position = Position::from(path.position.as_str());
+    let resolved = app
+        .engine
+        .resolve_tool_call(
+            &caller.tenant,
+            &run_id,
+            &position,
+            resolution.into_engine(),
+            &caller.who,
+            if_match,
+        )
+        .await;
+    let run = match resolved {
+        Ok(run) => run,
+        // The run was found (it passed the parked check) when the position was not.
+        Err(EngineError::NotFound) if app.engine.get_run(&caller.tenant, &run_id).await.is_ok() => {
+            return Err(ApiError::new(
+                StatusCode::NOT_FOUND,
+                "not_found",
+                format!("run {run_id} has no operation at position '{position}'"),
+            ));
+        }
+        Err(EngineError::NotParked(status)) => {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "not_parked",
+                format!("only a parked run's tool call can be resolved; this run is {status}"),
+            ));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    Ok(run_answer(
+        StatusCode::ACCEPTED,
+        &app.view(&caller.tenant, &run).await?,
+    ))
+}
