@@ -9,6 +9,8 @@
 //! `strace -c -f` counts the server's fsyncs and write syscalls per step (skipped
 //! without strace); the server's peak RSS (`VmHWM`) closes the report.
 
+pub mod ui;
+
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 

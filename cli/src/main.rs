@@ -83,6 +83,10 @@ enum Command {
         /// Skip the syscall counts (strace).
         #[arg(long)]
         no_strace: bool,
+        /// Instead: the web UI's first paint of a run page with 1 000 timeline events
+        /// and its page weight, in headless Chromium (`--rounds` loads, default 3).
+        #[arg(long)]
+        ui: bool,
     },
     /// Run the `order` example end to end on the embedded backend and print its timeline
     /// as it unfolds; this process plays the payment provider, whose webhooks are signed
@@ -222,7 +226,14 @@ async fn main() -> anyhow::Result<()> {
             concurrency,
             durability,
             no_strace,
+            ui,
         } => {
+            if ui {
+                return siesta_cli::bench::ui::run(siesta_cli::bench::ui::UiBenchOptions::new(
+                    rounds,
+                ))
+                .await;
+            }
             siesta_cli::bench::run(siesta_cli::bench::BenchOptions {
                 rounds,
                 concurrency: concurrency.max(1),

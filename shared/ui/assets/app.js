@@ -566,24 +566,65 @@ async function showRun(id) {
   const gen = generation;
   document.getElementById('crumbs').innerHTML = `<a href="/" data-nav>Runs</a> / <span class="mono">${esc(id)}</span>`;
   document.title = `${id} · Siesta`;
-  const state = { id, view: null, etag: null, events: [], lastSeq: 0, model: null, open: new Set(), html: '' };
+  const state = { id, view: null, etag: null, events: [], lastSeq: 0, model: null, open: new Set(), html: '', renderedEvents: 0 };
+  const run = encodeURIComponent(id);
+  // Read by the browser test and `siesta bench --ui` (ms since navigation start): when
+  // the run (view, lifecycle, waits, input and output) and then its timeline were
+  // fetched, rendered and painted. A task queued from the next frame runs after it.
+  const figures = { startedMs: performance.now() };
+  const painted = (key, f) => requestAnimationFrame(() => setTimeout(() => {
+    figures[key] = performance.now();
+    if (f) f();
+  }));
+  const setView = (got) => {
+    state.view = got.data;
+    state.etag = got.etag || `"${got.data.version}"`;
+  };
+  /** Timeline pages after the last event already read. `Seq` is gapless from 1, so on
+   * the first read the second page is asked for beside the first: a run of up to 2 000
+   * events costs one round trip, not two. */
+  const timeline = async () => {
+    const page = (after) => api('GET', `/runs/${run}/timeline?after=${after}&limit=1000`).then((t) => t.data.events || []);
+    const pages = state.lastSeq === 0 ? [page(0), page(1000)] : [page(state.lastSeq)];
+    let full = true;
+    for (const p of pages) {
+      const evs = await p;
+      if (!full) continue;
+      const fresh = evs.filter((e) => e.Seq > state.lastSeq);
+      state.events.push(...fresh);
+      if (fresh.length) state.lastSeq = fresh[fresh.length - 1].Seq;
+      full = evs.length === 1000;
+    }
+    while (full) {
+      const evs = await page(state.lastSeq);
+      state.events.push(...evs);
+      if (evs.length) state.lastSeq = evs[evs.length - 1].Seq;
+      full = evs.length === 1000;
+    }
+  };
   const load = async () => {
-    const started = performance.now();
+    const first = !state.view;
     let got;
     try {
       got = await authed(async () => {
-        // The timeline is read in pages after the last event already shown, while the
-        // run view is fetched beside it.
-        const timeline = async () => {
-          for (;;) {
-            const t = await api('GET', `/runs/${encodeURIComponent(id)}/timeline?after=${state.lastSeq}&limit=1000`);
-            const evs = t.data.events || [];
-            state.events.push(...evs);
-            if (evs.length) state.lastSeq = evs[evs.length - 1].Seq;
-            if (evs.length < 1000) break;
-          }
-        };
-        const [v] = await Promise.all([api('GET', `/runs/${encodeURIComponent(id)}`), timeline()]);
+        const viewRead = api('GET', `/runs/${run}`);
+        const timelineRead = timeline();
+        timelineRead.catch(() => {}); // seen through Promise.all below
+        if (first) {
+          // The first screen needs only the run view: it is painted while the timeline
+          // (the larger read) is still on its way.
+          const v = await viewRead;
+          if (gen !== generation) return null;
+          figures.viewFetchedMs = performance.now();
+          setView(v);
+          state.model = buildModel([]);
+          renderRun(state, true);
+          figures.viewRenderedMs = performance.now();
+          void main.offsetHeight; // style and layout, which the paint needs anyway, timed here
+          figures.viewLaidOutMs = performance.now();
+          painted('paintedMs');
+        }
+        const [v] = await Promise.all([viewRead, timelineRead]);
         return v;
       });
     } catch (e) {
@@ -592,26 +633,19 @@ async function showRun(id) {
     }
     if (!got || gen !== generation) return;
     const fetched = performance.now();
-    const changed = !state.view || got.data.version !== state.view.version || state.events.length !== state.renderedEvents;
-    state.view = got.data;
-    state.etag = got.etag || `"${got.data.version}"`;
+    const changed = first || got.data.version !== state.view.version || state.events.length !== state.renderedEvents;
+    setView(got);
     if (changed) {
       state.model = buildModel(state.events);
       renderRun(state);
       state.renderedEvents = state.events.length;
-      if (!window.siestaRunRendered) {
-        // Read by the browser test: how long the first full render of this page took,
-        // and when it was painted (a task queued from the next frame runs after it).
+      if (first) {
         const rendered = performance.now();
-        // Style and layout, which the first paint needs anyway, done now to be timed.
         void main.offsetHeight;
-        const figures = { events: state.events.length, startedMs: started, fetchMs: fetched - started,
-          renderMs: rendered - fetched, layoutMs: performance.now() - rendered };
+        Object.assign(figures, { events: state.events.length, timelineFetchedMs: fetched,
+          fetchMs: fetched - figures.startedMs, renderMs: rendered - fetched, layoutMs: performance.now() - rendered });
         window.siestaRunRendered = figures;
-        requestAnimationFrame(() => setTimeout(() => {
-          figures.paintedMs = performance.now();
-          document.body.dataset.painted = '';
-        }));
+        painted('timelinePaintedMs', () => { document.body.dataset.painted = ''; });
       }
     }
     if (!FINISHED.includes(state.view.status)) later(1000, load);
@@ -620,10 +654,11 @@ async function showRun(id) {
   await load();
 }
 
-function renderRun(state) {
+/** The run's page; with `timelinePending`, before its timeline arrived (placeholders). */
+function renderRun(state, timelinePending = false) {
   const { view, model, events } = state;
   const end = finishedAt(view);
-  const wf = waterfall(model, view);
+  const wf = timelinePending ? { rows: ['<p class="muted" id="timeline-loading">Loading the timeline…</p>'], legend: '' } : waterfall(model, view);
   const cv = codeVersion(view);
   main.innerHTML = `<h1>${esc(view.workflow)} ${badge(view.status)}</h1>
     <div class="meta"><span>run <b class="mono">${esc(view.id)}</b></span>
@@ -639,7 +674,7 @@ function renderRun(state) {
     ${actionsHtml(view, model)}
     <section class="card"><h2>Timeline</h2><div class="wf" id="waterfall">${wf.rows.slice(0, FIRST_ROWS).join('')}<div id="wf-more"></div>${wf.legend}</div></section>
     <section class="card io">${valueHtml('Input', view.input)}${valueHtml('Output', view.output)}${view.error ? valueHtml('Error', view.error) : ''}</section>
-    <section class="card"><h2>Events <span class="muted">(${events.length})</span></h2>
+    <section class="card"><h2>Events <span class="muted">(${timelinePending ? '…' : events.length})</span></h2>
       <div class="table-wrap"><table class="events"><thead><tr><th>Seq</th><th>Time</th><th>Event</th><th>Sub-type</th><th>Operation</th><th>Parent</th><th>Details</th></tr></thead>
       <tbody id="events">${eventRows(events.slice(0, FIRST_ROWS))}</tbody></table></div></section>`;
   // The rows below the fold are added after the first paint, a slice per task.
