@@ -14,8 +14,10 @@ use std::time::Duration;
 use fantoccini::{Client, ClientBuilder, Locator};
 use futures::FutureExt as _;
 use serde_json::{Value, json};
-use siesta::{Context, Error, Registry, RetryStrategy, StepError};
+use siesta::{Context, Error, Registry, RetryStrategy, RunStatus, StepError};
+use siesta_api::{ApiKeys, ControlApi};
 use siesta_app::dev::{DevOptions, DevServer, start};
+use siesta_testing::{LEASE_TTL, TestEnv};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
@@ -685,6 +687,98 @@ async fn with_api_keys_the_ui_asks_for_a_key_once_and_shows_only_that_tenants_ru
         find(client, "#dialog-confirm").await.click().await.unwrap();
         find(client, r#"h1 .badge[data-status="cancelled"]"#).await;
         server.stop();
+    })
+    .await;
+}
+
+/// A payment made by a tool call: with no lookup, a crash between "running" and its
+/// result leaves its outcome unknown and parks the run for an operator.
+fn charge_registry() -> Registry {
+    let mut registry = Registry::new();
+    registry.register("charge", |ctx: Context, _: Value| async move {
+        let charged = ctx
+            .tool_call("charge", &json!({"amount": 5}), |_| async move {
+                Ok(json!("charged by the call"))
+            })
+            .await?;
+        Ok(json!({"charged": charged}))
+    });
+    registry
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_tool_call_is_resolved_through_the_ui() {
+    with_browser(|client| async move {
+        let client = &client;
+        // The process dies right after the tool call is recorded as running; the run is
+        // parked when its lease runs out (the test's clock is moved, not waited for).
+        let env = TestEnv::builder(charge_registry())
+            .tenant("default")
+            .build();
+        let id = env.create("charge", json!(null), None).await.unwrap();
+        env.crash_after_writes(1);
+        env.run_until_idle().await;
+        assert!(env.has_crashed(), "the engine died inside the tool call");
+        env.restart();
+        env.advance(LEASE_TTL + Duration::from_secs(1)).await;
+        assert_eq!(env.status(&id).await, RunStatus::Parked);
+
+        // The UI and the API over the engine that replaced the dead one, on a socket.
+        let router = ControlApi::new(env.engine())
+            .authenticate(ApiKeys::default())
+            .merge(siesta_ui::router())
+            .router();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let server = tokio::spawn(siesta_api::server::serve(
+            listener,
+            router,
+            Default::default(),
+        ));
+
+        client.goto(&format!("{base}/ui/runs/{id}")).await.unwrap();
+        find(client, r#"h1 .badge[data-status="parked"]"#).await;
+        find(client, "body[data-painted]").await;
+        let lifecycle = find(client, "#lifecycle").await.text().await.unwrap();
+        assert!(lifecycle.contains("tool call"), "{lifecycle}");
+        find(
+            client,
+            r#"button[data-action="resolve"][data-op="charge#0"]"#,
+        )
+        .await
+        .click()
+        .await
+        .unwrap();
+        let outcome = find(client, r#"#dialog select[name="outcome"]"#).await;
+        assert_eq!(
+            outcome.prop("value").await.unwrap().as_deref(),
+            Some("succeeded")
+        );
+        let value = find(client, r#"#dialog textarea[name="value"]"#).await;
+        value.clear().await.unwrap();
+        value.send_keys(r#""charged by hand""#).await.unwrap();
+        let what = find(client, "#dialog #what").await.text().await.unwrap();
+        assert!(
+            what.contains(&format!("POST /runs/{id}/operations/charge%230/resolve")),
+            "{what}"
+        );
+        assert!(
+            what.contains(r#"{"outcome":"succeeded","value":"charged by hand"}"#),
+            "{what}"
+        );
+        find(client, "#dialog-confirm").await.click().await.unwrap();
+        // The dialog closes once the API accepted the resolution.
+        find(client, "dialog#dialog:not([open])").await;
+        let run = env.run(&id).await;
+        assert_ne!(run.status, RunStatus::Parked, "resolved: {:?}", run.status);
+
+        // The engine works the resumed run; the page's live refresh shows it completed,
+        // with the operator's value as the call's result.
+        env.run_until_idle().await;
+        find(client, r#"h1 .badge[data-status="completed"]"#).await;
+        let page = find(client, "main").await.text().await.unwrap();
+        assert!(page.contains("charged by hand"), "the output is shown");
+        server.abort();
     })
     .await;
 }
