@@ -157,6 +157,10 @@ pub enum ErrorKind {
     InvokeFailed,
     /// A `parallel` or `map` did not meet its completion rule.
     BatchFailed,
+    /// A combinator over durable futures failed: `try_join_all`'s first failure, a
+    /// `race` won by a failure, `select_ok` with every future failed, or no futures
+    /// (AWS: `CombinatorError`). The deciding failure is its cause.
+    CombinatorFailed,
     /// A value could not be serialized or deserialized.
     Serialization,
     /// An operation was configured with options that cannot hold (`max_concurrency(0)`,
@@ -181,6 +185,7 @@ impl ErrorKind {
             ErrorKind::ChildFailed => "ChildFailed",
             ErrorKind::InvokeFailed => "InvokeFailed",
             ErrorKind::BatchFailed => "BatchFailed",
+            ErrorKind::CombinatorFailed => "CombinatorFailed",
             ErrorKind::Serialization => "Serialization",
             ErrorKind::InvalidConfig => "InvalidConfig",
             ErrorKind::Storage => "Storage",
@@ -198,6 +203,7 @@ impl ErrorKind {
             ErrorKind::ChildFailed,
             ErrorKind::InvokeFailed,
             ErrorKind::BatchFailed,
+            ErrorKind::CombinatorFailed,
             ErrorKind::Serialization,
             ErrorKind::InvalidConfig,
             ErrorKind::Storage,

@@ -619,3 +619,74 @@ async fn named_branches_and_items_carry_their_names() {
     )
     .await;
 }
+
+/// A combinator over two steps, inside a child context so the nesting shows: the
+/// combinator is a context of its own (AWS: `RunInChildContext`), started before the
+/// futures run; the futures are its siblings (created before it, under the same parent),
+/// not its children.
+async fn combinator_shape(rule: &'static str, name: &'static str, rows: &[Row]) {
+    assert_shape(
+        rule,
+        move |ctx| async move {
+            ctx.run_in_child_context("checkout", move |ctx| async move {
+                let a = std::future::IntoFuture::into_future(ctx.step("a", |_| async { Ok(1) }));
+                let b = std::future::IntoFuture::into_future(ctx.step("b", |_| async { Ok(2) }));
+                let futures = [a, b];
+                match rule {
+                    "join_all" => {
+                        ctx.join_all(name, futures).await?;
+                    }
+                    "try_join_all" => {
+                        ctx.try_join_all(name, futures).await?;
+                    }
+                    "select_ok" => {
+                        ctx.select_ok(name, futures).await?;
+                    }
+                    _ => {
+                        ctx.race(name, futures).await?;
+                    }
+                }
+                Ok(json!(null))
+            })
+            .await
+        },
+        rows,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn join_all_and_try_join_all_are_contexts_beside_the_futures_they_wait_for() {
+    let c = Some("RunInChildContext");
+    let (p, all) = (Some("checkout#0"), Some("checkout#0/all#0"));
+    let (a, b) = (Some("checkout#0/a#0"), Some("checkout#0/b#0"));
+    let rows = [
+        ("ContextStarted", c, p, None, Some("checkout")),
+        ("ContextStarted", c, all, p, Some("all")),
+        ("StepStarted", STEP, a, p, Some("a")),
+        ("StepSucceeded", STEP, a, p, Some("a")),
+        ("StepStarted", STEP, b, p, Some("b")),
+        ("StepSucceeded", STEP, b, p, Some("b")),
+        ("ContextSucceeded", c, all, p, Some("all")),
+        ("ContextSucceeded", c, p, None, Some("checkout")),
+    ];
+    combinator_shape("join_all", "all", &rows).await;
+    combinator_shape("try_join_all", "all", &rows).await;
+}
+
+#[tokio::test]
+async fn race_and_select_ok_end_at_the_winner_and_never_start_a_loser_not_yet_polled() {
+    let c = Some("RunInChildContext");
+    let (p, first) = (Some("checkout#0"), Some("checkout#0/first#0"));
+    let a = Some("checkout#0/a#0");
+    let rows = [
+        ("ContextStarted", c, p, None, Some("checkout")),
+        ("ContextStarted", c, first, p, Some("first")),
+        ("StepStarted", STEP, a, p, Some("a")),
+        ("StepSucceeded", STEP, a, p, Some("a")),
+        ("ContextSucceeded", c, first, p, Some("first")),
+        ("ContextSucceeded", c, p, None, Some("checkout")),
+    ];
+    combinator_shape("race", "first", &rows).await;
+    combinator_shape("select_ok", "first", &rows).await;
+}

@@ -17,6 +17,7 @@
 //!   a lost lease stops the invocation.
 
 mod batch;
+mod combinator;
 mod invoke;
 mod step;
 mod wait;
@@ -33,6 +34,7 @@ pub use batch::{
     BatchBuilder, BatchItem, BatchOutcome, BatchResult, Branch, CompletionConfig, CompletionReason,
     branch,
 };
+pub use combinator::{Combinator, DurableFuture};
 pub use invoke::{InvokeBuilder, child_run_id};
 pub use step::{StepBuilder, StepContext, StepSemantics, ToolCallBuilder, idempotency_key};
 pub(crate) use wait::expire_callbacks;
@@ -100,6 +102,9 @@ pub(crate) struct ExecState {
     pub budget_deadline: Timestamp,
     /// Outstanding wake-ups to send after the checkpoint that made them necessary.
     pub inbox_loaded: u64,
+    /// Starts of operations whose work is not inside them (a combinator's futures were
+    /// created before it), recorded by the next checkpoint anyone makes.
+    detached_starts: Vec<PendingStart>,
 }
 
 /// What one replay pass shares between the context handles and the engine.
@@ -211,6 +216,7 @@ impl Shared {
                 messages: VecDeque::new(),
                 budget_deadline,
                 inbox_loaded,
+                detached_starts: Vec::new(),
             }),
             writer: tokio::sync::Mutex::new(()),
             watch,
@@ -247,6 +253,8 @@ impl Shared {
         mutate: impl Fn(&mut Run),
     ) -> Result<(), CommitError> {
         let _writer = self.writer.lock().await;
+        let detached = std::mem::take(&mut self.state().detached_starts);
+        delta.starts.extend(detached);
         delta.take_starts();
         let now = self.now();
         for entry in &mut delta.journal {
@@ -449,6 +457,36 @@ impl Context {
                 .push(Arc::new(Mutex::new(Some((entry, event)))));
         }
         child
+    }
+
+    /// Record `op`'s start (its `Started` entry and `ContextStarted` of `sub`) with the
+    /// next checkpoint made by any branch, after the starts of the contexts around it:
+    /// for an operation whose work happens outside it, so no checkpoint is made inside.
+    pub(crate) fn start_detached(&self, op: &Op, sub: SubType, details: serde_json::Value) {
+        let entry = op.entry(EntryState::Started {
+            attempt: 1,
+            key: None,
+        });
+        let event = self.event(EventType::ContextStarted, sub, op, details);
+        let mut st = self.shared.state();
+        st.detached_starts.extend(self.starts.iter().cloned());
+        st.detached_starts
+            .push(Arc::new(Mutex::new(Some((entry, event)))));
+    }
+
+    /// Count every journaled operation created before `op` in the same context as
+    /// reached. A settled combinator does not poll its futures again (they were created
+    /// just before it), nor its losers once it has decided, so their entries would
+    /// otherwise look like code that no longer reaches them.
+    pub(crate) fn reached_before(&self, op: &Op) {
+        let mut st = self.shared.state();
+        let before: Vec<Position> = st
+            .journal
+            .values()
+            .filter(|e| e.index < op.index && e.position.parent() == op.parent)
+            .map(|e| e.position.clone())
+            .collect();
+        st.visited.extend(before);
     }
 
     /// A context for the operations under `position` (a child context, a branch).

@@ -1,0 +1,435 @@
+//! Combinators over durable futures: `join_all`, `try_join_all`, `select_ok` and `race`
+//! (the AWS Rust SDK's names and semantics).
+//!
+//! The futures are operations the workflow created before (`ctx.step(..).into_future()`,
+//! a wait, a callback...), so their positions are minted where they were created and
+//! their events are the combinator's siblings, not its children. The combinator is a
+//! context operation of its own (AWS: type `Context`, sub-type `RunInChildContext`):
+//! what it decided — the collected outcomes, the winner — is journaled before the
+//! workflow sees it, and replay returns that record without polling the futures again,
+//! so a race is never decided twice.
+//!
+//! The futures are polled in their order, and of those found finished in one round the
+//! first in order counts first, so a decision depends only on what the journal holds.
+//! When a combinator settles early (the first success, the first settled, the first
+//! failure of `try_join_all`) the other futures are dropped: they are never polled
+//! again, what they journaled stays, and what they left open (a callback, a timer)
+//! stays open until its own deadline or the run's end.
+
+use std::future::IntoFuture;
+use std::task::Poll;
+
+use futures::future::BoxFuture;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use super::{BlockGuard, BranchGuard, Context, Delta, Op};
+use crate::error::{Error, ErrorKind};
+use crate::model::*;
+
+/// A durable operation's future, boxed so that futures of different operations (a
+/// step, a wait, a callback) can be combined: `ctx.step(..).into_future()`, or
+/// `Box::pin(async move { .. })` around one.
+pub type DurableFuture<T> = BoxFuture<'static, Result<T, Error>>;
+
+/// Which combinator, and so when it settles and what it returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Rule {
+    /// Every future's outcome, in order; never settles early.
+    JoinAll,
+    /// Every value, in order; settles at the first failure.
+    TryJoinAll,
+    /// The first success; fails once every future failed.
+    SelectOk,
+    /// The first outcome, success or failure.
+    Race,
+}
+
+impl Rule {
+    fn as_str(self) -> &'static str {
+        match self {
+            Rule::JoinAll => "join_all",
+            Rule::TryJoinAll => "try_join_all",
+            Rule::SelectOk => "select_ok",
+            Rule::Race => "race",
+        }
+    }
+}
+
+/// One future's outcome as `join_all` journals it: its value, or its error whole (kind,
+/// message and cause), so replay hands back the same error.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "lowercase")]
+enum Settled<T> {
+    /// It succeeded with `value`.
+    Fulfilled {
+        /// Its value.
+        value: T,
+    },
+    /// It failed with `error`.
+    Rejected {
+        /// Its error.
+        error: ErrorInfo,
+    },
+}
+
+/// A combinator being configured; `.await` it.
+#[must_use = "a combinator does nothing until awaited"]
+pub struct Combinator<T, O> {
+    ctx: Context,
+    op: Op,
+    rule: Rule,
+    futures: Vec<DurableFuture<T>>,
+    /// The workflow's value from the journal form (on first execution too, so it sees
+    /// what replay will hand it).
+    from_journal: fn(serde_json::Value) -> Result<O, Error>,
+}
+
+impl Context {
+    /// Await every future and collect each outcome, in order; never settles early (AWS
+    /// `join_all`, whose `Settled` is a `Result` here). The outcomes are journaled, so
+    /// replay returns them without polling the futures again.
+    ///
+    /// ```no_run
+    /// # async fn demo(ctx: siesta::Context) -> Result<(), siesta::Error> {
+    /// use std::future::IntoFuture;
+    /// let a = ctx.step("a", |_| async { Ok(1) }).into_future();
+    /// let b = ctx.step("b", |_| async { Ok(2) }).into_future();
+    /// let outcomes: Vec<Result<i32, siesta::Error>> = ctx.join_all("both", [a, b]).await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn join_all<T, I>(
+        &self,
+        name: &str,
+        futures: impl IntoIterator<Item = I>,
+    ) -> Combinator<T, Vec<Result<T, Error>>>
+    where
+        I: IntoFuture<Output = Result<T, Error>>,
+        I::IntoFuture: Send + 'static,
+        T: Serialize + DeserializeOwned + Send + 'static,
+    {
+        self.combinator(name, Rule::JoinAll, futures, |json| {
+            let settled: Vec<Settled<T>> = serde_json::from_value(json)?;
+            Ok(settled
+                .into_iter()
+                .map(|s| match s {
+                    Settled::Fulfilled { value } => Ok(value),
+                    Settled::Rejected { error } => Err(Error::from_info(&error)),
+                })
+                .collect())
+        })
+    }
+
+    /// Await every future and return their values in order, or fail at the first failure
+    /// (its error is the cause of a [`ErrorKind::CombinatorFailed`]); the futures not
+    /// finished by then are dropped. With no futures: an empty `Vec`.
+    pub fn try_join_all<T, I>(
+        &self,
+        name: &str,
+        futures: impl IntoIterator<Item = I>,
+    ) -> Combinator<T, Vec<T>>
+    where
+        I: IntoFuture<Output = Result<T, Error>>,
+        I::IntoFuture: Send + 'static,
+        T: Serialize + DeserializeOwned + Send + 'static,
+    {
+        self.combinator(name, Rule::TryJoinAll, futures, |json| {
+            Ok(serde_json::from_value(json)?)
+        })
+    }
+
+    /// The first future to succeed; the others are dropped. Fails
+    /// ([`ErrorKind::CombinatorFailed`], every error in its message, the last as its
+    /// cause) once every future failed, and at once with no futures. The winner is
+    /// journaled: replay returns it, whatever has finished since.
+    pub fn select_ok<T, I>(
+        &self,
+        name: &str,
+        futures: impl IntoIterator<Item = I>,
+    ) -> Combinator<T, T>
+    where
+        I: IntoFuture<Output = Result<T, Error>>,
+        I::IntoFuture: Send + 'static,
+        T: Serialize + DeserializeOwned + Send + 'static,
+    {
+        self.combinator(name, Rule::SelectOk, futures, |json| {
+            Ok(serde_json::from_value(json)?)
+        })
+    }
+
+    /// The first future to finish, whether it succeeded or failed (a failure is the
+    /// cause of a [`ErrorKind::CombinatorFailed`]); the others are dropped. Fails at once
+    /// with no futures. The winner is journaled: replay returns it, whatever has
+    /// finished since.
+    ///
+    /// ```no_run
+    /// # async fn demo(ctx: siesta::Context) -> Result<(), siesta::Error> {
+    /// use std::future::IntoFuture;
+    /// let approved = ctx.wait_for_event::<bool>("approval").into_future();
+    /// let deadline = ctx.step("default", |_| async { Ok(false) }).into_future();
+    /// let answer = ctx.race("approval or default", [approved, deadline]).await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn race<T, I>(&self, name: &str, futures: impl IntoIterator<Item = I>) -> Combinator<T, T>
+    where
+        I: IntoFuture<Output = Result<T, Error>>,
+        I::IntoFuture: Send + 'static,
+        T: Serialize + DeserializeOwned + Send + 'static,
+    {
+        self.combinator(name, Rule::Race, futures, |json| {
+            Ok(serde_json::from_value(json)?)
+        })
+    }
+
+    fn combinator<T, O, I>(
+        &self,
+        name: &str,
+        rule: Rule,
+        futures: impl IntoIterator<Item = I>,
+        from_journal: fn(serde_json::Value) -> Result<O, Error>,
+    ) -> Combinator<T, O>
+    where
+        I: IntoFuture<Output = Result<T, Error>>,
+        I::IntoFuture: Send + 'static,
+    {
+        // The futures were created (their positions minted) before this call; the
+        // combinator's own position comes after theirs, as in AWS.
+        let futures = futures
+            .into_iter()
+            .map(|f| Box::pin(f.into_future()) as DurableFuture<T>)
+            .collect();
+        Combinator {
+            op: self.mint(name, OperationKind::Context),
+            ctx: self.clone(),
+            rule,
+            futures,
+            from_journal,
+        }
+    }
+}
+
+/// What the futures came to, by the combinator's rule.
+enum Decision<T> {
+    /// Every outcome, in order (`join_all`).
+    All(Vec<Result<T, Error>>),
+    /// Every value, in order (`try_join_all`).
+    Values(Vec<T>),
+    /// The winner's index and value (`select_ok`, `race`).
+    Winner(usize, T),
+    /// The combinator failed: the index of the future that decided it (if one did) and
+    /// the error.
+    Failed(Option<usize>, Error),
+}
+
+/// Poll every unfinished future in order until `rule` is decided. Of the futures found
+/// finished in one round, the first in order counts first.
+async fn decide<T>(rule: Rule, name: &str, futures: Vec<DurableFuture<T>>) -> Decision<T> {
+    let total = futures.len();
+    if total == 0 {
+        return match rule {
+            Rule::JoinAll => Decision::All(Vec::new()),
+            Rule::TryJoinAll => Decision::Values(Vec::new()),
+            Rule::SelectOk | Rule::Race => Decision::Failed(
+                None,
+                Error::new(
+                    ErrorKind::CombinatorFailed,
+                    format!("{} '{name}' was given no futures", rule.as_str()),
+                    None,
+                ),
+            ),
+        };
+    }
+    let mut slots: Vec<Option<DurableFuture<T>>> = futures.into_iter().map(Some).collect();
+    let mut outcomes: Vec<Option<Result<T, Error>>> = (0..total).map(|_| None).collect();
+    std::future::poll_fn(move |cx| {
+        for index in 0..total {
+            let Some(future) = slots[index].as_mut() else {
+                continue;
+            };
+            let Poll::Ready(outcome) = future.as_mut().poll(cx) else {
+                continue;
+            };
+            slots[index] = None;
+            match (rule, outcome) {
+                (Rule::Race, Ok(value)) | (Rule::SelectOk, Ok(value)) => {
+                    return Poll::Ready(Decision::Winner(index, value));
+                }
+                (Rule::Race, Err(e)) => {
+                    return Poll::Ready(Decision::Failed(
+                        Some(index),
+                        Error::new(
+                            ErrorKind::CombinatorFailed,
+                            format!("race '{name}': future #{index} finished first, failed: {e}"),
+                            Some(e.to_info()),
+                        ),
+                    ));
+                }
+                (Rule::TryJoinAll, Err(e)) => {
+                    return Poll::Ready(Decision::Failed(
+                        Some(index),
+                        Error::new(
+                            ErrorKind::CombinatorFailed,
+                            format!("try_join_all '{name}': future #{index} failed: {e}"),
+                            Some(e.to_info()),
+                        ),
+                    ));
+                }
+                (_, outcome) => outcomes[index] = Some(outcome),
+            }
+        }
+        if slots.iter().any(Option::is_some) {
+            return Poll::Pending;
+        }
+        let all: Vec<Result<T, Error>> = outcomes
+            .iter_mut()
+            .map(|o| o.take().expect("every future finished"))
+            .collect();
+        Poll::Ready(match rule {
+            Rule::JoinAll => Decision::All(all),
+            Rule::TryJoinAll => Decision::Values(all.into_iter().filter_map(Result::ok).collect()),
+            // Every future failed (a success returned above).
+            Rule::SelectOk | Rule::Race => {
+                let errors: Vec<String> = all
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, o)| o.as_ref().err().map(|e| format!("#{i}: {e}")))
+                    .collect();
+                let last = all
+                    .last()
+                    .and_then(|o| o.as_ref().err())
+                    .map(Error::to_info);
+                Decision::Failed(
+                    None,
+                    Error::new(
+                        ErrorKind::CombinatorFailed,
+                        format!(
+                            "select_ok '{name}': all {total} futures failed ({})",
+                            errors.join("; ")
+                        ),
+                        last,
+                    ),
+                )
+            }
+        })
+    })
+    .await
+}
+
+impl<T, O> IntoFuture for Combinator<T, O>
+where
+    T: Serialize + DeserializeOwned + Send + 'static,
+    O: Send + 'static,
+{
+    type Output = Result<O, Error>;
+    type IntoFuture = BoxFuture<'static, Result<O, Error>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(run_combinator(self))
+    }
+}
+
+async fn run_combinator<T, O>(c: Combinator<T, O>) -> Result<O, Error>
+where
+    T: Serialize + DeserializeOwned + Send + 'static,
+{
+    let Combinator {
+        ctx,
+        op,
+        rule,
+        futures,
+        from_journal,
+    } = c;
+    let fresh = match ctx.lookup(&op).await.map(|e| e.state) {
+        // Decided before: the record, not a second decision; the futures are not polled.
+        Some(EntryState::Succeeded { value, .. }) => {
+            ctx.reached_before(&op);
+            return from_journal(ctx.decode(&value).await?);
+        }
+        Some(EntryState::Failed { error, .. }) => {
+            ctx.reached_before(&op);
+            return Err(Error::from_info(&error));
+        }
+        found => found.is_none(),
+    };
+    let total = futures.len();
+    let combinator = rule.as_str();
+    if fresh {
+        ctx.start_detached(
+            &op,
+            SubType::RunInChildContext,
+            serde_json::json!({"Combinator": combinator, "Futures": total}),
+        );
+    }
+    let decision = {
+        // While the futures run, this branch (the combinator's caller) waits on them,
+        // and each future counts as a branch of its own until it finishes or is dropped.
+        let _blocked = BlockGuard::new(&ctx.shared);
+        let futures = futures
+            .into_iter()
+            .map(|f| {
+                let guard = BranchGuard::new(&ctx.shared);
+                Box::pin(async move {
+                    let _guard = guard;
+                    f.await
+                }) as DurableFuture<T>
+            })
+            .collect();
+        decide(rule, &op.name, futures).await
+    };
+    // A loser polled in an earlier invocation may not have been polled in this one.
+    ctx.reached_before(&op);
+    ctx.go_live();
+    let decided = match decision {
+        Decision::Failed(index, e) => Err((index, e)),
+        Decision::All(outcomes) => {
+            let failed = outcomes.iter().filter(|o| o.is_err()).count();
+            let settled: Vec<Settled<T>> = outcomes
+                .into_iter()
+                .map(|o| match o {
+                    Ok(value) => Settled::Fulfilled { value },
+                    Err(e) => Settled::Rejected { error: e.to_info() },
+                })
+                .collect();
+            Ok((
+                serde_json::to_value(&settled)?,
+                serde_json::json!({"Combinator": combinator, "Succeeded": total - failed, "Failed": failed}),
+            ))
+        }
+        Decision::Values(values) => Ok((
+            serde_json::to_value(&values)?,
+            serde_json::json!({"Combinator": combinator, "Succeeded": total, "Failed": 0}),
+        )),
+        Decision::Winner(index, value) => Ok((
+            serde_json::to_value(&value)?,
+            serde_json::json!({"Combinator": combinator, "Winner": index}),
+        )),
+    };
+    let (state, event_type, details, result) = match decided {
+        Ok((json, details)) => (
+            EntryState::Succeeded {
+                value: ctx.encode(&json).await?,
+                attempt: 0,
+            },
+            EventType::ContextSucceeded,
+            details,
+            from_journal(json),
+        ),
+        Err((index, e)) => (
+            EntryState::Failed {
+                error: e.to_info(),
+                attempt: 0,
+            },
+            EventType::ContextFailed,
+            serde_json::json!({"Combinator": combinator, "DecidedBy": index, "Error": e.to_info()}),
+            Err(e),
+        ),
+    };
+    let event = ctx.event(event_type, SubType::RunInChildContext, &op, details);
+    ctx.commit_or_suspend(Delta {
+        journal: vec![op.entry(state)],
+        timeline: vec![event],
+        ..Delta::default()
+    })
+    .await;
+    result
+}
