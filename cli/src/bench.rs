@@ -7,7 +7,8 @@
 //! `--rounds` times; min/median/max are printed. Per shape: bytes the server wrote per
 //! step (`/proc/<pid>/io`); after the timed rounds, one more round under
 //! `strace -c -f` counts the server's fsyncs and write syscalls per step (skipped
-//! without strace); the server's peak RSS (`VmHWM`) closes the report.
+//! without strace); the server's peak RSS (`VmHWM`) closes the report. With
+//! `--replay-cycles N`, the step+sleep replay shape follows (see `replay`).
 
 pub mod ui;
 
@@ -16,6 +17,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use tokio::io::{AsyncBufReadExt, BufReader};
+
+mod replay;
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -30,6 +33,10 @@ pub struct BenchOptions {
     pub server_args: Vec<String>,
     /// Count syscalls with strace (when installed).
     pub strace: bool,
+    /// Run the chain shapes (throughput, latency).
+    pub shapes: bool,
+    /// Cycles of the step+sleep replay shape; `None` skips it.
+    pub replay_cycles: Option<u64>,
 }
 
 struct Server {
@@ -259,7 +266,7 @@ pub async fn run(options: BenchOptions) -> anyhow::Result<()> {
         },
     )
     .await?;
-    for shape in shapes {
+    for shape in shapes.into_iter().filter(|_| options.shapes) {
         let mut throughput = Vec::new();
         let mut p50 = Vec::new();
         let mut bytes_per_step = Vec::new();
@@ -298,6 +305,9 @@ pub async fn run(options: BenchOptions) -> anyhow::Result<()> {
                 None => println!("  syscalls per step      n/a (strace not found)"),
             }
         }
+    }
+    if let Some(cycles) = options.replay_cycles {
+        replay::run(&http, &server.base, cycles).await?;
     }
     println!("server peak RSS: {} KB (VmHWM)", server.peak_rss_kb());
     drop(server.child);

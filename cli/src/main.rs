@@ -87,6 +87,13 @@ enum Command {
         /// and its page weight, in headless Chromium (`--rounds` loads, default 3).
         #[arg(long)]
         ui: bool,
+        /// Also run the step+sleep(1 ms) replay shape: one `chain` run of this many
+        /// cycles (e.g. 10000), time per cycle at cycle 1 000 and at the last.
+        #[arg(long)]
+        replay_cycles: Option<u64>,
+        /// Skip the chain shapes (throughput, latency), e.g. to run only the replay shape.
+        #[arg(long)]
+        no_shapes: bool,
     },
     /// Run the `order` example end to end on the embedded backend and print its timeline
     /// as it unfolds; this process plays the payment provider, whose webhooks are signed
@@ -227,6 +234,8 @@ async fn main() -> anyhow::Result<()> {
             durability,
             no_strace,
             ui,
+            replay_cycles,
+            no_shapes,
         } => {
             if ui {
                 return siesta_cli::bench::ui::run(siesta_cli::bench::ui::UiBenchOptions::new(
@@ -240,6 +249,8 @@ async fn main() -> anyhow::Result<()> {
                 durability,
                 server_args: Vec::new(),
                 strace: !no_strace,
+                shapes: !no_shapes,
+                replay_cycles,
             })
             .await
         }

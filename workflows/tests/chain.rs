@@ -56,3 +56,39 @@ async fn more_steps_than_the_limit_fail_the_run_without_running_any() {
     );
     assert!(w.journal(&id).await.is_empty());
 }
+
+#[tokio::test]
+async fn steps_with_a_sleep_after_each_wake_per_timer_and_sum_the_same() {
+    let w = support::env();
+    let id = w.start("chain", json!({"steps": 3, "sleep_ms": 1})).await;
+    let run = w.drive(&id).await;
+    assert_eq!(run.status, RunStatus::Completed);
+    assert_eq!(w.output::<u64>(&id).await, 3);
+    for i in 0..3 {
+        let sleep = w
+            .entry(&id, &format!("sleep#{i}"))
+            .await
+            .unwrap_or_else(|| panic!("sleep#{i} is journaled"));
+        assert!(
+            matches!(sleep.state, EntryState::Succeeded { .. }),
+            "{sleep:?}"
+        );
+    }
+    // Each of the three timers suspended the run; each wake-up after the first replayed
+    // it from the replay cache, unless the test support turned it off.
+    let stats = w.engine().replay_cache_stats();
+    let hits = if w.config().replay_cache_entries > 0 {
+        3
+    } else {
+        0
+    };
+    assert_eq!((stats.hits, stats.misses), (hits, 4 - hits), "{stats:?}");
+}
+
+#[tokio::test]
+async fn the_object_input_without_a_sleep_is_the_plain_chain() {
+    let w = support::env();
+    let id = w.start("chain", json!({"steps": 4})).await;
+    assert_eq!(w.output::<u64>(&id).await, 6);
+    assert!(w.entry(&id, "sleep#0").await.is_none());
+}

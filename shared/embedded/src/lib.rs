@@ -11,8 +11,12 @@
 //! delivery or webhook survives an OS crash or a power loss, not just a process kill.
 //! One writer thread commits the writes of concurrent callers in groups — one
 //! transaction and one fsync for all of them (see the `writer` module) — and reads run
-//! on their own connections, never waiting for a commit. [`Durability::Relaxed`] trades
-//! the OS-crash guarantee for speed.
+//! on their own connections, never waiting for a commit. The queue's bookkeeping
+//! (send, receive, ack, visibility) and claims commit without an fsync of their own:
+//! the WAL is one log, so the next durable write makes them durable too, and losing
+//! them with everything after them in an OS crash loses nothing acknowledged (a run
+//! stays due until a checkpoint says otherwise; the sweep resends its wake-up).
+//! [`Durability::Relaxed`] trades the OS-crash guarantee for speed.
 //!
 //! ```no_run
 //! # use std::sync::Arc;
@@ -148,9 +152,12 @@ impl Default for EmbeddedOptions {
 /// What the backend's writer has done since it was opened.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct WriterStats {
-    /// Transactions committed; under [`Durability::Full`] each is one fsync of the WAL
-    /// (SQLite adds one more per WAL checkpoint, every ~1000 pages).
+    /// Transactions committed.
     pub commits: u64,
+    /// Of those, transactions committed with an fsync of the WAL: under
+    /// [`Durability::Full`], those holding at least one write that must survive an OS
+    /// crash (SQLite adds one more fsync per WAL checkpoint, every ~1000 pages).
+    pub synced_commits: u64,
     /// Write operations committed (each acknowledged to its caller).
     pub writes: u64,
 }
@@ -222,9 +229,10 @@ impl EmbeddedBackend {
         let (sender, jobs) = mpsc::channel();
         {
             let counters = counters.clone();
+            let fsync = options.durability == Durability::Full;
             std::thread::Builder::new()
                 .name("siesta-embedded-writer".to_owned())
-                .spawn(move || writer::run(conn, jobs, clock, counters))
+                .spawn(move || writer::run(conn, jobs, clock, counters, fsync))
                 .map_err(|e| StoreError::Unavailable(format!("starting the writer: {e}")))?;
         }
         Ok(EmbeddedBackend {
@@ -253,6 +261,7 @@ impl EmbeddedBackend {
     pub fn writer_stats(&self) -> WriterStats {
         WriterStats {
             commits: self.inner.counters.commits.load(Ordering::Relaxed),
+            synced_commits: self.inner.counters.synced_commits.load(Ordering::Relaxed),
             writes: self.inner.counters.writes.load(Ordering::Relaxed),
         }
     }
@@ -305,10 +314,33 @@ impl EmbeddedBackend {
         T: Send + 'static,
         F: FnOnce(&Connection, Timestamp) -> Result<T, StoreError> + Send + 'static,
     {
+        self.write(f, true).await
+    }
+
+    /// Run the write `f` atomically on the writer, answered once it is committed but
+    /// without waiting for an fsync of its own: for writes whose loss in an OS crash
+    /// (together with every write after them — the WAL is one log) is healed by what
+    /// is durable. Those are the queue's bookkeeping, healed by the run's `due_at`
+    /// and the sweep or by redelivery, and a claim, which no durable record depends on
+    /// until the claimant's first checkpoint makes it durable; a lost claim leaves the
+    /// run as it was before, due, and the steps it ran are at-least-once anyway.
+    async fn tx_unsynced<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection, Timestamp) -> Result<T, StoreError> + Send + 'static,
+    {
+        self.write(f, false).await
+    }
+
+    async fn write<T, F>(&self, f: F, durable: bool) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection, Timestamp) -> Result<T, StoreError> + Send + 'static,
+    {
         let (reply, answer) = tokio::sync::oneshot::channel();
         self.inner
             .writer
-            .send(Box::new(writer::Pending::new(f, reply)))
+            .send(Box::new(writer::Pending::new(f, durable, reply)))
             .map_err(|_| StoreError::Unavailable("the writer has stopped".to_owned()))?;
         answer
             .await
@@ -373,11 +405,71 @@ fn get_run(tx: &Connection, tenant: &str, run_id: &str) -> Result<Option<Run>, S
 }
 
 fn put_run(tx: &Connection, run: &Run) -> Result<(), StoreError> {
-    tx.execute(
-        "INSERT OR REPLACE INTO runs (tenant, run_id, status, workflow, created_at, due_at, body) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-        params![run.tenant.0, run.id.0, run.status.as_str(), run.workflow, run.created_at.0, run.due_at.map(|d| d.0), to_json(run)?],
+    tx.prepare_cached(
+        "INSERT INTO runs (tenant, run_id, status, workflow, created_at, due_at, body) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
     )
+    .map_err(sql)?
+    .execute(params![run.tenant.0, run.id.0, run.status.as_str(), run.workflow, run.created_at.0, run.due_at.map(|d| d.0), to_json(run)?])
     .map_err(sql)?;
+    Ok(())
+}
+
+/// The indexed columns of a stored run that change over its life.
+#[derive(Clone, Copy)]
+struct Indexed {
+    status: RunStatus,
+    due_at: Option<Timestamp>,
+}
+
+impl Indexed {
+    fn of(run: &Run) -> Self {
+        Indexed {
+            status: run.status,
+            due_at: run.due_at,
+        }
+    }
+}
+
+/// Rewrite the stored run, whose indexed columns are `old`, as `run`. Only the columns that changed are set:
+/// SQLite rewrites the index entries of every column an `UPDATE` sets, and a run's
+/// status and due time change far less often than its body (a checkpoint of a running
+/// run changes neither), so most checkpoints touch the row's page and no index.
+fn update_run(tx: &Connection, old: Indexed, run: &Run) -> Result<(), StoreError> {
+    let body = to_json(run)?;
+    let changed = match (run.status != old.status, run.due_at != old.due_at) {
+        (false, false) => tx
+            .prepare_cached("UPDATE runs SET body = ?3 WHERE tenant = ?1 AND run_id = ?2")
+            .map_err(sql)?
+            .execute(params![run.tenant.0, run.id.0, body]),
+        (true, false) => tx
+            .prepare_cached(
+                "UPDATE runs SET body = ?3, status = ?4 WHERE tenant = ?1 AND run_id = ?2",
+            )
+            .map_err(sql)?
+            .execute(params![run.tenant.0, run.id.0, body, run.status.as_str()]),
+        (false, true) => tx
+            .prepare_cached(
+                "UPDATE runs SET body = ?3, due_at = ?4 WHERE tenant = ?1 AND run_id = ?2",
+            )
+            .map_err(sql)?
+            .execute(params![run.tenant.0, run.id.0, body, run.due_at.map(|d| d.0)]),
+        (true, true) => tx
+            .prepare_cached(
+                "UPDATE runs SET body = ?3, status = ?4, due_at = ?5 WHERE tenant = ?1 AND run_id = ?2",
+            )
+            .map_err(sql)?
+            .execute(params![
+                run.tenant.0,
+                run.id.0,
+                body,
+                run.status.as_str(),
+                run.due_at.map(|d| d.0)
+            ]),
+    }
+    .map_err(sql)?;
+    if changed != 1 {
+        return Err(StoreError::NotFound);
+    }
     Ok(())
 }
 
@@ -410,6 +502,7 @@ fn insert_event(
 /// Apply a delivery inside a transaction, with the rules of [`RunStore::deliver`].
 fn apply_delivery(tx: &Connection, d: &NewDelivery) -> Result<DeliverOutcome, StoreError> {
     let mut run = get_run(tx, &d.tenant.0, &d.run_id.0)?.ok_or(StoreError::NotFound)?;
+    let stored = Indexed::of(&run);
     let duplicate: Option<i64> = tx
         .query_row(
             "SELECT seq FROM deliveries WHERE tenant = ?1 AND run_id = ?2 AND id = ?3",
@@ -476,7 +569,7 @@ fn apply_delivery(tx: &Connection, d: &NewDelivery) -> Result<DeliverOutcome, St
     let mut event = d.event.clone();
     event.seq = run.timeline_seq;
     insert_event(tx, &d.tenant, &d.run_id, &event)?;
-    put_run(tx, &run)?;
+    update_run(tx, stored, &run)?;
     Ok(DeliverOutcome::Accepted(Box::new(run)))
 }
 
@@ -561,8 +654,9 @@ impl RunStore for EmbeddedBackend {
         claim: &Claim,
     ) -> Result<Run, StoreError> {
         let (tenant, run_id, claim) = (tenant.0.clone(), run_id.0.clone(), claim.clone());
-        self.tx(move |tx, _| {
+        self.tx_unsynced(move |tx, _| {
             let mut run = get_run(tx, &tenant, &run_id)?.ok_or(StoreError::NotFound)?;
+            let stored = Indexed::of(&run);
             let claimable = matches!(
                 run.status,
                 RunStatus::Pending | RunStatus::Running | RunStatus::Waiting
@@ -581,7 +675,7 @@ impl RunStore for EmbeddedBackend {
             run.due_at = Some(claim.expires_at);
             run.version += 1;
             run.updated_at = claim.now;
-            put_run(tx, &run)?;
+            update_run(tx, stored, &run)?;
             Ok(run)
         })
         .await
@@ -597,12 +691,13 @@ impl RunStore for EmbeddedBackend {
         let (tenant, run_id) = (tenant.0.clone(), run_id.0.clone());
         self.tx(move |tx, _| {
             let mut run = get_run(tx, &tenant, &run_id)?.ok_or(StoreError::NotFound)?;
+            let stored = Indexed::of(&run);
             match &mut run.lease {
                 Some(lease) if lease.epoch == epoch => lease.expires_at = expires_at,
                 _ => return Err(conflict(run)),
             }
             run.due_at = Some(expires_at);
-            put_run(tx, &run)?;
+            update_run(tx, stored, &run)?;
             Ok(run)
         })
         .await
@@ -646,7 +741,7 @@ impl RunStore for EmbeddedBackend {
                 if current.version != cp.expected_version || !epoch_ok {
                     return Err(conflict(current));
                 }
-                put_run(tx, &cp.run)?;
+                update_run(tx, Indexed::of(&current), &cp.run)?;
                 let (tenant, run_id) = (&cp.run.tenant, &cp.run.id);
                 for entry in &cp.journal {
                     tx.execute(
@@ -998,7 +1093,7 @@ impl WakeQueue for EmbeddedBackend {
             lane(wake.reason),
         );
         let delay = delay.min(MAX_QUEUE_DELAY);
-        self.tx(move |tx, now| {
+        self.tx_unsynced(move |tx, now| {
             tx.prepare_cached(
                 "INSERT INTO wake_queue (tenant, run_id, lane, body, visible_at) VALUES (?1, ?2, ?3, ?4, ?5)",
             )
@@ -1019,13 +1114,13 @@ impl WakeQueue for EmbeddedBackend {
             return Ok(Vec::new());
         }
         let max_receives = self.inner.max_receives;
-        self.tx(move |tx, now| receive_fair(tx, now, max, visibility, max_receives))
+        self.tx_unsynced(move |tx, now| receive_fair(tx, now, max, visibility, max_receives))
             .await
     }
 
     async fn ack(&self, receipt: &str) -> Result<(), StoreError> {
         let receipt = receipt.to_owned();
-        self.tx(move |tx, _| {
+        self.tx_unsynced(move |tx, _| {
             tx.prepare_cached("DELETE FROM wake_queue WHERE receipt = ?1")
                 .map_err(sql)?
                 .execute(params![receipt])
@@ -1041,7 +1136,7 @@ impl WakeQueue for EmbeddedBackend {
         visibility: Duration,
     ) -> Result<(), StoreError> {
         let receipt = receipt.to_owned();
-        self.tx(move |tx, now| {
+        self.tx_unsynced(move |tx, now| {
             tx.prepare_cached("UPDATE wake_queue SET visible_at = ?1 WHERE receipt = ?2")
                 .map_err(sql)?
                 .execute(params![now.plus(visibility).0, receipt])

@@ -15,6 +15,11 @@
 //!   `COMMIT` returned — with `synchronous=FULL` that is after the WAL was fsynced — so
 //!   one fsync covers every write of the group (group commit). If the commit fails,
 //!   every caller of the group gets the failure and nothing of the group is stored.
+//! - **Only what must survive an OS crash waits for an fsync.** A write is durable or
+//!   not (see [`Job::durable`]); a group commits with `synchronous=FULL` when any of its
+//!   writes is durable and with `NORMAL` (no fsync) otherwise. The WAL is one log, so a
+//!   later durable commit makes every earlier one durable too: a non-durable write is
+//!   lost in an OS crash only together with everything after it.
 //! - **Groups form by themselves.** The writer takes what is queued when it starts a
 //!   group (up to [`MAX_GROUP`]); while it commits, new writes queue up for the next
 //!   one. An idle writer commits a lone write at once: no timer, no added latency.
@@ -41,13 +46,17 @@ pub(crate) trait Job: Send {
     /// Answer the caller once the group's fate is known: `failed` is the reason the
     /// group was not committed, `None` when it was.
     fn answer(self: Box<Self>, failed: Option<&StoreError>);
+    /// Whether the caller may be answered only once the write is on disk (fsynced).
+    fn durable(&self) -> bool;
 }
 
 /// Counters of what the writer did, for benchmarks and tests.
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
-    /// Groups committed (each one WAL fsync under `synchronous=FULL`).
+    /// Groups committed.
     pub commits: AtomicU64,
+    /// Of those, groups committed with an fsync (holding at least one durable write).
+    pub synced_commits: AtomicU64,
     /// Write operations committed.
     pub writes: AtomicU64,
 }
@@ -55,14 +64,20 @@ pub(crate) struct Counters {
 /// An operation `f` whose result reaches `reply` only after its group is committed.
 pub(crate) struct Pending<T, F> {
     f: Option<F>,
+    durable: bool,
     out: Option<Result<T, StoreError>>,
     reply: tokio::sync::oneshot::Sender<Result<T, StoreError>>,
 }
 
 impl<T, F> Pending<T, F> {
-    pub(crate) fn new(f: F, reply: tokio::sync::oneshot::Sender<Result<T, StoreError>>) -> Self {
+    pub(crate) fn new(
+        f: F,
+        durable: bool,
+        reply: tokio::sync::oneshot::Sender<Result<T, StoreError>>,
+    ) -> Self {
         Pending {
             f: Some(f),
+            durable,
             out: None,
             reply,
         }
@@ -96,16 +111,24 @@ where
         // The caller may have gone away (a dropped request); nothing to do then.
         let _ = self.reply.send(out);
     }
+
+    fn durable(&self) -> bool {
+        self.durable
+    }
 }
 
-/// Run the writer until every sender is dropped.
+/// Run the writer until every sender is dropped. `fsync` is whether durable writes are
+/// fsynced at all ([`crate::Durability::Full`]).
 pub(crate) fn run(
     conn: Connection,
     jobs: mpsc::Receiver<Box<dyn Job>>,
     clock: Arc<dyn Clock>,
     counters: Arc<Counters>,
+    fsync: bool,
 ) {
     let mut group: Vec<Box<dyn Job>> = Vec::with_capacity(MAX_GROUP);
+    // The connection was opened with `synchronous=FULL` exactly when `fsync`.
+    let mut synced = fsync;
     while let Ok(first) = jobs.recv() {
         group.push(first);
         while group.len() < MAX_GROUP {
@@ -114,7 +137,23 @@ pub(crate) fn run(
                 Err(_) => break,
             }
         }
-        commit_group(&conn, &mut group, clock.as_ref(), &counters);
+        let sync = fsync && group.iter().any(|job| job.durable());
+        if sync != synced {
+            let level = if sync { "FULL" } else { "NORMAL" };
+            match conn.pragma_update(None, "synchronous", level).map_err(sql) {
+                Ok(()) => synced = sync,
+                Err(e) if sync => {
+                    // Never answer a durable write from a commit that may not fsync.
+                    for job in group.drain(..) {
+                        job.answer(Some(&e));
+                    }
+                    continue;
+                }
+                // Staying at FULL only costs an fsync.
+                Err(_) => {}
+            }
+        }
+        commit_group(&conn, &mut group, clock.as_ref(), &counters, synced);
     }
 }
 
@@ -124,6 +163,7 @@ fn commit_group(
     group: &mut Vec<Box<dyn Job>>,
     clock: &dyn Clock,
     counters: &Counters,
+    synced: bool,
 ) {
     let mut ran: Vec<Box<dyn Job>> = Vec::with_capacity(group.len());
     let mut written = 0u64;
@@ -174,6 +214,9 @@ fn commit_group(
     match conn.execute_batch("COMMIT").map_err(sql) {
         Ok(()) => {
             counters.commits.fetch_add(1, Ordering::Relaxed);
+            if synced {
+                counters.synced_commits.fetch_add(1, Ordering::Relaxed);
+            }
             counters.writes.fetch_add(written, Ordering::Relaxed);
             for job in ran {
                 job.answer(None);

@@ -254,3 +254,94 @@ async fn concurrent_writes_share_one_commit_and_keep_their_own_outcomes() {
     assert_eq!(stats.writes, 56);
     assert!(stats.commits <= 2, "{stats:?}");
 }
+
+/// GIVEN the default (durable) backend WHEN the queue's bookkeeping and a claim are
+/// written THEN none of them costs an fsync of its own, while a start and a checkpoint
+/// each do — and a reopened file holds all of them (the unsynced writes are committed,
+/// only their fsync is left to the next durable write).
+#[tokio::test]
+async fn only_writes_that_must_survive_an_os_crash_wait_for_an_fsync() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let path = dir.path().join("siesta.db");
+    let clock = Arc::new(ManualClock::default());
+    let embedded = EmbeddedBackend::open(&path, clock.clone()).expect("open");
+    let backend = embedded.backend();
+    let (run, started) = pending_run(&clock, "t1");
+    backend
+        .store
+        .create_run(&run, &started)
+        .await
+        .expect("create_run");
+    let synced = |stats: siesta_embedded::WriterStats| stats.synced_commits;
+    assert_eq!(synced(embedded.writer_stats()), 1, "the start is fsynced");
+
+    backend
+        .queue
+        .send(&wake(&run), Duration::ZERO)
+        .await
+        .expect("send");
+    let received = backend
+        .queue
+        .receive(10, Duration::from_secs(30))
+        .await
+        .expect("receive");
+    backend
+        .queue
+        .extend_visibility(&received[0].receipt, Duration::from_secs(60))
+        .await
+        .expect("extend");
+    let claim = Claim {
+        owner: "o".into(),
+        now: clock.now(),
+        expires_at: clock.now().plus(Duration::from_secs(60)),
+    };
+    let claimed = backend
+        .store
+        .claim(&run.tenant, &run.id, &claim)
+        .await
+        .expect("claim");
+    backend.queue.ack(&received[0].receipt).await.expect("ack");
+    let stats = embedded.writer_stats();
+    assert_eq!((stats.writes, synced(stats)), (6, 1), "{stats:?}");
+
+    let mut next = claimed.clone();
+    next.version += 1;
+    next.status = RunStatus::Completed;
+    next.lease = None;
+    next.due_at = None;
+    backend
+        .store
+        .checkpoint(&Checkpoint::new(
+            next.clone(),
+            claimed.version,
+            Some(claimed.epoch),
+        ))
+        .await
+        .expect("checkpoint");
+    assert_eq!(
+        synced(embedded.writer_stats()),
+        2,
+        "the checkpoint is fsynced"
+    );
+    drop(backend);
+    drop(embedded);
+
+    let reopened = open(&path, &clock);
+    assert_eq!(
+        reopened
+            .store
+            .get_run(&run.tenant, &run.id)
+            .await
+            .expect("get_run"),
+        Some(next)
+    );
+    assert!(
+        reopened
+            .queue
+            .receive(10, Duration::ZERO)
+            .await
+            .expect("receive")
+            .is_empty(),
+        "the ack was kept"
+    );
+}

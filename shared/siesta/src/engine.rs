@@ -29,6 +29,7 @@ use crate::model::*;
 use crate::notify::{QueueSignal, RunWatch, RunWatchers, SignallingQueue};
 use crate::ports::*;
 use crate::registry::Registry;
+use crate::replay_cache::{ReplayCache, ReplayCacheStats, Replayed};
 use crate::time::{Clock, Timestamp};
 
 /// How the engine behaves.
@@ -52,6 +53,10 @@ pub struct EngineConfig {
     /// the run's `ExecutionStarted` event): set it from the application's binary with
     /// [`build_id!`](crate::build_id). Default: Siesta's own version, `siesta@x.y.z`.
     pub build_id: String,
+    /// Most journal entries the replay cache keeps of suspended runs, so a wake-up in
+    /// this process replays from memory instead of reading the journal again (see
+    /// [`Engine::replay_cache_stats`]); 0 turns it off. Default: 50 000.
+    pub replay_cache_entries: usize,
 }
 
 impl Default for EngineConfig {
@@ -64,6 +69,7 @@ impl Default for EngineConfig {
             callback_base_url: "http://127.0.0.1:8080".to_owned(),
             max_passes: 8,
             build_id: concat!("siesta@", env!("CARGO_PKG_VERSION")).to_owned(),
+            replay_cache_entries: 50_000,
         }
     }
 }
@@ -218,6 +224,7 @@ pub struct Engine {
     invocations: Arc<AtomicU64>,
     queue_signal: Arc<QueueSignal>,
     watchers: Arc<RunWatchers>,
+    replay_cache: Arc<ReplayCache>,
 }
 
 enum Exec {
@@ -261,6 +268,7 @@ impl Engine {
             backend,
             clock,
             registry: Arc::new(registry),
+            replay_cache: Arc::new(ReplayCache::new(config.replay_cache_entries)),
             config,
             invocations: Arc::new(AtomicU64::new(0)),
             queue_signal,
@@ -297,6 +305,11 @@ impl Engine {
     /// The engine's configuration.
     pub fn config(&self) -> &EngineConfig {
         &self.config
+    }
+
+    /// How often wake-ups replayed from the replay cache rather than the store.
+    pub fn replay_cache_stats(&self) -> ReplayCacheStats {
+        self.replay_cache.stats()
     }
 
     fn context_config(&self) -> ContextConfig {
@@ -477,15 +490,22 @@ impl Engine {
                 format!("no workflow is registered as '{}'", run.workflow),
                 false,
             );
-            let shared = self.shared(run, History::default(), budget, watch);
+            let shared = self.shared(run, Replayed::default(), budget, watch);
             return self.finish(&shared, Ending::Fail(error)).await;
         };
+        // Only the first pass may replay from the cache: later ones follow a conflict,
+        // which means something new was written.
+        let mut cached = self.replay_cache.take(&run).0;
         for _ in 0..self.config.max_passes.max(1) {
-            let history = self
-                .backend
-                .store
-                .load_history(&run.tenant, &run.id)
-                .await?;
+            let history = match cached.take() {
+                Some(replayed) => replayed,
+                None => self
+                    .backend
+                    .store
+                    .load_history(&run.tenant, &run.id)
+                    .await?
+                    .into(),
+            };
             let cancel = run.cancel_requested;
             let shared = self.shared(run.clone(), history, budget, watch);
             if cancel {
@@ -550,7 +570,14 @@ impl Engine {
                     // New deliveries arrived while suspending: replay with them.
                     run = shared.state().run.clone();
                 }
-                other => return other,
+                other => {
+                    if let Ok(WakeOutcome::Advanced(status)) = &other
+                        && !status.is_finished()
+                    {
+                        self.keep_replayed(&shared);
+                    }
+                    return other;
+                }
             }
         }
         // Deliveries kept racing; leave the run due so the next wake-up continues.
@@ -559,10 +586,26 @@ impl Engine {
         ))
     }
 
+    /// Keep what the invocation that just wrote its final checkpoint replayed, for the
+    /// run's next wake-up — unless deliveries arrived that it did not load (its final
+    /// checkpoint merged them): those are only in the store.
+    fn keep_replayed(&self, shared: &Arc<Shared>) {
+        let run = {
+            let st = shared.state();
+            let loaded = st.deliveries.last().map_or(0, |d| d.seq);
+            if loaded != st.run.inbox_seq {
+                return;
+            }
+            st.run.clone()
+        };
+        self.replay_cache
+            .put(&run, shared.epoch, shared.take_replayed());
+    }
+
     fn shared(
         &self,
         run: Run,
-        history: History,
+        history: Replayed,
         budget: Timestamp,
         watch: &Arc<LeaseWatch>,
     ) -> Arc<Shared> {

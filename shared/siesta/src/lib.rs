@@ -93,6 +93,7 @@ mod notify;
 pub mod ports;
 pub mod probe;
 pub mod registry;
+mod replay_cache;
 pub mod retry;
 pub mod time;
 mod worker;
@@ -131,6 +132,7 @@ pub use liveness::{Liveness, LoopGuard};
 pub use model::*;
 pub use notify::RunWatch;
 pub use registry::Registry;
+pub use replay_cache::ReplayCacheStats;
 pub use retry::{Backoff, Jitter, RetryOn, RetryStrategy};
 /// Derive it (`#[derive(JsonSchema)]`, from the `schemars` crate) on the payload types of
 /// callbacks and events, so a delivery of the wrong shape is refused when it arrives.

@@ -689,12 +689,22 @@ impl TestEnv {
 /// The configuration of a test engine unless the builder says otherwise: a
 /// [`LEASE_TTL`] lease, callbacks under [`CALLBACK_BASE_URL`], the engine's other
 /// defaults. Change a field with `EngineConfig { time_budget, ..default_engine_config() }`.
+///
+/// `SIESTA_TEST_REPLAY_CACHE=off` in the environment turns the engine's replay cache off,
+/// so the same tests check replay from the store alone (every wake-up a cache miss).
 pub fn default_engine_config() -> EngineConfig {
+    let replay_cache_off = std::env::var("SIESTA_TEST_REPLAY_CACHE").is_ok_and(|v| v == "off");
+    let defaults = EngineConfig::default();
     EngineConfig {
         owner: "engine-test".to_owned(),
         lease_ttl: LEASE_TTL,
         callback_base_url: CALLBACK_BASE_URL.to_owned(),
-        ..EngineConfig::default()
+        replay_cache_entries: if replay_cache_off {
+            0
+        } else {
+            defaults.replay_cache_entries
+        },
+        ..defaults
     }
 }
 

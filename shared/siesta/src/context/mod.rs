@@ -178,20 +178,19 @@ impl Shared {
         clock: Arc<dyn Clock>,
         config: ContextConfig,
         run: Run,
-        history: crate::ports::History,
+        history: crate::replay_cache::Replayed,
         budget_deadline: Timestamp,
         watch: Arc<LeaseWatch>,
     ) -> Shared {
         let epoch = run.lease.as_ref().map(|l| l.epoch).unwrap_or(run.epoch);
-        let mut by_index = HashMap::new();
+        let mut by_index = HashMap::with_capacity(history.journal.len());
         let mut consumed = HashSet::new();
-        let mut journal = HashMap::new();
-        for entry in history.journal {
+        for entry in history.journal.values() {
             let parent = entry.position.parent().map(|p| p.0).unwrap_or_default();
             by_index.insert((parent, entry.index), entry.position.clone());
             consumed.extend(entry.consumed.iter().cloned());
-            journal.insert(entry.position.clone(), entry);
         }
+        let journal = history.journal;
         let inbox_loaded = run.inbox_seq;
         Shared {
             backend,
@@ -229,6 +228,17 @@ impl Shared {
 
     pub(crate) fn now(&self) -> Timestamp {
         self.clock.now()
+    }
+
+    /// What the replay cache keeps of an invocation that has ended: the journal as its
+    /// checkpoints wrote it and the deliveries it loaded. Leaves this pass without
+    /// them, so it must be over (its final checkpoint written).
+    pub(crate) fn take_replayed(&self) -> crate::replay_cache::Replayed {
+        let mut st = self.state();
+        crate::replay_cache::Replayed {
+            journal: std::mem::take(&mut st.journal),
+            deliveries: std::mem::take(&mut st.deliveries),
+        }
     }
 
     pub(crate) fn set_stop(&self, stop: Stop) {
@@ -685,7 +695,7 @@ impl Context {
             let parent = op.parent.as_ref().map(|p| p.0.clone()).unwrap_or_default();
             match st.journal.get(&op.position).cloned() {
                 Some(entry) if entry.kind == op.kind => {
-                    if st.visited.insert(op.position.clone()) {
+                    if st.visited.insert(op.position.clone()) && !entry.consumed.is_empty() {
                         let drained: Vec<Payload> = st
                             .deliveries
                             .iter()

@@ -1,0 +1,292 @@
+//! The replay cache: a long-lived process keeps the decoded journal of the runs it
+//! suspended, so that their next wake-up replays from memory instead of reading and
+//! decoding the whole journal from the store again.
+//!
+//! Invariants this module keeps, and why:
+//! - **The store stays the truth.** An entry is used only when the claim that starts the
+//!   next invocation proves that nothing was written to the run since the entry was
+//!   taken: the claim's fencing epoch is the entry's + 1 (nobody else held the run in
+//!   between) and the run's version is the entry's + 1 (the claim is the only write
+//!   since: no delivery, cancellation, operator resolution or other holder's
+//!   checkpoint). Anything else is a miss, and the invocation loads the journal from the
+//!   store as it always did — as after a restart, when the cache is empty.
+//! - **Taken, not shared.** An invocation takes its run's entry out (a hit or a miss
+//!   both empty it) and puts back what it ends with, only after its final checkpoint
+//!   was written: an aborted or failed invocation leaves nothing behind.
+//! - **Bounded.** At most [`ReplayCache::capacity`] journal entries in all; the oldest
+//!   runs make way for newer ones.
+//!
+//! What it does not do: continue the suspended workflow where it stopped. A branch
+//! that cannot go on blocks in `std::future::pending()` for good, and every operation
+//! decides on its first poll whether it is replayed or live (the context module's
+//! invariants); so the next wake-up still runs the workflow from the top against the
+//! journal — from memory, without a store read or a JSON decode per entry.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::model::{Delivery, FencingEpoch, JournalEntry, Position, Run, RunId, TenantId};
+use crate::ports::History;
+
+/// A run's journal and deliveries, decoded, as replay uses them.
+#[derive(Debug, Default)]
+pub(crate) struct Replayed {
+    /// Every journal entry, by position.
+    pub journal: HashMap<Position, JournalEntry>,
+    /// Every delivery, in `seq` order.
+    pub deliveries: Vec<Delivery>,
+}
+
+impl From<History> for Replayed {
+    fn from(history: History) -> Self {
+        Replayed {
+            journal: history
+                .journal
+                .into_iter()
+                .map(|entry| (entry.position.clone(), entry))
+                .collect(),
+            deliveries: history.deliveries,
+        }
+    }
+}
+
+struct Entry {
+    epoch: FencingEpoch,
+    version: u64,
+    replayed: Replayed,
+}
+
+type Key = (TenantId, RunId);
+
+/// Suspended runs' decoded histories, keyed by run, valid for one claim.
+pub(crate) struct ReplayCache {
+    capacity: usize,
+    state: Mutex<CacheState>,
+    hits: AtomicU64,
+    misses: AtomicU64,
+}
+
+#[derive(Default)]
+struct CacheState {
+    entries: HashMap<Key, Entry>,
+    /// Keys in the order they were put (a key may appear again after a newer put; the
+    /// stale mention is skipped when evicting).
+    order: VecDeque<(Key, u64)>,
+    /// Journal entries held in all.
+    held: usize,
+    /// Numbers the puts, to tell a key's latest mention in `order`.
+    puts: u64,
+    generation: HashMap<Key, u64>,
+}
+
+/// What a wake-up found in the cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Lookup {
+    /// The entry matched the claimed run.
+    Hit,
+    /// No entry, or one the claimed run proves stale.
+    Miss,
+}
+
+/// How often the replay cache served a wake-up, since the engine was made.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReplayCacheStats {
+    /// Invocations that replayed from the cached journal.
+    pub hits: u64,
+    /// Invocations that loaded the journal from the store (the cache on or off).
+    pub misses: u64,
+}
+
+impl ReplayCache {
+    /// A cache holding at most `capacity` journal entries; 0 turns it off.
+    pub(crate) fn new(capacity: usize) -> Self {
+        ReplayCache {
+            capacity,
+            state: Mutex::new(CacheState::default()),
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
+        }
+    }
+
+    /// Hits and misses so far.
+    pub(crate) fn stats(&self) -> ReplayCacheStats {
+        ReplayCacheStats {
+            hits: self.hits.load(Ordering::Relaxed),
+            misses: self.misses.load(Ordering::Relaxed),
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, CacheState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Take the run's entry; it is returned only if `claimed` (the run as the claim
+    /// left it) proves nothing else was written since it was put.
+    pub(crate) fn take(&self, claimed: &Run) -> (Option<Replayed>, Lookup) {
+        let (got, lookup) = self.lookup(claimed);
+        let counter = match lookup {
+            Lookup::Hit => &self.hits,
+            Lookup::Miss => &self.misses,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        (got, lookup)
+    }
+
+    fn lookup(&self, claimed: &Run) -> (Option<Replayed>, Lookup) {
+        if self.capacity == 0 {
+            return (None, Lookup::Miss);
+        }
+        let key = (claimed.tenant.clone(), claimed.id.clone());
+        let mut st = self.state();
+        let Some(entry) = st.entries.remove(&key) else {
+            return (None, Lookup::Miss);
+        };
+        st.generation.remove(&key);
+        st.held -= entry.replayed.journal.len();
+        let fresh = claimed.epoch.0 == entry.epoch.0 + 1 && claimed.version == entry.version + 1;
+        if fresh {
+            (Some(entry.replayed), Lookup::Hit)
+        } else {
+            (None, Lookup::Miss)
+        }
+    }
+
+    /// Keep `replayed` for the run's next claim: `run` is the run as the invocation's
+    /// final checkpoint wrote it, under the lease of `epoch`.
+    pub(crate) fn put(&self, run: &Run, epoch: FencingEpoch, replayed: Replayed) {
+        let size = replayed.journal.len();
+        if self.capacity == 0 || size > self.capacity {
+            return;
+        }
+        let key = (run.tenant.clone(), run.id.clone());
+        let mut st = self.state();
+        if let Some(old) = st.entries.remove(&key) {
+            st.held -= old.replayed.journal.len();
+        }
+        while st.held + size > self.capacity {
+            let Some((oldest, n)) = st.order.pop_front() else {
+                break;
+            };
+            if st.generation.get(&oldest) == Some(&n) {
+                st.generation.remove(&oldest);
+                if let Some(old) = st.entries.remove(&oldest) {
+                    st.held -= old.replayed.journal.len();
+                }
+            }
+        }
+        st.puts += 1;
+        let n = st.puts;
+        st.order.push_back((key.clone(), n));
+        st.generation.insert(key.clone(), n);
+        st.held += size;
+        st.entries.insert(
+            key,
+            Entry {
+                epoch,
+                version: run.version,
+                replayed,
+            },
+        );
+        // Stale mentions of re-put keys pile up in `order`; drop them once they
+        // outnumber the live ones.
+        if st.order.len() > 2 * st.entries.len() + 64 {
+            let CacheState {
+                order, generation, ..
+            } = &mut *st;
+            order.retain(|(k, n)| generation.get(k) == Some(n));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{EntryState, OperationKind, Payload};
+    use crate::time::Timestamp;
+
+    fn run(id: &str, epoch: u64, version: u64) -> Run {
+        let mut run = Run::new(
+            TenantId("t".into()),
+            RunId(id.into()),
+            "w",
+            Payload::Inline(serde_json::Value::Null),
+            Timestamp(0),
+        );
+        run.epoch = FencingEpoch(epoch);
+        run.version = version;
+        run
+    }
+
+    fn replayed(entries: usize) -> Replayed {
+        let journal = (0..entries)
+            .map(|i| {
+                let position = Position(format!("step#{i}"));
+                let entry = JournalEntry {
+                    position: position.clone(),
+                    index: i as u32,
+                    kind: OperationKind::Step,
+                    name: "step".into(),
+                    state: EntryState::Succeeded {
+                        value: Payload::Inline(serde_json::json!(i)),
+                        attempt: 1,
+                    },
+                    consumed: Vec::new(),
+                    handle: None,
+                    updated_at: Timestamp(0),
+                };
+                (position, entry)
+            })
+            .collect();
+        Replayed {
+            journal,
+            deliveries: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn an_entry_serves_only_the_claim_that_follows_it() {
+        let cache = ReplayCache::new(100);
+        cache.put(&run("a", 3, 10), FencingEpoch(3), replayed(2));
+        let (got, lookup) = cache.take(&run("a", 4, 11));
+        assert_eq!(lookup, Lookup::Hit);
+        assert_eq!(got.map(|r| r.journal.len()), Some(2));
+        // Taken: the next claim misses until the invocation puts it back.
+        assert_eq!(cache.take(&run("a", 5, 12)).1, Lookup::Miss);
+        assert_eq!(cache.stats(), ReplayCacheStats { hits: 1, misses: 1 });
+    }
+
+    #[test]
+    fn a_write_by_anyone_else_makes_the_entry_stale() {
+        let cache = ReplayCache::new(100);
+        // A delivery or cancellation moved the version before the claim.
+        cache.put(&run("a", 3, 10), FencingEpoch(3), replayed(2));
+        assert_eq!(cache.take(&run("a", 4, 12)).1, Lookup::Miss);
+        // Another holder claimed (and maybe wrote) in between.
+        cache.put(&run("a", 3, 10), FencingEpoch(3), replayed(2));
+        assert_eq!(cache.take(&run("a", 5, 11)).1, Lookup::Miss);
+    }
+
+    #[test]
+    fn the_oldest_runs_make_way_within_the_capacity() {
+        let cache = ReplayCache::new(5);
+        cache.put(&run("a", 1, 1), FencingEpoch(1), replayed(2));
+        cache.put(&run("b", 1, 1), FencingEpoch(1), replayed(2));
+        cache.put(&run("a", 1, 1), FencingEpoch(1), replayed(2));
+        cache.put(&run("c", 1, 1), FencingEpoch(1), replayed(3));
+        // b was the oldest put still held; a was put again after it.
+        assert_eq!(cache.take(&run("b", 2, 2)).1, Lookup::Miss);
+        assert_eq!(cache.take(&run("a", 2, 2)).1, Lookup::Hit);
+        assert_eq!(cache.take(&run("c", 2, 2)).1, Lookup::Hit);
+        // Larger than the whole cache: not kept.
+        cache.put(&run("d", 1, 1), FencingEpoch(1), replayed(6));
+        assert_eq!(cache.take(&run("d", 2, 2)).1, Lookup::Miss);
+    }
+
+    #[test]
+    fn a_zero_capacity_cache_keeps_nothing() {
+        let cache = ReplayCache::new(0);
+        cache.put(&run("a", 1, 1), FencingEpoch(1), replayed(1));
+        assert_eq!(cache.take(&run("a", 2, 2)).1, Lookup::Miss);
+    }
+}
