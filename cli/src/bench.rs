@@ -10,6 +10,7 @@
 //! without strace); the server's peak RSS (`VmHWM`) closes the report. With
 //! `--replay-cycles N`, the step+sleep replay shape follows (see `replay`).
 
+mod replay;
 pub mod ui;
 
 use std::process::Stdio;
@@ -17,8 +18,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use tokio::io::{AsyncBufReadExt, BufReader};
-
-mod replay;
 
 /// What to run.
 #[derive(Debug, Clone)]
