@@ -61,15 +61,14 @@ pub(crate) fn plan_delivery(
                     "callback {callback_id} is closed"
                 )));
             }
-            if let Some(deadline) = record.deadline.filter(|at| *at <= d.received_at) {
-                return Err(StoreError::Gone(format!(
-                    "callback {callback_id} timed out at {}",
-                    deadline.millis()
-                )));
+            if let Some(why) = record.too_late(d.received_at) {
+                return Err(StoreError::Gone(why));
             }
             let closes = !matches!(d.body, DeliveryBody::CallbackHeartbeat { .. });
             if closes {
                 record.status = CallbackStatus::Completed;
+            } else {
+                record.heartbeat_received(d.received_at);
             }
             Some((record, closes))
         }
@@ -132,6 +131,7 @@ mod tests {
             deadline: None,
             created_at: Timestamp(1),
             accepts: None,
+            heartbeat: None,
         }
     }
 

@@ -39,6 +39,8 @@ pub(crate) const SEQ: &str = "seq";
 pub(crate) const CALLBACK_STATUS: &str = "callback_status";
 /// A callback record's deadline (ms), which a delivery's condition checks too.
 pub(crate) const CALLBACK_DEADLINE: &str = "callback_deadline";
+/// A callback record's heartbeat deadline (ms), which a delivery's condition checks too.
+pub(crate) const CALLBACK_HEARTBEAT_DEADLINE: &str = "callback_heartbeat_deadline";
 
 pub(crate) fn s(v: impl Into<String>) -> AttributeValue {
     AttributeValue::S(v.into())
@@ -262,6 +264,12 @@ pub(crate) fn callback_item(
     if let Some(deadline) = record.deadline {
         item.insert(CALLBACK_DEADLINE.into(), n(deadline.millis()));
     }
+    if let Some(heartbeat) = record.heartbeat {
+        item.insert(
+            CALLBACK_HEARTBEAT_DEADLINE.into(),
+            n(heartbeat.deadline.millis()),
+        );
+    }
     if record.status != CallbackStatus::Open {
         item.insert(EXPIRES_AT.into(), expiry(now, retention));
     }
@@ -390,6 +398,7 @@ mod tests {
             deadline: None,
             created_at: Timestamp(0),
             accepts: None,
+            heartbeat: None,
         };
         let item = callback_item(&record, Timestamp(0), Duration::ZERO).unwrap();
         assert_eq!(item.get(CALLBACK_STATUS), Some(&open_callback_status()));

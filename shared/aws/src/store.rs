@@ -205,14 +205,15 @@ impl Tx {
             None,
         )?;
         if let Some((record, closes)) = &plan.callback {
-            // Open, and its deadline not passed when the delivery was received: a
-            // completion after the deadline is refused even if the run has not yet
-            // recorded the timeout.
+            // Open, and neither its deadline nor its heartbeat deadline passed when the
+            // delivery was received: a completion or heartbeat after either is refused
+            // even if the run has not yet recorded the timeout.
             let open = (
-                "#callback_status = :open AND (attribute_not_exists(#callback_deadline) OR #callback_deadline > :received)",
+                "#callback_status = :open AND (attribute_not_exists(#callback_deadline) OR #callback_deadline > :received) AND (attribute_not_exists(#heartbeat_deadline) OR #heartbeat_deadline > :received)",
                 names(&[
                     ("#callback_status", CALLBACK_STATUS),
                     ("#callback_deadline", CALLBACK_DEADLINE),
+                    ("#heartbeat_deadline", CALLBACK_HEARTBEAT_DEADLINE),
                 ]),
                 HashMap::from([
                     (":open".to_owned(), open_callback_status()),
@@ -222,7 +223,8 @@ impl Tx {
                     ),
                 ]),
             );
-            if *closes {
+            // A heartbeat moves a heartbeat deadline: the record is written then too.
+            if *closes || record.heartbeat.is_some() {
                 let item = callback_item(record, plan.delivery.received_at, retention)?;
                 self.put(table, Role::DeliveryCallback, item, Some(open))?;
             } else {

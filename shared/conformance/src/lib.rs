@@ -196,6 +196,7 @@ macro_rules! conformance_suite {
             callback_heartbeat_keeps_it_open_and_success_closes_it
             callback_failure_closes_it
             callback_delivery_after_its_deadline_is_gone
+            callback_delivery_after_its_heartbeat_deadline_is_gone
             parent_delivery_is_applied_inside_the_checkpoint
             parent_delivery_is_skipped_when_duplicate_or_parent_gone
             load_history_returns_journal_and_deliveries_in_order

@@ -295,6 +295,7 @@ pub(crate) fn open_callback(h: &Harness, run: &Run, position: &str) -> CallbackR
         deadline: Some(h.now().plus(Duration::from_secs(3600))),
         created_at: h.now(),
         accepts: None,
+        heartbeat: None,
     }
 }
 

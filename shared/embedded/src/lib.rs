@@ -529,14 +529,14 @@ fn apply_delivery(tx: &Connection, d: &NewDelivery) -> Result<DeliverOutcome, St
                 "callback {callback_id} is closed"
             )));
         }
-        if let Some(deadline) = record.deadline.filter(|at| *at <= d.received_at) {
-            return Err(StoreError::Gone(format!(
-                "callback {callback_id} timed out at {}",
-                deadline.millis()
-            )));
+        if let Some(why) = record.too_late(d.received_at) {
+            return Err(StoreError::Gone(why));
         }
         if !matches!(d.body, DeliveryBody::CallbackHeartbeat { .. }) {
             record.status = CallbackStatus::Completed;
+            put_callback(tx, &record)?;
+        } else if record.heartbeat.is_some() {
+            record.heartbeat_received(d.received_at);
             put_callback(tx, &record)?;
         }
     }

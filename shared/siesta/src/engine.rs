@@ -1775,6 +1775,7 @@ fn open_callbacks<'a>(
             deadline: *deadline,
             created_at: *started_at,
             accepts: None,
+            heartbeat: None,
         })
         .collect()
 }

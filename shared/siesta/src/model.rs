@@ -6,6 +6,7 @@
 //! starts with the tenant.
 
 use std::fmt;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -575,6 +576,61 @@ pub struct CallbackRecord {
     /// an untyped callback.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub accepts: Option<serde_json::Value>,
+    /// Its heartbeat timeout and the deadline it sets, for a callback that must hear a
+    /// heartbeat (or its outcome) at least that often.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub heartbeat: Option<CallbackHeartbeat>,
+}
+
+/// A callback's heartbeat timeout, kept on its record so that the store refuses what
+/// arrives after it, as it does after the callback's deadline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CallbackHeartbeat {
+    /// How long the callback waits for the next heartbeat (milliseconds).
+    pub timeout_ms: u64,
+    /// The last heartbeat accepted (or the callback's creation) plus the timeout.
+    pub deadline: Timestamp,
+}
+
+impl CallbackHeartbeat {
+    /// A heartbeat timeout of `timeout` counted from `from` (the callback's creation).
+    pub fn new(timeout: Duration, from: Timestamp) -> Self {
+        CallbackHeartbeat {
+            timeout_ms: timeout.as_millis() as u64,
+            deadline: from.plus(timeout),
+        }
+    }
+}
+
+impl CallbackRecord {
+    /// Why a delivery received at `at` is too late for this callback: its deadline or
+    /// its heartbeat deadline has passed (at the deadline is too late). The stores
+    /// check this in the write's condition, so it holds even before the run has
+    /// recorded the timeout.
+    pub fn too_late(&self, at: Timestamp) -> Option<String> {
+        if let Some(deadline) = self.deadline.filter(|d| *d <= at) {
+            return Some(format!(
+                "callback {} timed out at {}",
+                self.callback_id,
+                deadline.millis()
+            ));
+        }
+        self.heartbeat.filter(|h| h.deadline <= at).map(|h| {
+            format!(
+                "callback {} passed its heartbeat timeout at {}",
+                self.callback_id,
+                h.deadline.millis()
+            )
+        })
+    }
+
+    /// A heartbeat received at `at` was accepted: the heartbeat deadline moves to `at`
+    /// plus the timeout (never back).
+    pub fn heartbeat_received(&mut self, at: Timestamp) {
+        if let Some(h) = self.heartbeat.as_mut() {
+            h.deadline = h.deadline.max(at.plus(Duration::from_millis(h.timeout_ms)));
+        }
+    }
 }
 
 /// Whether a callback still accepts an outcome.

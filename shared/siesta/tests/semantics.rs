@@ -87,6 +87,60 @@ async fn a_callback_completed_after_its_deadline_is_refused_and_times_out_at_the
 }
 
 #[tokio::test]
+async fn a_heartbeat_or_outcome_after_the_heartbeat_deadline_is_refused_by_the_store() {
+    let mut reg = Registry::new();
+    reg.register("beats", |ctx: Context, _: serde_json::Value| async move {
+        let cb = ctx
+            .create_callback::<u32>("job")
+            .heartbeat_timeout(Duration::from_secs(2))
+            .await?;
+        ctx.wait("pause", Duration::from_secs(6)).await?;
+        match cb.wait().await {
+            Ok(v) => Ok(json!({"value": v})),
+            Err(e) => Ok(json!({"kind": e.kind().as_str(), "message": e.to_string()})),
+        }
+    });
+    let w = world(reg);
+    let id = w.start("beats", json!(null)).await;
+    w.run_until_idle().await;
+    let cb = w.open_callbacks(&id).await.pop().unwrap();
+    // In time at 1.5 s, and at 3 s only because that heartbeat moved the deadline to
+    // 3.5 s; the second moves it to 5 s. The clock moves without working the run:
+    // nothing has recorded a timeout.
+    for step in [1500, 1500] {
+        w.clock().advance(Duration::from_millis(step));
+        w.engine().heartbeat_callback(&cb, None).await.unwrap();
+    }
+    w.clock().advance(Duration::from_millis(2000));
+    assert_eq!(callback_record(&w, &cb).await.status, CallbackStatus::Open);
+    let before = w.timeline(&id).await.len();
+    let late = w.engine().heartbeat_callback(&cb, None).await;
+    assert!(
+        matches!(late, Err(EngineError::Gone(_))),
+        "late heartbeat: {late:?}"
+    );
+    let late = w
+        .engine()
+        .complete_callback(&cb, None, Ok(json!(7)), None)
+        .await;
+    assert!(
+        matches!(late, Err(EngineError::Gone(_))),
+        "late success: {late:?}"
+    );
+    assert_eq!(w.timeline(&id).await.len(), before, "nothing is recorded");
+    // The run, worked, times the callback out for its heartbeat.
+    w.drive(&id).await;
+    let run = w.run(&id).await;
+    assert_eq!(output(&run)["kind"], "CallbackTimedOut");
+    assert!(
+        output(&run)["message"]
+            .as_str()
+            .unwrap()
+            .contains("heartbeat timeout")
+    );
+}
+
+#[tokio::test]
 async fn a_callback_completed_before_its_deadline_keeps_its_value_until_awaited() {
     let w = world(callback_during_a_wait());
     let id = w.start("approval", json!(null)).await;

@@ -570,6 +570,113 @@ fn completing(h: &Harness, held: &Run, to_parent: &NewDelivery) -> Checkpoint {
 }
 
 /// A checkpoint's `parent_delivery` is applied with it, as `deliver` would apply it;
+/// A callback with a heartbeat timeout: each heartbeat the store accepts moves the
+/// heartbeat deadline (the last heartbeat plus the timeout); an outcome or heartbeat
+/// received at or after it is refused as gone and records nothing, the record still
+/// open (the run has not recorded the timeout yet): the heartbeat deadline is part of
+/// the write's condition, as the deadline is.
+pub async fn callback_delivery_after_its_heartbeat_deadline_is_gone(h: Harness) {
+    let tenant = tenant();
+    let run = waiting_run(&h, &tenant).await;
+    let start = h.now();
+    let timeout = Duration::from_secs(10);
+    let record = CallbackRecord {
+        heartbeat: Some(CallbackHeartbeat::new(timeout, start)),
+        ..open_callback(&h, &run, "approval#0")
+    };
+    let mut cp = checkpoint_over(&h, &run, None, |_| {});
+    cp.callbacks = vec![record.clone()];
+    write(&h, &cp).await;
+    let id = record.callback_id.clone();
+    let at = |secs: u64, body: DeliveryBody| {
+        let mut d = callback_delivery(&h, &record, body);
+        d.received_at = start.plus(Duration::from_secs(secs));
+        d
+    };
+    let beat = || DeliveryBody::CallbackHeartbeat {
+        callback_id: id.clone(),
+    };
+    let heartbeat_deadline = |h: &Harness| {
+        let id = id.clone();
+        let store = h.backend.store.clone();
+        async move {
+            store
+                .get_callback(&id)
+                .await
+                .expect("get_callback")
+                .and_then(|r| r.heartbeat)
+                .map(|hb| hb.deadline)
+        }
+    };
+    // At 5 s and at 14 s: each in time only because the one before moved the deadline.
+    deliver(&h, &at(5, beat())).await;
+    assert_eq!(
+        heartbeat_deadline(&h).await,
+        Some(start.plus(Duration::from_secs(15))),
+        "a heartbeat moves the heartbeat deadline"
+    );
+    deliver(&h, &at(14, beat())).await;
+    assert_eq!(
+        heartbeat_deadline(&h).await,
+        Some(start.plus(Duration::from_secs(24)))
+    );
+    let before = snapshot(&h, &tenant, &run.id).await;
+    for late in [
+        at(24, beat()),
+        at(
+            24,
+            DeliveryBody::CallbackSucceeded {
+                callback_id: id.clone(),
+                value: json(serde_json::json!("late")),
+            },
+        ),
+        at(
+            40,
+            DeliveryBody::CallbackFailed {
+                callback_id: id.clone(),
+                error: ErrorInfo::new("late", "too late", false),
+            },
+        ),
+    ] {
+        let got = h.backend.store.deliver(&late).await;
+        assert!(
+            matches!(got, Err(StoreError::Gone(_))),
+            "a delivery at or after the heartbeat deadline: expected Gone, got {got:?}"
+        );
+    }
+    assert_eq!(
+        snapshot(&h, &tenant, &run.id).await,
+        before,
+        "nothing is recorded"
+    );
+    let still = h
+        .backend
+        .store
+        .get_callback(&id)
+        .await
+        .expect("get_callback")
+        .expect("record");
+    assert_eq!(
+        (still.status, still.heartbeat.map(|hb| hb.deadline)),
+        (
+            CallbackStatus::Open,
+            Some(start.plus(Duration::from_secs(24)))
+        ),
+        "the record is left for the run to time out"
+    );
+    deliver(
+        &h,
+        &at(
+            23,
+            DeliveryBody::CallbackSucceeded {
+                callback_id: id.clone(),
+                value: json(serde_json::json!("in time")),
+            },
+        ),
+    )
+    .await;
+}
+
 /// when the checkpoint is refused, the parent gets nothing.
 pub async fn parent_delivery_is_applied_inside_the_checkpoint(h: Harness) {
     let tenant = tenant();

@@ -282,6 +282,7 @@ impl<T: Send + 'static> IntoFuture for CallbackBuilder<T> {
                 deadline,
                 created_at: now,
                 accepts: accepts.clone(),
+                heartbeat: heartbeat_timeout.map(|d| CallbackHeartbeat::new(d, now)),
             };
             let event = ctx.event(
                 EventType::CallbackStarted,
@@ -384,6 +385,10 @@ impl<T: DeserializeOwned + Send + 'static> Callback<T> {
                             deadline,
                             created_at: started_at,
                             accepts: accepts.clone(),
+                            heartbeat: heartbeat_ms.map(|ms| CallbackHeartbeat {
+                                timeout_ms: ms,
+                                deadline: heartbeat_deadline(&id, ms, started_at, &ctx.deliveries_for(|_| true)),
+                            }),
                         };
                         set_aside(&ctx, &op, SubType::Callback, &delivery.id, e, vec![reopened])
                             .await;
@@ -479,16 +484,8 @@ pub(crate) fn callback_due(
     else {
         return None;
     };
-    let heartbeat_deadline = heartbeat_timeout_ms.map(|ms| {
-        deliveries
-            .iter()
-            .filter(|d| matches!(&d.body, DeliveryBody::CallbackHeartbeat { callback_id: c } if c == callback_id))
-            .map(|d| d.received_at)
-            .max()
-            .unwrap_or(wait.started_at)
-            .max(wait.started_at)
-            .plus(Duration::from_millis(ms))
-    });
+    let heartbeat_deadline = heartbeat_timeout_ms
+        .map(|ms| heartbeat_deadline(callback_id, ms, wait.started_at, deliveries));
     let due = [wait.deadline, heartbeat_deadline]
         .into_iter()
         .flatten()
@@ -499,6 +496,25 @@ pub(crate) fn callback_due(
         "timeout"
     };
     Some((due, which))
+}
+
+/// The last heartbeat of `callback_id` in `deliveries` (or its start) plus its heartbeat
+/// timeout: the same deadline the store keeps on its record
+/// ([`CallbackRecord::heartbeat_received`]).
+fn heartbeat_deadline(
+    callback_id: &CallbackId,
+    timeout_ms: u64,
+    started_at: Timestamp,
+    deliveries: &[Delivery],
+) -> Timestamp {
+    deliveries
+        .iter()
+        .filter(|d| matches!(&d.body, DeliveryBody::CallbackHeartbeat { callback_id: c } if c == callback_id))
+        .map(|d| d.received_at)
+        .max()
+        .unwrap_or(started_at)
+        .max(started_at)
+        .plus(Duration::from_millis(timeout_ms))
 }
 
 /// The error a callback that passed its `which` ("timeout", "heartbeat timeout") gives.
@@ -542,6 +558,7 @@ pub(crate) fn callback_timeout(
         deadline: *deadline,
         created_at: *started_at,
         accepts: None,
+        heartbeat: None,
     };
     let event = TimelineEvent {
         seq: 0,
