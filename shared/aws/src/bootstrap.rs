@@ -993,11 +993,11 @@ mod tests {
             due.keys,
             vec![
                 (DUE_SHARD.into(), "HASH".into()),
-                (DUE_AT.into(), "RANGE".into())
+                (SWEEP_AT.into(), "RANGE".into())
             ]
         );
         assert_eq!(due.projection, "INCLUDE");
-        for attr in [TENANT, "run_id", "status"] {
+        for attr in [TENANT, "run_id", "status", DUE_AT] {
             assert!(due.non_key_attributes.iter().any(|a| a == attr), "{attr}");
         }
         let by_tenant = plan
@@ -1019,7 +1019,7 @@ mod tests {
             (PK, "S"),
             (SK, "S"),
             (DUE_SHARD, "S"),
-            (DUE_AT, "N"),
+            (SWEEP_AT, "N"),
             (TENANT, "S"),
             (CREATED_KEY, "S"),
         ] {

@@ -80,6 +80,7 @@ pub(crate) fn plan_delivery(
     run.updated_at = d.received_at;
     if run.status == RunStatus::Waiting {
         run.due_at = Some(d.received_at);
+        run.resend_after = d.resend_after;
     }
     let delivery = Delivery {
         id: d.id.clone(),
@@ -142,6 +143,7 @@ mod tests {
             run_id: RunId("r".into()),
             body,
             received_at: Timestamp(2_000),
+            resend_after: None,
             event: TimelineEvent::execution_started(Timestamp(2_000), "order", json!(null)),
         }
     }

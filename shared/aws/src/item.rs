@@ -130,9 +130,13 @@ pub(crate) fn run_item(run: &Run, retention: Duration) -> Result<Item, StoreErro
         item.insert(LEASE_EXPIRES.into(), n(lease.expires_at.0));
         item.insert(LEASE_EPOCH.into(), n(lease.epoch.0));
     }
-    if let Some(due) = run.due_at {
+    if let (Some(due), Some(sweep_at)) = (run.due_at, run.sweep_at()) {
         item.insert(DUE_AT.into(), n(due.0));
+        item.insert(SWEEP_AT.into(), n(sweep_at.0));
         item.insert(DUE_SHARD.into(), s(due_shard(&run.tenant, &run.id)));
+        if let Some(resend_after) = run.resend_after {
+            item.insert(RESEND_AFTER.into(), n(resend_after.0));
+        }
     }
     if run.status.is_finished() {
         item.insert(EXPIRES_AT.into(), expiry(run.updated_at, retention));
@@ -186,6 +190,7 @@ pub(crate) fn run_from_item(item: &Item) -> Result<Run, StoreError> {
         inbox_seen: body.inbox_seen,
         timeline_seq: body.timeline_seq,
         due_at: opt_n(item, DUE_AT, WHAT)?.map(Timestamp),
+        resend_after: opt_n(item, RESEND_AFTER, WHAT)?.map(Timestamp),
         cancel_requested: body.cancel_requested,
         parent: body.parent,
         build_id: body.build_id,
@@ -303,10 +308,13 @@ pub(crate) fn tool_call_from_item(item: &Item) -> Result<ToolCallRecord, StoreEr
 pub(crate) fn due_from_item(item: &Item) -> Result<siesta::ports::DueRun, StoreError> {
     const WHAT: &str = "due index";
     let status_name = get_s(item, STATUS, WHAT)?;
+    let due_at = Timestamp(get_n(item, DUE_AT, WHAT)?);
+    let sweep_at = Timestamp(get_n(item, SWEEP_AT, WHAT)?);
     Ok(siesta::ports::DueRun {
         tenant: TenantId(get_s(item, TENANT, WHAT)?.to_owned()),
         run_id: RunId(get_s(item, RUN_ID, WHAT)?.to_owned()),
-        due_at: Timestamp(get_n(item, DUE_AT, WHAT)?),
+        due_at,
+        resend_after: (sweep_at > due_at).then_some(sweep_at),
         status: RunStatus::ALL
             .into_iter()
             .find(|s| s.as_str() == status_name)

@@ -29,8 +29,15 @@ pub const RECORD_SK: &str = "REC";
 pub const DUE_INDEX: &str = "due";
 /// The due index's partition key: one of [`DUE_SHARDS`] shards.
 pub const DUE_SHARD: &str = "due_shard";
-/// The due index's sort key: when the run falls due (ms since the epoch).
+/// When the run falls due (ms since the epoch); projected into the due index.
 pub const DUE_AT: &str = "due_at";
+/// The due index's sort key: when the sweep looks at the run (ms since the epoch), its
+/// due time or, while a wake-up sent for it may still arrive, its `resend_after`
+/// ([`siesta::Run::sweep_at`]). Runs whose wake-up is on its way sort after the
+/// present, so a backlog of them costs the sweep's query nothing.
+pub const SWEEP_AT: &str = "sweep_at";
+/// Until when a wake-up sent for the run may still arrive (ms since the epoch).
+pub const RESEND_AFTER: &str = "resend_after";
 /// How many partitions the due index is spread over, so that many runs with the same
 /// deadline do not all land on one partition.
 pub const DUE_SHARDS: u32 = 16;

@@ -526,7 +526,8 @@ impl RunStore for DynamoStore {
             .update_expression(
                 "SET #status = :running, #version = #version + :one, #epoch = #epoch + :one, \
                  #lease_epoch = #epoch + :one, #lease_owner = :owner, #lease_expires = :expires, \
-                 #due_at = :expires, #due_shard = :shard, #updated_at = :now",
+                 #due_at = :expires, #sweep_at = :expires, #due_shard = :shard, \
+                 #updated_at = :now REMOVE #resend_after",
             )
             .condition_expression(
                 "attribute_exists(pk) AND #status IN (:pending, :running, :waiting) \
@@ -540,6 +541,8 @@ impl RunStore for DynamoStore {
                 ("#lease_owner", LEASE_OWNER),
                 ("#lease_expires", LEASE_EXPIRES),
                 ("#due_at", DUE_AT),
+                ("#sweep_at", SWEEP_AT),
+                ("#resend_after", RESEND_AFTER),
                 ("#due_shard", DUE_SHARD),
                 ("#updated_at", UPDATED_AT),
             ])))
@@ -588,13 +591,16 @@ impl RunStore for DynamoStore {
             .table_name(&self.table)
             .set_key(Some(key(run_pk(tenant, run_id), RUN_SK)))
             .update_expression(
-                "SET #lease_expires = :expires, #due_at = :expires, #due_shard = :shard",
+                "SET #lease_expires = :expires, #due_at = :expires, #sweep_at = :expires, \
+                 #due_shard = :shard REMOVE #resend_after",
             )
             .condition_expression("#lease_epoch = :epoch")
             .set_expression_attribute_names(Some(names(&[
                 ("#lease_epoch", LEASE_EPOCH),
                 ("#lease_expires", LEASE_EXPIRES),
                 ("#due_at", DUE_AT),
+                ("#sweep_at", SWEEP_AT),
+                ("#resend_after", RESEND_AFTER),
                 ("#due_shard", DUE_SHARD),
             ])))
             .set_expression_attribute_values(Some(HashMap::from([
@@ -879,9 +885,9 @@ impl RunStore for DynamoStore {
                     "due_runs",
                     |q| {
                         q.index_name(DUE_INDEX)
-                            .key_condition_expression("#shard = :shard AND #due_at <= :before")
+                            .key_condition_expression("#shard = :shard AND #sweep_at <= :before")
                             .expression_attribute_names("#shard", DUE_SHARD)
-                            .expression_attribute_names("#due_at", DUE_AT)
+                            .expression_attribute_names("#sweep_at", SWEEP_AT)
                             .expression_attribute_values(":shard", s(&shard))
                             .expression_attribute_values(":before", n(before.0))
                     },
@@ -896,8 +902,62 @@ impl RunStore for DynamoStore {
                 due.push(due_from_item(item)?);
             }
         }
-        due.sort_by(|a, b| (a.due_at, &a.tenant, &a.run_id).cmp(&(b.due_at, &b.tenant, &b.run_id)));
+        due.sort_by(|a, b| {
+            (a.sweep_at(), &a.tenant, &a.run_id).cmp(&(b.sweep_at(), &b.tenant, &b.run_id))
+        });
         due.truncate(limit);
         Ok(due)
+    }
+
+    async fn set_resend_after(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+        due_at: Timestamp,
+        resend_after: Option<Timestamp>,
+    ) -> Result<(), StoreError> {
+        let sweep_at = siesta::sweep_at(Some(due_at), resend_after).unwrap_or(due_at);
+        let update = if resend_after.is_some() {
+            "SET #sweep_at = :sweep_at, #resend_after = :resend_after"
+        } else {
+            "SET #sweep_at = :sweep_at REMOVE #resend_after"
+        };
+        let mut values = HashMap::from([
+            (":due".to_owned(), n(due_at.0)),
+            (":sweep_at".to_owned(), n(sweep_at.0)),
+        ]);
+        if let Some(r) = resend_after {
+            values.insert(":resend_after".to_owned(), n(r.0));
+        }
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(key(run_pk(tenant, run_id), RUN_SK)))
+            .update_expression(update)
+            .condition_expression("#due_at = :due")
+            .set_expression_attribute_names(Some(names(&[
+                ("#due_at", DUE_AT),
+                ("#sweep_at", SWEEP_AT),
+                ("#resend_after", RESEND_AFTER),
+            ])))
+            .set_expression_attribute_values(Some(values))
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await;
+        match result {
+            Ok(out) => {
+                if let Some(c) = out.consumed_capacity() {
+                    self.capacity.add(true, std::slice::from_ref(c));
+                }
+                Ok(())
+            }
+            Err(e) => match e.as_service_error() {
+                // No longer due then (claimed, finished, moved on), or gone: nothing to
+                // note.
+                Some(UpdateItemError::ConditionalCheckFailedException(_)) => Ok(()),
+                _ => Err(sdk("set_resend_after", e)),
+            },
+        }
     }
 }

@@ -64,7 +64,7 @@ async fn bootstrap_creates_the_template_resources_and_is_idempotent() {
             ),
             (
                 "due".to_owned(),
-                vec!["due_shard HASH".to_owned(), "due_at RANGE".to_owned()],
+                vec!["due_shard HASH".to_owned(), "sweep_at RANGE".to_owned()],
                 "INCLUDE".to_owned()
             ),
         ]

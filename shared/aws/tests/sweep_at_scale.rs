@@ -19,7 +19,7 @@ use futures::{FutureExt, StreamExt};
 use serde_json::json;
 use siesta::ports::{Backend, DeadLetter, ReceivedWakeUp, StoreError, WakeQueue, WakeUp};
 use siesta::*;
-use siesta_aws::keys::{DUE_AT, DUE_INDEX, DUE_SHARD, DUE_SHARDS, due_shard, shard_name};
+use siesta_aws::keys::{DUE_INDEX, DUE_SHARD, DUE_SHARDS, SWEEP_AT, due_shard, shard_name};
 use siesta_aws::{AwsOptions, RequestCounter};
 
 /// The sweep's page size.
@@ -162,7 +162,8 @@ fn per_run(counter: &RequestCounter, runs: usize) -> String {
         .join(", ")
 }
 
-/// How many items of the due index fall due exactly at `at`, per shard, read from the
+/// How many items of the due index the sweep looks at exactly at `at` (no wake-up was
+/// sent for them: their deadline is past SQS's 15 minutes), per shard, read from the
 /// index itself.
 async fn due_index_at(env: &support::Emulators, at: Timestamp) -> HashMap<String, usize> {
     let client = aws_sdk_dynamodb::Client::new(&env.sdk);
@@ -175,9 +176,9 @@ async fn due_index_at(env: &support::Emulators, at: Timestamp) -> HashMap<String
                 .query()
                 .table_name(&env.table)
                 .index_name(DUE_INDEX)
-                .key_condition_expression("#shard = :shard AND #due_at = :at")
+                .key_condition_expression("#shard = :shard AND #sweep_at = :at")
                 .expression_attribute_names("#shard", DUE_SHARD)
-                .expression_attribute_names("#due_at", DUE_AT)
+                .expression_attribute_names("#sweep_at", SWEEP_AT)
                 .expression_attribute_values(":shard", AttributeValue::S(shard.clone()))
                 .expression_attribute_values(":at", AttributeValue::N(at.0.to_string()))
                 .select(Select::Count)

@@ -206,6 +206,7 @@ macro_rules! conformance_suite {
             list_runs_filters_by_status_and_workflow
             due_runs_order_limit_and_bound
             due_index_is_sparse
+            due_runs_leave_out_runs_whose_wake_up_is_on_its_way
             // artifacts
             artifact_put_get_round_trip
             artifact_of_one_mebibyte_round_trips

@@ -339,6 +339,7 @@ pub(crate) fn delivery(
         run_id: run_id.clone(),
         body,
         received_at: now,
+        resend_after: None,
         event: recorded,
     }
 }

@@ -45,10 +45,9 @@ use siesta::*;
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS runs (
     tenant TEXT NOT NULL, run_id TEXT NOT NULL, status TEXT NOT NULL, workflow TEXT NOT NULL,
-    created_at INTEGER NOT NULL, due_at INTEGER, body TEXT NOT NULL,
+    created_at INTEGER NOT NULL, due_at INTEGER, body TEXT NOT NULL, sweep_at INTEGER,
     PRIMARY KEY (tenant, run_id));
 CREATE INDEX IF NOT EXISTS runs_by_tenant ON runs (tenant, created_at DESC, run_id DESC);
-CREATE INDEX IF NOT EXISTS runs_due ON runs (due_at) WHERE due_at IS NOT NULL;
 CREATE INDEX IF NOT EXISTS runs_by_status ON runs (tenant, status, created_at DESC, run_id DESC);
 CREATE INDEX IF NOT EXISTS runs_by_workflow ON runs (tenant, workflow, created_at DESC, run_id DESC);
 CREATE INDEX IF NOT EXISTS runs_by_status_workflow ON runs (tenant, status, workflow, created_at DESC, run_id DESC);
@@ -79,6 +78,20 @@ CREATE TABLE IF NOT EXISTS dead_letter_queue (
 CREATE INDEX IF NOT EXISTS dead_letter_queue_visible ON dead_letter_queue (visible_at, id);
 CREATE INDEX IF NOT EXISTS dead_letter_queue_receipt ON dead_letter_queue (receipt) WHERE receipt IS NOT NULL;
 CREATE TABLE IF NOT EXISTS queue_turns (lane INTEGER PRIMARY KEY, tenant TEXT NOT NULL);
+";
+
+/// The due index, by when the sweep looks at a run ([`Run::sweep_at`]); created after
+/// [`MIGRATE_SWEEP_AT`] gave an older file the column.
+const SWEEP_INDEX: &str = "
+CREATE INDEX IF NOT EXISTS runs_sweep ON runs (sweep_at) WHERE sweep_at IS NOT NULL;
+DROP INDEX IF EXISTS runs_due;
+";
+
+/// Gives a file made before runs had a sweep time the column (a run's sweep time is its
+/// due time until a wake-up is sent for it).
+const MIGRATE_SWEEP_AT: &str = "
+ALTER TABLE runs ADD COLUMN sweep_at INTEGER;
+UPDATE runs SET sweep_at = due_at;
 ";
 
 /// Moves what a file made before the queue had lanes and per-run keys holds into the
@@ -287,6 +300,19 @@ fn migrate(conn: &Connection) -> Result<(), StoreError> {
                 .map_err(sql)?;
         }
     }
+    let has_sweep_at = conn
+        .query_row(
+            "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'runs' AND sql LIKE '%sweep_at%'",
+            [],
+            |r| r.get::<_, i64>(0),
+        )
+        .map_err(sql)?
+        > 0;
+    if !has_sweep_at {
+        conn.execute_batch(&format!("BEGIN IMMEDIATE; {MIGRATE_SWEEP_AT} COMMIT;"))
+            .map_err(sql)?;
+    }
+    conn.execute_batch(SWEEP_INDEX).map_err(sql)?;
     Ok(())
 }
 
@@ -406,10 +432,10 @@ fn get_run(tx: &Connection, tenant: &str, run_id: &str) -> Result<Option<Run>, S
 
 fn put_run(tx: &Connection, run: &Run) -> Result<(), StoreError> {
     tx.prepare_cached(
-        "INSERT INTO runs (tenant, run_id, status, workflow, created_at, due_at, body) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        "INSERT INTO runs (tenant, run_id, status, workflow, created_at, due_at, body, sweep_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
     )
     .map_err(sql)?
-    .execute(params![run.tenant.0, run.id.0, run.status.as_str(), run.workflow, run.created_at.0, run.due_at.map(|d| d.0), to_json(run)?])
+    .execute(params![run.tenant.0, run.id.0, run.status.as_str(), run.workflow, run.created_at.0, run.due_at.map(|d| d.0), to_json(run)?, run.sweep_at().map(|d| d.0)])
     .map_err(sql)?;
     Ok(())
 }
@@ -419,6 +445,7 @@ fn put_run(tx: &Connection, run: &Run) -> Result<(), StoreError> {
 struct Indexed {
     status: RunStatus,
     due_at: Option<Timestamp>,
+    sweep_at: Option<Timestamp>,
 }
 
 impl Indexed {
@@ -426,6 +453,7 @@ impl Indexed {
         Indexed {
             status: run.status,
             due_at: run.due_at,
+            sweep_at: run.sweep_at(),
         }
     }
 }
@@ -436,7 +464,9 @@ impl Indexed {
 /// run changes neither), so most checkpoints touch the row's page and no index.
 fn update_run(tx: &Connection, old: Indexed, run: &Run) -> Result<(), StoreError> {
     let body = to_json(run)?;
-    let changed = match (run.status != old.status, run.due_at != old.due_at) {
+    let due_changed = run.due_at != old.due_at || run.sweep_at() != old.sweep_at;
+    let sweep_at = run.sweep_at().map(|d| d.0);
+    let changed = match (run.status != old.status, due_changed) {
         (false, false) => tx
             .prepare_cached("UPDATE runs SET body = ?3 WHERE tenant = ?1 AND run_id = ?2")
             .map_err(sql)?
@@ -449,13 +479,13 @@ fn update_run(tx: &Connection, old: Indexed, run: &Run) -> Result<(), StoreError
             .execute(params![run.tenant.0, run.id.0, body, run.status.as_str()]),
         (false, true) => tx
             .prepare_cached(
-                "UPDATE runs SET body = ?3, due_at = ?4 WHERE tenant = ?1 AND run_id = ?2",
+                "UPDATE runs SET body = ?3, due_at = ?4, sweep_at = ?5 WHERE tenant = ?1 AND run_id = ?2",
             )
             .map_err(sql)?
-            .execute(params![run.tenant.0, run.id.0, body, run.due_at.map(|d| d.0)]),
+            .execute(params![run.tenant.0, run.id.0, body, run.due_at.map(|d| d.0), sweep_at]),
         (true, true) => tx
             .prepare_cached(
-                "UPDATE runs SET body = ?3, status = ?4, due_at = ?5 WHERE tenant = ?1 AND run_id = ?2",
+                "UPDATE runs SET body = ?3, status = ?4, due_at = ?5, sweep_at = ?6 WHERE tenant = ?1 AND run_id = ?2",
             )
             .map_err(sql)?
             .execute(params![
@@ -463,7 +493,8 @@ fn update_run(tx: &Connection, old: Indexed, run: &Run) -> Result<(), StoreError
                 run.id.0,
                 body,
                 run.status.as_str(),
-                run.due_at.map(|d| d.0)
+                run.due_at.map(|d| d.0),
+                sweep_at
             ]),
     }
     .map_err(sql)?;
@@ -546,6 +577,7 @@ fn apply_delivery(tx: &Connection, d: &NewDelivery) -> Result<DeliverOutcome, St
     run.updated_at = d.received_at;
     if run.status == RunStatus::Waiting {
         run.due_at = Some(d.received_at);
+        run.resend_after = d.resend_after;
     }
     let delivery = Delivery {
         id: d.id.clone(),
@@ -673,6 +705,7 @@ impl RunStore for EmbeddedBackend {
             });
             run.status = RunStatus::Running;
             run.due_at = Some(claim.expires_at);
+            run.resend_after = None;
             run.version += 1;
             run.updated_at = claim.now;
             update_run(tx, stored, &run)?;
@@ -697,6 +730,7 @@ impl RunStore for EmbeddedBackend {
                 _ => return Err(conflict(run)),
             }
             run.due_at = Some(expires_at);
+            run.resend_after = None;
             update_run(tx, stored, &run)?;
             Ok(run)
         })
@@ -899,18 +933,40 @@ impl RunStore for EmbeddedBackend {
     async fn due_runs(&self, before: Timestamp, limit: usize) -> Result<Vec<DueRun>, StoreError> {
         self.read(move |tx| {
                 let mut stmt = tx
-                    .prepare_cached("SELECT tenant, run_id, due_at, status FROM runs WHERE due_at IS NOT NULL AND due_at <= ?1 ORDER BY due_at LIMIT ?2")
+                    .prepare_cached("SELECT tenant, run_id, due_at, status, sweep_at FROM runs WHERE sweep_at IS NOT NULL AND sweep_at <= ?1 ORDER BY sweep_at LIMIT ?2")
                     .map_err(sql)?;
                 let rows = stmt
                     .query_map(params![before.0, limit as i64], |r| {
                         let status: String = r.get(3)?;
                         let status = RunStatus::ALL.into_iter().find(|s| s.as_str() == status).unwrap_or(RunStatus::Pending);
-                        Ok(DueRun { tenant: TenantId(r.get(0)?), run_id: RunId(r.get(1)?), due_at: Timestamp(r.get(2)?), status })
+                        let (due_at, sweep_at) = (Timestamp(r.get(2)?), Timestamp(r.get(4)?));
+                        let resend_after = (sweep_at > due_at).then_some(sweep_at);
+                        Ok(DueRun { tenant: TenantId(r.get(0)?), run_id: RunId(r.get(1)?), due_at, status, resend_after })
                     })
                     .map_err(sql)?;
                 rows.map(|r| r.map_err(sql)).collect()
             })
             .await
+    }
+
+    async fn set_resend_after(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+        due_at: Timestamp,
+        resend_after: Option<Timestamp>,
+    ) -> Result<(), StoreError> {
+        let (tenant, run_id) = (tenant.0.clone(), run_id.0.clone());
+        // Bookkeeping: lost in an OS crash, it costs a duplicate wake-up or a margin.
+        self.tx_unsynced(move |tx, _| match get_run(tx, &tenant, &run_id)? {
+            Some(mut run) if run.due_at == Some(due_at) => {
+                let stored = Indexed::of(&run);
+                run.resend_after = resend_after;
+                update_run(tx, stored, &run)
+            }
+            _ => Ok(()),
+        })
+        .await
     }
 }
 

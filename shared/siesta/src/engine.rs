@@ -57,6 +57,17 @@ pub struct EngineConfig {
     /// this process replays from memory instead of reading the journal again (see
     /// [`Engine::replay_cache_stats`]); 0 turns it off. Default: 50 000.
     pub replay_cache_entries: usize,
+    /// How long after a wake-up should have become visible the sweep leaves its run
+    /// alone ([`Run::resend_after`]): a wake-up waiting behind a backlog is not lost.
+    /// Default: 15 minutes, the wake-up queue's visibility timeout — a wake-up received
+    /// by a consumer that died before claiming its run comes back from the queue itself
+    /// after that long, so re-sending sooner could not help. A send that fails is
+    /// re-sent by the next sweep regardless; only a wake-up lost without an error (the
+    /// process died between its write and its send) waits this long. When the sweep does
+    /// re-send, it waits as long again as the run has been due (at least this margin)
+    /// before the next one: a backlog that outlasts the margin costs a run a duplicate
+    /// per doubling of its wait, not one per sweep.
+    pub resend_margin: Duration,
 }
 
 impl Default for EngineConfig {
@@ -70,6 +81,7 @@ impl Default for EngineConfig {
             max_passes: 8,
             build_id: concat!("siesta@", env!("CARGO_PKG_VERSION")).to_owned(),
             replay_cache_entries: 50_000,
+            resend_margin: Duration::from_secs(15 * 60),
         }
     }
 }
@@ -345,6 +357,7 @@ impl Engine {
         delay: Duration,
         epoch_hint: u64,
         seq_hint: Option<u64>,
+        due_at: Option<Timestamp>,
     ) {
         let wake = WakeUp {
             tenant: tenant.clone(),
@@ -361,7 +374,23 @@ impl Engine {
             .await
         {
             tracing::warn!(tenant = %tenant, run_id = %run_id, error = %e, "wake-up not sent; the sweep will resend it");
+            // The write said a wake-up was on its way; it is not, so the next sweep may
+            // send it at once. If this fails too, the margin runs out instead.
+            if let Some(due) = due_at
+                && let Err(e) = self
+                    .backend
+                    .store
+                    .set_resend_after(tenant, run_id, due, None)
+                    .await
+            {
+                tracing::warn!(tenant = %tenant, run_id = %run_id, error = %e, "could not mark the wake-up lost; the sweep resends it after its margin");
+            }
         }
+    }
+
+    /// The `resend_after` of a run whose wake-up becomes visible at `visible_at`.
+    fn resend_after(&self, visible_at: Timestamp) -> Option<Timestamp> {
+        Some(visible_at.plus(self.config.resend_margin))
     }
 
     /// Start a run of `workflow` with `input`. The run is created pending and a wake-up
@@ -384,6 +413,7 @@ impl Engine {
         let mut run = Run::new(tenant.clone(), id, workflow, payload, now);
         run.timeline_seq = 1;
         run.build_id = Some(self.config.build_id.clone());
+        run.resend_after = self.resend_after(now);
         let started = TimelineEvent::execution_started(
             now,
             workflow,
@@ -401,6 +431,7 @@ impl Engine {
             Duration::ZERO,
             0,
             Some(run.timeline_seq),
+            run.due_at,
         )
         .await;
         Ok(run)
@@ -703,6 +734,15 @@ impl Engine {
             Ending::Yield => (LifecycleEvent::Yield, None, None, Some(now)),
         };
         let status = decide(run.status, lifecycle).map_err(|e| EngineError::Gone(e.to_string()))?;
+        // A wake-up follows a yield at once and a timer within the queue's longest
+        // delay (a longer one is the sweep's to send).
+        let resend_after = match (&ending, due_at) {
+            (Ending::Yield, _) => self.resend_after(now),
+            (Ending::Suspend, Some(due)) if now.until(due) <= MAX_QUEUE_DELAY => {
+                self.resend_after(due)
+            }
+            _ => None,
+        };
         delta.timeline.push(event(
             EventType::InvocationCompleted,
             serde_json::json!({"Status": status, "NextWakeAt": due_at, "Epoch": shared.epoch}),
@@ -716,7 +756,14 @@ impl Engine {
                         ErrorInfo::new("Failed", "the child run failed", false)
                     })),
                 };
-                delta.parent_delivery = Some(child_finished(&run, parent, outcome, status, now));
+                delta.parent_delivery = Some(child_finished(
+                    &run,
+                    parent,
+                    outcome,
+                    status,
+                    now,
+                    self.resend_after(now),
+                ));
             }
         }
         let others = 1
@@ -732,6 +779,7 @@ impl Engine {
                 r.status = status;
                 r.lease = None;
                 r.due_at = due_at;
+                r.resend_after = resend_after;
                 r.inbox_seen = if expect_inbox.is_some() {
                     inbox_seen
                 } else {
@@ -765,6 +813,7 @@ impl Engine {
                     Duration::ZERO,
                     epoch,
                     seq,
+                    due_at,
                 )
                 .await
             }
@@ -773,8 +822,16 @@ impl Engine {
                     let delay = now.until(due);
                     // Longer timers wait in the due index for the sweep.
                     if delay <= MAX_QUEUE_DELAY {
-                        self.send_wake(&run.tenant, &run.id, WakeReason::Timer, delay, epoch, seq)
-                            .await;
+                        self.send_wake(
+                            &run.tenant,
+                            &run.id,
+                            WakeReason::Timer,
+                            delay,
+                            epoch,
+                            seq,
+                            due_at,
+                        )
+                        .await;
                     }
                 }
             }
@@ -788,6 +845,7 @@ impl Engine {
                 Duration::ZERO,
                 0,
                 None,
+                Some(now),
             )
             .await;
         }
@@ -1032,12 +1090,14 @@ impl Engine {
         body: DeliveryBody,
         event: TimelineEvent,
     ) -> Result<DeliverOutcome, EngineError> {
+        let now = self.clock.now();
         let delivery = NewDelivery {
             id,
             tenant: tenant.clone(),
             run_id: run_id.clone(),
             body,
-            received_at: self.clock.now(),
+            received_at: now,
+            resend_after: self.resend_after(now),
             event,
         };
         let outcome = match self.backend.store.deliver(&delivery).await {
@@ -1054,6 +1114,7 @@ impl Engine {
                 Duration::ZERO,
                 run.epoch.0,
                 Some(run.timeline_seq),
+                Some(now),
             )
             .await;
         }
@@ -1114,6 +1175,7 @@ impl Engine {
             if !leased {
                 next.lease = None;
                 next.due_at = None;
+                next.resend_after = None;
                 next.error = Some(ErrorInfo::new("Cancelled", "the run was cancelled", false));
                 checkpoint.run = next.clone();
                 let history = self.backend.store.load_history(tenant, run_id).await?;
@@ -1124,8 +1186,14 @@ impl Engine {
                         format!("child run {} was cancelled", run.id),
                         false,
                     ));
-                    checkpoint.parent_delivery =
-                        Some(child_finished(&run, parent, outcome, status, now));
+                    checkpoint.parent_delivery = Some(child_finished(
+                        &run,
+                        parent,
+                        outcome,
+                        status,
+                        now,
+                        self.resend_after(now),
+                    ));
                 }
             }
             let others = checkpoint.item_count() - checkpoint.callbacks.len();
@@ -1143,6 +1211,7 @@ impl Engine {
                             Duration::ZERO,
                             0,
                             Some(next.timeline_seq),
+                            None,
                         )
                         .await;
                     } else if let Some(parent) = &run.parent {
@@ -1153,6 +1222,7 @@ impl Engine {
                             Duration::ZERO,
                             0,
                             None,
+                            Some(now),
                         )
                         .await;
                     }
@@ -1262,6 +1332,7 @@ impl Engine {
         next.version += 1;
         next.updated_at = now;
         next.due_at = Some(now);
+        next.resend_after = self.resend_after(now);
         next.timeline_seq += 1;
         let mut checkpoint = Checkpoint::new(next.clone(), run.version, None);
         checkpoint.timeline.push(TimelineEvent {
@@ -1292,6 +1363,7 @@ impl Engine {
             Duration::ZERO,
             0,
             Some(next.timeline_seq),
+            next.due_at,
         )
         .await;
         Ok(next)
@@ -1408,6 +1480,7 @@ impl Engine {
         next.version += 1;
         next.updated_at = now;
         next.due_at = Some(now);
+        next.resend_after = self.resend_after(now);
         next.error = None;
         for e in &mut timeline {
             next.timeline_seq += 1;
@@ -1437,6 +1510,7 @@ impl Engine {
             Duration::ZERO,
             0,
             Some(next.timeline_seq),
+            next.due_at,
         )
         .await;
         Ok(next)
@@ -1444,10 +1518,12 @@ impl Engine {
 
     /// Handle the dead-letter queue (see [`Engine::handle_dead_letters`]), then wake
     /// every run that is due — fired timers, passed deadlines, expired leases, lost
-    /// wake-ups — unless the queue holds a wake-up for it already: a wake-up that
-    /// merely waits behind others (or is being handled) is not lost, and sending another
-    /// would only add to the backlog. Bounded by `limit`; idempotent (a duplicate
-    /// wake-up is a no-op).
+    /// wake-ups — and whose wake-up is not on its way: the due index leaves out runs
+    /// whose `resend_after` has not passed (a wake-up sent for them may merely wait
+    /// behind others), and a queue that can tell (the embedded one) is asked whether it
+    /// holds one. Each wake-up sent pushes the run's `resend_after` out, so the next
+    /// sweep does not send another while this one waits in the queue. Bounded by
+    /// `limit`; idempotent (a duplicate wake-up is a no-op).
     pub async fn sweep(&self, limit: usize) -> Result<SweepReport, EngineError> {
         let dead = self.handle_dead_letters(limit).await?;
         let now = self.clock.now();
@@ -1469,9 +1545,25 @@ impl Engine {
                     // Unknown: better a harmless duplicate than a lost wake-up.
                     Err(e) => tracing::warn!(run_id = %run.run_id, error = %e, "could not look for a queued wake-up"),
                 }
-                let wake = WakeUp::new(run.tenant, run.run_id, WakeReason::Sweep);
-                let ok = queue.send(&wake, Duration::ZERO).await.is_ok();
-                (run.status, Some(ok))
+                let wake = WakeUp::new(run.tenant.clone(), run.run_id.clone(), WakeReason::Sweep);
+                if queue.send(&wake, Duration::ZERO).await.is_err() {
+                    return (run.status, Some(false));
+                }
+                // The longer the run has waited for its wake-up, the longer the next
+                // one is given: a long backlog costs a duplicate per doubling, not one
+                // per sweep.
+                let waited = run.due_at.until(now);
+                let resend_after = now.plus(waited.max(self.config.resend_margin));
+                if let Err(e) = self
+                    .backend
+                    .store
+                    .set_resend_after(&run.tenant, &run.run_id, run.due_at, Some(resend_after))
+                    .await
+                {
+                    // The next sweep sends another: a duplicate, nothing lost.
+                    tracing::warn!(run_id = %run.run_id, error = %e, "could not note the wake-up sent");
+                }
+                (run.status, Some(true))
             })
             .buffer_unordered(SWEEP_SENDS_IN_FLIGHT)
             .collect()
@@ -1582,6 +1674,7 @@ impl Engine {
         next.updated_at = now;
         next.lease = None;
         next.due_at = None;
+        next.resend_after = None;
         next.error = Some(reason.clone());
         next.timeline_seq += 1;
         let mut checkpoint = Checkpoint::new(next.clone(), run.version, Some(run.epoch));
@@ -1706,6 +1799,7 @@ fn child_finished(
     outcome: Result<Payload, ErrorInfo>,
     status: RunStatus,
     now: Timestamp,
+    resend_after: Option<Timestamp>,
 ) -> NewDelivery {
     let event_type = if outcome.is_ok() {
         EventType::ChainedInvokeSucceeded
@@ -1721,6 +1815,7 @@ fn child_finished(
             outcome,
         },
         received_at: now,
+        resend_after,
         event: TimelineEvent {
             seq: 0,
             at: now,

@@ -284,6 +284,14 @@ pub struct Run {
     /// When it next needs attention (a timer, a deadline, a lease expiry, or now when it
     /// is runnable). `None` when finished: the due index is sparse.
     pub due_at: Option<Timestamp>,
+    /// A wake-up for the run is on its way (queued, or delayed until `due_at`): the
+    /// sweep sends another only after this time, so a wake-up that merely waits behind
+    /// a backlog is not duplicated. `None`: the sweep wakes the run as soon as it is
+    /// due. Set with the write that makes the run due when a wake-up follows it, and by
+    /// the sweep when it sends one; cleared by a claim (the wake-up arrived) and when a
+    /// send fails.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resend_after: Option<Timestamp>,
     /// Cancellation was asked for while it was running; honoured at the next boundary.
     pub cancel_requested: bool,
     /// The parent run and position when this run was started by `invoke`.
@@ -320,10 +328,18 @@ impl Run {
             inbox_seen: 0,
             timeline_seq: 0,
             due_at: Some(now),
+            resend_after: None,
             cancel_requested: false,
             parent: None,
             build_id: None,
         }
+    }
+
+    /// When the sweep next looks at the run: its due time, or later when a wake-up is
+    /// on its way ([`Run::resend_after`]). `None` when nothing is due. What the due
+    /// index is ordered by.
+    pub fn sweep_at(&self) -> Option<Timestamp> {
+        sweep_at(self.due_at, self.resend_after)
     }
 
     /// Whether a live lease (not expired at `now`) is held on the run.
@@ -347,6 +363,12 @@ impl Run {
             }
         }
     }
+}
+
+/// When the sweep looks at a run due at `due_at` whose wake-up is on its way until
+/// `resend_after`: the later of the two; `None` when it is not due.
+pub fn sweep_at(due_at: Option<Timestamp>, resend_after: Option<Timestamp>) -> Option<Timestamp> {
+    due_at.map(|due| resend_after.map_or(due, |r| r.max(due)))
 }
 
 /// The run (and position) that started a child run with `invoke`.

@@ -147,6 +147,10 @@ pub struct NewDelivery {
     pub body: DeliveryBody,
     /// When it was received.
     pub received_at: Timestamp,
+    /// The run's [`Run::resend_after`] when the delivery makes it due (a waiting run):
+    /// the sender sends its wake-up right after the write.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resend_after: Option<Timestamp>,
     /// The timeline event that records it (its `seq` is assigned by the store).
     pub event: TimelineEvent,
 }
@@ -199,6 +203,17 @@ pub struct DueRun {
     /// Its status: running means its lease expired, waiting a timer or deadline fell
     /// due or a delivery arrived, pending that its wake-up was lost.
     pub status: RunStatus,
+    /// Until when a wake-up sent for it was expected to arrive ([`Run::resend_after`]),
+    /// if one was sent; it has passed, or the run would not be due for the sweep.
+    pub resend_after: Option<Timestamp>,
+}
+
+impl DueRun {
+    /// When the sweep looks at it: the later of `due_at` and `resend_after`.
+    pub fn sweep_at(&self) -> Timestamp {
+        self.resend_after
+            .map_or(self.due_at, |r| r.max(self.due_at))
+    }
 }
 
 /// Durable storage of runs and everything that belongs to them.
@@ -215,7 +230,8 @@ pub trait RunStore: Send + Sync + 'static {
     /// Take the run's lease. One conditional `UpdateItem`: the run is pending, running
     /// or waiting, and has no lease live at `claim.now`. Sets the lease (owner, expiry,
     /// epoch + 1), `epoch` + 1, status running, `due_at` = the lease expiry (so a crashed
-    /// holder is found by the sweep), `version` + 1; returns the run after the write.
+    /// holder is found by the sweep), clears `resend_after` (the wake-up arrived),
+    /// `version` + 1; returns the run after the write.
     /// [`StoreError::Conflict`] with the current run if a condition fails,
     /// [`StoreError::NotFound`] if there is no run.
     async fn claim(
@@ -249,7 +265,8 @@ pub trait RunStore: Send + Sync + 'static {
 
     /// Store a delivery. One `TransactWriteItems`: the delivery (condition: its id is new
     /// for this run), its timeline event, and the run (`inbox_seq` + 1, `timeline_seq` +
-    /// 1, `version` + 1, `due_at` = `received_at` when waiting, unchanged otherwise;
+    /// 1, `version` + 1, `due_at` = `received_at` and `resend_after` = the delivery's when
+    /// waiting, both unchanged otherwise;
     /// condition: the version read). Checks, in this order: [`StoreError::NotFound`] if
     /// the run does not exist; [`DeliverOutcome::Duplicate`] (nothing changes) if the id
     /// was stored before — so a retried webhook is acknowledged even after its callback
@@ -297,9 +314,26 @@ pub trait RunStore: Send + Sync + 'static {
         limit: usize,
     ) -> Result<RunPage, StoreError>;
 
-    /// Runs whose `due_at` is at or before `before`, earliest first, at most `limit`.
-    /// Served by the sparse due index (a `Query` per shard), never a scan.
+    /// Runs the sweep should look at by `before`: their `due_at` and, when a wake-up was
+    /// sent for them, their `resend_after` are at or before `before` ([`Run::sweep_at`]);
+    /// earliest sweep time first, at most `limit`. Served by the sparse due index, keyed
+    /// by the sweep time (a `Query` per shard), never a scan: runs whose wake-up is on
+    /// its way cost nothing to skip, however many there are.
     async fn due_runs(&self, before: Timestamp, limit: usize) -> Result<Vec<DueRun>, StoreError>;
+
+    /// Set the run's `resend_after` (`None`: clear it), if it is still due at `due_at`
+    /// (the caller saw it so); otherwise, or when the run does not exist, do nothing.
+    /// Neither `version` nor the timeline changes: this is the sweep's bookkeeping, not
+    /// the run's progress. One conditional `UpdateItem`. The sweep sets it when it has
+    /// sent a wake-up; the engine clears it when the send that followed a write failed,
+    /// so the next sweep sends it again.
+    async fn set_resend_after(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+        due_at: Timestamp,
+        resend_after: Option<Timestamp>,
+    ) -> Result<(), StoreError>;
 }
 
 /// Blob storage for artifacts and large values, content-addressed by SHA-256.

@@ -213,4 +213,17 @@ impl RunStore for ProbeStore {
         self.read()?;
         self.inner.due_runs(before, limit).await
     }
+    async fn set_resend_after(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+        due_at: Timestamp,
+        resend_after: Option<Timestamp>,
+    ) -> Result<(), StoreError> {
+        self.check()?;
+        self.wrote(0);
+        self.inner
+            .set_resend_after(tenant, run_id, due_at, resend_after)
+            .await
+    }
 }

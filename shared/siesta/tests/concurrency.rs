@@ -204,9 +204,11 @@ async fn sweep_reports_expired_leases_due_waits_and_lost_wakeups() {
     w.run_until_idle().await;
     w.restart();
     let lost = create(&w, "sleepy", json!(null)).await;
-    w.clock().advance(LEASE_TTL + Duration::from_secs(60));
-    // Every wake-up is lost: the messages are taken and dropped (the sweep does not
-    // re-send one that still waits in the queue).
+    // Every wake-up is lost without an error: the messages are taken and dropped (the
+    // sweep does not re-send one that still waits in the queue), so the sweep finds
+    // them once their re-send margin has passed.
+    w.clock()
+        .advance(LEASE_TTL + Duration::from_secs(60) + EngineConfig::default().resend_margin);
     for m in w
         .embedded()
         .backend()

@@ -68,6 +68,7 @@ pub async fn deliver_appends_delivery_and_event(h: Harness) {
         h.advance(Duration::from_secs(1)).await;
         let d = NewDelivery {
             received_at: h.now(),
+            resend_after: None,
             ..d
         };
         let after = deliver(&h, &d).await;
@@ -701,6 +702,7 @@ pub async fn parent_delivery_is_applied_inside_the_checkpoint(h: Harness) {
     h.advance(Duration::from_secs(1)).await;
     let to_parent = NewDelivery {
         received_at: h.now(),
+        resend_after: None,
         ..to_parent
     };
     let cp = completing(&h, &held, &to_parent);

@@ -420,3 +420,104 @@ pub async fn due_index_is_sparse(h: Harness) {
     );
     clean_up(&h, &[never, cleared, moved]).await;
 }
+
+/// A run whose wake-up is on its way (`resend_after` not passed) is left out of
+/// `due_runs` until its re-send time, then found with it; `set_resend_after` moves that
+/// time (or clears it) only while the run is due when the caller saw it, without a
+/// version bump; a claim clears it (the wake-up arrived) and a delivery to a waiting
+/// run sets the delivery's.
+pub async fn due_runs_leave_out_runs_whose_wake_up_is_on_its_way(h: Harness) {
+    let tenant = tenant();
+    let base = far_past(&h);
+    let at = |ms: u64| base.plus(Duration::from_millis(ms));
+    let store = &h.backend.store;
+    let ours = |due: Vec<DueRun>| -> Vec<(RunId, Timestamp, Option<Timestamp>)> {
+        due.into_iter()
+            .filter(|d| d.tenant == tenant)
+            .map(|d| (d.run_id, d.due_at, d.resend_after))
+            .collect()
+    };
+
+    let mut queued = new_run(&h, &tenant, "due");
+    queued.due_at = Some(at(10));
+    queued.resend_after = Some(at(100));
+    create_run(&h, &queued).await;
+    let lost = due_run(&h, &tenant, Some(at(20))).await;
+
+    assert_eq!(
+        ours(store.due_runs(at(50), 1000).await.expect("due_runs")),
+        vec![(lost.id.clone(), at(20), None)],
+        "the run whose wake-up is on its way is left out"
+    );
+    assert_eq!(
+        ours(store.due_runs(at(100), 1000).await.expect("due_runs")),
+        vec![
+            (lost.id.clone(), at(20), None),
+            (queued.id.clone(), at(10), Some(at(100)))
+        ],
+        "found at its re-send time, ordered by it"
+    );
+
+    // The sweep sent it again: not before a later time.
+    store
+        .set_resend_after(&tenant, &queued.id, at(10), Some(at(1_000)))
+        .await
+        .expect("set_resend_after");
+    let now = get(&h, &tenant, &queued.id).await;
+    assert_eq!(now.resend_after, Some(at(1_000)));
+    assert_eq!(now.version, queued.version, "no version bump");
+    assert_eq!(
+        ours(store.due_runs(at(999), 1000).await.expect("due_runs")),
+        vec![(lost.id.clone(), at(20), None)]
+    );
+    // Seen due at another time: nothing changes.
+    store
+        .set_resend_after(&tenant, &queued.id, at(11), None)
+        .await
+        .expect("set_resend_after on a run no longer due then");
+    assert_eq!(
+        get(&h, &tenant, &queued.id).await.resend_after,
+        Some(at(1_000))
+    );
+    // The send failed: due for the sweep at once.
+    store
+        .set_resend_after(&tenant, &queued.id, at(10), None)
+        .await
+        .expect("set_resend_after");
+    assert_eq!(
+        ours(store.due_runs(at(50), 1000).await.expect("due_runs")),
+        vec![
+            (queued.id.clone(), at(10), None),
+            (lost.id.clone(), at(20), None)
+        ]
+    );
+    store
+        .set_resend_after(&tenant, &run_id(), at(10), Some(at(1)))
+        .await
+        .expect("set_resend_after on a missing run is no error");
+
+    // A claim clears it.
+    store
+        .set_resend_after(&tenant, &lost.id, at(20), Some(at(1_000)))
+        .await
+        .expect("set_resend_after");
+    let claimed = claim(&h, &lost, "claimer", Duration::from_secs(60)).await;
+    assert_eq!(claimed.resend_after, None, "the wake-up arrived");
+    assert_eq!(
+        get(&h, &tenant, &lost.id).await.resend_after,
+        None,
+        "cleared in the store"
+    );
+
+    // A delivery to a waiting run sets the delivery's.
+    let waiting = waiting_run(&h, &tenant).await;
+    let mut d = event_delivery(&h, &waiting, "go");
+    d.resend_after = Some(d.received_at.plus(Duration::from_secs(900)));
+    store.deliver(&d).await.expect("deliver");
+    let delivered = get(&h, &tenant, &waiting.id).await;
+    assert_eq!(delivered.due_at, Some(d.received_at));
+    assert_eq!(delivered.resend_after, d.resend_after);
+
+    let claimed = get(&h, &tenant, &lost.id).await;
+    clean_up(&h, &[queued, claimed, delivered]).await;
+}
