@@ -134,8 +134,8 @@ enum RunsAction {
         #[arg(long)]
         if_match: Option<u64>,
     },
-    /// Resume a parked run once its cause is fixed (e.g. one parked because its
-    /// wake-up was dead-lettered: list them with `runs list --status parked`).
+    /// Resume a parked run once its cause is fixed (for one parked because its wake-up
+    /// was dead-lettered, `runs redrive` does the same).
     Resume {
         /// The run's id.
         id: String,
@@ -164,6 +164,21 @@ enum RunsAction {
         retry: bool,
         /// Only if the run is still at this version.
         #[arg(long)]
+        if_match: Option<u64>,
+    },
+    /// List the dead letters: runs parked because a wake-up of theirs kept failing and
+    /// was dead-lettered (the caller's tenant).
+    DeadLetters,
+    /// Redrive a dead letter (resume the run it parked), or all of them with `--all`.
+    Redrive {
+        /// The run the dead letter parked.
+        #[arg(required_unless_present = "all", conflicts_with = "all")]
+        id: Option<String>,
+        /// Every dead letter of the tenant (up to 1 000 per call).
+        #[arg(long)]
+        all: bool,
+        /// Only if the run is still at this version.
+        #[arg(long, requires = "id")]
         if_match: Option<u64>,
     },
     /// Deliver a named event (an approval, a signal) to a run.
@@ -293,6 +308,10 @@ async fn main() -> anyhow::Result<()> {
                         (None, None) => siesta_cli::runs::Outcome::Retry,
                     };
                     remote.resolve(&id, &position, outcome, if_match).await
+                }
+                RunsAction::DeadLetters => remote.dead_letters().await,
+                RunsAction::Redrive { id, if_match, .. } => {
+                    remote.redrive(id.as_deref(), if_match).await
                 }
                 RunsAction::SendEvent { id, name, payload } => {
                     remote.send_event(&id, &name, &payload).await

@@ -273,6 +273,93 @@ impl Remote {
         });
         Ok(())
     }
+
+    /// `runs dead-letters`: every dead letter of the caller's tenant (the runs parked
+    /// because a wake-up of theirs was dead-lettered), page after page.
+    pub async fn dead_letters(&self) -> anyhow::Result<()> {
+        let mut all = Vec::new();
+        let mut cursor: Option<String> = None;
+        loop {
+            let path = match &cursor {
+                Some(c) => format!("/dead-letters?limit=200&cursor={c}"),
+                None => "/dead-letters?limit=200".to_owned(),
+            };
+            let page = self.call(reqwest::Method::GET, &path, None, &[]).await?;
+            all.extend(
+                page["dead_letters"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .cloned(),
+            );
+            match page["next_cursor"].as_str() {
+                Some(c) => cursor = Some(c.to_owned()),
+                None => break,
+            }
+        }
+        let body = serde_json::json!({ "dead_letters": all });
+        self.print(&body, |b| {
+            println!(
+                "{:<40} {:<12} {:<30} {:>7}  REASON",
+                "RUN", "WORKFLOW", "PARKED", "VERSION"
+            );
+            for letter in b["dead_letters"].as_array().into_iter().flatten() {
+                let parked = letter["parked_at"]
+                    .as_str()
+                    .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+                    .map(|t| local_time(t.timestamp_millis()))
+                    .unwrap_or_default();
+                println!(
+                    "{:<40} {:<12} {:<30} {:>7}  {}",
+                    letter["run_id"].as_str().unwrap_or(""),
+                    letter["workflow"].as_str().unwrap_or(""),
+                    parked,
+                    letter["version"].as_u64().unwrap_or(0),
+                    letter["reason"].as_str().unwrap_or("")
+                );
+            }
+        });
+        Ok(())
+    }
+
+    /// `runs redrive`: resume the run one dead letter parked (`id`), or every one.
+    pub async fn redrive(&self, id: Option<&str>, if_match: Option<u64>) -> anyhow::Result<()> {
+        let Some(id) = id else {
+            let body = self
+                .call(reqwest::Method::POST, "/dead-letters/redrive", None, &[])
+                .await?;
+            self.print(&body, |b| {
+                println!(
+                    "{} dead letters redriven",
+                    b["redriven"].as_u64().unwrap_or(0)
+                );
+                for id in b["run_ids"].as_array().into_iter().flatten() {
+                    println!("  {}", id.as_str().unwrap_or(""));
+                }
+            });
+            return Ok(());
+        };
+        let headers: Vec<(&str, String)> = if_match
+            .map(|v| ("If-Match", format!("\"{v}\"")))
+            .into_iter()
+            .collect();
+        let body = self
+            .call(
+                reqwest::Method::POST,
+                &format!("/dead-letters/{id}/redrive"),
+                None,
+                &headers,
+            )
+            .await?;
+        self.print(&body, |b| {
+            println!(
+                "run {} is {}",
+                id,
+                paint_status(b["status"].as_str().unwrap_or(""))
+            )
+        });
+        Ok(())
+    }
 }
 
 /// What an operator says happened to a tool call whose outcome is unknown.

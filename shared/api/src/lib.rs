@@ -24,6 +24,7 @@
 //! ```
 
 mod auth;
+mod dead_letters;
 mod error;
 mod extract;
 mod openapi;
@@ -49,6 +50,7 @@ use siesta::Engine;
 use tracing::Instrument;
 
 pub use auth::{ApiKeys, Authenticate, Tenant};
+pub use dead_letters::{DeadLetterPage, DeadLetterView, Redriven};
 pub use error::{ApiError, ErrorBody, ErrorDetail, RETRY_AFTER_SECS};
 pub use extract::MAX_WAIT;
 pub use openapi::openapi;

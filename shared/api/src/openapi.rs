@@ -9,6 +9,7 @@ use utoipa::openapi::{ComponentsBuilder, InfoBuilder, OpenApi, OpenApiBuilder};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use crate::dead_letters::*;
 use crate::routes::*;
 use crate::values::*;
 use crate::webhook::*;
@@ -33,6 +34,9 @@ pub(crate) fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(callback_webhook))
         .routes(routes!(health))
         .routes(routes!(openapi_json))
+        .routes(routes!(list_dead_letters))
+        .routes(routes!(redrive_dead_letter))
+        .routes(routes!(redrive_dead_letters))
 }
 
 fn base() -> OpenApi {

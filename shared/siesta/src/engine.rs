@@ -349,23 +349,10 @@ impl Engine {
             })
     }
 
-    async fn send_wake(
-        &self,
-        tenant: &TenantId,
-        run_id: &RunId,
-        reason: WakeReason,
-        delay: Duration,
-        epoch_hint: u64,
-        seq_hint: Option<u64>,
-        due_at: Option<Timestamp>,
-    ) {
-        let wake = WakeUp {
-            tenant: tenant.clone(),
-            run_id: run_id.clone(),
-            reason,
-            epoch_hint,
-            seq_hint,
-        };
+    /// Send `wake`, visible after `delay`, following a write that left its run due at
+    /// `due_at` (when it did) with a `resend_after`.
+    async fn send_wake(&self, wake: WakeUp, delay: Duration, due_at: Option<Timestamp>) {
+        let (tenant, run_id) = (&wake.tenant, &wake.run_id);
         // The write before this one left the run due; a lost send is healed by the sweep.
         if let Err(e) = self
             .backend
@@ -425,12 +412,14 @@ impl Engine {
             Err(e) => return Err(e.into()),
         }
         self.send_wake(
-            tenant,
-            &run.id,
-            WakeReason::Started,
+            WakeUp {
+                tenant: tenant.clone(),
+                run_id: run.id.clone(),
+                reason: WakeReason::Started,
+                epoch_hint: 0,
+                seq_hint: Some(run.timeline_seq),
+            },
             Duration::ZERO,
-            0,
-            Some(run.timeline_seq),
             run.due_at,
         )
         .await;
@@ -807,12 +796,14 @@ impl Engine {
         match ending {
             Ending::Yield => {
                 self.send_wake(
-                    &run.tenant,
-                    &run.id,
-                    WakeReason::Continue,
+                    WakeUp {
+                        tenant: run.tenant.clone(),
+                        run_id: run.id.clone(),
+                        reason: WakeReason::Continue,
+                        epoch_hint: epoch,
+                        seq_hint: seq,
+                    },
                     Duration::ZERO,
-                    epoch,
-                    seq,
                     due_at,
                 )
                 .await
@@ -823,12 +814,14 @@ impl Engine {
                     // Longer timers wait in the due index for the sweep.
                     if delay <= MAX_QUEUE_DELAY {
                         self.send_wake(
-                            &run.tenant,
-                            &run.id,
-                            WakeReason::Timer,
+                            WakeUp {
+                                tenant: run.tenant.clone(),
+                                run_id: run.id.clone(),
+                                reason: WakeReason::Timer,
+                                epoch_hint: epoch,
+                                seq_hint: seq,
+                            },
                             delay,
-                            epoch,
-                            seq,
                             due_at,
                         )
                         .await;
@@ -839,12 +832,14 @@ impl Engine {
         }
         if let (true, Some(parent)) = (status.is_finished(), &run.parent) {
             self.send_wake(
-                &run.tenant,
-                &parent.run_id,
-                WakeReason::Child,
+                WakeUp {
+                    tenant: run.tenant.clone(),
+                    run_id: parent.run_id.clone(),
+                    reason: WakeReason::Child,
+                    epoch_hint: 0,
+                    seq_hint: None,
+                },
                 Duration::ZERO,
-                0,
-                None,
                 Some(now),
             )
             .await;
@@ -1108,12 +1103,14 @@ impl Engine {
         };
         if let DeliverOutcome::Accepted(run) = &outcome {
             self.send_wake(
-                tenant,
-                run_id,
-                WakeReason::Delivery,
+                WakeUp {
+                    tenant: tenant.clone(),
+                    run_id: run_id.clone(),
+                    reason: WakeReason::Delivery,
+                    epoch_hint: run.epoch.0,
+                    seq_hint: Some(run.timeline_seq),
+                },
                 Duration::ZERO,
-                run.epoch.0,
-                Some(run.timeline_seq),
                 Some(now),
             )
             .await;
@@ -1205,23 +1202,27 @@ impl Engine {
                     if leased {
                         // The holder sees the flag when its next write conflicts.
                         self.send_wake(
-                            tenant,
-                            run_id,
-                            WakeReason::Delivery,
+                            WakeUp {
+                                tenant: tenant.clone(),
+                                run_id: run_id.clone(),
+                                reason: WakeReason::Delivery,
+                                epoch_hint: 0,
+                                seq_hint: Some(next.timeline_seq),
+                            },
                             Duration::ZERO,
-                            0,
-                            Some(next.timeline_seq),
                             None,
                         )
                         .await;
                     } else if let Some(parent) = &run.parent {
                         self.send_wake(
-                            tenant,
-                            &parent.run_id,
-                            WakeReason::Child,
+                            WakeUp {
+                                tenant: tenant.clone(),
+                                run_id: parent.run_id.clone(),
+                                reason: WakeReason::Child,
+                                epoch_hint: 0,
+                                seq_hint: None,
+                            },
                             Duration::ZERO,
-                            0,
-                            None,
                             Some(now),
                         )
                         .await;
@@ -1357,12 +1358,14 @@ impl Engine {
             Err(e) => return Err(e.into()),
         }
         self.send_wake(
-            tenant,
-            run_id,
-            WakeReason::Delivery,
+            WakeUp {
+                tenant: tenant.clone(),
+                run_id: run_id.clone(),
+                reason: WakeReason::Delivery,
+                epoch_hint: 0,
+                seq_hint: Some(next.timeline_seq),
+            },
             Duration::ZERO,
-            0,
-            Some(next.timeline_seq),
             next.due_at,
         )
         .await;
@@ -1504,12 +1507,14 @@ impl Engine {
         }
         tracing::info!(tenant = %tenant, run_id = %run_id, %position, resolution = resolution.as_str(), %by, "unknown tool call resolved");
         self.send_wake(
-            tenant,
-            run_id,
-            WakeReason::Delivery,
+            WakeUp {
+                tenant: tenant.clone(),
+                run_id: run_id.clone(),
+                reason: WakeReason::Delivery,
+                epoch_hint: 0,
+                seq_hint: Some(next.timeline_seq),
+            },
             Duration::ZERO,
-            0,
-            Some(next.timeline_seq),
             next.due_at,
         )
         .await;
@@ -1663,7 +1668,7 @@ impl Engine {
         let status = decide(run.status, LifecycleEvent::Park)
             .map_err(|e| EngineError::Gone(e.to_string()))?;
         let reason = ErrorInfo::new(
-            "DeadLettered",
+            crate::dead_letters::DEAD_LETTERED,
             "a wake-up of this run kept failing and went to the dead-letter queue; \
              fix the cause, then resume or cancel the run",
             false,

@@ -357,11 +357,12 @@ async fn five_kills_in_a_row_of_a_worker_holding_a_batch_park_no_healthy_run() {
             let engine = w.engine().clone();
             async move { engine.work_queue_once(10).await }
         });
-        // Until every healthy run has finished (a guard, not a measurement: the test
+        // Until every healthy run has finished and the worker has claimed the hanging
+        // run once more — it holds its wake-up — (a guard, not a measurement: the test
         // fails after 10 s if they never do).
         let all_done = tokio::time::timeout(Duration::from_secs(10), async {
             loop {
-                let mut done = true;
+                let mut done = w.run(&hang).await.epoch.0 >= kill;
                 for id in &healthy {
                     done &= w.run(id).await.status == RunStatus::Completed;
                 }
