@@ -17,6 +17,7 @@
 //!   a lost lease stops the invocation.
 
 mod batch;
+mod coalesce;
 mod combinator;
 mod invoke;
 mod step;
@@ -117,6 +118,9 @@ pub(crate) struct Shared {
     pub epoch: FencingEpoch,
     state: Mutex<ExecState>,
     writer: tokio::sync::Mutex<()>,
+    /// Branches' deltas waiting for a coalesced checkpoint (see `coalesce`).
+    queued: Mutex<Vec<coalesce::Queued>>,
+    queue_ids: std::sync::atomic::AtomicU64,
     watch: Arc<LeaseWatch>,
 }
 
@@ -164,7 +168,7 @@ impl Delta {
 }
 
 /// Why a checkpoint was not written.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) enum CommitError {
     /// New deliveries arrived while the writer expected none (final suspend).
     InboxChanged,
@@ -218,6 +222,8 @@ impl Shared {
                 detached_starts: Vec::new(),
             }),
             writer: tokio::sync::Mutex::new(()),
+            queued: Mutex::new(Vec::new()),
+            queue_ids: std::sync::atomic::AtomicU64::new(0),
             watch,
         }
     }
@@ -258,11 +264,21 @@ impl Shared {
     /// `expect_inbox` is set and deliveries arrived, it gives up with `InboxChanged`.
     pub(crate) async fn commit(
         &self,
-        mut delta: Delta,
+        delta: Delta,
         expect_inbox: Option<u64>,
         mutate: impl Fn(&mut Run),
     ) -> Result<(), CommitError> {
         let _writer = self.writer.lock().await;
+        self.commit_locked(delta, expect_inbox, mutate).await
+    }
+
+    /// [`Shared::commit`] by the holder of the writer lock.
+    async fn commit_locked(
+        &self,
+        mut delta: Delta,
+        expect_inbox: Option<u64>,
+        mutate: impl Fn(&mut Run),
+    ) -> Result<(), CommitError> {
         let detached = std::mem::take(&mut self.state().detached_starts);
         delta.starts.extend(detached);
         delta.take_starts();
@@ -790,15 +806,12 @@ impl Context {
     }
 
     /// Commit `delta`; if that fails, the invocation is over: block for good.
-    pub(crate) async fn commit_or_suspend(&self, delta: Delta) {
-        self.commit_with(delta, |_| {}).await
-    }
-
-    pub(crate) async fn commit_with(&self, mut delta: Delta, mutate: impl Fn(&mut Run)) {
+    /// Concurrent branches' commits share a checkpoint (see `coalesce`).
+    pub(crate) async fn commit_or_suspend(&self, mut delta: Delta) {
         // Recording something new means this branch is past what the journal held.
         self.go_live();
         delta.starts = self.starts.clone();
-        if self.shared.commit(delta, None, mutate).await.is_err() {
+        if self.shared.commit_coalesced(delta).await.is_err() {
             self.suspend::<()>(None).await;
         }
     }

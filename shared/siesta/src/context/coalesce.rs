@@ -1,0 +1,163 @@
+//! Coalesced checkpoints: what concurrent branches (`map`, `parallel`, the combinators)
+//! record at about the same time goes into one checkpoint.
+//!
+//! Invariants this module keeps, and why:
+//! - **Group commit, FIFO.** A branch queues its delta, then waits for the run's writer
+//!   lock; whoever holds the lock writes everything queued (oldest first) in one
+//!   checkpoint and answers every branch in it. While one checkpoint is being written,
+//!   the branches that finish queue up for the next one, so `n` branches finishing in
+//!   one poll cost two checkpoints, not `n`, and in the order serial writes would have
+//!   had.
+//! - **Within one transaction's limits.** A batch stops before it would pass
+//!   [`MAX_TRANSACTION_ITEMS`] or [`MAX_TRANSACTION_BYTES`] (counted as the stores count
+//!   them, the run's own item included); the rest goes in the next checkpoint. A delta
+//!   too large on its own is written alone, and the store refuses it as before.
+//! - **Each branch's outcome is its batch's.** A branch returns only once the checkpoint
+//!   holding its delta was written (or failed: then every branch in it hears the
+//!   failure, as each would have alone).
+//! - **A dropped branch writes nothing.** A branch dropped while queued (a combinator's
+//!   loser) takes its delta out of the queue, as a branch dropped while waiting for the
+//!   lock never wrote.
+
+use std::sync::Arc;
+
+use super::{CommitError, Delta, Shared, Stop};
+use crate::ports::{MAX_TRANSACTION_BYTES, MAX_TRANSACTION_ITEMS};
+
+/// A branch's delta waiting for a checkpoint.
+pub(crate) struct Queued {
+    id: u64,
+    delta: Delta,
+    done: tokio::sync::oneshot::Sender<Result<(), CommitError>>,
+}
+
+/// The branch's queue entry while it waits; dropping it un-queues the delta if no
+/// checkpoint took it yet.
+struct Ticket<'a> {
+    shared: &'a Shared,
+    id: u64,
+}
+
+impl Drop for Ticket<'_> {
+    fn drop(&mut self) {
+        self.shared.queued().retain(|q| q.id != self.id);
+    }
+}
+
+/// Items and bytes of a delta, as the stores count them for the transaction limits
+/// (a start not yet recorded counts as its journal entry and its event).
+fn weight(delta: &Delta) -> (usize, usize) {
+    fn size<T: serde::Serialize>(v: &T) -> usize {
+        serde_json::to_vec(v).map_or(0, |b| b.len())
+    }
+    let mut items = delta.journal.len()
+        + delta.timeline.len()
+        + delta.callbacks.len()
+        + delta.tool_calls.len()
+        + 2 * delta.child_runs.len()
+        + delta.parent_delivery.as_ref().map_or(0, |_| 3);
+    let mut bytes = delta.journal.iter().map(size).sum::<usize>()
+        + delta.timeline.iter().map(size).sum::<usize>()
+        + delta.callbacks.iter().map(size).sum::<usize>()
+        + delta.tool_calls.iter().map(size).sum::<usize>()
+        + delta
+            .child_runs
+            .iter()
+            .map(|(run, event)| size(run) + size(event))
+            .sum::<usize>()
+        + delta.parent_delivery.as_ref().map_or(0, size);
+    for start in &delta.starts {
+        if let Some((entry, event)) = &*start.lock().unwrap_or_else(|e| e.into_inner()) {
+            items += 2;
+            bytes += size(entry) + size(event);
+        }
+    }
+    (items, bytes)
+}
+
+/// Take the oldest queued deltas that fit in one checkpoint beside a run of
+/// `run_bytes` (at least one), merged, with the branches to answer.
+fn take_batch(
+    queue: &mut Vec<Queued>,
+    run_bytes: usize,
+) -> (
+    Delta,
+    Vec<tokio::sync::oneshot::Sender<Result<(), CommitError>>>,
+) {
+    let (mut items, mut bytes) = (1, run_bytes);
+    let mut merged = Delta::default();
+    let mut waiters = Vec::new();
+    let mut taken = 0;
+    for queued in queue.iter() {
+        let (i, b) = weight(&queued.delta);
+        let second_parent_delivery =
+            merged.parent_delivery.is_some() && queued.delta.parent_delivery.is_some();
+        let over = items + i > MAX_TRANSACTION_ITEMS || bytes + b > MAX_TRANSACTION_BYTES;
+        if taken > 0 && (over || second_parent_delivery) {
+            break;
+        }
+        items += i;
+        bytes += b;
+        taken += 1;
+    }
+    for queued in queue.drain(..taken) {
+        let Queued { delta, done, .. } = queued;
+        merged.journal.extend(delta.journal);
+        merged.timeline.extend(delta.timeline);
+        merged.callbacks.extend(delta.callbacks);
+        merged.tool_calls.extend(delta.tool_calls);
+        merged.child_runs.extend(delta.child_runs);
+        merged.starts.extend(delta.starts);
+        if delta.parent_delivery.is_some() {
+            merged.parent_delivery = delta.parent_delivery;
+        }
+        waiters.push(done);
+    }
+    (merged, waiters)
+}
+
+impl Shared {
+    fn queued(&self) -> std::sync::MutexGuard<'_, Vec<Queued>> {
+        self.queued.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Write `delta` in a checkpoint, together with the deltas other branches queued
+    /// meanwhile (see the module's invariants).
+    pub(crate) async fn commit_coalesced(
+        self: &Arc<Self>,
+        delta: Delta,
+    ) -> Result<(), CommitError> {
+        let (done, mut outcome) = tokio::sync::oneshot::channel();
+        let id = {
+            let mut queue = self.queued();
+            let id = self
+                .queue_ids
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            queue.push(Queued { id, delta, done });
+            id
+        };
+        let _ticket = Ticket { shared: self, id };
+        let _writer = self.writer.lock().await;
+        loop {
+            match outcome.try_recv() {
+                Ok(result) => return result,
+                // Still queued: nobody else writes while this branch holds the lock.
+                Err(tokio::sync::oneshot::error::TryRecvError::Empty) => {}
+                // Taken by a branch dropped while it wrote (a combinator's loser): the
+                // write may or may not have happened, so the invocation stops and the
+                // run is replayed from what is stored.
+                Err(tokio::sync::oneshot::error::TryRecvError::Closed) => {
+                    let why = "a coalesced checkpoint was dropped while being written";
+                    self.set_stop(Stop::Abort(why.to_owned()));
+                    return Err(CommitError::Aborted(why.to_owned()));
+                }
+            }
+            let run_bytes = serde_json::to_vec(&self.state().run).map_or(0, |b| b.len());
+            let (merged, waiters) = take_batch(&mut self.queued(), run_bytes);
+            let result = self.commit_locked(merged, None, |_| {}).await;
+            for waiter in waiters {
+                let _ = waiter.send(result.clone());
+            }
+        }
+    }
+}
