@@ -11,6 +11,7 @@
 //! `--replay-cycles N`, the step+sleep replay shape follows (see `replay`).
 
 mod replay;
+pub mod sleeping;
 pub mod ui;
 
 use std::process::Stdio;

@@ -94,6 +94,11 @@ enum Command {
         /// Skip the chain shapes (throughput, latency), e.g. to run only the replay shape.
         #[arg(long)]
         no_shapes: bool,
+        /// Instead: the wake-up path with N `approval` runs asleep — starts, the burst's
+        /// drain, idle CPU, RSS, bytes per run, read/list/resume latencies, tenant B and
+        /// outside-world wake-ups during the burst (docs/performance-wakeups.md).
+        #[arg(long, value_name = "N")]
+        sleeping: Option<usize>,
     },
     /// Run the `order` example end to end on the embedded backend and print its timeline
     /// as it unfolds; this process plays the payment provider, whose webhooks are signed
@@ -251,7 +256,17 @@ async fn main() -> anyhow::Result<()> {
             ui,
             replay_cycles,
             no_shapes,
+            sleeping,
         } => {
+            if let Some(runs) = sleeping {
+                return siesta_cli::bench::sleeping::run(
+                    siesta_cli::bench::sleeping::SleepingOptions {
+                        runs: runs.max(1),
+                        durability,
+                    },
+                )
+                .await;
+            }
             if ui {
                 return siesta_cli::bench::ui::run(siesta_cli::bench::ui::UiBenchOptions::new(
                     rounds,

@@ -1,0 +1,486 @@
+//! `siesta bench --sleeping N`: the wake-up path under load, against a real dev server
+//! in its own process (this binary's `dev`), with the `approval` example — each run
+//! plans, then sleeps waiting for its `approval` event.
+//!
+//! 1. Tenant B's figures on an idle server: starts, start → waiting, event → completed.
+//! 2. Tenant A starts `N` runs (16 clients, no `Prefer: wait`): the start latencies and
+//!    rate; meanwhile tenant B's figures again (cross-tenant) and outside-world wake-ups
+//!    (an event for a run of B that was already waiting) while A's burst drains; the
+//!    burst's drain rate (starts → every run waiting, wake-ups/s).
+//! 3. With `N` runs asleep: idle CPU (nothing due), RSS, bytes on disk per sleeping run,
+//!    and p50/p99 of read, list (filters and a deep page), event → run completed and a
+//!    signed webhook → run completed.
+//!
+//! Every figure is printed; nothing is asserted. Build with `--release` for figures
+//! worth quoting.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use serde_json::{Value, json};
+
+use super::{BenchOptions, Server, proc_field};
+
+/// Clients starting runs at once.
+const CLIENTS: usize = 16;
+/// Samples per latency figure of the sleeping server.
+const SAMPLES: usize = 200;
+/// Runs completed per resume figure (event, webhook), and per tenant-B phase.
+const RESUMES: usize = 30;
+/// The webhook source that delivers approvals as events.
+const SOURCE: &str = "approvals";
+/// Its Standard Webhooks secret (bench only).
+const SECRET: &str = "whsec_c2llc3RhLWJlbmNoLXNsZWVwaW5nLXNlY3JldA==";
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct SleepingOptions {
+    /// Runs of tenant A put to sleep.
+    pub runs: usize,
+    /// `siesta dev --durability`.
+    pub durability: String,
+}
+
+/// One tenant's client.
+#[derive(Clone)]
+struct Client {
+    http: reqwest::Client,
+    base: String,
+    key: &'static str,
+}
+
+impl Client {
+    fn post(&self, path: &str) -> reqwest::RequestBuilder {
+        self.http
+            .post(format!("{}{path}", self.base))
+            .bearer_auth(self.key)
+    }
+
+    fn get(&self, path: &str) -> reqwest::RequestBuilder {
+        self.http
+            .get(format!("{}{path}", self.base))
+            .bearer_auth(self.key)
+    }
+
+    async fn start(&self) -> anyhow::Result<(String, Duration)> {
+        let t = Instant::now();
+        let response = self
+            .post("/runs")
+            .json(&json!({"workflow": "approval", "input": {"change": "rotate the keys"}}))
+            .send()
+            .await?;
+        if response.status() != 201 {
+            bail!("start: {}", response.status());
+        }
+        let body: Value = response.json().await?;
+        let id = body["id"].as_str().context("run id")?.to_owned();
+        Ok((id, t.elapsed()))
+    }
+
+    async fn status(&self, id: &str) -> anyhow::Result<String> {
+        let body: Value = self
+            .get(&format!("/runs/{id}"))
+            .send()
+            .await?
+            .json()
+            .await?;
+        Ok(body["status"].as_str().unwrap_or_default().to_owned())
+    }
+
+    /// Until the run reaches `status` (polled every 5 ms, at most 10 minutes).
+    async fn until(&self, id: &str, status: &str) -> anyhow::Result<()> {
+        let started = Instant::now();
+        while self.status(id).await? != status {
+            if started.elapsed() > Duration::from_secs(600) {
+                bail!("run {id} never reached {status}");
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        Ok(())
+    }
+
+    /// Hold until the run finishes; it must have completed.
+    async fn completed(&self, id: &str) -> anyhow::Result<()> {
+        let started = Instant::now();
+        loop {
+            let response = self
+                .get(&format!("/runs/{id}/result"))
+                .header("prefer", "wait=30")
+                .send()
+                .await?;
+            if response.status() == 200 {
+                let body: Value = response.json().await?;
+                if body["status"] != "completed" {
+                    bail!("run {id} ended {}", body["status"]);
+                }
+                return Ok(());
+            }
+            if started.elapsed() > Duration::from_secs(600) {
+                bail!("run {id} did not finish");
+            }
+        }
+    }
+
+    /// Approve the run by event; the time until it completed.
+    async fn approve(&self, id: &str) -> anyhow::Result<Duration> {
+        let t = Instant::now();
+        let response = self
+            .post(&format!("/runs/{id}/events/approval"))
+            .json(&json!({"approved": true, "by": "bench"}))
+            .send()
+            .await?;
+        if !response.status().is_success() {
+            bail!("event: {}", response.status());
+        }
+        self.completed(id).await?;
+        Ok(t.elapsed())
+    }
+
+    /// Approve the run by a signed webhook of the `approvals` source; the time until it
+    /// completed.
+    async fn approve_by_webhook(&self, id: &str, n: usize) -> anyhow::Result<Duration> {
+        use siesta_api::signature::{Scheme, Secret, sign};
+        let secret = Secret::parse(Scheme::StandardWebhooks, SECRET)
+            .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+        let body = serde_json::to_vec(&json!({"run_id": id, "approved": true, "by": "hook"}))?;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
+        let t = Instant::now();
+        let mut request = self
+            .http
+            .post(format!("{}/hooks/sources/{SOURCE}", self.base))
+            .body(body.clone());
+        for (name, value) in sign(
+            Scheme::StandardWebhooks,
+            &secret,
+            &format!("msg-{n}"),
+            now,
+            &body,
+        ) {
+            request = request.header(name, value);
+        }
+        let response = request.send().await?;
+        if !response.status().is_success() {
+            bail!("webhook: {} {}", response.status(), response.text().await?);
+        }
+        self.completed(id).await?;
+        Ok(t.elapsed())
+    }
+}
+
+/// p50 and p99 of `samples`, in ms.
+fn p50_p99(samples: &mut [Duration]) -> (f64, f64) {
+    if samples.is_empty() {
+        return (f64::NAN, f64::NAN);
+    }
+    samples.sort();
+    let at = |q: f64| {
+        let i = ((samples.len() as f64 - 1.0) * q).round() as usize;
+        samples[i].as_secs_f64() * 1000.0
+    };
+    (at(0.50), at(0.99))
+}
+
+fn row(what: &str, samples: &mut [Duration]) {
+    let (p50, p99) = p50_p99(samples);
+    println!(
+        "{what:<52} p50 {p50:>8.2} ms   p99 {p99:>8.2} ms   (n = {})",
+        samples.len()
+    );
+}
+
+/// CPU time (user + system) of `pid` so far, in clock ticks.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // After the command's closing parenthesis: fields 3.. of proc(5); utime and stime
+    // are fields 14 and 15.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let field = |n: usize| fields.get(n - 3).and_then(|v| v.parse::<u64>().ok());
+    field(14).unwrap_or(0) + field(15).unwrap_or(0)
+}
+
+/// Bytes under `dir`.
+fn disk_bytes(dir: &std::path::Path) -> u64 {
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| match e.metadata() {
+            Ok(m) if m.is_dir() => disk_bytes(&e.path()),
+            Ok(m) => m.len(),
+            Err(_) => 0,
+        })
+        .sum()
+}
+
+/// The load average, as `uptime` shows it.
+fn load() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}
+
+/// Tenant B's figures: starts, start → waiting, event → completed, `RESUMES` runs.
+async fn tenant_b(b: &Client, label: &str) -> anyhow::Result<()> {
+    let (mut starts, mut waits, mut resumes) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..RESUMES {
+        let t = Instant::now();
+        let (id, start) = b.start().await?;
+        starts.push(start);
+        b.until(&id, "waiting").await?;
+        waits.push(t.elapsed());
+        resumes.push(b.approve(&id).await?);
+    }
+    row(
+        &format!("tenant B {label}: start (POST /runs)"),
+        &mut starts,
+    );
+    row(
+        &format!("tenant B {label}: start → waiting (planned)"),
+        &mut waits,
+    );
+    row(
+        &format!("tenant B {label}: event → completed"),
+        &mut resumes,
+    );
+    Ok(())
+}
+
+/// Run the bench.
+pub async fn run(options: SleepingOptions) -> anyhow::Result<()> {
+    let sources = json!([{
+        "name": SOURCE, "tenant": "a", "scheme": "standard-webhooks", "secrets": [SECRET],
+        "correlation": "/run_id", "event": "approval"
+    }]);
+    let server = Server::start(&BenchOptions {
+        rounds: 1,
+        concurrency: CLIENTS,
+        durability: options.durability.clone(),
+        server_args: vec![
+            "--api-keys".into(),
+            "key-a=a,key-b=b".into(),
+            "--webhook-sources".into(),
+            sources.to_string(),
+        ],
+        strace: false,
+        shapes: false,
+        replay_cycles: None,
+    })
+    .await?;
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(64)
+        .build()?;
+    let a = Client {
+        http: http.clone(),
+        base: server.base.clone(),
+        key: "key-a",
+    };
+    let b = Client {
+        http,
+        base: server.base.clone(),
+        key: "key-b",
+    };
+    let n = options.runs;
+    println!(
+        "siesta bench --sleeping {n}: `approval` runs on a dev server (pid {}, --durability {}), load {}",
+        server.pid,
+        options.durability,
+        load()
+    );
+
+    // 1. Tenant B on an idle server; and B's runs that will wait through A's burst.
+    tenant_b(&b, "idle").await?;
+    let mut sleepers_b = Vec::new();
+    for _ in 0..RESUMES {
+        let (id, _) = b.start().await?;
+        b.until(&id, "waiting").await?;
+        sleepers_b.push(id);
+    }
+
+    // 2. Tenant A's burst of starts.
+    let burst = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for c in 0..CLIENTS {
+        let a = a.clone();
+        let count = n / CLIENTS + usize::from(c < n % CLIENTS);
+        tasks.spawn(async move {
+            let mut out = Vec::with_capacity(count);
+            for _ in 0..count {
+                out.push(a.start().await?);
+            }
+            Ok::<_, anyhow::Error>(out)
+        });
+    }
+    // While it is started and drains: B's figures and outside-world wake-ups.
+    let during = {
+        let b = b.clone();
+        let sleepers = sleepers_b.clone();
+        tokio::spawn(async move {
+            let mut outside = Vec::new();
+            for id in &sleepers {
+                outside.push(b.approve(id).await?);
+            }
+            tenant_b(&b, "during A's burst").await?;
+            Ok::<_, anyhow::Error>(outside)
+        })
+    };
+    let (mut ids, mut starts) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    while let Some(done) = tasks.join_next().await {
+        for (id, latency) in done?? {
+            ids.push(id);
+            starts.push(latency);
+        }
+    }
+    let started_in = burst.elapsed();
+    // Drained: no run of A is pending or running any more.
+    loop {
+        let mut busy = false;
+        for status in ["pending", "running"] {
+            let page: Value = a
+                .get(&format!("/runs?status={status}&limit=1"))
+                .send()
+                .await?
+                .json()
+                .await?;
+            busy |= page["runs"].as_array().is_some_and(|r| !r.is_empty());
+        }
+        if !busy {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let drained_in = burst.elapsed();
+    println!();
+    println!(
+        "## tenant A: {n} starts, 16 clients, no Prefer: wait (load {})",
+        load()
+    );
+    row("start (POST /runs)", &mut starts);
+    println!(
+        "{:<52} {:.0} runs/s ({:.1} s)",
+        "start rate",
+        n as f64 / started_in.as_secs_f64(),
+        started_in.as_secs_f64()
+    );
+    println!(
+        "{:<52} {:.1} s after the first start: {:.0} wake-ups/s",
+        "burst drained (every run waiting)",
+        drained_in.as_secs_f64(),
+        n as f64 / drained_in.as_secs_f64()
+    );
+    let mut outside = during.await??;
+    row(
+        "outside world during the burst: event → completed (tenant B)",
+        &mut outside,
+    );
+
+    // 3. N runs asleep.
+    println!();
+    println!("## {n} runs asleep (load {})", load());
+    let ticks_per_s = 100.0;
+    let before = cpu_ticks(server.pid);
+    let window = Duration::from_secs(10);
+    tokio::time::sleep(window).await;
+    let used = (cpu_ticks(server.pid) - before) as f64 / ticks_per_s;
+    println!(
+        "{:<52} {:.2} % of a core over {} s",
+        "idle CPU (nothing due)",
+        100.0 * used / window.as_secs_f64(),
+        window.as_secs()
+    );
+    println!(
+        "{:<52} {} KB (peak {} KB)",
+        "RSS",
+        proc_field(server.pid, "status", "VmRSS").unwrap_or(0),
+        server.peak_rss_kb()
+    );
+    let bytes = disk_bytes(server._dir.path());
+    println!(
+        "{:<52} {:.0} B ({} MB for {} runs)",
+        "bytes on disk per sleeping run",
+        bytes as f64 / (n + 3 * RESUMES) as f64,
+        bytes / 1_000_000,
+        n + 3 * RESUMES
+    );
+
+    let pick = |i: usize| &ids[(i * 7919) % ids.len()];
+    let mut reads = Vec::new();
+    for i in 0..SAMPLES {
+        let t = Instant::now();
+        a.get(&format!("/runs/{}", pick(i)))
+            .send()
+            .await?
+            .bytes()
+            .await?;
+        reads.push(t.elapsed());
+    }
+    row("read (GET /runs/{id})", &mut reads);
+    for (label, query) in [
+        ("list (GET /runs?limit=50)", "limit=50"),
+        ("list (?status=waiting&limit=50)", "status=waiting&limit=50"),
+        (
+            "list (?workflow=approval&limit=50)",
+            "workflow=approval&limit=50",
+        ),
+        (
+            "list (?status=waiting&workflow=approval&limit=50)",
+            "status=waiting&workflow=approval&limit=50",
+        ),
+    ] {
+        let mut lists = Vec::new();
+        for _ in 0..SAMPLES / 4 {
+            let t = Instant::now();
+            a.get(&format!("/runs?{query}"))
+                .send()
+                .await?
+                .bytes()
+                .await?;
+            lists.push(t.elapsed());
+        }
+        row(label, &mut lists);
+    }
+    // A deep page: the cursor of the page halfway down the list.
+    let deep = n / 2 / 200;
+    let mut cursor = None::<String>;
+    for _ in 0..deep {
+        let path = match &cursor {
+            Some(c) => format!("/runs?status=waiting&limit=200&cursor={c}"),
+            None => "/runs?status=waiting&limit=200".to_owned(),
+        };
+        let page: Value = a.get(&path).send().await?.json().await?;
+        match page["next_cursor"].as_str() {
+            Some(c) => cursor = Some(c.to_owned()),
+            None => break,
+        }
+    }
+    if let Some(c) = &cursor {
+        let mut lists = Vec::new();
+        for _ in 0..SAMPLES / 4 {
+            let t = Instant::now();
+            a.get(&format!("/runs?status=waiting&limit=50&cursor={c}"))
+                .send()
+                .await?
+                .bytes()
+                .await?;
+            lists.push(t.elapsed());
+        }
+        row(
+            &format!("list, a deep page (after {} runs)", deep * 200),
+            &mut lists,
+        );
+    }
+    let mut events = Vec::new();
+    for i in 0..RESUMES {
+        events.push(a.approve(pick(i + 1)).await?);
+    }
+    row("deliver event → run completed", &mut events);
+    let mut hooks = Vec::new();
+    for i in 0..RESUMES {
+        hooks.push(a.approve_by_webhook(pick(i + 1 + RESUMES), i).await?);
+    }
+    row("signed webhook → run completed", &mut hooks);
+    println!("(load at the end {})", load());
+    Ok(())
+}
