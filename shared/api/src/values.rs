@@ -126,22 +126,40 @@ pub(crate) fn show_refs(run_id: &str, details: &mut serde_json::Value) {
     }
 }
 
-/// The artifact reference with digest `sha256` anywhere inside `v`.
-fn find_artifact(v: &serde_json::Value, sha256: &str) -> Option<ArtifactRef> {
+/// The reference to the run's own artifact `expected` (its digest and the location
+/// the artifact store gives it) inside `v`. Inline values (`{"inline": ...}`, a run's
+/// input, an event's body, an operator's value) are the caller's own JSON and are not
+/// searched, and a reference elsewhere at any other location is ignored: a caller who
+/// writes a reference-shaped object must not choose what the store reads.
+fn find_artifact(v: &serde_json::Value, expected: &Expected) -> Option<ArtifactRef> {
     if let Some(a) = as_artifact(v) {
-        return (a.sha256 == sha256).then_some(a);
+        return (a.sha256 == expected.sha256 && a.location == expected.location).then_some(a);
     }
     match v {
-        serde_json::Value::Object(o) => o.values().find_map(|v| find_artifact(v, sha256)),
-        serde_json::Value::Array(a) => a.iter().find_map(|v| find_artifact(v, sha256)),
+        serde_json::Value::Object(o) if is_inline(o) => None,
+        serde_json::Value::Object(o) => o.values().find_map(|v| find_artifact(v, expected)),
+        serde_json::Value::Array(a) => a.iter().find_map(|v| find_artifact(v, expected)),
         _ => None,
     }
 }
 
-fn in_json<T: Serialize>(item: &T, sha256: &str) -> Option<ArtifactRef> {
+/// `{"inline": value}`: a [`Payload::Inline`] as it serializes (also capitalised, as
+/// the timeline's details name it).
+fn is_inline(o: &serde_json::Map<String, serde_json::Value>) -> bool {
+    o.len() == 1 && (o.contains_key("inline") || o.contains_key("Inline"))
+}
+
+/// The reference a run may serve: its digest, at the location the artifact store mints
+/// for the caller's tenant, the run and that digest.
+struct Expected {
+    sha256: String,
+    location: String,
+}
+
+fn in_json<T: Serialize>(item: &T, expected: &Expected) -> Option<ArtifactRef> {
     serde_json::to_value(item)
         .ok()
-        .and_then(|v| find_artifact(&v, sha256))
+        .and_then(|v| find_artifact(&v, expected))
 }
 
 impl AppState {
@@ -153,16 +171,26 @@ impl AppState {
         run: &Run,
         sha256: &str,
     ) -> Result<Option<ArtifactRef>, ApiError> {
-        if let Some(a) = in_json(run, sha256) {
+        let backend = self.engine.backend();
+        let expected = Expected {
+            sha256: sha256.to_owned(),
+            location: backend.artifacts.location(tenant, &run.id, sha256),
+        };
+        if let Some(a) = in_json(run, &expected) {
             return Ok(Some(a));
         }
-        let store = &self.engine.backend().store;
+        let store = &backend.store;
         let history = store.load_history(tenant, &run.id).await?;
         let found = history
             .journal
             .iter()
-            .find_map(|e| in_json(e, sha256))
-            .or_else(|| history.deliveries.iter().find_map(|d| in_json(d, sha256)));
+            .find_map(|e| in_json(e, &expected))
+            .or_else(|| {
+                history
+                    .deliveries
+                    .iter()
+                    .find_map(|d| in_json(d, &expected))
+            });
         if found.is_some() {
             return Ok(found);
         }
@@ -173,7 +201,7 @@ impl AppState {
                 .await?;
             if let Some(a) = events
                 .iter()
-                .find_map(|e| find_artifact(&e.details, sha256))
+                .find_map(|e| find_artifact(&e.details, &expected))
             {
                 return Ok(Some(a));
             }
@@ -306,14 +334,39 @@ mod tests {
         let before = details.clone();
         show_refs("r", &mut details);
         assert_eq!(details, before);
-        assert!(find_artifact(&before, "aa").is_none());
+        assert!(find_artifact(&before, &expected("aa", "y")).is_none());
+    }
+
+    fn expected(sha256: &str, location: &str) -> Expected {
+        Expected {
+            sha256: sha256.into(),
+            location: location.into(),
+        }
     }
 
     #[test]
-    fn a_reference_is_found_by_its_digest_only() {
+    fn a_reference_is_found_by_its_digest_at_the_run_s_own_location_only() {
         let v = json!({"journal": [{"state": {"artifact": artifact("aa")}}, artifact("bb")]});
-        assert_eq!(find_artifact(&v, "bb").unwrap().sha256, "bb");
-        assert_eq!(find_artifact(&v, "aa").unwrap().location, "t/r/x");
-        assert!(find_artifact(&v, "cc").is_none());
+        assert_eq!(
+            find_artifact(&v, &expected("bb", "t/r/x")).unwrap().sha256,
+            "bb"
+        );
+        assert_eq!(
+            find_artifact(&v, &expected("aa", "t/r/x"))
+                .unwrap()
+                .location,
+            "t/r/x"
+        );
+        assert!(find_artifact(&v, &expected("cc", "t/r/x")).is_none());
+        // Same digest, another run's or tenant's location (also one that merely starts
+        // with the expected one): not this run's.
+        assert!(find_artifact(&v, &expected("aa", "t/r/x/")).is_none());
+        assert!(find_artifact(&v, &expected("aa", "t/r")).is_none());
+    }
+
+    #[test]
+    fn references_inside_inline_values_are_not_searched() {
+        let v = json!({"input": {"inline": {"x": artifact("aa")}}, "Body": {"Inline": [artifact("aa")]}});
+        assert!(find_artifact(&v, &expected("aa", "t/r/x")).is_none());
     }
 }

@@ -720,6 +720,10 @@ impl siesta::ports::ArtifactStore for FullDisk {
     async fn get(&self, _: &ArtifactRef) -> Result<bytes::Bytes, siesta::ports::StoreError> {
         Err(siesta::ports::StoreError::NotFound)
     }
+
+    fn location(&self, tenant: &TenantId, run_id: &RunId, sha256: &str) -> String {
+        format!("{tenant}/{run_id}/{sha256}")
+    }
 }
 
 #[tokio::test]

@@ -51,6 +51,10 @@ impl Answer {
 
 impl World {
     fn new() -> World {
+        World::with_inline_limit(INLINE_LIMIT)
+    }
+
+    fn with_inline_limit(inline_limit: usize) -> World {
         let dir = tempfile::tempdir().unwrap();
         let clock = Arc::new(ManualClock::default());
         let embedded =
@@ -65,8 +69,13 @@ impl World {
                 .await?;
             Ok(json!({"title": input["title"], "rows": rows}))
         });
+        // Returns the event it waited for.
+        registry.register("inbox", |ctx: Context, _input: Value| async move {
+            let note: Value = ctx.wait_for_event_unchecked("note").await?;
+            Ok(note)
+        });
         let config = EngineConfig {
-            inline_limit: INLINE_LIMIT,
+            inline_limit,
             ..EngineConfig::default()
         };
         let engine = Engine::new(embedded.backend(), clock, registry, config);
@@ -255,4 +264,95 @@ async fn a_digest_the_run_does_not_refer_to_is_not_found_and_a_malformed_one_is_
         .await;
     assert_eq!(answer.status, StatusCode::BAD_REQUEST);
     assert_eq!(answer.content_type, "application/json");
+}
+
+/// An object shaped like the store's artifact reference, written by a caller.
+fn forged(sha256: &str, location: &str) -> Value {
+    json!({"sha256": sha256, "size": 1, "media_type": "application/json", "location": location})
+}
+
+#[tokio::test]
+async fn a_reference_forged_in_an_input_or_an_event_body_is_not_found_and_reads_no_other_run() {
+    // Inline values up to 4 KiB, so that the forged references stay inline.
+    let w = World::with_inline_limit(4096);
+    let secret = "x".repeat(5000);
+    let mut victims = Vec::new();
+    for tenant in ["a", "b"] {
+        let start = w
+            .call(
+                tenant,
+                Method::POST,
+                "/runs",
+                &json!({"workflow": "report", "input": {"title": secret}}).to_string(),
+            )
+            .await;
+        assert_eq!(start.status, StatusCode::CREATED);
+        let id = start.json()["id"].as_str().unwrap().to_owned();
+        let view = w
+            .call(tenant, Method::GET, &format!("/runs/{id}"), "")
+            .await;
+        let sha256 = value_ref(&view.json()["input"])["sha256"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        // The victim's own tenant can read it: the digest and the location are right.
+        let own = w
+            .call(
+                tenant,
+                Method::GET,
+                &format!("/runs/{id}/values/{sha256}"),
+                "",
+            )
+            .await;
+        assert_eq!(own.status, StatusCode::OK);
+        let location = w.engine.backend().artifacts.location(
+            &TenantId::from(tenant),
+            &RunId::from(id.as_str()),
+            &sha256,
+        );
+        victims.push((tenant, sha256, location));
+    }
+    w.engine.run_until_idle(100).await.unwrap();
+
+    // Tenant a's own other run (same tenant, other run) and tenant b's run.
+    for (victim_tenant, sha256, location) in &victims {
+        let forged_ref = forged(sha256, location);
+        let start = w
+            .call(
+                "a",
+                Method::POST,
+                "/runs",
+                &json!({"workflow": "inbox", "input": {"x": forged_ref, "list": [forged_ref]}})
+                    .to_string(),
+            )
+            .await;
+        assert_eq!(start.status, StatusCode::CREATED);
+        let id = start.json()["id"].as_str().unwrap().to_owned();
+        w.engine.run_until_idle(100).await.unwrap();
+        let event = w
+            .call(
+                "a",
+                Method::POST,
+                &format!("/runs/{id}/events/note"),
+                &json!({"y": forged_ref}).to_string(),
+            )
+            .await;
+        assert_eq!(event.status, StatusCode::ACCEPTED);
+        w.engine.run_until_idle(100).await.unwrap();
+        let view = w.call("a", Method::GET, &format!("/runs/{id}"), "").await;
+        assert_eq!(view.json()["status"], "completed", "{}", view.json());
+
+        let read = w
+            .call("a", Method::GET, &format!("/runs/{id}/values/{sha256}"), "")
+            .await;
+        assert_eq!(
+            read.status,
+            StatusCode::NOT_FOUND,
+            "a forged reference to tenant {victim_tenant}'s value"
+        );
+        assert!(
+            !String::from_utf8_lossy(&read.bytes).contains(&secret),
+            "another run's value was served"
+        );
+    }
 }

@@ -41,6 +41,10 @@ pub(crate) fn object_key(tenant: &TenantId, run_id: &RunId, sha256: &str) -> Str
 
 #[async_trait]
 impl ArtifactStore for S3Artifacts {
+    fn location(&self, tenant: &TenantId, run_id: &RunId, sha256: &str) -> String {
+        object_key(tenant, run_id, sha256)
+    }
+
     async fn put(
         &self,
         tenant: &TenantId,
@@ -50,7 +54,7 @@ impl ArtifactStore for S3Artifacts {
     ) -> Result<ArtifactRef, StoreError> {
         let sha256 = hex::encode(Sha256::digest(&bytes));
         let artifact = ArtifactRef {
-            location: object_key(tenant, run_id, &sha256),
+            location: self.location(tenant, run_id, &sha256),
             sha256,
             size: bytes.len() as u64,
             media_type: media_type.to_owned(),

@@ -972,6 +972,10 @@ impl RunStore for EmbeddedBackend {
 
 #[async_trait]
 impl ArtifactStore for EmbeddedBackend {
+    fn location(&self, tenant: &TenantId, run_id: &RunId, sha256: &str) -> String {
+        format!("{tenant}/{run_id}/{sha256}")
+    }
+
     async fn put(
         &self,
         tenant: &TenantId,
@@ -981,7 +985,7 @@ impl ArtifactStore for EmbeddedBackend {
     ) -> Result<ArtifactRef, StoreError> {
         let sha256 = hex::encode(Sha256::digest(&bytes));
         let artifact = ArtifactRef {
-            location: format!("{tenant}/{run_id}/{sha256}"),
+            location: self.location(tenant, run_id, &sha256),
             sha256,
             size: bytes.len() as u64,
             media_type: media_type.to_owned(),

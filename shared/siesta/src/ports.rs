@@ -351,6 +351,11 @@ pub trait ArtifactStore: Send + Sync + 'static {
 
     /// The artifact's content. [`StoreError::NotFound`] if it is missing.
     async fn get(&self, artifact: &ArtifactRef) -> Result<Bytes, StoreError>;
+
+    /// The location [`ArtifactStore::put`] gives content with digest `sha256` of run
+    /// `run_id` of `tenant`. A reference read back from anywhere a caller could have
+    /// written is trusted only if its location is exactly this.
+    fn location(&self, tenant: &TenantId, run_id: &RunId, sha256: &str) -> String;
 }
 
 /// Why a run is being woken.
