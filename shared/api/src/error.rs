@@ -22,6 +22,9 @@ pub struct ApiError {
     pub code: &'static str,
     /// What happened, for a person.
     pub message: String,
+    /// Seconds to wait before trying again (`Retry-After`), when the answer says (a
+    /// 429 over a quota; every 503 says [`RETRY_AFTER_SECS`]).
+    pub retry_after: Option<u64>,
 }
 
 /// The body of every error answer.
@@ -48,6 +51,20 @@ impl ApiError {
             status,
             code,
             message: message.into(),
+            retry_after: (status == StatusCode::SERVICE_UNAVAILABLE).then_some(RETRY_AFTER_SECS),
+        }
+    }
+
+    /// 429: the caller's tenant reached `quota`; nothing was recorded. The message
+    /// names the limit, `Retry-After` says when trying again may succeed.
+    pub fn over_quota(quota: &siesta::QuotaExceeded) -> Self {
+        ApiError {
+            retry_after: Some(quota.retry_after.as_millis().div_ceil(1000).max(1) as u64),
+            ..ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "quota_exceeded",
+                quota.to_string(),
+            )
         }
     }
 
@@ -84,10 +101,10 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut response = (self.status, axum::Json(self.body())).into_response();
-        if self.status == StatusCode::SERVICE_UNAVAILABLE {
+        if let Some(seconds) = self.retry_after {
             response
                 .headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS));
+                .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
         }
         if self.status == StatusCode::REQUEST_TIMEOUT {
             // The body was not read to its end; the connection cannot be reused.
@@ -115,6 +132,10 @@ impl From<StoreError> for ApiError {
             StoreError::Conflict(_) | StoreError::AlreadyExists => {
                 ApiError::unavailable(format!("{e}; try again"))
             }
+            StoreError::OverQuota(m) => ApiError::over_quota(&siesta::QuotaExceeded::new(
+                siesta::QuotaLimit::UnfinishedRuns,
+                m,
+            )),
         }
     }
 }
@@ -158,6 +179,7 @@ impl From<EngineError> for ApiError {
             EngineError::NothingToResolve(m) => {
                 ApiError::new(StatusCode::CONFLICT, "nothing_to_resolve", m)
             }
+            EngineError::QuotaExceeded(q) => ApiError::over_quota(&q),
             EngineError::Store(e) => e.into(),
         }
     }
@@ -193,6 +215,23 @@ mod tests {
         assert_eq!(e.status, StatusCode::SERVICE_UNAVAILABLE);
         let response = e.into_response();
         assert_eq!(response.headers()[header::RETRY_AFTER], "1");
+    }
+
+    #[test]
+    fn over_a_quota_is_a_429_naming_the_limit_with_when_to_retry() {
+        let e: ApiError = EngineError::QuotaExceeded(siesta::QuotaExceeded {
+            limit: siesta::QuotaLimit::StartRate,
+            message: "tenant t may start 6 runs a minute".into(),
+            retry_after: std::time::Duration::from_millis(9_200),
+        })
+        .into();
+        assert_eq!(
+            (e.status, e.code),
+            (StatusCode::TOO_MANY_REQUESTS, "quota_exceeded")
+        );
+        assert!(e.message.contains("starts_per_minute"), "{}", e.message);
+        let response = e.into_response();
+        assert_eq!(response.headers()[header::RETRY_AFTER], "10");
     }
 
     #[test]

@@ -81,6 +81,49 @@ impl<T: DeserializeOwned + Default, const OPTIONAL: bool> FromRequest<AppState>
     }
 }
 
+/// A JSON object body read into `T`: anything but an object (`OPTIONAL`: or `null`, or
+/// empty, which are `T::default()`) is a 400. serde reads a struct from an array too
+/// (`["chain", 0]` as `{"workflow": "chain", "input": 0}`), which the document does
+/// not allow and a client never means.
+pub(crate) struct JsonObject<T, const OPTIONAL: bool = false>(pub T);
+
+impl<T: DeserializeOwned + Default, const OPTIONAL: bool> FromRequest<AppState>
+    for JsonObject<T, OPTIONAL>
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
+        let JsonBody(value) =
+            JsonBody::<serde_json::Value, OPTIONAL>::from_request(req, state).await?;
+        object(value, OPTIONAL).map(JsonObject)
+    }
+}
+
+/// `value` as `T` when it is an object (or, when `optional`, null: `T::default()`).
+pub(crate) fn object<T: DeserializeOwned + Default>(
+    value: serde_json::Value,
+    optional: bool,
+) -> Result<T, ApiError> {
+    match value {
+        serde_json::Value::Null if optional => Ok(T::default()),
+        value @ serde_json::Value::Object(_) => serde_json::from_value(value)
+            .map_err(|e| ApiError::bad_request(format!("malformed JSON body: {e}"))),
+        _ => Err(ApiError::bad_request("the body must be a JSON object")),
+    }
+}
+
+/// The `after` of a timeline page: a sequence number, which the stores keep as a signed
+/// 64-bit integer (the document's `int64`).
+pub(crate) fn sequence_after(after: Option<u64>) -> Result<u64, ApiError> {
+    match after {
+        Some(a) if a > i64::MAX as u64 => Err(ApiError::bad_request(format!(
+            "after must be at most {}",
+            i64::MAX
+        ))),
+        a => Ok(a.unwrap_or(0)),
+    }
+}
+
 pub(crate) fn json<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     serde_json::from_slice(body)
         .map_err(|e| ApiError::bad_request(format!("malformed JSON body: {e}")))
@@ -111,6 +154,18 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for ApiQuery<T> {
             .await
             .map(|q| ApiQuery(q.0))
             .map_err(|e| ApiError::bad_request(e.body_text()))
+    }
+}
+
+/// A page size from `limit`: `default` when absent, a 400 outside `1..=max` (what the
+/// document says), rather than quietly clamped.
+pub(crate) fn page_size(limit: Option<u32>, default: u32, max: u32) -> Result<usize, ApiError> {
+    match limit {
+        None => Ok(default as usize),
+        Some(l) if (1..=max).contains(&l) => Ok(l as usize),
+        Some(l) => Err(ApiError::bad_request(format!(
+            "limit must be 1 to {max}, not {l}"
+        ))),
     }
 }
 
@@ -187,6 +242,47 @@ fn parse_prefer_wait(prefer: &str) -> Result<Option<Duration>, ApiError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_page_size_outside_the_documented_range_is_refused_not_clamped() {
+        assert_eq!(page_size(None, 50, 200).unwrap(), 50);
+        assert_eq!(page_size(Some(200), 50, 200).unwrap(), 200);
+        for bad in [0, 201] {
+            let e = page_size(Some(bad), 50, 200).unwrap_err();
+            assert_eq!(e.status, StatusCode::BAD_REQUEST, "{bad}");
+        }
+    }
+
+    #[test]
+    fn only_an_object_is_read_into_a_struct_body() {
+        #[derive(Debug, Default, serde::Deserialize, PartialEq)]
+        struct Body {
+            #[serde(default)]
+            code: Option<String>,
+        }
+        let body: Body = object(serde_json::json!({"code": "x"}), false).unwrap();
+        assert_eq!(body.code.as_deref(), Some("x"));
+        assert_eq!(
+            object::<Body>(serde_json::Value::Null, true).unwrap(),
+            Body::default()
+        );
+        for bad in [
+            serde_json::json!([]),
+            serde_json::json!(["x"]),
+            serde_json::json!(1),
+        ] {
+            let e = object::<Body>(bad.clone(), true).unwrap_err();
+            assert_eq!(e.status, StatusCode::BAD_REQUEST, "{bad}");
+        }
+        assert!(object::<Body>(serde_json::Value::Null, false).is_err());
+    }
+
+    #[test]
+    fn a_timeline_position_past_the_stores_range_is_refused() {
+        assert_eq!(sequence_after(None).unwrap(), 0);
+        assert_eq!(sequence_after(Some(7)).unwrap(), 7);
+        assert!(sequence_after(Some(i64::MAX as u64 + 1)).is_err());
+    }
 
     #[test]
     fn prefer_wait_is_read_among_other_preferences_and_capped() {

@@ -29,6 +29,7 @@ mod error;
 mod extract;
 mod openapi;
 mod resolve;
+mod responses;
 mod routes;
 mod schema;
 pub mod server;

@@ -149,7 +149,7 @@ pub(crate) struct OperationPath {
         (status = 404, description = "No such run, or no operation at this position", body = ErrorBody),
         (status = 409, description = "The run is not parked (`not_parked`, `already_finished`), or the operation is not a tool call whose outcome is unknown (`nothing_to_resolve`)", body = ErrorBody),
         (status = 412, description = "If-Match does not match the run's version", body = ErrorBody),
-        (status = "default", description = "Error", body = ErrorBody),
+        crate::responses::ResolveErrors,
     )
 )]
 pub(crate) async fn resolve_operation(

@@ -18,7 +18,11 @@ use utoipa::{IntoParams, ToSchema};
 
 use crate::auth::{Authenticate, Tenant};
 use crate::error::{ApiError, ErrorBody};
-use crate::extract::{ApiPath, ApiQuery, IdempotencyKey, IfMatch, JsonBody, PreferWait};
+use crate::extract::{
+    ApiPath, ApiQuery, IdempotencyKey, IfMatch, JsonBody, JsonObject, PreferWait, object,
+    page_size, sequence_after,
+};
+use crate::responses::*;
 use crate::view::{self, Accepted, Health, RunPage, RunResult, RunView, Timeline};
 use crate::{HealthCheck, WebhookReceiver};
 
@@ -58,9 +62,10 @@ impl Default for StartRun {
 /// or `{"code", "message"}`, all optional.
 #[derive(Debug, Default, Deserialize, ToSchema)]
 pub(crate) struct CallbackFailure {
-    /// The failure, nested.
+    /// The failure, nested (read as an object, then as a [`FailureBody`]).
     #[serde(default)]
-    error: Option<FailureBody>,
+    #[schema(value_type = Option<FailureBody>)]
+    error: Option<serde_json::Map<String, serde_json::Value>>,
     /// Its kind (default `CallbackFailed`).
     #[serde(default)]
     code: Option<String>,
@@ -209,7 +214,7 @@ impl AppState {
                 ("InjectMessage" = (operation_id = "injectMessage", parameters(("id" = "$response.body#/id")))),
                 ("GetRunValue" = (operation_id = "getRunValue", parameters(("id" = "$response.body#/id"), ("sha256" = "$response.body#/input/value_ref/sha256")))),
             )),
-        (status = "default", description = "Error", body = ErrorBody),
+        StartErrors,
     )
 )]
 pub(crate) async fn start_run(
@@ -218,7 +223,7 @@ pub(crate) async fn start_run(
     IdempotencyKey(key): IdempotencyKey,
     PreferWait(wait): PreferWait,
     cap: Option<Extension<crate::MaxWait>>,
-    JsonBody(start): JsonBody<StartRun>,
+    JsonObject(start): JsonObject<StartRun>,
 ) -> Result<Response, ApiError> {
     let run_id = key.as_deref().map(|k| idempotent_run_id(&tenant, k));
     let (run, replayed) = match (
@@ -275,7 +280,7 @@ pub(crate) async fn start_run(
     params(ListQuery),
     responses(
         (status = 200, description = "A page of runs", body = RunPage),
-        (status = "default", description = "Error", body = ErrorBody),
+        ListErrors,
     )
 )]
 pub(crate) async fn list_runs(
@@ -295,7 +300,7 @@ pub(crate) async fn list_runs(
             .transpose()?,
         workflow: query.workflow,
     };
-    let limit = query.limit.map_or(50, |l| l.clamp(1, 200) as usize);
+    let limit = page_size(query.limit, 50, 200)?;
     let page = app
         .engine
         .backend()
@@ -332,7 +337,7 @@ pub(crate) async fn list_runs(
                 ("HeartbeatCallback" = (operation_id = "heartbeatCallback", parameters(("callback_id" = "$response.body#/waits/0/callback_id")))),
                 ("CallbackWebhook" = (operation_id = "callbackWebhook", parameters(("token" = "$response.body#/waits/0/callback_id")))),
             )),
-        (status = "default", description = "Error", body = ErrorBody),
+        ReadRunErrors,
     )
 )]
 pub(crate) async fn get_run(
@@ -361,7 +366,7 @@ pub(crate) async fn get_run(
             headers(("ETag" = String, description = "The run's version"))),
         (status = 202, description = "Not finished yet: the run view", body = RunView,
             headers(("ETag" = String, description = "The run's version"))),
-        (status = "default", description = "Error", body = ErrorBody),
+        ReadRunErrors,
     )
 )]
 pub(crate) async fn get_run_result(
@@ -408,7 +413,7 @@ pub(crate) async fn get_run_result(
     params(("id" = String, Path, description = "The run's id"), TimelineQuery),
     responses(
         (status = 200, description = "A page of events", body = Timeline),
-        (status = "default", description = "Error", body = ErrorBody),
+        ReadRunErrors,
     )
 )]
 pub(crate) async fn get_run_timeline(
@@ -419,8 +424,8 @@ pub(crate) async fn get_run_timeline(
 ) -> Result<Json<Timeline>, ApiError> {
     let id = RunId::from(id.as_str());
     app.engine.get_run(&tenant, &id).await?;
-    let after = query.after.unwrap_or(0);
-    let limit = query.limit.map_or(100, |l| l.clamp(1, 1000) as usize);
+    let after = sequence_after(query.after)?;
+    let limit = page_size(query.limit, 100, 1000)?;
     let mut events = app
         .engine
         .backend()
@@ -447,7 +452,7 @@ pub(crate) async fn get_run_timeline(
             headers(("ETag" = String, description = "The run's version"))),
         (status = 202, description = "Cancellation requested; honoured at the next step boundary", body = RunView,
             headers(("ETag" = String, description = "The run's version"))),
-        (status = "default", description = "Error (409 when already finished, 412 on a stale If-Match)", body = ErrorBody),
+        CancelErrors,
     )
 )]
 pub(crate) async fn cancel_run(
@@ -479,7 +484,7 @@ pub(crate) async fn cancel_run(
     responses(
         (status = 202, description = "Resumed", body = RunView,
             headers(("ETag" = String, description = "The run's version"))),
-        (status = "default", description = "Error (409 when the run is not parked)", body = ErrorBody),
+        ResumeErrors,
     )
 )]
 pub(crate) async fn resume_run(
@@ -511,7 +516,7 @@ pub(crate) async fn resume_run(
     request_body(content = Option<serde_json::Value>, content_type = "application/json", description = "The event's value (any JSON; empty: null)"),
     responses(
         (status = 202, description = "Recorded", body = Accepted),
-        (status = "default", description = "Error", body = ErrorBody),
+        EventErrors,
     )
 )]
 pub(crate) async fn deliver_event(
@@ -546,7 +551,7 @@ pub(crate) async fn deliver_event(
     request_body(content = serde_json::Value, content_type = "application/json", description = "The message (any JSON)"),
     responses(
         (status = 202, description = "Recorded", body = Accepted),
-        (status = "default", description = "Error", body = ErrorBody),
+        MessageErrors,
     )
 )]
 pub(crate) async fn inject_message(
@@ -588,7 +593,7 @@ fn callback_answer(
     request_body(content = Option<serde_json::Value>, content_type = "application/json", description = "The result (any JSON; empty: null)"),
     responses(
         (status = 202, description = "Recorded", body = Accepted),
-        (status = "default", description = "Error (410 when the callback closed)", body = ErrorBody),
+        SucceedCallbackErrors,
     )
 )]
 pub(crate) async fn succeed_callback(
@@ -621,7 +626,7 @@ pub(crate) async fn succeed_callback(
     request_body(content = Option<CallbackFailure>, content_type = "application/json", description = "The failure (empty: `CallbackFailed`)"),
     responses(
         (status = 202, description = "Recorded", body = Accepted),
-        (status = "default", description = "Error (410 when the callback closed)", body = ErrorBody),
+        FailCallbackErrors,
     )
 )]
 pub(crate) async fn fail_callback(
@@ -629,10 +634,13 @@ pub(crate) async fn fail_callback(
     Tenant(tenant): Tenant,
     ApiPath(id): ApiPath<String>,
     IdempotencyKey(key): IdempotencyKey,
-    JsonBody(failure): JsonBody<CallbackFailure, true>,
+    JsonObject(failure): JsonObject<CallbackFailure, true>,
 ) -> Result<(StatusCode, Json<Accepted>), ApiError> {
     let (code, message) = match failure.error {
-        Some(FailureBody { code, message }) => (code, message),
+        Some(nested) => {
+            let FailureBody { code, message } = object(nested.into(), true)?;
+            (code, message)
+        }
         None => (failure.code, failure.message),
     };
     let error = ErrorInfo::new(
@@ -659,7 +667,7 @@ pub(crate) async fn fail_callback(
     params(("callback_id" = String, Path, description = "The callback's id")),
     responses(
         (status = 202, description = "Recorded", body = Accepted),
-        (status = "default", description = "Error (410 when the callback closed)", body = ErrorBody),
+        HeartbeatErrors,
     )
 )]
 pub(crate) async fn heartbeat_callback(

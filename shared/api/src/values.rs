@@ -19,7 +19,7 @@ use siesta::*;
 use utoipa::ToSchema;
 
 use crate::auth::Tenant;
-use crate::error::{ApiError, ErrorBody};
+use crate::error::ApiError;
 use crate::extract::ApiPath;
 use crate::routes::AppState;
 
@@ -235,7 +235,7 @@ pub(crate) struct ValuePath {
         (status = 200, description = "The value's bytes, in its media type (`application/json` for values)",
             body = serde_json::Value, content_type = "application/json",
             headers(("ETag" = String, description = "The digest: the content never changes"))),
-        (status = "default", description = "Error (404 when the run or the value is not the caller's)", body = ErrorBody),
+        crate::responses::ValueErrors,
     )
 )]
 pub(crate) async fn get_run_value(

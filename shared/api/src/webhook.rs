@@ -27,8 +27,8 @@ use siesta::ports::DeliverOutcome;
 use siesta::*;
 
 use crate::ApiError;
-use crate::error::ErrorBody;
 use crate::extract::{ApiPath, json, read_body};
+use crate::responses::{CallbackWebhookErrors, SourceWebhookErrors};
 use crate::routes::AppState;
 use crate::view::Received;
 use siesta_webhook::{Scheme, SignatureError, Verifier};
@@ -227,7 +227,7 @@ impl FromRequest<AppState> for HookBody {
     request_body(content = serde_json::Value, content_type = "application/json", description = "The callback's result (any JSON)"),
     responses(
         (status = 200, description = "Recorded (or a duplicate)", body = Received),
-        (status = "default", description = "Error (404 unknown token, 410 closed callback, 413 too large)", body = ErrorBody),
+        CallbackWebhookErrors,
     )
 )]
 pub(crate) async fn callback_webhook(
@@ -270,7 +270,7 @@ pub(crate) async fn callback_webhook(
     request_body(content = serde_json::Value, content_type = "application/json", description = "The provider's payload, as signed"),
     responses(
         (status = 200, description = "Verified and recorded (or a duplicate)", body = Received),
-        (status = "default", description = "Error (401 bad signature, 404 unknown source or run, 410 closed callback, 413 too large)", body = ErrorBody),
+        SourceWebhookErrors,
     )
 )]
 pub(crate) async fn source_webhook(

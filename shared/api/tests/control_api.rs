@@ -15,6 +15,7 @@ struct World {
     _dir: tempfile::TempDir,
     engine: Engine,
     router: Router,
+    clock: Arc<ManualClock>,
 }
 
 /// An answer: status, headers and the JSON body.
@@ -95,21 +96,27 @@ fn registry() -> Registry {
 
 impl World {
     fn new() -> World {
+        World::with_quotas(Quotas::default())
+    }
+
+    fn with_quotas(quotas: Quotas) -> World {
         let dir = tempfile::tempdir().unwrap();
         let clock = Arc::new(ManualClock::default());
         let embedded =
             siesta_embedded::EmbeddedBackend::open(dir.path().join("db"), clock.clone()).unwrap();
         let config = EngineConfig {
             callback_base_url: "https://hooks.example".into(),
+            quotas,
             ..EngineConfig::default()
         };
-        let engine = Engine::new(embedded.backend(), clock, registry(), config);
+        let engine = Engine::new(embedded.backend(), clock.clone(), registry(), config);
         World {
             _dir: dir,
             router: ControlApi::new(engine.clone())
                 .authenticate(TenantHeader)
                 .router(),
             engine,
+            clock,
         }
     }
 
@@ -758,4 +765,165 @@ async fn storage_that_is_full_is_a_503_with_retry_after_and_nothing_is_started()
     )
     .await;
     assert_eq!(list.body["runs"], json!([]), "nothing was started");
+}
+
+/// The answer over a quota: 429, `quota_exceeded` naming the limit, `Retry-After`.
+fn assert_over_quota(r: &ApiResponse, limit: &str) {
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS, "{}", r.body);
+    assert_eq!(code(r), "quota_exceeded");
+    let message = r.body["error"]["message"].as_str().unwrap();
+    assert!(message.contains(limit), "{message} names {limit}");
+    let retry: u64 = r.headers["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!(retry >= 1, "Retry-After {retry}");
+}
+
+async fn runs_of(w: &World, tenant: &str) -> usize {
+    let r = w.call(tenant, Method::GET, "/runs", &[], "").await;
+    r.body["runs"].as_array().unwrap().len()
+}
+
+#[tokio::test]
+async fn starts_over_a_tenants_quota_are_429_naming_the_limit_and_start_nothing() {
+    let quotas = Quotas::parse(
+        r#"{"default": {"max_unfinished_runs": 1, "max_input_bytes": 64},
+            "tenants": {"big": {"max_unfinished_runs": 2}}}"#,
+    )
+    .unwrap();
+    let w = World::with_quotas(quotas);
+    let start = r#"{"workflow":"approve","input":{"change":"x"}}"#;
+    let r = w.call("small", Method::POST, "/runs", &[], start).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let first = r.body["id"].as_str().unwrap().to_owned();
+    w.settle().await;
+    let r = w.call("small", Method::POST, "/runs", &[], start).await;
+    assert_over_quota(&r, "max_unfinished_runs");
+    assert_eq!(runs_of(&w, "small").await, 1, "nothing was started");
+
+    let large = json!({"workflow": "approve", "input": {"change": "x".repeat(100)}}).to_string();
+    let r = w.call("big", Method::POST, "/runs", &[], &large).await;
+    assert_over_quota(&r, "max_input_bytes");
+    for _ in 0..2 {
+        let r = w.call("big", Method::POST, "/runs", &[], start).await;
+        assert_eq!(r.status, StatusCode::CREATED, "the override allows two");
+    }
+    let r = w.call("big", Method::POST, "/runs", &[], start).await;
+    assert_over_quota(&r, "max_unfinished_runs");
+    assert_eq!(runs_of(&w, "big").await, 2);
+
+    // A finished run gives its slot back.
+    let r = w
+        .call(
+            "small",
+            Method::POST,
+            &format!("/runs/{first}/cancel"),
+            &[],
+            "",
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let r = w.call("small", Method::POST, "/runs", &[], start).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+}
+
+#[tokio::test]
+async fn starts_over_the_rate_wait_for_the_bucket_to_refill() {
+    let quotas = Quotas::parse(r#"{"default": {"starts_per_minute": 2}}"#).unwrap();
+    let w = World::with_quotas(quotas);
+    let start = r#"{"workflow":"quick","input":1}"#;
+    for _ in 0..2 {
+        let r = w.call("a", Method::POST, "/runs", &[], start).await;
+        assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    }
+    let r = w.call("a", Method::POST, "/runs", &[], start).await;
+    assert_over_quota(&r, "starts_per_minute");
+    assert_eq!(r.headers["retry-after"], "30", "one start every 30 s");
+    assert_eq!(runs_of(&w, "a").await, 2);
+    let r = w.call("b", Method::POST, "/runs", &[], start).await;
+    assert_eq!(
+        r.status,
+        StatusCode::CREATED,
+        "another tenant has its own rate"
+    );
+    w.clock.advance(Duration::from_secs(30));
+    let r = w.call("a", Method::POST, "/runs", &[], start).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+}
+
+#[tokio::test]
+async fn deliveries_over_a_tenants_quota_are_429_and_the_run_still_waits() {
+    let quotas =
+        Quotas::parse(r#"{"default": {"max_delivery_bytes": 32, "max_pending_deliveries": 2}}"#)
+            .unwrap();
+    let w = World::with_quotas(quotas);
+    let r = w
+        .call(
+            "a",
+            Method::POST,
+            "/runs",
+            &[],
+            r#"{"workflow":"approve","input":1}"#,
+        )
+        .await;
+    let id = r.body["id"].as_str().unwrap().to_owned();
+    w.settle().await;
+    let r = w
+        .call("a", Method::GET, &format!("/runs/{id}"), &[], "")
+        .await;
+    let callback = r.body["waits"][0]["callback_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let version = r.body["version"].clone();
+
+    let big = json!("y".repeat(40)).to_string();
+    for path in [
+        format!("/callbacks/{callback}/succeed"),
+        format!("/runs/{id}/events/approval"),
+        format!("/runs/{id}/messages"),
+    ] {
+        let r = w.call("a", Method::POST, &path, &[], &big).await;
+        assert_over_quota(&r, "max_delivery_bytes");
+    }
+    for i in 0..2 {
+        let r = w
+            .call(
+                "a",
+                Method::POST,
+                &format!("/runs/{id}/messages"),
+                &[],
+                &i.to_string(),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::ACCEPTED, "{}", r.body);
+    }
+    let r = w
+        .call("a", Method::POST, &format!("/runs/{id}/messages"), &[], "3")
+        .await;
+    assert_over_quota(&r, "max_pending_deliveries");
+    let r = w
+        .call("a", Method::GET, &format!("/runs/{id}"), &[], "")
+        .await;
+    assert_eq!(
+        r.body["version"].as_u64(),
+        version.as_u64().map(|v| v + 2),
+        "two recorded"
+    );
+
+    // Once the run has taken them in, there is room again, and it still waits.
+    w.settle().await;
+    let r = w
+        .call(
+            "a",
+            Method::POST,
+            &format!("/callbacks/{callback}/succeed"),
+            &[],
+            r#""bob""#,
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::ACCEPTED, "{}", r.body);
+    w.settle().await;
+    let r = w
+        .call("a", Method::GET, &format!("/runs/{id}"), &[], "")
+        .await;
+    assert_eq!(r.body["status"], "waiting", "now for the approval event");
 }

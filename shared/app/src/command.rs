@@ -13,6 +13,9 @@ use crate::lambda::Role;
 /// (`#[command(flatten)]`) to keep them beside yours, and hand the parsed value to
 /// [`App::run`].
 #[derive(Debug, clap::Subcommand)]
+// Parsed once per process and moved once: the size of the `dev` variant costs nothing,
+// and boxing it would change the variant callers match on.
+#[allow(clippy::large_enum_variant)]
 pub enum Command {
     /// Serve the API and webhooks on 127.0.0.1, with a queue worker and a sweep ticker,
     /// on the embedded backend (data kept in `--data-dir`, surviving restarts) or, with
@@ -78,6 +81,10 @@ pub struct DevArgs {
     /// an OS crash may be lost (a process kill loses nothing).
     #[arg(long, value_enum, default_value_t = DurabilityKind::Full)]
     pub durability: DurabilityKind,
+    /// Per-tenant quotas: a JSON file (see docs/quotas.md), e.g.
+    /// `{"default": {"max_unfinished_runs": 100}, "tenants": {"acme": {...}}}`.
+    #[arg(long, env = "SIESTA_QUOTAS_FILE")]
+    pub quotas: Option<PathBuf>,
     /// Where the AWS backend's resources are.
     #[command(flatten)]
     pub aws: AwsArgs,
@@ -150,6 +157,12 @@ impl DevArgs {
         };
         options.sources = siesta_api::WebhookSource::parse_all(&self.webhook_sources)
             .map_err(anyhow::Error::msg)?;
+        if let Some(path) = &self.quotas {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading quotas from {}", path.display()))?;
+            options.quotas = siesta::Quotas::parse(&text)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        }
         if self.backend == BackendKind::Aws {
             let names = self.aws.names()?;
             let sdk = siesta_aws::sdk_config_from_env().await;

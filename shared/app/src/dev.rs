@@ -46,6 +46,8 @@ pub struct DevOptions {
     /// The build id every run started here records (the app sets it; default: the
     /// engine's, Siesta's own version).
     pub build_id: String,
+    /// Per-tenant quotas (default: none).
+    pub quotas: siesta::Quotas,
 }
 
 impl std::fmt::Debug for DevOptions {
@@ -68,6 +70,7 @@ impl std::fmt::Debug for DevOptions {
                 &self.backend.as_ref().map_or("embedded", |_| "given"),
             )
             .field("limits", &self.limits)
+            .field("quotas", &self.quotas)
             .finish_non_exhaustive()
     }
 }
@@ -89,6 +92,7 @@ impl DevOptions {
             durability: siesta_embedded::Durability::Full,
             limits: Limits::default(),
             build_id: EngineConfig::default().build_id,
+            quotas: siesta::Quotas::default(),
         }
     }
 
@@ -163,6 +167,7 @@ pub async fn start(
         callback_base_url: format!("http://{addr}"),
         lease_ttl: options.lease_ttl,
         build_id: options.build_id.clone(),
+        quotas: options.quotas.clone(),
         ..EngineConfig::default()
     };
     let engine = Engine::new(backend, clock, registry, config);

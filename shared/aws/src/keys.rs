@@ -82,6 +82,15 @@ pub fn callback_pk(id: &CallbackId) -> String {
     format!("C#{}", escape(id.as_str()))
 }
 
+/// The partition of a tenant's count of unfinished runs (its item's sort key is
+/// [`RECORD_SK`]), kept by the transactions that create and finish runs.
+pub fn quota_pk(tenant: &TenantId) -> String {
+    format!("Q#{}", escape(tenant.as_str()))
+}
+
+/// The counter item's attribute: the tenant's unfinished runs.
+pub const UNFINISHED: &str = "unfinished";
+
 /// The partition of a tool-call record.
 pub fn tool_call_pk(tenant: &TenantId, key: &IdempotencyKey) -> String {
     format!("K#{}#{}", escape(tenant.as_str()), escape(key.0.as_str()))

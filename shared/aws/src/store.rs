@@ -21,7 +21,7 @@ use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::operation::update_item::{UpdateItemError, UpdateItemOutput};
 use aws_sdk_dynamodb::types::{
     ConditionCheck, ConsumedCapacity, KeysAndAttributes, Put, ReturnConsumedCapacity, ReturnValue,
-    ReturnValuesOnConditionCheckFailure, TransactWriteItem,
+    ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update,
 };
 use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
 use siesta::ports::*;
@@ -88,6 +88,8 @@ enum Role {
     DeliveryTimeline,
     DeliveryRun,
     DeliveryCallback,
+    /// The tenant's count of unfinished runs.
+    Quota,
 }
 
 /// One reason a transaction was cancelled, for the item at the same index.
@@ -183,6 +185,38 @@ impl Tx {
             attr_names.insert("#lease_epoch".into(), LEASE_EPOCH.into());
         }
         self.put(table, role, item, Some((&expr, attr_names, values)))
+    }
+
+    /// Add `delta` to the tenant's count of unfinished runs; with `below`, only while
+    /// the count is under it (a missing counter is zero).
+    fn count_unfinished(
+        &mut self,
+        table: &str,
+        tenant: &TenantId,
+        delta: i64,
+        below: Option<u64>,
+    ) -> Result<(), StoreError> {
+        let mut update = Update::builder()
+            .table_name(table)
+            .set_key(Some(key(quota_pk(tenant), RECORD_SK)))
+            .update_expression("ADD #unfinished :delta")
+            .expression_attribute_names("#unfinished", UNFINISHED)
+            .expression_attribute_values(":delta", n(delta));
+        if let Some(max) = below {
+            update = update
+                .condition_expression("attribute_not_exists(#unfinished) OR #unfinished < :max")
+                .expression_attribute_values(":max", n(max))
+                .return_values_on_condition_check_failure(
+                    ReturnValuesOnConditionCheckFailure::AllOld,
+                );
+        }
+        self.items.push(
+            TransactWriteItem::builder()
+                .update(build(update.build())?)
+                .build(),
+        );
+        self.roles.push(Role::Quota);
+        Ok(())
     }
 
     fn delivery(
@@ -464,6 +498,62 @@ impl DynamoStore {
         }
     }
 
+    /// Create a run with its first event, counted among its tenant's unfinished runs;
+    /// with `max_unfinished`, only while the count is under it.
+    async fn create(
+        &self,
+        run: &Run,
+        started: &TimelineEvent,
+        max_unfinished: Option<u64>,
+    ) -> Result<(), StoreError> {
+        let mut tx = Tx::default();
+        tx.insert(&self.table, Role::Run, run_item(run, self.retention)?)?;
+        tx.insert(
+            &self.table,
+            Role::Timeline,
+            timeline_item(&run.tenant, &run.id, started)?,
+        )?;
+        if !run.status.is_finished() {
+            tx.count_unfinished(&self.table, &run.tenant, 1, max_unfinished)?;
+        }
+        match self.transact("create_run", tx).await? {
+            TxOutcome::Committed => Ok(()),
+            TxOutcome::Cancelled(reasons) => match reason_of(&reasons, Role::Quota) {
+                // The run's own condition is checked too: an existing run is reported
+                // as such, whatever the count.
+                Some(quota) if reason_of(&reasons, Role::Run).is_none() => {
+                    Err(StoreError::OverQuota(format!(
+                        "tenant {} has {} unfinished runs; its limit is {}",
+                        run.tenant,
+                        unfinished_of(quota.item.as_ref()),
+                        max_unfinished.unwrap_or_default()
+                    )))
+                }
+                _ => Err(StoreError::AlreadyExists),
+            },
+        }
+    }
+
+    /// How a checkpoint changes its tenant's count of unfinished runs: +1 per child
+    /// run, -1 when it moves the run from unfinished to finished. Whether it does is
+    /// read here, at the version the checkpoint is conditioned on: if the run moved on
+    /// since, the checkpoint's own condition fails and the count is not touched.
+    async fn unfinished_delta(&self, cp: &Checkpoint) -> Result<i64, StoreError> {
+        let children = cp
+            .child_runs
+            .iter()
+            .filter(|(child, _)| !child.status.is_finished())
+            .count() as i64;
+        if !cp.run.status.is_finished() {
+            return Ok(children);
+        }
+        let finishes = match self.get_run(&cp.run.tenant, &cp.run.id).await? {
+            Some(before) => before.version == cp.expected_version && !before.status.is_finished(),
+            None => false,
+        };
+        Ok(children - i64::from(finishes))
+    }
+
     async fn current_run(&self, tenant: &TenantId, run_id: &RunId) -> Result<Run, StoreError> {
         self.get_run(tenant, run_id)
             .await?
@@ -481,6 +571,17 @@ fn item_key(item: &Item) -> Result<(String, String), StoreError> {
     }
 }
 
+/// The count on a tenant's counter item (none yet: zero; below zero, after runs that
+/// were started before the count was kept finished: zero).
+fn unfinished_of(item: Option<&Item>) -> u64 {
+    match item.and_then(|i| i.get(UNFINISHED)) {
+        Some(aws_sdk_dynamodb::types::AttributeValue::N(v)) => {
+            v.parse::<i64>().map_or(0, |n| n.max(0) as u64)
+        }
+        _ => 0,
+    }
+}
+
 fn reason_of(reasons: &[(Role, Reason)], role: Role) -> Option<&Reason> {
     reasons
         .iter()
@@ -492,17 +593,23 @@ fn reason_of(reasons: &[(Role, Reason)], role: Role) -> Option<&Reason> {
 #[async_trait]
 impl RunStore for DynamoStore {
     async fn create_run(&self, run: &Run, started: &TimelineEvent) -> Result<(), StoreError> {
-        let mut tx = Tx::default();
-        tx.insert(&self.table, Role::Run, run_item(run, self.retention)?)?;
-        tx.insert(
-            &self.table,
-            Role::Timeline,
-            timeline_item(&run.tenant, &run.id, started)?,
-        )?;
-        match self.transact("create_run", tx).await? {
-            TxOutcome::Committed => Ok(()),
-            TxOutcome::Cancelled(_) => Err(StoreError::AlreadyExists),
-        }
+        self.create(run, started, None).await
+    }
+
+    async fn create_run_within(
+        &self,
+        run: &Run,
+        started: &TimelineEvent,
+        max_unfinished: u64,
+    ) -> Result<(), StoreError> {
+        self.create(run, started, Some(max_unfinished)).await
+    }
+
+    async fn unfinished_runs(&self, tenant: &TenantId) -> Result<u64, StoreError> {
+        let item = self
+            .get_item("unfinished_runs", key(quota_pk(tenant), RECORD_SK))
+            .await?;
+        Ok(unfinished_of(item.as_ref()))
     }
 
     async fn get_run(&self, tenant: &TenantId, run_id: &RunId) -> Result<Option<Run>, StoreError> {
@@ -644,8 +751,12 @@ impl RunStore for DynamoStore {
 
     async fn checkpoint(&self, cp: &Checkpoint) -> Result<(), StoreError> {
         let (tenant, run_id) = (&cp.run.tenant, &cp.run.id);
+        let unfinished = self.unfinished_delta(cp).await?;
         for _ in 0..RACE_ATTEMPTS {
             let mut tx = Tx::default();
+            if unfinished != 0 {
+                tx.count_unfinished(&self.table, tenant, unfinished, None)?;
+            }
             tx.put_run(
                 &self.table,
                 Role::Run,

@@ -200,6 +200,9 @@ macro_rules! conformance_suite {
             parent_delivery_is_applied_inside_the_checkpoint
             parent_delivery_is_skipped_when_duplicate_or_parent_gone
             load_history_returns_journal_and_deliveries_in_order
+            // quotas
+            unfinished_runs_are_counted_and_released_once
+            concurrent_creates_for_the_last_slot_exactly_one_wins
             // reading
             timeline_pages_are_gapless
             list_runs_newest_first_with_cursor_paging
@@ -250,6 +253,7 @@ mod tests {
             include_str!("cases/reading.rs"),
             include_str!("cases/artifacts.rs"),
             include_str!("cases/queue.rs"),
+            include_str!("cases/quotas.rs"),
         ];
         let mut defined: Vec<&str> = sources
             .iter()

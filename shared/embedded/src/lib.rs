@@ -504,6 +504,18 @@ fn update_run(tx: &Connection, old: Indexed, run: &Run) -> Result<(), StoreError
     Ok(())
 }
 
+/// A tenant's runs that are not finished ([`RunStatus::is_finished`]): counted in the
+/// transaction that creates a run, which the single writer makes atomic with the insert,
+/// so the count needs no counter to keep in step.
+const UNFINISHED_RUNS: &str = "SELECT count(*) FROM runs INDEXED BY runs_by_status
+    WHERE tenant = ?1 AND status IN ('pending', 'running', 'waiting', 'parked')";
+
+fn unfinished_runs(tx: &Connection, tenant: &TenantId) -> Result<u64, StoreError> {
+    tx.query_row(UNFINISHED_RUNS, params![tenant.0], |r| r.get::<_, i64>(0))
+        .map(|n| n.max(0) as u64)
+        .map_err(sql)
+}
+
 fn insert_run(tx: &Connection, run: &Run, started: &TimelineEvent) -> Result<(), StoreError> {
     if get_run(tx, &run.tenant.0, &run.id.0)?.is_some() {
         return Err(StoreError::AlreadyExists);
@@ -672,6 +684,35 @@ impl RunStore for EmbeddedBackend {
     async fn create_run(&self, run: &Run, started: &TimelineEvent) -> Result<(), StoreError> {
         let (run, started) = (run.clone(), started.clone());
         self.tx(move |tx, _| insert_run(tx, &run, &started)).await
+    }
+
+    async fn create_run_within(
+        &self,
+        run: &Run,
+        started: &TimelineEvent,
+        max_unfinished: u64,
+    ) -> Result<(), StoreError> {
+        let (run, started) = (run.clone(), started.clone());
+        self.tx(move |tx, _| {
+            // An existing run is reported as such, whatever the count (a retried start).
+            if get_run(tx, &run.tenant.0, &run.id.0)?.is_some() {
+                return Err(StoreError::AlreadyExists);
+            }
+            let unfinished = unfinished_runs(tx, &run.tenant)?;
+            if unfinished >= max_unfinished {
+                return Err(StoreError::OverQuota(format!(
+                    "tenant {} has {unfinished} unfinished runs; its limit is {max_unfinished}",
+                    run.tenant
+                )));
+            }
+            insert_run(tx, &run, &started)
+        })
+        .await
+    }
+
+    async fn unfinished_runs(&self, tenant: &TenantId) -> Result<u64, StoreError> {
+        let tenant = tenant.clone();
+        self.read(move |tx| unfinished_runs(tx, &tenant)).await
     }
 
     async fn get_run(&self, tenant: &TenantId, run_id: &RunId) -> Result<Option<Run>, StoreError> {

@@ -28,6 +28,7 @@ use crate::lifecycle::{LifecycleEvent, decide};
 use crate::model::*;
 use crate::notify::{QueueSignal, RunWatch, RunWatchers, SignallingQueue};
 use crate::ports::*;
+use crate::quota::{self, QuotaExceeded, QuotaLimit, StartRate, json_size};
 use crate::registry::Registry;
 use crate::replay_cache::{ReplayCache, ReplayCacheStats, Replayed};
 use crate::time::{Clock, Timestamp};
@@ -68,6 +69,8 @@ pub struct EngineConfig {
     /// before the next one: a backlog that outlasts the margin costs a run a duplicate
     /// per doubling of its wait, not one per sweep.
     pub resend_margin: Duration,
+    /// Per-tenant limits on starts and deliveries (default: none).
+    pub quotas: crate::quota::Quotas,
 }
 
 impl Default for EngineConfig {
@@ -82,6 +85,7 @@ impl Default for EngineConfig {
             build_id: concat!("siesta@", env!("CARGO_PKG_VERSION")).to_owned(),
             replay_cache_entries: 50_000,
             resend_margin: Duration::from_secs(15 * 60),
+            quotas: crate::quota::Quotas::default(),
         }
     }
 }
@@ -123,6 +127,9 @@ pub enum EngineError {
     /// recorded.
     #[error("delivery rejected: {0}")]
     DeliveryRejected(String),
+    /// The tenant reached one of its [quotas](crate::quota); nothing was recorded.
+    #[error(transparent)]
+    QuotaExceeded(#[from] QuotaExceeded),
     /// Storage failed; retrying may help.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -237,6 +244,7 @@ pub struct Engine {
     queue_signal: Arc<QueueSignal>,
     watchers: Arc<RunWatchers>,
     replay_cache: Arc<ReplayCache>,
+    start_rate: Arc<StartRate>,
 }
 
 enum Exec {
@@ -285,6 +293,7 @@ impl Engine {
             invocations: Arc::new(AtomicU64::new(0)),
             queue_signal,
             watchers: Arc::new(RunWatchers::default()),
+            start_rate: Arc::new(StartRate::default()),
         }
     }
 
@@ -395,6 +404,22 @@ impl Engine {
             .ok_or_else(|| EngineError::UnknownWorkflow(workflow.to_owned()))?;
         wf.validate(&input).map_err(EngineError::InvalidInput)?;
         let now = self.clock.now();
+        let quota = self.config.quotas.for_tenant(tenant);
+        quota::check_size(
+            QuotaLimit::InputBytes,
+            "the input",
+            json_size(&input),
+            quota.max_input_bytes,
+        )?;
+        if let Some(per_minute) = quota.starts_per_minute {
+            self.start_rate
+                .take(tenant, per_minute, now)
+                .map_err(|retry_after| QuotaExceeded {
+                    limit: QuotaLimit::StartRate,
+                    message: format!("tenant {tenant} may start {per_minute} runs a minute"),
+                    retry_after,
+                })?;
+        }
         let id = run_id.unwrap_or_else(RunId::generate);
         let payload = self.encode(tenant, &id, &input).await?;
         let mut run = Run::new(tenant.clone(), id, workflow, payload, now);
@@ -406,9 +431,21 @@ impl Engine {
             workflow,
             serde_json::json!({"Workflow": workflow, "BuildId": self.config.build_id}),
         );
-        match self.backend.store.create_run(&run, &started).await {
+        let created = match quota.max_unfinished_runs {
+            Some(max) => {
+                self.backend
+                    .store
+                    .create_run_within(&run, &started, max)
+                    .await
+            }
+            None => self.backend.store.create_run(&run, &started).await,
+        };
+        match created {
             Ok(()) => {}
             Err(StoreError::AlreadyExists) => return Err(EngineError::AlreadyExists),
+            Err(StoreError::OverQuota(m)) => {
+                return Err(QuotaExceeded::new(QuotaLimit::UnfinishedRuns, m).into());
+            }
             Err(e) => return Err(e.into()),
         }
         self.send_wake(
@@ -760,7 +797,9 @@ impl Engine {
             + delta.timeline.len()
             + delta.tool_calls.len()
             + 2 * delta.child_runs.len()
-            + delta.parent_delivery.as_ref().map_or(0, |_| 3);
+            + delta.parent_delivery.as_ref().map_or(0, |_| 3)
+            // The tenant's count of unfinished runs (as `Checkpoint::item_count`).
+            + usize::from(!delta.child_runs.is_empty() || status.is_finished());
         let overflow = overflowing(&mut delta.callbacks, others);
         let inbox_seen = expect_inbox.unwrap_or(run.inbox_seq);
         let committed = shared
@@ -858,6 +897,7 @@ impl Engine {
         value: serde_json::Value,
         delivery_id: Option<DeliveryId>,
     ) -> Result<DeliverOutcome, EngineError> {
+        self.check_delivery_size(tenant, &value)?;
         self.check_event(tenant, run_id, name, &value).await?;
         let payload = self.encode(tenant, run_id, &value).await?;
         let id =
@@ -941,6 +981,7 @@ impl Engine {
         value: serde_json::Value,
         delivery_id: Option<DeliveryId>,
     ) -> Result<DeliverOutcome, EngineError> {
+        self.check_delivery_size(tenant, &value)?;
         let payload = self.encode(tenant, run_id, &value).await?;
         let id =
             delivery_id.unwrap_or_else(|| DeliveryId(format!("message:{}", uuid::Uuid::new_v4())));
@@ -972,6 +1013,9 @@ impl Engine {
         delivery_id: Option<DeliveryId>,
     ) -> Result<DeliverOutcome, EngineError> {
         let record = self.callback(callback_id, tenant).await?;
+        if let Ok(value) = &outcome {
+            self.check_delivery_size(&record.tenant, value)?;
+        }
         let id =
             delivery_id.unwrap_or_else(|| DeliveryId(format!("callback-outcome:{callback_id}")));
         if let (Ok(value), Some(schema), CallbackStatus::Open) =
@@ -1059,6 +1103,20 @@ impl Engine {
         Ok(record)
     }
 
+    /// Refuse a delivery's value over the tenant's `max_delivery_bytes`.
+    fn check_delivery_size(
+        &self,
+        tenant: &TenantId,
+        value: &serde_json::Value,
+    ) -> Result<(), QuotaExceeded> {
+        quota::check_size(
+            QuotaLimit::DeliveryBytes,
+            "the delivery",
+            json_size(value),
+            self.config.quotas.for_tenant(tenant).max_delivery_bytes,
+        )
+    }
+
     fn delivery_event(
         &self,
         event_type: EventType,
@@ -1086,6 +1144,22 @@ impl Engine {
         event: TimelineEvent,
     ) -> Result<DeliverOutcome, EngineError> {
         let now = self.clock.now();
+        if let Some(max) = self.config.quotas.for_tenant(tenant).max_pending_deliveries {
+            // Read, then written under the run's version: two deliveries racing for the
+            // last place may both be taken, so the bound is approximate by that much.
+            let run = self.get_run(tenant, run_id).await?;
+            let pending = run.inbox_seq.saturating_sub(run.inbox_seen);
+            if pending >= max && !run.status.is_finished() {
+                return Err(QuotaExceeded::new(
+                    QuotaLimit::PendingDeliveries,
+                    format!(
+                        "run {run_id} holds {pending} deliveries it has not taken in yet; \
+                         this tenant's limit is {max}"
+                    ),
+                )
+                .into());
+            }
+        }
         let delivery = NewDelivery {
             id,
             tenant: tenant.clone(),

@@ -44,6 +44,10 @@ pub enum StoreError {
     /// The request itself is wrong (too large, malformed); retrying will not help.
     #[error("invalid request: {0}")]
     Invalid(String),
+    /// [`RunStore::create_run_within`]: the tenant has as many unfinished runs as it may
+    /// (the message says how many); nothing was written.
+    #[error("over quota: {0}")]
+    OverQuota(String),
 }
 
 impl StoreError {
@@ -131,6 +135,9 @@ impl Checkpoint {
             + self.tool_calls.len()
             + self.child_runs.len() * 2
             + self.parent_delivery.as_ref().map_or(0, |_| 3)
+            // The tenant's count of unfinished runs, when children start or the run
+            // may finish (see `RunStore::create_run`).
+            + usize::from(!self.child_runs.is_empty() || self.run.status.is_finished())
     }
 }
 
@@ -222,7 +229,30 @@ pub trait RunStore: Send + Sync + 'static {
     /// Create `run` with its first timeline event (`seq` 1).
     /// One `TransactWriteItems`, conditioned on the run not existing:
     /// [`StoreError::AlreadyExists`] if it does.
+    ///
+    /// Every run created (by this, by [`RunStore::create_run_within`] or as a child in a
+    /// [`Checkpoint`]) counts among its tenant's unfinished runs until the checkpoint that
+    /// moves it to a finished status ([`RunStatus::is_finished`]), which releases it in
+    /// the same atomic write — once, since a second such checkpoint of the same run
+    /// finds it finished already. See [`RunStore::unfinished_runs`].
     async fn create_run(&self, run: &Run, started: &TimelineEvent) -> Result<(), StoreError>;
+
+    /// [`RunStore::create_run`], only while the run's tenant has fewer than
+    /// `max_unfinished` unfinished runs: otherwise [`StoreError::OverQuota`], and nothing
+    /// is written. Atomic with the create: of two creates racing for the last slot,
+    /// exactly one succeeds. On DynamoDB, a counter item per tenant updated in the
+    /// create's `TransactWriteItems` (condition: below the limit) and in the finishing
+    /// checkpoint's; never a count by query.
+    async fn create_run_within(
+        &self,
+        run: &Run,
+        started: &TimelineEvent,
+        max_unfinished: u64,
+    ) -> Result<(), StoreError>;
+
+    /// How many of `tenant`'s runs are not finished, as the store counts them for
+    /// [`RunStore::create_run_within`].
+    async fn unfinished_runs(&self, tenant: &TenantId) -> Result<u64, StoreError>;
 
     /// The run, if it exists for this tenant. One `GetItem`.
     async fn get_run(&self, tenant: &TenantId, run_id: &RunId) -> Result<Option<Run>, StoreError>;

@@ -97,6 +97,22 @@ impl RunStore for ProbeStore {
         self.wrote(serde_json::to_vec(run).map(|v| v.len()).unwrap_or(0));
         self.inner.create_run(run, started).await
     }
+    async fn create_run_within(
+        &self,
+        run: &Run,
+        started: &TimelineEvent,
+        max_unfinished: u64,
+    ) -> Result<(), StoreError> {
+        self.check()?;
+        self.wrote(serde_json::to_vec(run).map(|v| v.len()).unwrap_or(0));
+        self.inner
+            .create_run_within(run, started, max_unfinished)
+            .await
+    }
+    async fn unfinished_runs(&self, tenant: &TenantId) -> Result<u64, StoreError> {
+        self.read()?;
+        self.inner.unfinished_runs(tenant).await
+    }
     async fn get_run(&self, tenant: &TenantId, run_id: &RunId) -> Result<Option<Run>, StoreError> {
         self.read()?;
         self.inner.get_run(tenant, run_id).await

@@ -7,6 +7,7 @@ mod checkpoints;
 mod deliveries;
 mod leases;
 mod queue;
+mod quotas;
 mod reading;
 mod runs;
 
@@ -15,5 +16,6 @@ pub use checkpoints::*;
 pub use deliveries::*;
 pub use leases::*;
 pub use queue::*;
+pub use quotas::*;
 pub use reading::*;
 pub use runs::*;
