@@ -106,6 +106,8 @@ async fn stack(registry: Registry, lease_ttl: Duration) -> Option<Stack> {
         ),
         webhook_sources_parameter: None,
         build_id: "lambda-test@1".into(),
+        quotas: siesta::Quotas::default(),
+        quotas_parameter: None,
     };
     let engine = settings.engine(&env.sdk, registry).await;
     let webhook =
@@ -445,6 +447,8 @@ async fn webhook_sources_come_from_an_ssm_secure_string_and_a_rotated_secret_tak
         webhook_sources: String::new(),
         webhook_sources_parameter: Some(parameter.clone()),
         build_id: "lambda-test@1".into(),
+        quotas: siesta::Quotas::default(),
+        quotas_parameter: None,
     };
     let sources = settings
         .webhook_sources(&env.sdk)
@@ -459,6 +463,31 @@ async fn webhook_sources_come_from_an_ssm_secure_string_and_a_rotated_secret_tak
     };
     let err = missing.webhook_sources(&env.sdk).await.unwrap_err();
     assert!(err.to_string().contains("/siesta/test/missing"), "{err}");
+
+    // Quotas come from a parameter the same way (SIESTA_QUOTAS_PARAMETER).
+    let quotas_parameter = format!("/siesta/test/{}/quotas", uuid::Uuid::new_v4().simple());
+    ssm.put_parameter()
+        .name(&quotas_parameter)
+        .r#type(aws_sdk_ssm::types::ParameterType::String)
+        .value(r#"{"default": {"max_unfinished_runs": 3}, "tenants": {"acme": {"max_input_bytes": 10}}}"#)
+        .send()
+        .await
+        .expect("put the quotas parameter");
+    let mut with_quotas = Settings {
+        quotas_parameter: Some(quotas_parameter),
+        ..settings.clone()
+    };
+    with_quotas
+        .load_quotas(&env.sdk)
+        .await
+        .expect("quotas from SSM");
+    let acme = with_quotas
+        .quotas
+        .for_tenant(&siesta::TenantId::from("acme"));
+    assert_eq!(
+        (acme.max_unfinished_runs, acme.max_input_bytes),
+        (Some(3), Some(10))
+    );
 
     // The function reads the parameter once, then again once the cache is a second old.
     let engine = settings

@@ -28,6 +28,7 @@ pub(crate) async fn serve(
     let mut settings = Settings::from_env()?;
     settings.build_id = build_id.to_owned();
     let sdk = siesta_aws::sdk_config_from_env().await;
+    settings.load_quotas(&sdk).await?;
     let engine = settings.engine(&sdk, registry).await;
     match role {
         Role::Start => siesta_start::run(engine, &settings).await,

@@ -12,8 +12,8 @@ pub enum SetupError {
     /// A variable is missing or malformed.
     #[error("configuration: {0}")]
     Config(String),
-    /// The webhook sources could not be read from SSM Parameter Store.
-    #[error("reading webhook sources from SSM parameter {parameter}: {message}")]
+    /// The webhook sources or the quotas could not be read from SSM Parameter Store.
+    #[error("reading SSM parameter {parameter}: {message}")]
     Ssm {
         /// The parameter's name.
         parameter: String,
@@ -50,6 +50,11 @@ pub struct Settings {
     /// The build id every run started here records (the app sets it; default: the
     /// engine's, Siesta's own version).
     pub build_id: String,
+    /// Per-tenant quotas (`SIESTA_QUOTAS`, JSON, see docs/quotas.md; replaced by the
+    /// parameter's by [`Settings::load_quotas`]).
+    pub quotas: siesta::Quotas,
+    /// An SSM parameter holding the quotas instead (`SIESTA_QUOTAS_PARAMETER`).
+    pub quotas_parameter: Option<String>,
 }
 
 fn var(name: &str) -> Option<String> {
@@ -81,7 +86,21 @@ impl Settings {
             webhook_sources: var("SIESTA_WEBHOOK_SOURCES").unwrap_or_default(),
             webhook_sources_parameter: var("SIESTA_WEBHOOK_SOURCES_PARAMETER"),
             build_id: EngineConfig::default().build_id,
+            quotas: siesta::Quotas::parse(&var("SIESTA_QUOTAS").unwrap_or_default())
+                .map_err(|e| SetupError::Config(format!("SIESTA_QUOTAS: {e}")))?,
+            quotas_parameter: var("SIESTA_QUOTAS_PARAMETER"),
         })
+    }
+
+    /// Read the quotas from the SSM parameter, when one is named, into
+    /// [`Settings::quotas`] (call it before [`Settings::engine`]).
+    pub async fn load_quotas(&mut self, sdk: &aws_config::SdkConfig) -> Result<(), SetupError> {
+        if let Some(name) = &self.quotas_parameter {
+            let json = parameter(sdk, name).await?;
+            self.quotas = siesta::Quotas::parse(&json)
+                .map_err(|e| SetupError::Config(format!("SSM parameter {name}: {e}")))?;
+        }
+        Ok(())
     }
 
     /// The engine over the AWS backend, running `registry`'s workflows. Build it once per
@@ -96,6 +115,7 @@ impl Settings {
             lease_ttl: self.lease_ttl,
             callback_base_url: self.callback_base_url.clone(),
             build_id: self.build_id.clone(),
+            quotas: self.quotas.clone(),
             ..EngineConfig::default()
         };
         Engine::new(backend, std::sync::Arc::new(SystemClock), registry, config)
@@ -109,20 +129,25 @@ impl Settings {
     ) -> Result<Vec<WebhookSource>, SetupError> {
         let json = match &self.webhook_sources_parameter {
             None => self.webhook_sources.clone(),
-            Some(name) => aws_sdk_ssm::Client::new(sdk)
-                .get_parameter()
-                .name(name)
-                .with_decryption(true)
-                .send()
-                .await
-                .map_err(|e| SetupError::Ssm {
-                    parameter: name.clone(),
-                    message: aws_sdk_ssm::error::DisplayErrorContext(e).to_string(),
-                })?
-                .parameter
-                .and_then(|p| p.value)
-                .unwrap_or_default(),
+            Some(name) => parameter(sdk, name).await?,
         };
         WebhookSource::parse_all(&json).map_err(SetupError::Config)
     }
+}
+
+/// The value of the SSM parameter `name` (a SecureString is decrypted).
+async fn parameter(sdk: &aws_config::SdkConfig, name: &str) -> Result<String, SetupError> {
+    Ok(aws_sdk_ssm::Client::new(sdk)
+        .get_parameter()
+        .name(name)
+        .with_decryption(true)
+        .send()
+        .await
+        .map_err(|e| SetupError::Ssm {
+            parameter: name.to_owned(),
+            message: aws_sdk_ssm::error::DisplayErrorContext(e).to_string(),
+        })?
+        .parameter
+        .and_then(|p| p.value)
+        .unwrap_or_default())
 }
