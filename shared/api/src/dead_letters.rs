@@ -13,7 +13,7 @@ use siesta::{Run, RunId};
 use utoipa::{IntoParams, ToSchema};
 
 use crate::auth::Tenant;
-use crate::error::{ApiError, ErrorBody};
+use crate::error::ApiError;
 use crate::extract::{ApiPath, ApiQuery, IfMatch};
 use crate::routes::AppState;
 use crate::view::RunView;
@@ -99,7 +99,7 @@ fn rfc3339(ms: i64) -> String {
     params(DeadLetterQuery),
     responses(
         (status = 200, description = "A page of dead letters", body = DeadLetterPage),
-        (status = "default", description = "Error", body = ErrorBody),
+        crate::responses::ListErrors,
     )
 )]
 pub(crate) async fn list_dead_letters(
@@ -107,7 +107,7 @@ pub(crate) async fn list_dead_letters(
     Tenant(tenant): Tenant,
     ApiQuery(query): ApiQuery<DeadLetterQuery>,
 ) -> Result<Json<DeadLetterPage>, ApiError> {
-    let limit = query.limit.map_or(50, |l| l.clamp(1, 200) as usize);
+    let limit = crate::extract::page_size(query.limit, 50, 200)?;
     let page = app
         .engine
         .dead_letters(&tenant, query.cursor.as_deref(), limit)
@@ -137,7 +137,7 @@ pub(crate) async fn list_dead_letters(
     responses(
         (status = 202, description = "Redriven: the run, resumed", body = RunView,
             headers(("ETag" = String, description = "The run's version"))),
-        (status = "default", description = "Error (404 when the run is not parked for a dead letter)", body = ErrorBody),
+        crate::responses::RedriveErrors,
     )
 )]
 pub(crate) async fn redrive_dead_letter(
@@ -170,7 +170,7 @@ pub(crate) async fn redrive_dead_letter(
     security(("bearer" = [])),
     responses(
         (status = 202, description = "The runs resumed", body = Redriven),
-        (status = "default", description = "Error", body = ErrorBody),
+        crate::responses::RedriveAllErrors,
     )
 )]
 pub(crate) async fn redrive_dead_letters(

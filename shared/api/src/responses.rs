@@ -84,7 +84,7 @@ error_set!(
 );
 
 error_set!(
-    /// `GET /runs`.
+    /// `GET /runs`, `GET /dead-letters`.
     ListErrors {
         400 => "`bad_request`: an unknown status, a cursor that is not one of ours, or a \
                 parameter that does not parse",
@@ -124,6 +124,28 @@ error_set!(
         401 => UNAUTHORIZED,
         408 => TIMED_OUT,
         413 => TOO_LARGE,
+        500 => INTERNAL,
+        503 => UNAVAILABLE,
+    }
+);
+
+error_set!(
+    /// `POST /dead-letters/{id}/redrive`.
+    RedriveErrors {
+        400 => MALFORMED,
+        401 => UNAUTHORIZED,
+        404 => "`not_found`: this caller has no run parked for a dead letter with this id",
+        409 => "`not_parked`: the run is no longer parked",
+        412 => STALE,
+        500 => INTERNAL,
+        503 => UNAVAILABLE,
+    }
+);
+
+error_set!(
+    /// `POST /dead-letters/redrive`.
+    RedriveAllErrors {
+        401 => UNAUTHORIZED,
         500 => INTERNAL,
         503 => UNAVAILABLE,
     }
