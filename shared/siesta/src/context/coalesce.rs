@@ -116,6 +116,29 @@ fn take_batch(
     (merged, waiters)
 }
 
+/// Runs its action when dropped before [`AbortOnDrop::disarm`]: a future dropped at an
+/// `.await` it held the guard across.
+struct AbortOnDrop<F: FnOnce()>(Option<F>);
+
+impl<F: FnOnce()> AbortOnDrop<F> {
+    fn new(action: F) -> Self {
+        AbortOnDrop(Some(action))
+    }
+
+    /// The guarded work finished: nothing to do on drop.
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl<F: FnOnce()> Drop for AbortOnDrop<F> {
+    fn drop(&mut self) {
+        if let Some(action) = self.0.take() {
+            action();
+        }
+    }
+}
+
 impl Shared {
     fn queued(&self) -> std::sync::MutexGuard<'_, Vec<Queued>> {
         self.queued.lock().unwrap_or_else(|e| e.into_inner())
@@ -154,10 +177,43 @@ impl Shared {
             }
             let run_bytes = serde_json::to_vec(&self.state().run).map_or(0, |b| b.len());
             let (merged, waiters) = take_batch(&mut self.queued(), run_bytes);
+            // Dropped during the write (a combinator's loser holding the lock), the
+            // checkpoint may still be stored while no one learns its outcome: stop the
+            // invocation so it ends aborted and no journal lacking it is kept for replay.
+            let writing =
+                AbortOnDrop::new(|| self.set_stop(Stop::Abort("dropped while writing".to_owned())));
             let result = self.commit_locked(merged, None, |_| {}).await;
+            writing.disarm();
             for waiter in waiters {
                 let _ = waiter.send(result.clone());
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::AbortOnDrop;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    #[tokio::test]
+    async fn a_write_dropped_mid_await_runs_the_abort_and_a_finished_one_does_not() {
+        let aborted = AtomicBool::new(false);
+        let (_release, held) = tokio::sync::oneshot::channel::<()>();
+        let write = async {
+            let writing = AbortOnDrop::new(|| aborted.store(true, Ordering::SeqCst));
+            let _ = held.await;
+            writing.disarm();
+        };
+        let mut write = Box::pin(write);
+        // The write is in flight (waiting for its store call), then dropped.
+        assert!(futures::poll!(write.as_mut()).is_pending());
+        drop(write);
+        assert!(aborted.load(Ordering::SeqCst));
+
+        let finished = AtomicBool::new(false);
+        let writing = AbortOnDrop::new(|| finished.store(true, Ordering::SeqCst));
+        writing.disarm();
+        assert!(!finished.load(Ordering::SeqCst));
     }
 }
