@@ -28,6 +28,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::model::{Delivery, FencingEpoch, JournalEntry, Position, Run, RunId, TenantId};
 use crate::ports::History;
+use crate::time::Timestamp;
 
 /// A run's journal and deliveries, decoded, as replay uses them.
 #[derive(Debug, Default)]
@@ -54,6 +55,9 @@ impl From<History> for Replayed {
 struct Entry {
     epoch: FencingEpoch,
     version: u64,
+    /// Which incarnation of the run id: a run id reused after the old run expired
+    /// starts again at low epochs and versions, which alone could match.
+    created_at: Timestamp,
     replayed: Replayed,
 }
 
@@ -144,7 +148,9 @@ impl ReplayCache {
         };
         st.generation.remove(&key);
         st.held -= entry.replayed.journal.len();
-        let fresh = claimed.epoch.0 == entry.epoch.0 + 1 && claimed.version == entry.version + 1;
+        let fresh = claimed.created_at == entry.created_at
+            && claimed.epoch.0 == entry.epoch.0 + 1
+            && claimed.version == entry.version + 1;
         if fresh {
             (Some(entry.replayed), Lookup::Hit)
         } else {
@@ -185,6 +191,7 @@ impl ReplayCache {
             Entry {
                 epoch,
                 version: run.version,
+                created_at: run.created_at,
                 replayed,
             },
         );
@@ -203,7 +210,6 @@ impl ReplayCache {
 mod tests {
     use super::*;
     use crate::model::{EntryState, OperationKind, Payload};
-    use crate::time::Timestamp;
 
     fn run(id: &str, epoch: u64, version: u64) -> Run {
         let mut run = Run::new(
@@ -265,6 +271,17 @@ mod tests {
         // Another holder claimed (and maybe wrote) in between.
         cache.put(&run("a", 3, 10), FencingEpoch(3), replayed(2));
         assert_eq!(cache.take(&run("a", 5, 11)).1, Lookup::Miss);
+    }
+
+    #[test]
+    fn a_new_run_under_a_reused_id_does_not_get_the_old_run_s_entry() {
+        let cache = ReplayCache::new(100);
+        cache.put(&run("a", 3, 10), FencingEpoch(3), replayed(2));
+        // The old run expired and a new one took its id, reaching the same epoch and
+        // version by chance.
+        let mut reused = run("a", 4, 11);
+        reused.created_at = Timestamp(1);
+        assert_eq!(cache.take(&reused).1, Lookup::Miss);
     }
 
     #[test]
