@@ -86,6 +86,25 @@ struct Stack {
     tenant: String,
 }
 
+impl Stack {
+    /// What the engine does when the send that follows a write fails: it clears the
+    /// run's `resend_after`, so the next sweep sends the wake-up again. The tests drop
+    /// the sent message by hand to stand for that lost send; a loss nobody saw (no
+    /// failed send) waits out the resend margin instead (the sweep tests cover it).
+    async fn send_failed(&self, tenant: &str, run_id: &str) {
+        let tenant = siesta::TenantId::from(tenant);
+        let run_id = siesta::RunId::from(run_id);
+        let run = self.engine.get_run(&tenant, &run_id).await.unwrap();
+        let due_at = run.due_at.expect("a run whose wake-up was lost is due");
+        self.engine
+            .backend()
+            .store
+            .set_resend_after(&tenant, &run_id, due_at, None)
+            .await
+            .unwrap();
+    }
+}
+
 async fn stack(registry: Registry, lease_ttl: Duration) -> Option<Stack> {
     // A table of its own: the sweep reads the global due index, and must not wake the
     // runs of tests running beside this one.
@@ -618,6 +637,9 @@ async fn a_sweep_invocation_wakes_each_due_run_once() {
             .await
             .unwrap();
     }
+    for run in &runs {
+        s.send_failed(&s.tenant, run).await;
+    }
     let scheduled: Value = serde_json::from_str(&fixture("eventbridge-scheduled.json")).unwrap();
     // Two invocations with pages of 2: the first wakes two, the second (once those
     // were handled) the third; none twice.
@@ -940,6 +962,7 @@ async fn one_binary_serves_the_four_roles_an_order_runs_through_all_of_them() {
             .await
             .unwrap();
     }
+    s.send_failed(&s.tenant, &run_id).await;
     let swept = sweep_api
         .invoke(fixture_json("eventbridge-scheduled.json", &[]))
         .await
