@@ -1422,7 +1422,20 @@ impl Engine {
         });
         next.error = None;
         checkpoint.run = next.clone();
-        match self.backend.store.checkpoint(&checkpoint).await {
+        self.write_and_wake(tenant, run_id, &checkpoint, next).await
+    }
+
+    /// Write an operator's change to a parked run (`resume`, `resolve_tool_call`): a
+    /// stale version is [`EngineError::VersionMismatch`]; once written, wake the run to
+    /// act on it.
+    async fn write_and_wake(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+        checkpoint: &Checkpoint,
+        next: Run,
+    ) -> Result<Run, EngineError> {
+        match self.backend.store.checkpoint(checkpoint).await {
             Ok(()) => {}
             Err(StoreError::Conflict(Some(current))) => {
                 return Err(EngineError::VersionMismatch {
@@ -1570,28 +1583,10 @@ impl Engine {
         checkpoint.journal = vec![resolved];
         checkpoint.timeline = timeline;
         checkpoint.tool_calls = tool_call.into_iter().collect();
-        match self.backend.store.checkpoint(&checkpoint).await {
-            Ok(()) => {}
-            Err(StoreError::Conflict(Some(current))) => {
-                return Err(EngineError::VersionMismatch {
-                    current: current.version,
-                });
-            }
-            Err(e) => return Err(e.into()),
-        }
+        let next = self
+            .write_and_wake(tenant, run_id, &checkpoint, next)
+            .await?;
         tracing::info!(tenant = %tenant, run_id = %run_id, %position, resolution = resolution.as_str(), %by, "unknown tool call resolved");
-        self.send_wake(
-            WakeUp {
-                tenant: tenant.clone(),
-                run_id: run_id.clone(),
-                reason: WakeReason::Delivery,
-                epoch_hint: 0,
-                seq_hint: Some(next.timeline_seq),
-            },
-            Duration::ZERO,
-            next.due_at,
-        )
-        .await;
         Ok(next)
     }
 
