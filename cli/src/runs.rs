@@ -180,32 +180,25 @@ impl Remote {
 
     /// `runs cancel`.
     pub async fn cancel(&self, id: &str, if_match: Option<u64>) -> anyhow::Result<()> {
-        self.transition(id, "cancel", if_match).await
+        self.transition(id, &format!("/runs/{id}/cancel"), if_match)
+            .await
     }
 
     /// `runs resume`.
     pub async fn resume(&self, id: &str, if_match: Option<u64>) -> anyhow::Result<()> {
-        self.transition(id, "resume", if_match).await
+        self.transition(id, &format!("/runs/{id}/resume"), if_match)
+            .await
     }
 
-    /// `POST /runs/{id}/{action}` with an optional `If-Match`; prints the new status.
-    async fn transition(
-        &self,
-        id: &str,
-        action: &str,
-        if_match: Option<u64>,
-    ) -> anyhow::Result<()> {
+    /// `POST path` (cancel, resume, redrive of run `id`) with an optional `If-Match`;
+    /// prints the run's new status.
+    async fn transition(&self, id: &str, path: &str, if_match: Option<u64>) -> anyhow::Result<()> {
         let headers: Vec<(&str, String)> = if_match
             .map(|v| ("If-Match", format!("\"{v}\"")))
             .into_iter()
             .collect();
         let body = self
-            .call(
-                reqwest::Method::POST,
-                &format!("/runs/{id}/{action}"),
-                None,
-                &headers,
-            )
+            .call(reqwest::Method::POST, path, None, &headers)
             .await?;
         self.print(&body, |b| {
             println!(
@@ -339,26 +332,8 @@ impl Remote {
             });
             return Ok(());
         };
-        let headers: Vec<(&str, String)> = if_match
-            .map(|v| ("If-Match", format!("\"{v}\"")))
-            .into_iter()
-            .collect();
-        let body = self
-            .call(
-                reqwest::Method::POST,
-                &format!("/dead-letters/{id}/redrive"),
-                None,
-                &headers,
-            )
-            .await?;
-        self.print(&body, |b| {
-            println!(
-                "run {} is {}",
-                id,
-                paint_status(b["status"].as_str().unwrap_or(""))
-            )
-        });
-        Ok(())
+        self.transition(id, &format!("/dead-letters/{id}/redrive"), if_match)
+            .await
     }
 }
 
