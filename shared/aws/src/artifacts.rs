@@ -7,7 +7,7 @@ use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::ServerSideEncryption;
 use bytes::{Bytes, BytesMut};
 use sha2::{Digest, Sha256};
-use siesta::ports::{ArtifactStore, StoreError};
+use siesta::ports::{ArtifactStore, StoreError, artifact_location};
 use siesta::{ArtifactRef, RunId, TenantId};
 
 use crate::error::{code, sdk};
@@ -24,19 +24,9 @@ impl S3Artifacts {
     }
 }
 
-/// A path segment that cannot escape its place: `/` and `%` are percent-encoded, so
-/// a tenant named `a/b` cannot read under tenant `a`.
-fn segment(s: &str) -> String {
-    s.replace('%', "%25").replace('/', "%2F")
-}
-
 /// The object key of content with digest `sha256`, under its tenant's prefix.
 pub(crate) fn object_key(tenant: &TenantId, run_id: &RunId, sha256: &str) -> String {
-    format!(
-        "{}/{}/{sha256}",
-        segment(tenant.as_str()),
-        segment(run_id.as_str())
-    )
+    artifact_location(tenant, run_id, sha256)
 }
 
 #[async_trait]

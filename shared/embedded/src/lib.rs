@@ -1014,7 +1014,7 @@ impl RunStore for EmbeddedBackend {
 #[async_trait]
 impl ArtifactStore for EmbeddedBackend {
     fn location(&self, tenant: &TenantId, run_id: &RunId, sha256: &str) -> String {
-        format!("{tenant}/{run_id}/{sha256}")
+        siesta::ports::artifact_location(tenant, run_id, sha256)
     }
 
     async fn put(

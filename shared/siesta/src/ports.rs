@@ -388,6 +388,20 @@ pub trait ArtifactStore: Send + Sync + 'static {
     fn location(&self, tenant: &TenantId, run_id: &RunId, sha256: &str) -> String;
 }
 
+/// The location both backends give an artifact: `<tenant>/<run>/<sha256>`, each id
+/// with `%` and `/` percent-encoded so it stays one segment — a tenant named `a/b`
+/// cannot mint or read a location under tenant `a`.
+pub fn artifact_location(tenant: &TenantId, run_id: &RunId, sha256: &str) -> String {
+    fn segment(s: &str) -> String {
+        s.replace('%', "%25").replace('/', "%2F")
+    }
+    format!(
+        "{}/{}/{sha256}",
+        segment(tenant.as_str()),
+        segment(run_id.as_str())
+    )
+}
+
 /// Why a run is being woken.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -524,4 +538,19 @@ pub struct Backend {
     pub artifacts: Arc<dyn ArtifactStore>,
     /// Wake-ups.
     pub queue: Arc<dyn WakeQueue>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn artifact_locations_of_different_tenants_and_runs_never_meet() {
+        let of =
+            |t: &str, r: &str| artifact_location(&TenantId(t.into()), &RunId(r.into()), "00ff");
+        assert_eq!(of("a/b", "r"), "a%2Fb/r/00ff");
+        assert_ne!(of("a/b", "r"), of("a", "b/r"));
+        assert_ne!(of("a%2Fb", "r"), of("a/b", "r"));
+        assert!(!of("a/b", "r").starts_with("a/"));
+    }
 }
