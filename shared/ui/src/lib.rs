@@ -14,20 +14,53 @@
 //! Paths: `/` (the runs list), `/ui/runs/{id}` (a run's page) and `/ui/*` for the
 //! assets. None of them is an API path, so merging cannot shadow the API.
 
+use std::sync::LazyLock;
+
 use axum::Router;
-use axum::http::{HeaderValue, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use sha2::{Digest, Sha256};
 
 /// The path of a run's page, for links printed by the CLI: `/ui/runs/{id}`.
 pub fn run_page_path(run_id: &str) -> String {
     format!("/ui/runs/{run_id}")
 }
 
-const INDEX_HTML: &str = include_str!("../assets/index.html");
-const APP_JS: &str = include_str!("../assets/app.js");
-const APP_CSS: &str = include_str!("../assets/app.css");
-const FAVICON_SVG: &str = include_str!("../assets/favicon.svg");
+/// A file of the UI, compiled in, with its entity tag.
+struct Asset {
+    body: &'static str,
+    content_type: &'static str,
+    /// A digest of the content: it changes exactly when the binary brings another file.
+    etag: LazyLock<HeaderValue>,
+}
+
+/// A strong entity tag for `body`.
+fn etag_of(body: &str) -> HeaderValue {
+    let digest = hex::encode(&Sha256::digest(body.as_bytes())[..12]);
+    HeaderValue::from_str(&format!("\"{digest}\"")).expect("hex is a header value")
+}
+
+static INDEX_HTML: Asset = Asset {
+    body: include_str!("../assets/index.html"),
+    content_type: "text/html; charset=utf-8",
+    etag: LazyLock::new(|| etag_of(INDEX_HTML.body)),
+};
+static APP_JS: Asset = Asset {
+    body: include_str!("../assets/app.js"),
+    content_type: "text/javascript; charset=utf-8",
+    etag: LazyLock::new(|| etag_of(APP_JS.body)),
+};
+static APP_CSS: Asset = Asset {
+    body: include_str!("../assets/app.css"),
+    content_type: "text/css; charset=utf-8",
+    etag: LazyLock::new(|| etag_of(APP_CSS.body)),
+};
+static FAVICON_SVG: Asset = Asset {
+    body: include_str!("../assets/favicon.svg"),
+    content_type: "image/svg+xml",
+    etag: LazyLock::new(|| etag_of(FAVICON_SVG.body)),
+};
 
 /// Everything the page may load comes from this server; inline scripts are refused.
 /// Inline style attributes are allowed: the waterfall places its bars with them.
@@ -42,22 +75,16 @@ pub fn router<S: Clone + Send + Sync + 'static>() -> Router<S> {
         .route("/ui", get(index))
         .route("/ui/", get(index))
         .route("/ui/runs/{id}", get(index))
-        .route(
-            "/ui/app.js",
-            get(|| asset(APP_JS, "text/javascript; charset=utf-8")),
-        )
-        .route(
-            "/ui/app.css",
-            get(|| asset(APP_CSS, "text/css; charset=utf-8")),
-        )
+        .route("/ui/app.js", get(|h: HeaderMap| asset(h, &APP_JS)))
+        .route("/ui/app.css", get(|h: HeaderMap| asset(h, &APP_CSS)))
         .route(
             "/ui/favicon.svg",
-            get(|| asset(FAVICON_SVG, "image/svg+xml")),
+            get(|h: HeaderMap| asset(h, &FAVICON_SVG)),
         )
 }
 
-async fn index() -> Response {
-    let mut response = asset(INDEX_HTML, "text/html; charset=utf-8").await;
+async fn index(request: HeaderMap) -> Response {
+    let mut response = asset(request, &INDEX_HTML).await;
     response.headers_mut().insert(
         header::CONTENT_SECURITY_POLICY,
         HeaderValue::from_static(CSP),
@@ -65,18 +92,37 @@ async fn index() -> Response {
     response
 }
 
-async fn asset(body: &'static str, content_type: &'static str) -> Response {
-    (
-        [
-            (header::CONTENT_TYPE, content_type),
-            // The assets change with the binary: revalidate rather than serve a stale UI
-            // against a newer API.
-            (header::CACHE_CONTROL, "no-cache"),
-            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
-        ],
-        body,
-    )
-        .into_response()
+/// Whether `If-None-Match` names `tag` (or is `*`).
+fn not_modified(request: &HeaderMap, tag: &HeaderValue) -> bool {
+    request
+        .get_all(header::IF_NONE_MATCH)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|t| t.trim().trim_start_matches("W/"))
+        .any(|t| t == "*" || t.as_bytes() == tag.as_bytes())
+}
+
+async fn asset(request: HeaderMap, asset: &'static Asset) -> Response {
+    let tag = &*asset.etag;
+    let headers = [
+        (
+            header::CONTENT_TYPE,
+            HeaderValue::from_static(asset.content_type),
+        ),
+        // The assets change with the binary: revalidate rather than serve a stale UI
+        // against a newer API; the entity tag makes revalidation a 304 without a body.
+        (header::CACHE_CONTROL, HeaderValue::from_static("no-cache")),
+        (header::ETAG, tag.clone()),
+        (
+            header::X_CONTENT_TYPE_OPTIONS,
+            HeaderValue::from_static("nosniff"),
+        ),
+    ];
+    if not_modified(&request, tag) {
+        return (StatusCode::NOT_MODIFIED, headers).into_response();
+    }
+    (headers, asset.body).into_response()
 }
 
 #[cfg(test)]
@@ -157,12 +203,12 @@ mod tests {
     #[test]
     fn nothing_is_loaded_from_another_origin() {
         for (name, asset) in [
-            ("index.html", INDEX_HTML),
-            ("app.js", APP_JS),
-            ("app.css", APP_CSS),
+            ("index.html", &INDEX_HTML),
+            ("app.js", &APP_JS),
+            ("app.css", &APP_CSS),
         ] {
             for needle in ["http://", "https://", "//cdn", "@import"] {
-                assert!(!asset.contains(needle), "{name} mentions {needle}");
+                assert!(!asset.body.contains(needle), "{name} mentions {needle}");
             }
         }
     }
@@ -170,5 +216,30 @@ mod tests {
     #[test]
     fn run_pages_live_under_ui_runs() {
         assert_eq!(run_page_path("r1"), "/ui/runs/r1");
+    }
+
+    #[tokio::test]
+    async fn an_asset_revalidated_with_its_etag_is_not_modified_and_another_tag_gets_the_body() {
+        let first = get_path("/ui/app.js").await;
+        let tag = first.headers()[header::ETAG].clone();
+        assert!(tag.to_str().unwrap().starts_with('"'), "{tag:?}");
+        let again = |if_none_match: String| {
+            router::<()>().oneshot(
+                Request::get("/ui/app.js")
+                    .header(header::IF_NONE_MATCH, if_none_match)
+                    .body(Body::empty())
+                    .unwrap(),
+            )
+        };
+        let same = again(tag.to_str().unwrap().to_owned()).await.unwrap();
+        assert_eq!(same.status(), StatusCode::NOT_MODIFIED);
+        assert_eq!(same.headers()[header::ETAG], tag);
+        assert!(text(same).await.is_empty());
+        let other = again("\"0000\"".to_owned()).await.unwrap();
+        assert_eq!(other.status(), StatusCode::OK);
+        assert!(!text(other).await.is_empty());
+        // Different assets have different tags.
+        let css = get_path("/ui/app.css").await;
+        assert_ne!(css.headers()[header::ETAG], tag);
     }
 }
