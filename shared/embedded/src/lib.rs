@@ -26,6 +26,7 @@
 
 #[cfg(test)]
 mod query_plans;
+mod recovery;
 mod writer;
 
 use std::path::{Path, PathBuf};
@@ -238,6 +239,7 @@ impl EmbeddedBackend {
             .map_err(sql)?;
         conn.execute_batch(SCHEMA).map_err(sql)?;
         migrate(&conn)?;
+        recovery::forget_lost_wake_ups(&conn, clock.now())?;
         let counters = Arc::new(writer::Counters::default());
         let (sender, jobs) = mpsc::channel();
         {
@@ -1307,7 +1309,9 @@ impl WakeQueue for EmbeddedBackend {
         due_at: Timestamp,
     ) -> Result<Option<bool>, StoreError> {
         let (tenant, run_id) = (tenant.0.clone(), run_id.0.clone());
-        self.tx(move |tx, _| {
+        // A read: the sweep asks this for a page of runs at a time, and the writer is
+        // for writes.
+        self.read(move |tx| {
             tx.prepare_cached(
                 "SELECT EXISTS (SELECT 1 FROM wake_queue WHERE tenant = ?1 AND run_id = ?2
                                   AND (receipt IS NOT NULL OR visible_at <= ?3))",

@@ -1595,8 +1595,10 @@ impl Engine {
     /// wake-ups — and whose wake-up is not on its way: the due index leaves out runs
     /// whose `resend_after` has not passed (a wake-up sent for them may merely wait
     /// behind others), and a queue that can tell (the embedded one) is asked whether it
-    /// holds one. Each wake-up sent pushes the run's `resend_after` out, so the next
-    /// sweep does not send another while this one waits in the queue. Bounded by
+    /// holds one: if it does, the run's `resend_after` is pushed a margin out and
+    /// nothing is sent; if it does not, a wake-up is sent at once. Each wake-up sent
+    /// pushes the run's `resend_after` out, so the next sweep does not send another
+    /// while this one waits in the queue. Bounded by
     /// `limit`; idempotent (a duplicate wake-up is a no-op).
     pub async fn sweep(&self, limit: usize) -> Result<SweepReport, EngineError> {
         let dead = self.handle_dead_letters(limit).await?;
@@ -1614,7 +1616,20 @@ impl Engine {
             .map(|run| async move {
                 let queue = &self.backend.queue;
                 match queue.holds(&run.tenant, &run.run_id, run.due_at).await {
-                    Ok(Some(true)) => return (run.status, None),
+                    Ok(Some(true)) => {
+                        // On its way: look again only after another margin, so the run
+                        // leaves the due index's next pages instead of filling them.
+                        let later = now.plus(self.config.resend_margin);
+                        if let Err(e) = self
+                            .backend
+                            .store
+                            .set_resend_after(&run.tenant, &run.run_id, run.due_at, Some(later))
+                            .await
+                        {
+                            tracing::warn!(run_id = %run.run_id, error = %e, "could not note the queued wake-up");
+                        }
+                        return (run.status, None);
+                    }
                     Ok(_) => {}
                     // Unknown: better a harmless duplicate than a lost wake-up.
                     Err(e) => tracing::warn!(run_id = %run.run_id, error = %e, "could not look for a queued wake-up"),

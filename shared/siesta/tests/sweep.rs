@@ -72,6 +72,19 @@ async fn a_sweep_while_wake_ups_wait_in_the_queue_sends_none_again() {
         (50, 0, 50),
         "{report:?}"
     );
+    // Found queued, they leave the due index for another margin: the next sweeps'
+    // pages are free for runs that need them.
+    for _ in 0..3 {
+        let report = w.engine().sweep(1000).await.unwrap();
+        assert_eq!((report.due, report.woken), (0, 0), "{report:?}");
+    }
+    w.clock().advance(EngineConfig::default().resend_margin);
+    let report = w.engine().sweep(1000).await.unwrap();
+    assert_eq!(
+        (report.due, report.woken, report.already_queued),
+        (50, 0, 50),
+        "still queued a margin later: asked again, nothing sent"
+    );
     assert_eq!(
         w.engine().run_until_idle(100).await.unwrap(),
         50,
@@ -261,6 +274,69 @@ async fn a_wake_up_lost_without_an_error_is_sent_again_once_its_margin_passed_th
     assert_eq!(w.engine().sweep(1000).await.unwrap().woken, 1);
     w.run_until_idle().await;
     assert_eq!(w.run(&run).await.status, RunStatus::Waiting);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wake_up_lost_with_the_process_is_sent_by_the_first_sweep_after_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("siesta.db");
+    let clock = Arc::new(ManualClock::default());
+    let engine_on =
+        |backend: Backend| Engine::new(backend, clock.clone(), registry(), EngineConfig::default());
+    let (lost, queued) = {
+        let base = siesta_embedded::EmbeddedBackend::open(&path, clock.clone())
+            .unwrap()
+            .backend();
+        // The process dies between the start's write and its send.
+        let dying = engine_on(Backend {
+            queue: Arc::new(SendsVanish(base.queue.clone(), 0.into())),
+            ..base.clone()
+        });
+        let lost = dying
+            .start(&"acme".into(), "await_go", json!(null), None)
+            .await
+            .unwrap()
+            .id;
+        let engine = engine_on(base);
+        let queued = engine
+            .start(&"acme".into(), "await_go", json!(null), None)
+            .await
+            .unwrap()
+            .id;
+        clock.advance(Duration::from_secs(10));
+        let report = engine.sweep(1000).await.unwrap();
+        assert_eq!(
+            (report.due, report.woken),
+            (0, 0),
+            "before the restart both wake-ups count as on their way: {report:?}"
+        );
+        (lost, queued)
+    };
+
+    // Opened again: the queue holds the one wake-up and not the other, and the first
+    // sweep sends the lost one, well within the margin.
+    let backend = siesta_embedded::EmbeddedBackend::open(&path, clock.clone())
+        .unwrap()
+        .backend();
+    let engine = engine_on(backend.clone());
+    clock.advance(Duration::from_secs(1));
+    let report = engine.sweep(1000).await.unwrap();
+    assert_eq!(
+        (report.due, report.woken, report.lost_wakeups),
+        (1, 1, 1),
+        "{report:?}"
+    );
+    assert_eq!(engine.sweep(1000).await.unwrap().woken, 0, "sent once");
+    assert_eq!(engine.run_until_idle(100).await.unwrap(), 2, "one each");
+    for id in [&lost, &queued] {
+        let run = backend
+            .store
+            .get_run(&"acme".into(), id)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(run.status, RunStatus::Waiting, "{id}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
