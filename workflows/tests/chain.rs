@@ -74,15 +74,19 @@ async fn steps_with_a_sleep_after_each_wake_per_timer_and_sum_the_same() {
             "{sleep:?}"
         );
     }
-    // Each of the three timers suspended the run; each wake-up after the first replayed
-    // it from the replay cache, unless the test support turned it off.
+    // Each of the three timers suspended the run; each wake-up after the first continued
+    // the suspended workflow from the replay cache, unless the test support turned it off.
     let stats = w.engine().replay_cache_stats();
     let hits = if w.config().replay_cache_entries > 0 {
         3
     } else {
         0
     };
-    assert_eq!((stats.hits, stats.misses), (hits, 4 - hits), "{stats:?}");
+    assert_eq!(
+        (stats.hits, stats.continued, stats.misses),
+        (hits, hits, 4 - hits),
+        "{stats:?}"
+    );
 }
 
 #[tokio::test]

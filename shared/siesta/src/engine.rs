@@ -11,7 +11,6 @@
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
-use std::pin::pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::Poll;
@@ -30,7 +29,7 @@ use crate::notify::{QueueSignal, RunWatch, RunWatchers, SignallingQueue};
 use crate::ports::*;
 use crate::quota::{self, QuotaExceeded, QuotaLimit, StartRate, json_size};
 use crate::registry::Registry;
-use crate::replay_cache::{ReplayCache, ReplayCacheStats, Replayed};
+use crate::replay_cache::{Continuation, Kept, ReplayCache, ReplayCacheStats, Replayed};
 use crate::time::{Clock, Timestamp};
 
 /// How the engine behaves.
@@ -58,6 +57,12 @@ pub struct EngineConfig {
     /// this process replays from memory instead of reading the journal again (see
     /// [`Engine::replay_cache_stats`]); 0 turns it off. Default: 50 000.
     pub replay_cache_entries: usize,
+    /// Most suspended runs whose workflow the replay cache keeps whole, so their next
+    /// wake-up in this process continues where they stopped instead of replaying from
+    /// the top (a [continuation](crate::replay_cache)); their journals count towards
+    /// `replay_cache_entries`, and 0 (or a `replay_cache_entries` of 0) turns it off.
+    /// Default: 256.
+    pub max_continuations: usize,
     /// How long after a wake-up should have become visible the sweep leaves its run
     /// alone ([`Run::resend_after`]): a wake-up waiting behind a backlog is not lost.
     /// Default: 15 minutes, the wake-up queue's visibility timeout — a wake-up received
@@ -84,6 +89,7 @@ impl Default for EngineConfig {
             max_passes: 8,
             build_id: concat!("siesta@", env!("CARGO_PKG_VERSION")).to_owned(),
             replay_cache_entries: 50_000,
+            max_continuations: 256,
             resend_margin: Duration::from_secs(15 * 60),
             quotas: crate::quota::Quotas::default(),
         }
@@ -288,7 +294,10 @@ impl Engine {
             backend,
             clock,
             registry: Arc::new(registry),
-            replay_cache: Arc::new(ReplayCache::new(config.replay_cache_entries)),
+            replay_cache: Arc::new(ReplayCache::new(
+                config.replay_cache_entries,
+                config.max_continuations,
+            )),
             config,
             invocations: Arc::new(AtomicU64::new(0)),
             queue_signal,
@@ -550,34 +559,54 @@ impl Engine {
             let shared = self.shared(run, Replayed::default(), budget, watch);
             return self.finish(&shared, Ending::Fail(error)).await;
         };
-        // Only the first pass may replay from the cache: later ones follow a conflict,
-        // which means something new was written.
+        // Only the first pass may use the cache: later ones follow a conflict, which
+        // means something new was written.
         let mut cached = self.replay_cache.take(&run).0;
         for _ in 0..self.config.max_passes.max(1) {
-            let history = match cached.take() {
-                Some(replayed) => replayed,
-                None => self
-                    .backend
-                    .store
-                    .load_history(&run.tenant, &run.id)
-                    .await?
-                    .into(),
-            };
-            let cancel = run.cancel_requested;
-            let shared = self.shared(run.clone(), history, budget, watch);
-            if cancel {
-                return self.finish(&shared, Ending::Cancel).await;
-            }
-            let input: serde_json::Value = match decode_payload(&self.backend, &run.input).await {
-                Ok(v) => v,
-                Err(e) => return self.finish(&shared, Ending::Fail(e.to_info())).await,
+            let (shared, mut fut) = match cached.take() {
+                Some(Kept::Continuation(Continuation { shared, future }))
+                    if !run.cancel_requested =>
+                {
+                    shared.rearm(run.clone(), budget, watch.clone());
+                    (shared, future)
+                }
+                kept => {
+                    let history = match kept {
+                        Some(Kept::Journal(replayed)) => replayed,
+                        _ => self
+                            .backend
+                            .store
+                            .load_history(&run.tenant, &run.id)
+                            .await?
+                            .into(),
+                    };
+                    let cancel = run.cancel_requested;
+                    let shared = self.shared(run.clone(), history, budget, watch);
+                    if cancel {
+                        return self.finish(&shared, Ending::Cancel).await;
+                    }
+                    let input: serde_json::Value =
+                        match decode_payload(&self.backend, &run.input).await {
+                            Ok(v) => v,
+                            Err(e) => return self.finish(&shared, Ending::Fail(e.to_info())).await,
+                        };
+                    let fut = workflow.start(Context::root(shared.clone()), input);
+                    (shared, fut)
+                }
             };
             let exec = {
-                let mut fut = pin!(workflow.start(Context::root(shared.clone()), input));
+                // Tells a branch that woke the workflow during a poll (a `FuturesUnordered`
+                // yielding, a parked branch a re-arm woke behind one) from one that waits.
+                let woken = Arc::new(WokenFlag::default());
+                let woken_waker = futures::task::waker(woken.clone());
                 std::future::poll_fn(|cx| {
+                    woken.arm(cx.waker());
+                    let mut inner = std::task::Context::from_waker(&woken_waker);
                     // A panicking workflow must not take the worker with it; the future
                     // is dropped unpolled after it.
-                    match std::panic::catch_unwind(AssertUnwindSafe(|| fut.as_mut().poll(cx))) {
+                    match std::panic::catch_unwind(AssertUnwindSafe(|| {
+                        fut.as_mut().poll(&mut inner)
+                    })) {
                         Ok(Poll::Ready(r)) => return Poll::Ready(Exec::Finished(r)),
                         Ok(Poll::Pending) => {}
                         Err(payload) => {
@@ -594,7 +623,7 @@ impl Engine {
                     if let Some(Stop::Abort(why)) = &st.stop {
                         return Poll::Ready(Exec::Aborted(why.clone()));
                     }
-                    if st.running <= 0 {
+                    if st.running <= 0 && !woken.woken() {
                         Poll::Ready(Exec::Suspended)
                     } else {
                         Poll::Pending
@@ -602,6 +631,7 @@ impl Engine {
                 })
                 .await
             };
+            let suspended = matches!(exec, Exec::Suspended);
             let ending = {
                 let st = shared.state();
                 match (exec, st.stop.clone()) {
@@ -631,7 +661,8 @@ impl Engine {
                     if let Ok(WakeOutcome::Advanced(status)) = &other
                         && !status.is_finished()
                     {
-                        self.keep_replayed(&shared);
+                        let future = suspended.then_some(fut);
+                        self.keep_replayed(&shared, future);
                     }
                     return other;
                 }
@@ -645,18 +676,28 @@ impl Engine {
 
     /// Keep what the invocation that just wrote its final checkpoint replayed, for the
     /// run's next wake-up — unless deliveries arrived that it did not load (its final
-    /// checkpoint merged them): those are only in the store.
-    fn keep_replayed(&self, shared: &Arc<Shared>) {
-        let run = {
+    /// checkpoint merged them): those are only in the store. With `future` (every
+    /// branch parked, none blocked for good) the workflow itself is kept, to continue;
+    /// otherwise its journal.
+    fn keep_replayed(&self, shared: &Arc<Shared>, future: Option<WorkflowFuture>) {
+        let (run, continuable) = {
             let st = shared.state();
             let loaded = st.deliveries.last().map_or(0, |d| d.seq);
             if loaded != st.run.inbox_seq {
                 return;
             }
-            st.run.clone()
+            (st.run.clone(), !st.stuck && st.stop.is_none())
         };
-        self.replay_cache
-            .put(&run, shared.epoch, shared.take_replayed());
+        let kept = match future {
+            Some(future) if continuable && self.replay_cache.keeps_continuations() => {
+                Kept::Continuation(Continuation {
+                    shared: shared.clone(),
+                    future,
+                })
+            }
+            _ => Kept::Journal(shared.take_replayed()),
+        };
+        self.replay_cache.put(&run, shared.epoch(), kept);
     }
 
     fn shared(
@@ -771,7 +812,7 @@ impl Engine {
         };
         delta.timeline.push(event(
             EventType::InvocationCompleted,
-            serde_json::json!({"Status": status, "NextWakeAt": due_at, "Epoch": shared.epoch}),
+            serde_json::json!({"Status": status, "NextWakeAt": due_at, "Epoch": shared.epoch()}),
         ));
         if status.is_finished() {
             delta.callbacks = open_callbacks;
@@ -830,7 +871,7 @@ impl Engine {
         }
         self.close_overflow(&run.tenant, &run.id, overflow).await;
         self.watchers.changed(&run.tenant, &run.id);
-        let epoch = shared.epoch.0;
+        let epoch = shared.epoch().0;
         let seq = Some(shared.state().run.timeline_seq);
         match ending {
             Ending::Yield => {
@@ -2041,6 +2082,48 @@ async fn renew_lease(
             Err(e) => {
                 tracing::warn!(run_id = %run_id, error = %e, "lease renewal failed; retrying")
             }
+        }
+    }
+}
+
+/// A workflow's future, as the registry starts it.
+type WorkflowFuture = futures::future::BoxFuture<'static, Result<serde_json::Value, Error>>;
+
+/// The waker an invocation polls its workflow with: it remembers whether anything woke
+/// the workflow during a poll (so the engine polls again instead of taking a branch
+/// that has yet to run for one that waits) and passes the wake on to the task.
+#[derive(Default)]
+struct WokenFlag {
+    woken: std::sync::atomic::AtomicBool,
+    task: std::sync::Mutex<Option<std::task::Waker>>,
+}
+
+impl WokenFlag {
+    /// Before a poll: forget earlier wakes and wake `task` from now on.
+    fn arm(&self, task: &std::task::Waker) {
+        self.woken.store(false, Ordering::SeqCst);
+        let mut held = self.task.lock().unwrap_or_else(|e| e.into_inner());
+        if !held.as_ref().is_some_and(|w| w.will_wake(task)) {
+            *held = Some(task.clone());
+        }
+    }
+
+    /// Whether anything woke the workflow since [`WokenFlag::arm`].
+    fn woken(&self) -> bool {
+        self.woken.load(Ordering::SeqCst)
+    }
+}
+
+impl futures::task::ArcWake for WokenFlag {
+    fn wake_by_ref(arc_self: &Arc<Self>) {
+        arc_self.woken.store(true, Ordering::SeqCst);
+        let task = arc_self
+            .task
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        if let Some(task) = task {
+            task.wake();
         }
     }
 }

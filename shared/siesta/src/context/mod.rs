@@ -9,8 +9,12 @@
 //!   learns something (a step's result, a callback's payload, a timer firing) commits it
 //!   in one checkpoint and only then returns it.
 //! - **Suspension never reaches user code.** An operation that cannot complete yet
-//!   records what it waits for and stays pending forever; the engine notices that every
-//!   branch is blocked, checkpoints, and drops the workflow future.
+//!   records what it waits for and parks; the engine notices that every branch is
+//!   blocked and checkpoints. It then either drops the workflow future or keeps it as a
+//!   continuation (see `crate::continuation`): the next invocation re-arms [`Shared`]
+//!   and every parked branch re-evaluates what it waits for, exactly as a replay would
+//!   from the journal. A branch that cannot re-evaluate (a stop, a failed checkpoint, a
+//!   wait that does not loop) blocks for good and marks the pass as not continuable.
 //! - **One writer.** Checkpoints of concurrent branches are serialised through one lock
 //!   and each is conditioned on the run's version and the lease's fencing epoch; a
 //!   concurrent delivery only moves the version, so the writer merges and retries, while
@@ -106,6 +110,10 @@ pub(crate) struct ExecState {
     /// Starts of operations whose work is not inside them (a combinator's futures were
     /// created before it), recorded by the next checkpoint anyone makes.
     detached_starts: Vec<PendingStart>,
+    /// Counts re-arms: a parked branch re-evaluates its wait when this moves.
+    generation: u64,
+    /// A branch blocked for good (not parked): this pass cannot be continued.
+    pub stuck: bool,
 }
 
 /// What one replay pass shares between the context handles and the engine.
@@ -115,13 +123,17 @@ pub(crate) struct Shared {
     pub config: ContextConfig,
     pub tenant: TenantId,
     pub run_id: RunId,
-    pub epoch: FencingEpoch,
+    /// The fencing epoch of the invocation driving this pass (changes on re-arm).
+    epoch: std::sync::atomic::AtomicU64,
     state: Mutex<ExecState>,
     writer: tokio::sync::Mutex<()>,
     /// Branches' deltas waiting for a coalesced checkpoint (see `coalesce`).
     queued: Mutex<Vec<coalesce::Queued>>,
     queue_ids: std::sync::atomic::AtomicU64,
-    watch: Arc<LeaseWatch>,
+    /// The lease watch of the invocation driving this pass (replaced on re-arm).
+    watch: Mutex<Arc<LeaseWatch>>,
+    /// Wakes parked branches when the pass is re-armed.
+    rearmed: tokio::sync::Notify,
 }
 
 /// Everything one checkpoint adds besides the run itself.
@@ -202,7 +214,7 @@ impl Shared {
             config,
             tenant: run.tenant.clone(),
             run_id: run.id.clone(),
-            epoch,
+            epoch: std::sync::atomic::AtomicU64::new(epoch.0),
             state: Mutex::new(ExecState {
                 run,
                 journal,
@@ -220,12 +232,45 @@ impl Shared {
                 budget_deadline,
                 inbox_loaded,
                 detached_starts: Vec::new(),
+                generation: 0,
+                stuck: false,
             }),
             writer: tokio::sync::Mutex::new(()),
             queued: Mutex::new(Vec::new()),
             queue_ids: std::sync::atomic::AtomicU64::new(0),
-            watch,
+            watch: Mutex::new(watch),
+            rearmed: tokio::sync::Notify::new(),
         }
+    }
+
+    /// The fencing epoch checkpoints are written under.
+    pub(crate) fn epoch(&self) -> FencingEpoch {
+        FencingEpoch(self.epoch.load(Ordering::SeqCst))
+    }
+
+    fn watch(&self) -> Arc<LeaseWatch> {
+        self.watch.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Hand this suspended pass to a new invocation: `run` as its claim left it (which
+    /// the caller checked nothing else wrote since this pass's final checkpoint), its
+    /// budget and lease watch. Every parked branch then re-evaluates its wait on its
+    /// next poll.
+    pub(crate) fn rearm(&self, run: Run, budget_deadline: Timestamp, watch: Arc<LeaseWatch>) {
+        let epoch = run.lease.as_ref().map(|l| l.epoch).unwrap_or(run.epoch);
+        self.epoch.store(epoch.0, Ordering::SeqCst);
+        *self.watch.lock().unwrap_or_else(|e| e.into_inner()) = watch;
+        {
+            let mut st = self.state();
+            st.inbox_loaded = run.inbox_seq;
+            st.run = run;
+            st.budget_deadline = budget_deadline;
+            st.next_due = None;
+            st.continue_now = false;
+            st.stop = None;
+            st.generation += 1;
+        }
+        self.rearmed.notify_waiters();
     }
 
     pub(crate) fn state(&self) -> MutexGuard<'_, ExecState> {
@@ -297,7 +342,7 @@ impl Shared {
                     return Err(CommitError::InboxChanged);
                 }
                 let mut run = st.run.clone();
-                let renewed = Timestamp(self.watch.expires_at.load(Ordering::SeqCst));
+                let renewed = Timestamp(self.watch().expires_at.load(Ordering::SeqCst));
                 if let Some(lease) = run.lease.as_mut().filter(|l| l.expires_at < renewed) {
                     lease.expires_at = renewed;
                     run.due_at = Some(renewed);
@@ -314,7 +359,7 @@ impl Shared {
                 Checkpoint {
                     run,
                     expected_version,
-                    epoch: Some(self.epoch),
+                    epoch: Some(self.epoch()),
                     journal: delta.journal.clone(),
                     timeline,
                     callbacks: delta.callbacks.clone(),
@@ -352,7 +397,7 @@ impl Shared {
                     if current
                         .lease
                         .as_ref()
-                        .is_some_and(|l| l.epoch == self.epoch)
+                        .is_some_and(|l| l.epoch == self.epoch())
                         && attempts < 16 =>
                 {
                     attempts += 1;
@@ -772,37 +817,66 @@ impl Context {
 
     /// Stop at an operation boundary when the run is stopping, cancelled, or out of
     /// time; otherwise return at once.
+    /// A spent budget parks the branch until the next invocation re-arms the pass with
+    /// a new one; a stop or cancellation blocks it for good.
     pub(crate) async fn boundary(&self) {
-        let block = {
-            let mut st = self.shared.state();
-            if st.stop.is_some() {
-                true
-            } else if st.run.cancel_requested {
-                st.stop = Some(Stop::Cancel);
-                true
-            } else if self.shared.now() >= st.budget_deadline {
-                st.continue_now = true;
-                true
-            } else {
-                false
+        loop {
+            let block = {
+                let mut st = self.shared.state();
+                if st.stop.is_some() {
+                    Some(true)
+                } else if st.run.cancel_requested {
+                    st.stop = Some(Stop::Cancel);
+                    Some(true)
+                } else if self.shared.now() >= st.budget_deadline {
+                    st.continue_now = true;
+                    Some(false)
+                } else {
+                    None
+                }
+            };
+            match block {
+                None => return,
+                Some(true) => self.suspend::<()>(None).await,
+                Some(false) => self.park(None).await,
             }
-        };
-        if block {
-            self.suspend::<()>(None).await;
         }
     }
 
     /// Block this branch for good (until the engine drops the workflow), noting when it
-    /// next needs attention.
+    /// next needs attention. The pass can no longer be continued.
     pub(crate) async fn suspend<T>(&self, due: Option<Timestamp>) -> T {
         {
             let mut st = self.shared.state();
+            st.stuck = true;
             if let Some(due) = due {
                 st.next_due = Some(st.next_due.map_or(due, |d| d.min(due)));
             }
         }
         let _blocked = BlockGuard::new(&self.shared);
         std::future::pending::<T>().await
+    }
+
+    /// Block this branch until the pass is re-armed by a new invocation (see
+    /// [`Shared::rearm`]), noting when it next needs attention. The caller then
+    /// re-evaluates what it waits for, as a replay of the journal would.
+    pub(crate) async fn park(&self, due: Option<Timestamp>) {
+        let generation = {
+            let mut st = self.shared.state();
+            if let Some(due) = due {
+                st.next_due = Some(st.next_due.map_or(due, |d| d.min(due)));
+            }
+            st.generation
+        };
+        let _blocked = BlockGuard::new(&self.shared);
+        loop {
+            // Registered before the check, so a re-arm in between is not missed.
+            let rearmed = self.shared.rearmed.notified();
+            if self.shared.state().generation != generation {
+                return;
+            }
+            rearmed.await;
+        }
     }
 
     /// Commit `delta`; if that fails, the invocation is over: block for good.

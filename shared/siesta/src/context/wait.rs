@@ -51,56 +51,61 @@ impl IntoFuture for WaitBuilder {
     fn into_future(self) -> Self::IntoFuture {
         Box::pin(async move {
             let WaitBuilder { ctx, op, duration } = self;
-            let now = ctx.shared.now();
-            let fire_at = match ctx.lookup(&op).await.map(|e| e.state) {
-                Some(EntryState::Succeeded { .. }) => return Ok(()),
-                Some(EntryState::Waiting(Wait {
-                    deadline: Some(at), ..
-                })) => at,
-                Some(EntryState::Failed { error, .. }) => return Err(Error::from_info(&error)),
-                _ => {
-                    ctx.go_live();
-                    ctx.boundary().await;
-                    let fire_at = now.plus(duration);
-                    let wait = Wait {
-                        kind: WaitKind::Timer,
-                        deadline: Some(fire_at),
-                        started_at: now,
-                    };
-                    let event = ctx.event(
-                        EventType::WaitStarted,
-                        SubType::Wait,
-                        &op,
-                        serde_json::json!({"ScheduledEndTimestamp": fire_at}),
-                    );
-                    ctx.commit_or_suspend(Delta {
-                        journal: vec![op.entry(EntryState::Waiting(wait))],
-                        timeline: vec![event],
-                        ..Delta::default()
-                    })
-                    .await;
-                    fire_at
+            // Each turn re-evaluates the timer against the journal: after a re-arm (a
+            // continuation), exactly as a replay from the top would.
+            loop {
+                let now = ctx.shared.now();
+                let fire_at = match ctx.lookup(&op).await.map(|e| e.state) {
+                    Some(EntryState::Succeeded { .. }) => return Ok(()),
+                    Some(EntryState::Waiting(Wait {
+                        deadline: Some(at), ..
+                    })) => at,
+                    Some(EntryState::Failed { error, .. }) => return Err(Error::from_info(&error)),
+                    _ => {
+                        ctx.go_live();
+                        ctx.boundary().await;
+                        let fire_at = now.plus(duration);
+                        let wait = Wait {
+                            kind: WaitKind::Timer,
+                            deadline: Some(fire_at),
+                            started_at: now,
+                        };
+                        let event = ctx.event(
+                            EventType::WaitStarted,
+                            SubType::Wait,
+                            &op,
+                            serde_json::json!({"ScheduledEndTimestamp": fire_at}),
+                        );
+                        ctx.commit_or_suspend(Delta {
+                            journal: vec![op.entry(EntryState::Waiting(wait))],
+                            timeline: vec![event],
+                            ..Delta::default()
+                        })
+                        .await;
+                        fire_at
+                    }
+                };
+                if now < fire_at {
+                    ctx.park(Some(fire_at)).await;
+                    continue;
                 }
-            };
-            if now < fire_at {
-                return ctx.suspend(Some(fire_at)).await;
+                let event = ctx.event(
+                    EventType::WaitSucceeded,
+                    SubType::Wait,
+                    &op,
+                    serde_json::Value::Null,
+                );
+                ctx.commit_or_suspend(Delta {
+                    journal: vec![op.entry(EntryState::Succeeded {
+                        value: Payload::Inline(serde_json::Value::Null),
+                        attempt: 0,
+                    })],
+                    timeline: vec![event],
+                    ..Delta::default()
+                })
+                .await;
+                return Ok(());
             }
-            let event = ctx.event(
-                EventType::WaitSucceeded,
-                SubType::Wait,
-                &op,
-                serde_json::Value::Null,
-            );
-            ctx.commit_or_suspend(Delta {
-                journal: vec![op.entry(EntryState::Succeeded {
-                    value: Payload::Inline(serde_json::Value::Null),
-                    attempt: 0,
-                })],
-                timeline: vec![event],
-                ..Delta::default()
-            })
-            .await;
-            Ok(())
         })
     }
 }
