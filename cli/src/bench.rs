@@ -12,6 +12,7 @@
 
 mod replay;
 pub mod sleeping;
+pub mod timers;
 pub mod ui;
 
 use std::process::Stdio;
@@ -44,6 +45,79 @@ struct Server {
     pid: u32,
     base: String,
     _dir: tempfile::TempDir,
+    /// What the server's sweeps reported so far (its `sweep` log lines).
+    sweeps: std::sync::Arc<std::sync::Mutex<SweepTally>>,
+}
+
+/// The sum of the sweep reports a dev server logged (`SIESTA_LOG` names the dev module
+/// at `info`: one line per sweep that found a run due).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct SweepTally {
+    /// Sweeps that found something due.
+    sweeps: u64,
+    /// Runs their due-index pages held.
+    due: u64,
+    /// Of those, runs whose wake-up the queue still held (none sent).
+    already_queued: u64,
+    /// Wake-ups the sweeps sent.
+    woken: u64,
+}
+
+impl SweepTally {
+    /// Add one `sweep` log line (ANSI colours and all) to the tally.
+    fn add_line(&mut self, line: &str) {
+        let plain = strip_ansi(line);
+        if !plain.contains("siesta_app::dev") || !plain.contains(" sweep") {
+            return;
+        }
+        let field = |name: &str| {
+            plain
+                .split_whitespace()
+                .find_map(|w| w.strip_prefix(name)?.strip_prefix('='))
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        self.sweeps += 1;
+        self.due += field("due");
+        self.already_queued += field("already_queued");
+        self.woken += field("woken");
+    }
+
+    /// What happened between `earlier` and this tally.
+    fn since(self, earlier: SweepTally) -> SweepTally {
+        SweepTally {
+            sweeps: self.sweeps - earlier.sweeps,
+            due: self.due - earlier.due,
+            already_queued: self.already_queued - earlier.already_queued,
+            woken: self.woken - earlier.woken,
+        }
+    }
+
+    /// Store and queue calls these sweeps made: per sweep a dead-letter receive and a
+    /// due-index query; per due run a `holds` look-up; per run found queued a
+    /// `set_resend_after`; per wake-up sent a send and a `set_resend_after`.
+    fn store_calls(self) -> u64 {
+        2 * self.sweeps + self.due + self.already_queued + 2 * self.woken
+    }
+}
+
+/// `line` without ANSI escape sequences.
+fn strip_ansi(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            // ESC [ … final byte in @..~
+            for c in chars.by_ref() {
+                if ('@'..='~').contains(&c) && c != '[' {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 impl Server {
@@ -57,8 +131,9 @@ impl Server {
             .arg(dir.path())
             .args(&options.server_args)
             .env("RUST_LOG", "warn")
+            .env("SIESTA_LOG", "warn,siesta_app::dev=info")
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(Stdio::piped())
             .kill_on_drop(true)
             .spawn()
             .context("starting `siesta dev`")?;
@@ -75,12 +150,31 @@ impl Server {
         };
         // Keep draining its stdout so it never blocks on a full pipe.
         tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        let sweeps = std::sync::Arc::new(std::sync::Mutex::new(SweepTally::default()));
+        {
+            let sweeps = sweeps.clone();
+            let mut log = BufReader::new(child.stderr.take().context("no stderr")?).lines();
+            tokio::spawn(async move {
+                while let Ok(Some(line)) = log.next_line().await {
+                    sweeps
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .add_line(&line);
+                }
+            });
+        }
         Ok(Server {
             child,
             pid,
             base,
             _dir: dir,
+            sweeps,
         })
+    }
+
+    /// The sweep reports logged so far.
+    fn sweep_tally(&self) -> SweepTally {
+        *self.sweeps.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn written_bytes(&self) -> u64 {

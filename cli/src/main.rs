@@ -99,6 +99,11 @@ enum Command {
         /// outside-world wake-ups during the burst (docs/performance-wakeups.md).
         #[arg(long, value_name = "N")]
         sleeping: Option<usize>,
+        /// Instead: N `timer` runs due at the same instant fire — time to fire them
+        /// all, timers/s, the sweep's store calls per fired timer
+        /// (docs/performance-wakeups.md).
+        #[arg(long, value_name = "N")]
+        timers: Option<usize>,
     },
     /// Run the `order` example end to end on the embedded backend and print its timeline
     /// as it unfolds; this process plays the payment provider, whose webhooks are signed
@@ -257,7 +262,15 @@ async fn main() -> anyhow::Result<()> {
             replay_cycles,
             no_shapes,
             sleeping,
+            timers,
         } => {
+            if let Some(timers) = timers {
+                return siesta_cli::bench::timers::run(siesta_cli::bench::timers::TimersOptions {
+                    timers: timers.max(1),
+                    durability,
+                })
+                .await;
+            }
             if let Some(runs) = sleeping {
                 return siesta_cli::bench::sleeping::run(
                     siesta_cli::bench::sleeping::SleepingOptions {

@@ -10,11 +10,14 @@
 //!   human decision, then execute the plan step by step or park the run on rejection.
 //! - [`chain`](chain::chain) — `N` sequential steps, step `i` returning `i`, the sum as
 //!   output: the shape benchmarks use.
+//! - [`timer`](timer::timer) — sleep on one durable timer until an instant (RFC 3339) or
+//!   for `sleep_ms`: the shape of `siesta bench --timers N`.
 
 pub mod approval;
 pub mod chain;
 pub mod order;
 pub mod report;
+pub mod timer;
 
 use siesta::{Context, Error, Registry};
 
@@ -24,6 +27,7 @@ pub use order::{OrderInput, OrderOutcome, PaymentEvent, order};
 pub use report::{
     Notice, Notification, NotifyTargets, ReportInput, ReportOutcome, report, report_with,
 };
+pub use timer::{TimerInput, TimerOutcome, timer};
 
 /// Every workflow this deployment runs, by name.
 pub fn registry() -> Registry {
@@ -40,5 +44,6 @@ pub fn registry() -> Registry {
     };
     registry.register("approval", approval);
     registry.register("chain", chain);
+    registry.register("timer", timer);
     registry
 }

@@ -191,7 +191,7 @@ fn row(what: &str, samples: &mut [Duration]) {
 }
 
 /// CPU time (user + system) of `pid` so far, in clock ticks.
-fn cpu_ticks(pid: u32) -> u64 {
+pub(super) fn cpu_ticks(pid: u32) -> u64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     // After the command's closing parenthesis: fields 3.. of proc(5); utime and stime
     // are fields 14 and 15.
@@ -216,7 +216,7 @@ fn disk_bytes(dir: &std::path::Path) -> u64 {
 }
 
 /// The load average, as `uptime` shows it.
-fn load() -> String {
+pub(super) fn load() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
         .unwrap_or_default()
@@ -299,20 +299,37 @@ pub async fn run(options: SleepingOptions) -> anyhow::Result<()> {
         sleepers_b.push(id);
     }
 
-    // 2. Tenant A's burst of starts.
+    // 2. Tenant A's burst of starts, with a progress line every 10 s on stderr.
     let burst = Instant::now();
+    let started = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut tasks = tokio::task::JoinSet::new();
     for c in 0..CLIENTS {
-        let a = a.clone();
+        let (a, started) = (a.clone(), started.clone());
         let count = n / CLIENTS + usize::from(c < n % CLIENTS);
         tasks.spawn(async move {
             let mut out = Vec::with_capacity(count);
             for _ in 0..count {
                 out.push(a.start().await?);
+                started.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }
             Ok::<_, anyhow::Error>(out)
         });
     }
+    let progress = {
+        let (started, pid) = (started.clone(), server.pid);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_secs(10)).await;
+                eprintln!(
+                    "  … {} of {n} started ({:.0} s, server RSS {} KB, load {})",
+                    started.load(std::sync::atomic::Ordering::Relaxed),
+                    burst.elapsed().as_secs_f64(),
+                    proc_field(pid, "status", "VmRSS").unwrap_or(0),
+                    load()
+                );
+            }
+        })
+    };
     // While it is started and drains: B's figures and outside-world wake-ups.
     let during = {
         let b = b.clone();
@@ -352,6 +369,7 @@ pub async fn run(options: SleepingOptions) -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let drained_in = burst.elapsed();
+    progress.abort();
     println!();
     println!(
         "## tenant A: {n} starts, 16 clients, no Prefer: wait (load {})",

@@ -209,7 +209,14 @@ pub async fn start(
             loop {
                 tokio::time::sleep(every).await;
                 match engine.sweep(1000).await {
-                    Ok(report) if report.woken > 0 => tracing::info!(woken = report.woken, "sweep"),
+                    // Whenever it found something: `siesta bench` adds these up.
+                    Ok(report) if report.due > 0 || report.dead_letters > 0 => tracing::info!(
+                        due = report.due,
+                        woken = report.woken,
+                        already_queued = report.already_queued,
+                        dead_letters = report.dead_letters,
+                        "sweep"
+                    ),
                     Ok(_) => {}
                     Err(e) => tracing::warn!(error = %e, "sweep"),
                 }

@@ -1,0 +1,234 @@
+//! `siesta bench --timers N`: `N` timers due at the same instant fire, on a dev server in
+//! its own process (embedded backend), with the `timer` example.
+//!
+//! `N` runs of `timer` are started (16 clients) with `{"until": T}`, one instant `T` far
+//! enough ahead that every run is asleep on its timer by then (15 s plus 1 ms per run).
+//! From `T` on, the bench polls until no run waits any more, and prints the time to
+//! fire them all, fired timers per second, the server's CPU meanwhile and what its
+//! sweeps did (from the server's `sweep` log lines): sweeps, runs their pages held,
+//! wake-ups they sent, and store calls per fired timer. Nothing is asserted.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+
+use anyhow::bail;
+use serde_json::{Value, json};
+
+use super::sleeping::{cpu_ticks, load};
+use super::{BenchOptions, Server};
+
+/// Clients starting runs at once.
+const CLIENTS: usize = 16;
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct TimersOptions {
+    /// Timers (runs) due at the same instant.
+    pub timers: usize,
+    /// `siesta dev --durability`.
+    pub durability: String,
+}
+
+/// Whether any `timer` run is in `status` (a page of one).
+async fn any_with(http: &reqwest::Client, base: &str, status: &str) -> anyhow::Result<bool> {
+    let page: Value = http
+        .get(format!(
+            "{base}/runs?status={status}&workflow=timer&limit=1"
+        ))
+        .send()
+        .await?
+        .json()
+        .await?;
+    Ok(page["runs"].as_array().is_some_and(|r| !r.is_empty()))
+}
+
+/// Run the bench.
+pub async fn run(options: TimersOptions) -> anyhow::Result<()> {
+    let server = Server::start(&BenchOptions {
+        rounds: 1,
+        concurrency: CLIENTS,
+        durability: options.durability.clone(),
+        server_args: Vec::new(),
+        strace: false,
+        shapes: false,
+        replay_cycles: None,
+    })
+    .await?;
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(64)
+        .build()?;
+    let n = options.timers;
+    let lead = Duration::from_secs(15) + Duration::from_millis(n as u64);
+    let at = SystemTime::now() + lead;
+    let until = chrono::DateTime::<chrono::Utc>::from(at)
+        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    println!(
+        "siesta bench --timers {n}: `timer` runs on a dev server (pid {}, --durability {}) due at {until}, load {}",
+        server.pid,
+        options.durability,
+        load()
+    );
+
+    // Start them all.
+    let started = Arc::new(AtomicUsize::new(0));
+    let t0 = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for c in 0..CLIENTS {
+        let (http, base, until, started) = (
+            http.clone(),
+            server.base.clone(),
+            until.clone(),
+            started.clone(),
+        );
+        let count = n / CLIENTS + usize::from(c < n % CLIENTS);
+        tasks.spawn(async move {
+            for _ in 0..count {
+                let response = http
+                    .post(format!("{base}/runs"))
+                    .json(&json!({"workflow": "timer", "input": {"until": until}}))
+                    .send()
+                    .await?;
+                if response.status() != 201 {
+                    bail!("start: {}", response.status());
+                }
+                started.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok::<_, anyhow::Error>(())
+        });
+    }
+    let progress = {
+        let started = started.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_secs(10)).await;
+                eprintln!(
+                    "  … {} of {n} started ({:.0} s, load {})",
+                    started.load(Ordering::Relaxed),
+                    t0.elapsed().as_secs_f64(),
+                    load()
+                );
+            }
+        })
+    };
+    while let Some(done) = tasks.join_next().await {
+        done??;
+    }
+    let started_in = t0.elapsed();
+    // Every run asleep on its timer before the instant?
+    while any_with(&http, &server.base, "pending").await?
+        || any_with(&http, &server.base, "running").await?
+    {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    progress.abort();
+    let asleep_in = t0.elapsed();
+    let Ok(wait) = at.duration_since(SystemTime::now()) else {
+        bail!(
+            "the runs were not all asleep before their instant ({:.1} s after it): not a burst; start fewer",
+            SystemTime::now()
+                .duration_since(at)
+                .unwrap_or_default()
+                .as_secs_f64()
+        );
+    };
+    println!(
+        "{:<52} {:.1} s ({:.0} runs/s); all asleep after {:.1} s",
+        "started",
+        started_in.as_secs_f64(),
+        n as f64 / started_in.as_secs_f64(),
+        asleep_in.as_secs_f64()
+    );
+
+    // The instant: fire.
+    tokio::time::sleep(wait).await;
+    let (sweeps_before, cpu_before) = (server.sweep_tally(), cpu_ticks(server.pid));
+    let fire = Instant::now();
+    let mut last_report = Instant::now();
+    while any_with(&http, &server.base, "waiting").await? {
+        if last_report.elapsed() > Duration::from_secs(10) {
+            eprintln!(
+                "  … firing for {:.0} s (load {})",
+                fire.elapsed().as_secs_f64(),
+                load()
+            );
+            last_report = Instant::now();
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let fired_in = fire.elapsed();
+    let cpu = (cpu_ticks(server.pid) - cpu_before) as f64 / 100.0;
+    let sweeps = server.sweep_tally().since(sweeps_before);
+    let completed = count_completed(&http, &server.base).await?;
+    println!();
+    println!("## {n} timers due at the same instant (load {})", load());
+    println!(
+        "{:<52} {:.2} s after the instant ({completed} runs completed)",
+        "all fired (no run waiting)",
+        fired_in.as_secs_f64()
+    );
+    println!(
+        "{:<52} {:.0} timers/s",
+        "fired",
+        n as f64 / fired_in.as_secs_f64()
+    );
+    println!(
+        "{:<52} {:.2} s ({:.0} % of a core)",
+        "server CPU while firing",
+        cpu,
+        100.0 * cpu / fired_in.as_secs_f64()
+    );
+    println!(
+        "{:<52} {} sweeps, {} runs on their pages, {} found queued, {} wake-ups sent",
+        "the sweep while firing", sweeps.sweeps, sweeps.due, sweeps.already_queued, sweeps.woken
+    );
+    println!(
+        "{:<52} {:.4} (of which {:.4} per run it looked at, the rest 2 per sweep)",
+        "the sweep's store calls per fired timer",
+        sweeps.store_calls() as f64 / n as f64,
+        (sweeps.store_calls() - 2 * sweeps.sweeps) as f64 / n as f64
+    );
+    println!("(load at the end {})", load());
+    Ok(())
+}
+
+/// Completed `timer` runs, counted through the list (pages of 200).
+async fn count_completed(http: &reqwest::Client, base: &str) -> anyhow::Result<usize> {
+    let mut count = 0;
+    let mut cursor: Option<String> = None;
+    loop {
+        let mut url = format!("{base}/runs?status=completed&workflow=timer&limit=200");
+        if let Some(c) = &cursor {
+            url.push_str(&format!("&cursor={c}"));
+        }
+        let page: Value = http.get(url).send().await?.json().await?;
+        count += page["runs"].as_array().map_or(0, Vec::len);
+        match page["next_cursor"].as_str() {
+            Some(c) => cursor = Some(c.to_owned()),
+            None => return Ok(count),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::SweepTally;
+
+    #[test]
+    fn sweep_log_lines_are_added_up_with_or_without_colours() {
+        let mut tally = SweepTally::default();
+        tally.add_line("2026-11-24T08:00:00Z  INFO siesta_app::dev: sweep due=12 woken=2 already_queued=10 dead_letters=0");
+        tally.add_line("\u{1b}[2m2026\u{1b}[0m \u{1b}[32m INFO\u{1b}[0m \u{1b}[2msiesta_app::dev\u{1b}[0m\u{1b}[2m:\u{1b}[0m sweep \u{1b}[3mdue\u{1b}[0m\u{1b}[2m=\u{1b}[0m3 \u{1b}[3mwoken\u{1b}[0m\u{1b}[2m=\u{1b}[0m3 \u{1b}[3malready_queued\u{1b}[0m\u{1b}[2m=\u{1b}[0m0");
+        tally.add_line("2026-11-24T08:00:00Z  WARN siesta::engine: something else due=99");
+        assert_eq!(
+            tally,
+            SweepTally {
+                sweeps: 2,
+                due: 15,
+                already_queued: 10,
+                woken: 5
+            }
+        );
+        assert_eq!(tally.store_calls(), 4 + 15 + 10 + 10);
+    }
+}
