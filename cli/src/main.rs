@@ -406,7 +406,7 @@ async fn demo(data_dir: Option<PathBuf>) -> anyhow::Result<()> {
             .json()
             .await?;
         for event in page["events"].as_array().into_iter().flatten() {
-            let event: TimelineEvent = serde_json::from_value(event.clone())?;
+            let event: siesta_api::TimelineEventView = serde_json::from_value(event.clone())?;
             after = event.seq;
             println!("{}", siesta_cli::runs::timeline_row(&event));
         }

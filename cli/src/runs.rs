@@ -141,8 +141,7 @@ impl Remote {
             }
             for w in b["waits"].as_array().into_iter().flatten() {
                 let what = w["url"].as_str().or(w["event"].as_str()).unwrap_or("");
-                let until = w["deadline"]
-                    .as_i64()
+                let until = api_time(&w["deadline"])
                     .map(|d| format!(" until {}", local_time(d)))
                     .unwrap_or_default();
                 println!(
@@ -169,7 +168,7 @@ impl Remote {
         self.print(&body, |b| {
             println!("{TIMELINE_HEADER}");
             for e in b["events"].as_array().into_iter().flatten() {
-                match serde_json::from_value::<siesta::TimelineEvent>(e.clone()) {
+                match serde_json::from_value::<siesta_api::TimelineEventView>(e.clone()) {
                     Ok(event) => println!("{}", timeline_row(&event)),
                     Err(_) => println!("{e}"),
                 }
@@ -297,10 +296,8 @@ impl Remote {
                 "RUN", "WORKFLOW", "PARKED", "VERSION"
             );
             for letter in b["dead_letters"].as_array().into_iter().flatten() {
-                let parked = letter["parked_at"]
-                    .as_str()
-                    .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
-                    .map(|t| local_time(t.timestamp_millis()))
+                let parked = api_time(&letter["parked_at"])
+                    .map(local_time)
                     .unwrap_or_default();
                 println!(
                     "{:<40} {:<12} {:<30} {:>7}  {}",
@@ -409,8 +406,8 @@ impl RunTimes {
             Some("completed" | "failed" | "cancelled")
         );
         RunTimes {
-            started: run["created_at"].as_i64(),
-            finished: run["updated_at"].as_i64().filter(|_| finished),
+            started: api_time(&run["created_at"]),
+            finished: api_time(&run["updated_at"]).filter(|_| finished),
         }
     }
 
@@ -424,7 +421,15 @@ impl RunTimes {
     }
 }
 
-/// An API time (ms since the epoch) in this machine's local time with its UTC offset:
+/// A time the API shows (RFC 3339), in ms since the epoch; `None` when absent or not a
+/// time.
+pub fn api_time(value: &Value) -> Option<i64> {
+    serde_json::from_value::<siesta_api::Rfc3339>(value.clone())
+        .ok()
+        .map(siesta_api::Rfc3339::millis)
+}
+
+/// An instant (ms since the epoch) in this machine's local time with its UTC offset:
 /// `2026-11-24 02:41:14 +01:00`.
 pub fn local_time(ms: i64) -> String {
     time_in(ms, &chrono::Local)
@@ -466,14 +471,10 @@ pub const TIMELINE_HEADER: &str =
     " SEQ  EVENT                  SUB-TYPE           OPERATION                    DETAILS";
 
 /// One timeline event as a table row, details cut to fit a terminal line.
-pub fn timeline_row(e: &siesta::TimelineEvent) -> String {
+pub fn timeline_row(e: &siesta_api::TimelineEventView) -> String {
     let sub = e.sub_type.map(|s| format!("{s:?}")).unwrap_or_default();
     let op = e.id.clone().or_else(|| e.name.clone()).unwrap_or_default();
-    let mut details = if e.details.is_null() {
-        String::new()
-    } else {
-        e.details.to_string()
-    };
+    let mut details = e.details.as_ref().map(Value::to_string).unwrap_or_default();
     if details.chars().count() > 80 {
         // Cut on a character boundary: details may hold any UTF-8.
         details = details.chars().take(77).collect::<String>() + "...";
@@ -519,6 +520,21 @@ mod tests {
     }
 
     #[test]
+    fn api_times_are_read_as_rfc_3339_and_anything_else_is_no_time() {
+        use serde_json::json;
+        assert_eq!(
+            api_time(&json!("2027-01-15T08:00:00.123Z")),
+            Some(1_800_000_000_123)
+        );
+        assert_eq!(
+            api_time(&json!(1_800_000_000_123_i64)),
+            Some(1_800_000_000_123)
+        );
+        assert_eq!(api_time(&json!("soon")), None);
+        assert_eq!(api_time(&Value::Null), None);
+    }
+
+    #[test]
     fn durations_read_as_a_person_would_say_them() {
         assert_eq!(human_duration(-5), "0 ms");
         assert_eq!(human_duration(350), "350 ms");
@@ -531,13 +547,14 @@ mod tests {
 
     #[test]
     fn a_run_is_finished_only_once_it_completed_failed_or_was_cancelled() {
-        let waiting =
-            serde_json::json!({"status": "waiting", "created_at": 1000, "updated_at": 5000});
+        let waiting = serde_json::json!({"status": "waiting",
+            "created_at": "1970-01-01T00:00:01.000Z", "updated_at": "1970-01-01T00:00:05.000Z"});
         let times = RunTimes::of(&waiting);
+        assert_eq!(times.started, Some(1000));
         assert_eq!(times.finished, None);
         assert_eq!(times.duration(3_500), "2.50 s…");
-        let done =
-            serde_json::json!({"status": "completed", "created_at": 1000, "updated_at": 1350});
+        let done = serde_json::json!({"status": "completed",
+            "created_at": "1970-01-01T00:00:01.000Z", "updated_at": "1970-01-01T00:00:01.350Z"});
         assert_eq!(RunTimes::of(&done).finished, Some(1350));
         assert_eq!(RunTimes::of(&done).duration(99_999), "350 ms");
     }
@@ -656,7 +673,7 @@ mod tests {
             "order",
             serde_json::json!({"Item": "☕".repeat(100)}),
         );
-        let row = timeline_row(&event);
+        let row = timeline_row(&siesta_api::TimelineEventView::new("r", event));
         assert!(row.ends_with("..."), "{row}");
         assert!(row.starts_with("   1  ExecutionStarted"), "{row}");
     }

@@ -244,6 +244,27 @@ async fn find(client: &Client, css: &str) -> fantoccini::elements::Element {
         .unwrap_or_else(|e| panic!("the page shows {css}: {e}"))
 }
 
+/// The instant the first `<time>` under `css` shows (its `datetime`, RFC 3339 in local
+/// time).
+async fn time_shown(client: &Client, css: &str) -> String {
+    find(client, css)
+        .await
+        .attr("datetime")
+        .await
+        .unwrap()
+        .unwrap_or_else(|| panic!("{css} has no datetime"))
+}
+
+/// `shown` (by the page) and `given` (by the API) are the same instant.
+fn assert_same_instant(shown: &str, given: &str) {
+    let instant = |t: &str| {
+        chrono::DateTime::parse_from_rfc3339(t)
+            .unwrap_or_else(|e| panic!("'{t}' is not RFC 3339: {e}"))
+            .timestamp_millis()
+    };
+    assert_eq!(instant(shown), instant(given), "{shown} vs {given}");
+}
+
 /// Where screenshots go: `docs/` (tracked, shown in the README) only when
 /// `SIESTA_UPDATE_SCREENSHOTS=1` asks for it, so that an ordinary test run leaves the
 /// working tree alone; otherwise this test's scratch directory under `target/`.
@@ -315,6 +336,18 @@ async fn an_order_is_paid_through_the_ui_and_its_waterfall_shows_the_steps() {
         .unwrap();
     assert_eq!(shown, view["waits"][0]["url"].as_str().unwrap());
     assert!(shown.starts_with(&format!("{base}/hooks/cb_")), "{shown}");
+    // The page reads the API's RFC 3339 times: the start and the callback's deadline it
+    // shows (in local time, `<time datetime>`) are the instants the API gives.
+    assert_same_instant(
+        &time_shown(client, ".meta time").await,
+        view["created_at"].as_str().unwrap(),
+    );
+    assert_same_instant(
+        &time_shown(client, ".wait time").await,
+        view["waits"][0]["deadline"].as_str().unwrap(),
+    );
+    let meta = find(client, ".meta").await.text().await.unwrap();
+    assert!(!meta.contains("duration —"), "a duration so far: {meta}");
 
     // The payment arrives through the UI's callback action, confirmed in its dialog.
     find(client, r#"button[data-action="callback-succeed"]"#)
@@ -345,6 +378,21 @@ async fn an_order_is_paid_through_the_ui_and_its_waterfall_shows_the_steps() {
     }
     let page = find(client, "main").await.text().await.unwrap();
     assert!(page.contains("tx-from-the-ui"), "the output is shown");
+    let done: Value = reqwest::get(format!("{base}/runs/{id}/timeline"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_same_instant(
+        &time_shown(client, "#events tr.ev time").await,
+        done["events"][0]["EventTimestamp"].as_str().unwrap(),
+    );
+    let lifecycle = find(client, "#lifecycle").await.text().await.unwrap();
+    assert!(
+        lifecycle.contains("Completed at") && !lifecycle.contains("after —"),
+        "when and after how long: {lifecycle}"
+    );
     let result: Value = reqwest::get(format!("{base}/runs/{id}/result"))
         .await
         .unwrap()

@@ -16,6 +16,7 @@ use crate::auth::Tenant;
 use crate::error::ApiError;
 use crate::extract::{ApiPath, ApiQuery, IfMatch};
 use crate::routes::AppState;
+use crate::time::Rfc3339;
 use crate::view::RunView;
 
 /// Most dead letters one `POST /dead-letters/redrive` resumes; call again for more.
@@ -30,9 +31,9 @@ pub struct DeadLetterView {
     pub workflow: String,
     /// Why it was parked.
     pub reason: String,
-    /// When it was parked (RFC 3339, UTC): the run's last change, which is its parking
-    /// unless a delivery arrived since.
-    pub parked_at: String,
+    /// When it was parked: the run's last change, which is its parking unless a
+    /// delivery arrived since.
+    pub parked_at: Rfc3339,
     /// The run's version (its `ETag`): pass it as `If-Match` to redrive exactly this.
     pub version: u64,
 }
@@ -47,7 +48,7 @@ impl DeadLetterView {
                 .as_ref()
                 .map(|e| e.message.clone())
                 .unwrap_or_default(),
-            parked_at: rfc3339(run.updated_at.0),
+            parked_at: run.updated_at.into(),
             version: run.version,
         }
     }
@@ -82,13 +83,6 @@ pub(crate) struct DeadLetterQuery {
     /// Dead letters per page, 1 to 200 (default 50).
     #[param(minimum = 1, maximum = 200)]
     limit: Option<u32>,
-}
-
-/// Milliseconds since the epoch as RFC 3339 in UTC, to the millisecond.
-fn rfc3339(ms: i64) -> String {
-    chrono::DateTime::from_timestamp_millis(ms)
-        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
-        .unwrap_or_default()
 }
 
 /// The caller's dead letters: runs parked because a wake-up of theirs was
@@ -188,16 +182,4 @@ pub(crate) async fn redrive_dead_letters(
             run_ids: runs.iter().map(|r| r.id.to_string()).collect(),
         }),
     ))
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn times_are_rfc_3339_in_utc_to_the_millisecond() {
-        assert_eq!(super::rfc3339(0), "1970-01-01T00:00:00.000Z");
-        assert_eq!(
-            super::rfc3339(1_800_000_000_123),
-            "2027-01-15T08:00:00.123Z"
-        );
-    }
 }

@@ -33,6 +33,7 @@ mod responses;
 mod routes;
 mod schema;
 pub mod server;
+mod time;
 /// Webhook signature verification (re-exported from `siesta-webhook`).
 pub use siesta_webhook as signature;
 mod values;
@@ -56,9 +57,11 @@ pub use error::{ApiError, ErrorBody, ErrorDetail, RETRY_AFTER_SECS};
 pub use extract::MAX_WAIT;
 pub use openapi::openapi;
 pub use routes::idempotent_run_id;
+pub use time::{NotATime, Rfc3339};
 pub use values::{VALUE_REF, ValueRef, value_path};
 pub use view::{
-    Accepted, Health, OperationsSummary, Received, RunPage, RunResult, RunView, Timeline, WaitView,
+    Accepted, Health, OperationsSummary, Received, RunPage, RunResult, RunView, Timeline,
+    TimelineEventView, WaitView,
 };
 pub use webhook::{DEFAULT_MAX_BODY, SourceConfig, WebhookReceiver, WebhookSource};
 

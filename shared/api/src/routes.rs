@@ -23,7 +23,9 @@ use crate::extract::{
     page_size, sequence_after,
 };
 use crate::responses::*;
-use crate::view::{self, Accepted, Health, RunPage, RunResult, RunView, Timeline};
+use crate::view::{
+    self, Accepted, Health, RunPage, RunResult, RunView, Timeline, TimelineEventView,
+};
 use crate::{HealthCheck, WebhookReceiver};
 
 /// What every handler shares.
@@ -426,16 +428,17 @@ pub(crate) async fn get_run_timeline(
     app.engine.get_run(&tenant, &id).await?;
     let after = sequence_after(query.after)?;
     let limit = page_size(query.limit, 100, 1000)?;
-    let mut events = app
+    let events = app
         .engine
         .backend()
         .store
         .timeline(&tenant, &id, after, limit)
         .await?;
-    for event in &mut events {
-        crate::values::show_refs(id.as_str(), &mut event.details);
-    }
     let next_after = events.last().map_or(after, |e| e.seq);
+    let events = events
+        .into_iter()
+        .map(|e| TimelineEventView::new(id.as_str(), e))
+        .collect();
     Ok(Json(Timeline { events, next_after }))
 }
 

@@ -36,41 +36,11 @@ pub(crate) struct ErrorInfoSchema {
     cause: Option<Box<ErrorInfoSchema>>,
 }
 
-/// One event of a run's timeline, in the vocabulary of AWS Lambda durable execution
-/// histories.
-#[derive(Serialize, ToSchema)]
-#[serde(rename_all = "PascalCase")]
-#[schema(as = TimelineEvent)]
-#[allow(dead_code)]
-pub(crate) struct TimelineEventSchema {
-    /// Gapless sequence number within the run, from 1.
-    seq: u64,
-    /// When it happened (ms since the epoch).
-    event_timestamp: i64,
-    /// What happened (`ExecutionStarted`, `StepSucceeded`, `CallbackStarted`...).
-    event_type: String,
-    /// The operation's sub-type (`Step`, `Wait`, `Callback`...), for operation events.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    sub_type: Option<String>,
-    /// The operation's id (its position).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    id: Option<String>,
-    /// The parent operation's id.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    parent_id: Option<String>,
-    /// The operation's name.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    name: Option<String>,
-    /// Details: result, error, attempt, deadline...
-    #[serde(skip_serializing_if = "Option::is_none")]
-    details: Option<serde_json::Value>,
-}
-
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeSet;
 
-    use serde_json::{Value, json};
+    use serde_json::Value;
     use siesta::*;
     use utoipa::PartialSchema;
 
@@ -115,21 +85,6 @@ mod tests {
         assert_eq!(
             keys(&value),
             properties(&schema_of::<super::ErrorInfoSchema>())
-        );
-    }
-
-    #[test]
-    fn the_timeline_event_schema_has_the_fields_a_full_event_serializes() {
-        let mut event =
-            TimelineEvent::execution_started(Timestamp(1), "order", json!({"Input": 1}));
-        event.sub_type = Some(SubType::Step);
-        event.id = Some("a#1".into());
-        event.parent_id = Some("p#1".into());
-        event.name = Some("a".into());
-        let value = serde_json::to_value(&event).unwrap();
-        assert_eq!(
-            keys(&value),
-            properties(&schema_of::<super::TimelineEventSchema>())
         );
     }
 }

@@ -1,11 +1,12 @@
 //! What the API shows of a run.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use siesta::ports::History;
 use siesta::*;
 use utoipa::ToSchema;
 
-use crate::schema::{ErrorInfoSchema, RunStatusSchema, TimelineEventSchema};
+use crate::schema::{ErrorInfoSchema, RunStatusSchema};
+use crate::time::Rfc3339;
 
 /// A run as the API shows it.
 #[derive(Debug, Clone, Serialize, ToSchema)]
@@ -34,10 +35,10 @@ pub struct RunView {
     pub error: Option<ErrorInfo>,
     /// Cancellation was requested and will be honoured at the next boundary.
     pub cancel_requested: bool,
-    /// When it was created (ms since the epoch).
-    pub created_at: i64,
-    /// When it last changed (ms since the epoch).
-    pub updated_at: i64,
+    /// When it was created.
+    pub created_at: Rfc3339,
+    /// When it last changed.
+    pub updated_at: Rfc3339,
     /// The build of the code it started on.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub build_id: Option<String>,
@@ -66,9 +67,9 @@ pub struct WaitView {
     /// The event's name, for events.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub event: Option<String>,
-    /// When it gives up or fires (ms since the epoch).
+    /// When it gives up or fires.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub deadline: Option<i64>,
+    pub deadline: Option<Rfc3339>,
 }
 
 /// Operations by state.
@@ -113,10 +114,62 @@ pub struct RunResult {
 pub struct Timeline {
     /// The events, in `seq` order. A large value in their details is
     /// `{"value_ref": ValueRef}`.
-    #[schema(value_type = Vec<TimelineEventSchema>)]
-    pub events: Vec<TimelineEvent>,
+    pub events: Vec<TimelineEventView>,
     /// Pass as `after` for the next page.
     pub next_after: u64,
+}
+
+/// One event of a run's timeline, in the vocabulary of AWS Lambda durable execution
+/// histories; its time and the instants among its details are RFC 3339.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "PascalCase")]
+#[schema(as = TimelineEvent)]
+pub struct TimelineEventView {
+    /// Gapless sequence number within the run, from 1.
+    pub seq: u64,
+    /// When it happened.
+    pub event_timestamp: Rfc3339,
+    /// What happened (`ExecutionStarted`, `StepSucceeded`, `CallbackStarted`...).
+    #[schema(value_type = String)]
+    pub event_type: EventType,
+    /// The operation's sub-type (`Step`, `Wait`, `Callback`...), for operation events.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
+    pub sub_type: Option<SubType>,
+    /// The operation's id (its position).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// The parent operation's id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_id: Option<String>,
+    /// The operation's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Details: result, error, attempt, deadline... Its instants
+    /// (`ScheduledEndTimestamp`, `Timeout`, `NextAttemptAt`, `NextWakeAt`) are RFC 3339
+    /// too; its durations are numbers with their unit in their name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub details: Option<serde_json::Value>,
+}
+
+impl TimelineEventView {
+    /// The view of `event` of run `run_id`: large values as references to fetch them
+    /// by, times in RFC 3339.
+    pub fn new(run_id: &str, event: TimelineEvent) -> TimelineEventView {
+        let mut details = event.details;
+        crate::values::show_refs(run_id, &mut details);
+        crate::time::show_detail_times(&mut details);
+        TimelineEventView {
+            seq: event.seq,
+            event_timestamp: event.at.into(),
+            event_type: event.event_type,
+            sub_type: event.sub_type,
+            id: event.id,
+            parent_id: event.parent_id,
+            name: event.name,
+            details: (!details.is_null()).then_some(details),
+        }
+    }
 }
 
 /// A delivery through the authenticated API (event, message, callback outcome) was
@@ -170,8 +223,8 @@ impl RunView {
                 .map(|p| payload_json(run.id.as_str(), p)),
             error: run.error.clone(),
             cancel_requested: run.cancel_requested && !run.status.is_finished(),
-            created_at: run.created_at.millis(),
-            updated_at: run.updated_at.millis(),
+            created_at: run.created_at.into(),
+            updated_at: run.updated_at.into(),
             build_id: run.build_id.clone(),
             waits: Vec::new(),
             operations: None,
@@ -214,7 +267,7 @@ fn wait_view(entry: &JournalEntry, state: &EntryState, base: &str) -> Option<Wai
     };
     match state {
         EntryState::Waiting(wait) => {
-            view.deadline = wait.deadline.map(|d| d.millis());
+            view.deadline = wait.deadline.map(Rfc3339);
             match &wait.kind {
                 WaitKind::Timer => {}
                 WaitKind::Callback { callback_id, .. } => {
@@ -234,13 +287,94 @@ fn wait_view(entry: &JournalEntry, state: &EntryState, base: &str) -> Option<Wai
         }
         EntryState::Retrying { retry_at, .. } => {
             view.kind = "retry";
-            view.deadline = Some(retry_at.millis());
+            view.deadline = Some(Rfc3339(*retry_at));
         }
         EntryState::Polling { next_check_at, .. } => {
             view.kind = "retry";
-            view.deadline = Some(next_check_at.millis());
+            view.deadline = Some(Rfc3339(*next_check_at));
         }
         _ => return None,
     }
     Some(view)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use serde_json::{Value, json};
+    use utoipa::PartialSchema;
+
+    use super::*;
+
+    fn keys(value: &Value) -> BTreeSet<String> {
+        value.as_object().unwrap().keys().cloned().collect()
+    }
+
+    fn schema_of<T: PartialSchema>() -> Value {
+        serde_json::to_value(T::schema()).unwrap()
+    }
+
+    fn full_event() -> TimelineEvent {
+        let mut event = TimelineEvent::execution_started(
+            Timestamp(1_800_000_000_123),
+            "order",
+            json!({"Timeout": 1_800_000_060_000_i64, "HeartbeatTimeoutMs": 5000}),
+        );
+        event.sub_type = Some(SubType::Step);
+        event.id = Some("a#1".into());
+        event.parent_id = Some("p#1".into());
+        event.name = Some("a".into());
+        event
+    }
+
+    #[test]
+    fn the_timeline_event_schema_has_the_fields_a_full_event_serializes() {
+        let value = serde_json::to_value(TimelineEventView::new("r", full_event())).unwrap();
+        let schema = schema_of::<TimelineEventView>();
+        let properties: BTreeSet<String> = schema["properties"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .cloned()
+            .collect();
+        assert_eq!(keys(&value), properties);
+    }
+
+    #[test]
+    fn a_timeline_event_shows_its_time_and_the_instants_in_its_details_in_rfc_3339() {
+        let value = serde_json::to_value(TimelineEventView::new("r", full_event())).unwrap();
+        assert_eq!(value["EventTimestamp"], "2027-01-15T08:00:00.123Z");
+        assert_eq!(
+            value["Details"],
+            json!({"Timeout": "2027-01-15T08:01:00.000Z", "HeartbeatTimeoutMs": 5000})
+        );
+        assert_eq!(value["EventType"], "ExecutionStarted");
+        assert_eq!(value["SubType"], "Step");
+        let back: TimelineEventView = serde_json::from_value(value).unwrap();
+        assert_eq!(back.event_timestamp.millis(), 1_800_000_000_123);
+    }
+
+    #[test]
+    fn an_event_without_details_shows_none() {
+        let mut event = full_event();
+        event.details = Value::Null;
+        let value = serde_json::to_value(TimelineEventView::new("r", event)).unwrap();
+        assert!(value.get("Details").is_none(), "{value}");
+    }
+
+    #[test]
+    fn a_run_view_shows_its_times_in_rfc_3339() {
+        let mut run = Run::new(
+            TenantId::from("t"),
+            RunId::from("r"),
+            "order",
+            Payload::Inline(json!({})),
+            Timestamp(0),
+        );
+        run.updated_at = Timestamp(1_800_000_000_123);
+        let value = serde_json::to_value(RunView::new(&run, None, "http://x")).unwrap();
+        assert_eq!(value["created_at"], "1970-01-01T00:00:00.000Z");
+        assert_eq!(value["updated_at"], "2027-01-15T08:00:00.123Z");
+    }
 }

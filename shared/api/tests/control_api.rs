@@ -91,6 +91,13 @@ fn registry() -> Registry {
         },
     );
     reg.register("quick", |_ctx: Context, n: u32| async move { Ok(n + 1) });
+    reg.register("timed", |ctx: Context, _: serde_json::Value| async move {
+        let cb = ctx
+            .create_callback::<String>("sign_off")
+            .timeout(Duration::from_secs(3600))
+            .await?;
+        cb.wait().await
+    });
     reg
 }
 
@@ -229,6 +236,47 @@ async fn start_show_and_complete_through_the_api() {
         .map(|e| e["Seq"].as_u64().unwrap())
         .collect();
     assert_eq!(seqs, vec![3, 4, 5]);
+}
+
+#[tokio::test]
+async fn every_time_the_api_shows_is_rfc_3339_in_utc_to_the_millisecond() {
+    // The test clock starts at 2026-01-01T00:00:00Z; the callback times out an hour on.
+    let w = World::new();
+    w.clock.advance(Duration::from_millis(123));
+    let r = w
+        .call("a", Method::POST, "/runs", &[], r#"{"workflow":"timed"}"#)
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    assert_eq!(r.body["created_at"], "2026-01-01T00:00:00.123Z");
+    let id = r.body["id"].as_str().unwrap().to_owned();
+    w.clock.advance(Duration::from_secs(1));
+    w.settle().await;
+    let r = w
+        .call("a", Method::GET, &format!("/runs/{id}"), &[], "")
+        .await;
+    assert_eq!(r.body["created_at"], "2026-01-01T00:00:00.123Z");
+    assert_eq!(r.body["updated_at"], "2026-01-01T00:00:01.123Z");
+    let deadline = "2026-01-01T01:00:01.123Z";
+    assert_eq!(r.body["waits"][0]["deadline"], deadline, "{}", r.body);
+    let r = w.call("a", Method::GET, "/runs?limit=1", &[], "").await;
+    assert_eq!(r.body["runs"][0]["updated_at"], "2026-01-01T00:00:01.123Z");
+
+    let r = w
+        .call("a", Method::GET, &format!("/runs/{id}/timeline"), &[], "")
+        .await;
+    let events = r.body["events"].as_array().unwrap();
+    assert_eq!(events[0]["EventTimestamp"], "2026-01-01T00:00:00.123Z");
+    for e in events {
+        let at = e["EventTimestamp"].as_str().unwrap();
+        assert!(at.len() == 24 && at.ends_with('Z'), "{e}");
+    }
+    let of = |t: &str| events.iter().find(|e| e["EventType"] == t).unwrap();
+    assert_eq!(of("CallbackStarted")["Details"]["Timeout"], deadline);
+    assert_eq!(of("InvocationCompleted")["Details"]["NextWakeAt"], deadline);
+    assert_eq!(
+        of("InvocationCompleted")["EventTimestamp"],
+        "2026-01-01T00:00:01.123Z"
+    );
 }
 
 #[tokio::test]

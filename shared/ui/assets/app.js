@@ -39,6 +39,8 @@ function timeHtml(ms) {
   if (ms == null) return '<span class="muted">—</span>';
   return `<time datetime="${rfc3339(ms)}" title="${rfc3339(ms)}">${localTime(ms)}</time>`;
 }
+/** An API time (RFC 3339) in ms since the epoch, which the page computes with; null when absent. */
+const instant = (t) => (t == null ? null : Date.parse(t));
 function duration(ms) {
   if (ms == null || isNaN(ms)) return '—';
   ms = Math.max(0, Math.round(ms));
@@ -57,7 +59,7 @@ function relative(ms) {
 const json = (v) => JSON.stringify(v, null, 2);
 const badge = (status) => `<span class="badge" data-status="${esc(status)}">${esc(status)}</span>`;
 const runLink = (id, text) => `<a href="/ui/runs/${encodeURIComponent(id)}" data-nav>${esc(text ?? id)}</a>`;
-const finishedAt = (run) => (FINISHED.includes(run.status) ? run.updated_at : null);
+const finishedAt = (run) => (FINISHED.includes(run.status) ? instant(run.updated_at) : null);
 // The code version the run started on, under either name the run view may give it.
 const codeVersion = (run) => run.code_version ?? run.build_id ?? null;
 function errorText(e) {
@@ -223,13 +225,13 @@ function runsTable(page, params) {
   const showCode = runs.some((r) => codeVersion(r) != null);
   const rows = runs.map((r) => {
     const end = finishedAt(r);
-    const took = (end ?? Date.now()) - r.created_at;
+    const took = (end ?? Date.now()) - instant(r.created_at);
     return `<tr data-run-id="${esc(r.id)}">
       <td>${badge(r.status)}${r.cancel_requested ? ' <span class="muted">cancelling</span>' : ''}</td>
       <td>${esc(r.workflow)}</td>
       <td class="id">${runLink(r.id)}</td>
       ${showTenant ? `<td>${esc(r.tenant)}</td>` : ''}
-      <td>${timeHtml(r.created_at)}</td>
+      <td>${timeHtml(instant(r.created_at))}</td>
       <td>${timeHtml(end)}</td>
       <td class="num" title="${end ? 'from start to finish' : 'so far'}">${duration(took)}${end ? '' : '…'}</td>
       ${showCode ? `<td class="mono">${esc(codeVersion(r) ?? '—')}</td>` : ''}
@@ -254,11 +256,11 @@ function buildModel(events) {
   const order = [];
   const run = { start: null, end: null, invocations: [], nextWakeAt: null, heartbeats: new Map() };
   for (const e of events) {
-    const t = e.EventType, d = e.Details || {}, at = e.EventTimestamp;
+    const t = e.EventType, d = e.Details || {}, at = instant(e.EventTimestamp);
     if (run.start == null) run.start = at;
     if (t === 'ExecutionStarted' && d.ParentRunId) run.parent = d.ParentRunId;
     if (t === 'ExecutionSucceeded' || t === 'ExecutionFailed' || t === 'ExecutionCancelled') run.end = at;
-    if (t === 'InvocationCompleted') { run.invocations.push(at); run.nextWakeAt = d.NextWakeAt ?? null; }
+    if (t === 'InvocationCompleted') { run.invocations.push(at); run.nextWakeAt = instant(d.NextWakeAt); }
     if (t === 'CallbackDelivered' && d.Outcome === 'heartbeat') run.heartbeats.set(d.CallbackId, at);
     if (!e.Id) continue;
     let op = ops.get(e.Id);
@@ -285,7 +287,7 @@ function buildModel(events) {
       // A wait_for_condition check that found "not yet" is recorded as a retrying
       // StepFailed without an error: a finished check, not a failure.
       close(op.sub === 'WaitForCondition' && d.Retrying && !d.Error ? 'ok' : 'failed');
-      if (d.Retrying) op.retryAt = d.NextAttemptAt ?? null; else { op.end = at; op.state = 'failed'; }
+      if (d.Retrying) op.retryAt = instant(d.NextAttemptAt); else { op.end = at; op.state = 'failed'; }
     } else if (t === 'ToolCallRecorded') {
       if (d.Status === 'unknown') op.state = 'unknown';
     } else if (t === 'ChainedInvokeStarted') {
@@ -391,7 +393,7 @@ function summary(d) {
 function eventRows(events) {
   return events.map((e) => {
     const cls = /Succeeded$/.test(e.EventType) ? 'ev-Succeeded' : /(Failed|TimedOut)$/.test(e.EventType) ? 'ev-Failed' : '';
-    return `<tr class="ev" data-seq="${e.Seq}" data-type="${esc(e.EventType)}"><td class="num">${e.Seq}</td><td class="t">${timeHtml(e.EventTimestamp)}</td>
+    return `<tr class="ev" data-seq="${e.Seq}" data-type="${esc(e.EventType)}"><td class="num">${e.Seq}</td><td class="t">${timeHtml(instant(e.EventTimestamp))}</td>
       <td class="${cls}">${esc(e.EventType)}</td><td>${esc(e.SubType || '')}</td><td class="mono">${esc(e.Id || '')}</td>
       <td class="mono">${esc(e.ParentId || '')}</td><td class="summary">${esc(summary(e.Details))}</td></tr>`;
   }).join('');
@@ -399,7 +401,7 @@ function eventRows(events) {
 
 function explain(view, model) {
   const { run } = model;
-  const took = (finishedAt(view) ?? Date.now()) - view.created_at;
+  const took = (finishedAt(view) ?? Date.now()) - instant(view.created_at);
   const lines = [];
   switch (view.status) {
     case 'pending': lines.push('<p><b>Pending</b>: started and queued; a worker picks it up at its next wake-up.</p>'); break;
@@ -420,9 +422,9 @@ function explain(view, model) {
         : '<p>Resume wakes it to replay from its journal — fix the cause first (e.g. deploy code that matches its journal), or it parks or fails again; cancel ends it.</p>');
       break;
     }
-    case 'completed': lines.push(`<p><b>Completed</b> at ${timeHtml(view.updated_at)} after ${duration(took)}.</p>`); break;
-    case 'failed': lines.push(`<p><b>Failed</b> at ${timeHtml(view.updated_at)} after ${duration(took)}:</p><p class="error-box">${esc(errorText(view.error))}</p>`); break;
-    case 'cancelled': lines.push(`<p><b>Cancelled</b> at ${timeHtml(view.updated_at)} after ${duration(took)}.</p>`); break;
+    case 'completed': lines.push(`<p><b>Completed</b> at ${timeHtml(instant(view.updated_at))} after ${duration(took)}.</p>`); break;
+    case 'failed': lines.push(`<p><b>Failed</b> at ${timeHtml(instant(view.updated_at))} after ${duration(took)}:</p><p class="error-box">${esc(errorText(view.error))}</p>`); break;
+    case 'cancelled': lines.push(`<p><b>Cancelled</b> at ${timeHtml(instant(view.updated_at))} after ${duration(took)}.</p>`); break;
     default: lines.push(`<p>${esc(view.status)}</p>`);
   }
   if (view.cancel_requested) lines.push('<p class="note">Cancellation was requested: it is honoured at the next step boundary.</p>');
@@ -435,12 +437,13 @@ function opName(model, position) {
 }
 
 function waitSentence(w, model) {
-  const until = w.deadline != null ? ` — or gives up at ${timeHtml(w.deadline)} (${relative(w.deadline)})` : '';
+  const deadline = instant(w.deadline);
+  const until = deadline != null ? ` — or gives up at ${timeHtml(deadline)} (${relative(deadline)})` : '';
   switch (w.kind) {
     case 'callback': return `callback <b>${esc(opName(model, w.operation))}</b> is completed through its webhook URL or the API${until}`;
     case 'event': return `event <b>${esc(w.event)}</b> is delivered${until}`;
-    case 'timer': return `the timer <b>${esc(opName(model, w.operation))}</b> fires at ${timeHtml(w.deadline)} (${relative(w.deadline)})`;
-    case 'retry': return `operation <b>${esc(opName(model, w.operation))}</b> is tried again at ${timeHtml(w.deadline)} (${relative(w.deadline)})`;
+    case 'timer': return `the timer <b>${esc(opName(model, w.operation))}</b> fires at ${timeHtml(deadline)} (${relative(deadline)})`;
+    case 'retry': return `operation <b>${esc(opName(model, w.operation))}</b> is tried again at ${timeHtml(deadline)} (${relative(deadline)})`;
     case 'child': {
       const op = model.ops.get(w.operation);
       return `the ${op && op.child ? runLink(op.child, 'child run') : 'child run'} of <b>${esc(opName(model, w.operation))}</b> finishes`;
@@ -470,7 +473,8 @@ function waitsHtml(view, model) {
       <button type="button" data-copy="${esc(w.url)}" title="Copy the URL">Copy</button></span></dd>`);
     if (w.callback_id) rows.push(`<dt>Callback id</dt><dd class="mono">${esc(w.callback_id)}</dd>`);
     if (w.event) rows.push(`<dt>Awaited event</dt><dd class="mono">${esc(w.event)}</dd>`);
-    if (w.deadline != null) rows.push(`<dt>${w.kind === 'timer' || w.kind === 'retry' ? 'Fires' : 'Deadline'}</dt><dd>${timeHtml(w.deadline)} <span class="muted">(${relative(w.deadline)})</span></dd>`);
+    const deadline = instant(w.deadline);
+    if (deadline != null) rows.push(`<dt>${w.kind === 'timer' || w.kind === 'retry' ? 'Fires' : 'Deadline'}</dt><dd>${timeHtml(deadline)} <span class="muted">(${relative(deadline)})</span></dd>`);
     const hb = w.kind === 'callback' ? heartbeatDeadline(w, model) : null;
     if (hb != null) rows.push(`<dt>Heartbeat by</dt><dd>${timeHtml(hb)} <span class="muted">(${relative(hb)})</span></dd>`);
     let buttons = '';
@@ -664,9 +668,9 @@ function renderRun(state, timelinePending = false) {
     <div class="meta"><span>run <b class="mono">${esc(view.id)}</b></span>
       ${view.tenant != null ? `<span>tenant <b>${esc(view.tenant)}</b></span>` : ''}
       ${model.run.parent ? `<span>started by ${runLink(model.run.parent, 'its parent run')}</span>` : ''}
-      <span>started <b>${timeHtml(view.created_at)}</b></span>
+      <span>started <b>${timeHtml(instant(view.created_at))}</b></span>
       <span>finished <b>${timeHtml(end)}</b></span>
-      <span>duration <b>${duration((end ?? Date.now()) - view.created_at)}${end ? '' : ' so far'}</b></span>
+      <span>duration <b>${duration((end ?? Date.now()) - instant(view.created_at))}${end ? '' : ' so far'}</b></span>
       <span title="its ETag">version <b>${view.version}</b></span>
       ${cv != null ? `<span>code version <b class="mono">${esc(cv)}</b></span>` : ''}</div>
     <section class="card lifecycle" id="lifecycle">${explain(view, model)}</section>
