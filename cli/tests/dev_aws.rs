@@ -8,6 +8,8 @@ use serde_json::{Value, json};
 use siesta_api::signature::{Scheme, Secret, sign};
 use siesta_app::dev::{DevOptions, start};
 
+mod common;
+
 const SECRET: &str = "whsec_cHNwLXNlY3JldA==";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -158,34 +160,8 @@ async fn on_the_aws_backend_a_list_cursor_put_raw_into_the_next_url_pages_throug
         .unwrap();
     let base = format!("http://{}", server.addr);
     let client = reqwest::Client::new();
-    let mut started = std::collections::BTreeSet::new();
-    for i in 0..3 {
-        let run: Value = client
-            .post(format!("{base}/runs"))
-            .json(&json!({"workflow": "approval", "input": {"change": format!("change {i}")}}))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        started.insert(run["id"].as_str().unwrap().to_owned());
-    }
-    let mut listed = std::collections::BTreeSet::new();
-    let mut url = format!("{base}/runs?limit=1");
-    for _ in 0..10 {
-        let response = client.get(&url).send().await.unwrap();
-        assert_eq!(response.status(), 200, "GET {url}");
-        let page: Value = response.json().await.unwrap();
-        for run in page["runs"].as_array().unwrap() {
-            listed.insert(run["id"].as_str().unwrap().to_owned());
-        }
-        match page["next_cursor"].as_str() {
-            // As a client would write it: no escaping.
-            Some(cursor) => url = format!("{base}/runs?limit=1&cursor={cursor}"),
-            None => break,
-        }
-    }
+    let started = common::start_approvals(&client, &base, 3).await;
+    let listed = common::list_through_raw_cursors(&client, &base).await;
     // The table is shared with other tests of the tenant `default`: every run started
     // here is listed, each page reached through the cursor as it came.
     assert!(listed.is_superset(&started), "{listed:?} ⊉ {started:?}");

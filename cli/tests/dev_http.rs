@@ -6,6 +6,9 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use siesta_app::dev::{DevOptions, DevServer, start};
 
+mod common;
+use common::get_json;
+
 async fn server(keys: &str) -> (DevServer, tempfile::TempDir, String) {
     let keys = DevOptions::parse_api_keys(keys).unwrap();
     server_with(|o| o.api_keys = keys, siesta_workflows::registry()).await
@@ -25,12 +28,6 @@ async fn server_with(
     let server = start(listener, options, registry).await.unwrap();
     let base = format!("http://{}", server.addr);
     (server, dir, base)
-}
-
-async fn get_json(client: &reqwest::Client, url: &str) -> Value {
-    let r = client.get(url).send().await.unwrap();
-    assert!(r.status().is_success(), "GET {url}: {}", r.status());
-    r.json().await.unwrap()
 }
 
 /// The `EventType`s of a run's timeline, in order.
@@ -1118,32 +1115,8 @@ async fn a_signed_source_webhook_completes_the_callback_its_body_names_once_and_
 async fn a_list_cursor_put_raw_into_the_next_url_pages_through_every_run() {
     let (server, _dir, base) = server("").await;
     let client = reqwest::Client::new();
-    let mut started = std::collections::BTreeSet::new();
-    for i in 0..3 {
-        let run: Value = client
-            .post(format!("{base}/runs"))
-            .json(&json!({"workflow": "approval", "input": {"change": format!("change {i}")}}))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        started.insert(run["id"].as_str().unwrap().to_owned());
-    }
-    let mut listed = std::collections::BTreeSet::new();
-    let mut url = format!("{base}/runs?limit=1");
-    for _ in 0..10 {
-        let page = get_json(&client, &url).await;
-        for run in page["runs"].as_array().unwrap() {
-            listed.insert(run["id"].as_str().unwrap().to_owned());
-        }
-        match page["next_cursor"].as_str() {
-            // As a client would write it: no escaping.
-            Some(cursor) => url = format!("{base}/runs?limit=1&cursor={cursor}"),
-            None => break,
-        }
-    }
+    let started = common::start_approvals(&client, &base, 3).await;
+    let listed = common::list_through_raw_cursors(&client, &base).await;
     assert_eq!(listed, started);
     server.stop();
 }

@@ -7,46 +7,15 @@
 //! acknowledged follows from the fsync before every acknowledgement (WAL with
 //! `synchronous=FULL`, group commit), which `siesta bench` counts per step.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
-
 use serde_json::{Value, json};
+
+mod common;
+use common::spawn_dev;
 
 /// Runs completed (acknowledged with their outputs) before the kill.
 const COMPLETED: u64 = 20;
 /// Runs whose start was acknowledged just before the kill.
 const STARTED: u64 = 30;
-
-fn spawn_dev(data_dir: &std::path::Path) -> (Child, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_siesta"))
-        // Short leases and sweeps: runs caught mid-step are taken over soon.
-        .args([
-            "dev",
-            "--port",
-            "0",
-            "--lease-ttl-ms",
-            "1000",
-            "--sweep-every-ms",
-            "200",
-            "--data-dir",
-        ])
-        .arg(data_dir)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start siesta dev");
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    out.read_line(&mut line).unwrap();
-    // Keep draining: a closed pipe would kill the server at its next line of output.
-    std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
-    let url = line
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .expect("listening line")
-        .to_owned();
-    (child, url)
-}
 
 async fn start(http: &reqwest::Client, base: &str, n: u64, wait: bool) -> Value {
     let mut req = http
@@ -67,7 +36,7 @@ fn sum_below(n: u64) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_after_acknowledgements_loses_nothing_acknowledged() {
     let dir = tempfile::tempdir().unwrap();
-    let (mut first, base) = spawn_dev(dir.path());
+    let (mut first, base) = spawn_dev(dir.path(), |_| {});
     let http = reqwest::Client::new();
 
     let mut completed = Vec::new();
@@ -84,7 +53,7 @@ async fn sigkill_after_acknowledgements_loses_nothing_acknowledged() {
     first.kill().unwrap(); // SIGKILL, right after the last acknowledgement
     first.wait().unwrap();
 
-    let (mut second, base) = spawn_dev(dir.path());
+    let (mut second, base) = spawn_dev(dir.path(), |_| {});
     for (id, n) in &completed {
         let run: Value = http
             .get(format!("{base}/runs/{id}"))

@@ -3,8 +3,7 @@
 //! endpoint received exactly one POST.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -13,6 +12,8 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::{get, post};
 use serde_json::{Value, json};
+
+mod common;
 
 /// The team's endpoint: counts POSTs by idempotency key; the first one never answers,
 /// so the run is caught mid-call when the server is killed.
@@ -52,35 +53,11 @@ async fn seen(State(r): State<Receiver>, Path(key): Path<String>) -> StatusCode 
 /// `siesta dev` on `data_dir`, its `report` notifying `notify_url` (configuration, as
 /// a deployment sets it: the run's input cannot name a URL).
 fn spawn_dev(data_dir: &std::path::Path, notify_url: &str) -> (Child, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_siesta"))
-        .env("SIESTA_NOTIFY_URL", notify_url)
-        .env_remove("SIESTA_NOTIFY_TARGETS")
-        .args([
-            "dev",
-            "--port",
-            "0",
-            "--lease-ttl-ms",
-            "1000",
-            "--sweep-every-ms",
-            "200",
-            "--data-dir",
-        ])
-        .arg(data_dir)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start siesta dev");
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    out.read_line(&mut line).unwrap();
-    // Keep draining: a closed pipe would kill the server at its next line of output.
-    std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
-    let url = line
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .expect("listening line")
-        .to_owned();
-    (child, url)
+    common::spawn_dev(data_dir, |command| {
+        command
+            .env("SIESTA_NOTIFY_URL", notify_url)
+            .env_remove("SIESTA_NOTIFY_TARGETS");
+    })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
