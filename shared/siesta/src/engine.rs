@@ -725,11 +725,9 @@ impl Engine {
         ending: Ending,
     ) -> Result<WakeOutcome, EngineError> {
         let now = self.clock.now();
-        let (run, next_due, open_callbacks) = {
+        let (run, next_due) = {
             let st = shared.state();
-            let run = st.run.clone();
-            let open = open_callbacks(st.journal.values(), &run);
-            (run, st.next_due, open)
+            (st.run.clone(), st.next_due)
         };
         // An output that cannot be stored fails the run rather than losing it silently.
         let ending = match ending {
@@ -815,7 +813,8 @@ impl Engine {
             serde_json::json!({"Status": status, "NextWakeAt": due_at, "Epoch": shared.epoch()}),
         ));
         if status.is_finished() {
-            delta.callbacks = open_callbacks;
+            // Only a finished run closes its callbacks: no scan of the journal otherwise.
+            delta.callbacks = open_callbacks(shared.state().journal.values(), &run);
             if let Some(parent) = &run.parent {
                 let outcome = match (&ending, &output) {
                     (Ending::Complete(_), Some(payload)) => Ok(payload.clone()),
