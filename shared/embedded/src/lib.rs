@@ -6,11 +6,12 @@
 //! transaction), with the same conditions checked inside it, so the engine cannot tell
 //! the two apart and the same conformance suite passes on both.
 //!
-//! **Durable by default.** A write is acknowledged only once it is on disk: WAL with
-//! `synchronous=FULL` fsyncs the log at every commit, so an acknowledged start, step,
-//! delivery or webhook survives an OS crash or a power loss, not just a process kill.
-//! One writer thread commits the writes of concurrent callers in groups — one
-//! transaction and one fsync for all of them (see the `writer` module) — and reads run
+//! **Durable by default.** A write is acknowledged only once it is on disk: the WAL is
+//! fsynced after its commit and before its caller is answered, so an acknowledged
+//! start, step, delivery or webhook survives an OS crash or a power loss, not just a
+//! process kill. One writer thread commits the writes of concurrent callers in groups
+//! — one transaction for all of them, and one fsync for every group committed while
+//! the previous fsync ran (see the `writer` module) — and reads run
 //! on their own connections, never waiting for a commit. The queue's bookkeeping
 //! (send, receive, ack, visibility) and claims commit without an fsync of their own:
 //! the WAL is one log, so the next durable write makes them durable too, and losing
@@ -134,9 +135,9 @@ const IDLE_READERS: usize = 8;
 /// What an acknowledged write survives.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Durability {
-    /// fsync before every acknowledgement (WAL, `synchronous=FULL`; concurrent writes
-    /// share one fsync): an acknowledged write survives a process kill, an OS crash
-    /// and a power loss. The default.
+    /// fsync of the WAL before every acknowledgement (concurrent writes share one
+    /// fsync, made while the next group is written): an acknowledged write survives a
+    /// process kill, an OS crash and a power loss. The default.
     #[default]
     Full,
     /// No fsync per commit (WAL, `synchronous=NORMAL`): an acknowledged write survives
@@ -168,9 +169,10 @@ impl Default for EmbeddedOptions {
 pub struct WriterStats {
     /// Transactions committed.
     pub commits: u64,
-    /// Of those, transactions committed with an fsync of the WAL: under
-    /// [`Durability::Full`], those holding at least one write that must survive an OS
-    /// crash (SQLite adds one more fsync per WAL checkpoint, every ~1000 pages).
+    /// Fsyncs of the WAL made before answering writes that must survive an OS crash,
+    /// under [`Durability::Full`]; each covers every transaction committed before it,
+    /// so under load there are fewer than `commits` (SQLite adds one more fsync per
+    /// WAL checkpoint, every ~1000 pages).
     pub synced_commits: u64,
     /// Write operations committed (each acknowledged to its caller).
     pub writes: u64,
@@ -231,11 +233,9 @@ impl EmbeddedBackend {
         conn.busy_timeout(Duration::from_secs(5)).map_err(sql)?;
         conn.pragma_update(None, "journal_mode", "WAL")
             .map_err(sql)?;
-        let synchronous = match options.durability {
-            Durability::Full => "FULL",
-            Durability::Relaxed => "NORMAL",
-        };
-        conn.pragma_update(None, "synchronous", synchronous)
+        // Commits append to the WAL without an fsync; under `Durability::Full` the
+        // writer's syncer fsyncs the WAL before a durable write is answered.
+        conn.pragma_update(None, "synchronous", "NORMAL")
             .map_err(sql)?;
         conn.execute_batch(SCHEMA).map_err(sql)?;
         migrate(&conn)?;
@@ -244,10 +244,15 @@ impl EmbeddedBackend {
         let (sender, jobs) = mpsc::channel();
         {
             let counters = counters.clone();
-            let fsync = options.durability == Durability::Full;
+            let in_memory = path.as_os_str() == ":memory:";
+            let wal = (options.durability == Durability::Full && !in_memory).then(|| {
+                let mut wal = path.clone().into_os_string();
+                wal.push("-wal");
+                PathBuf::from(wal)
+            });
             std::thread::Builder::new()
                 .name("siesta-embedded-writer".to_owned())
-                .spawn(move || writer::run(conn, jobs, clock, counters, fsync))
+                .spawn(move || writer::run(conn, jobs, clock, counters, wal))
                 .map_err(|e| StoreError::Unavailable(format!("starting the writer: {e}")))?;
         }
         Ok(EmbeddedBackend {
@@ -422,11 +427,9 @@ impl EmbeddedBackend {
 
 fn get_run(tx: &Connection, tenant: &str, run_id: &str) -> Result<Option<Run>, StoreError> {
     let body: Option<String> = tx
-        .query_row(
-            "SELECT body FROM runs WHERE tenant = ?1 AND run_id = ?2",
-            params![tenant, run_id],
-            |r| r.get(0),
-        )
+        .prepare_cached("SELECT body FROM runs WHERE tenant = ?1 AND run_id = ?2")
+        .map_err(sql)?
+        .query_row(params![tenant, run_id], |r| r.get(0))
         .optional()
         .map_err(sql)?;
     body.map(|b| from_json(&b)).transpose()
@@ -465,7 +468,11 @@ impl Indexed {
 /// status and due time change far less often than its body (a checkpoint of a running
 /// run changes neither), so most checkpoints touch the row's page and no index.
 fn update_run(tx: &Connection, old: Indexed, run: &Run) -> Result<(), StoreError> {
-    let body = to_json(run)?;
+    update_run_as(tx, old, run, &to_json(run)?)
+}
+
+/// [`update_run`] with the run already encoded as `body`.
+fn update_run_as(tx: &Connection, old: Indexed, run: &Run, body: &str) -> Result<(), StoreError> {
     let due_changed = run.due_at != old.due_at || run.sweep_at() != old.sweep_at;
     let sweep_at = run.sweep_at().map(|d| d.0);
     let changed = match (run.status != old.status, due_changed) {
@@ -532,10 +539,21 @@ fn insert_event(
     run_id: &RunId,
     event: &TimelineEvent,
 ) -> Result<(), StoreError> {
-    match tx.execute(
-        "INSERT INTO timeline (tenant, run_id, seq, body) VALUES (?1, ?2, ?3, ?4)",
-        params![tenant.0, run_id.0, event.seq as i64, to_json(event)?],
-    ) {
+    insert_event_as(tx, tenant, run_id, event.seq, &to_json(event)?)
+}
+
+/// [`insert_event`] with the event already encoded as `body`.
+fn insert_event_as(
+    tx: &Connection,
+    tenant: &TenantId,
+    run_id: &RunId,
+    seq: u64,
+    body: &str,
+) -> Result<(), StoreError> {
+    let inserted = tx
+        .prepare_cached("INSERT INTO timeline (tenant, run_id, seq, body) VALUES (?1, ?2, ?3, ?4)")
+        .and_then(|mut s| s.execute(params![tenant.0, run_id.0, seq as i64, body]));
+    match inserted {
         Ok(_) => Ok(()),
         Err(e) if is_constraint(&e) => Err(StoreError::Conflict(
             get_run(tx, &tenant.0, &run_id.0)?.map(Box::new),
@@ -632,49 +650,74 @@ fn get_callback(tx: &Connection, id: &CallbackId) -> Result<Option<CallbackRecor
 }
 
 fn put_callback(tx: &Connection, record: &CallbackRecord) -> Result<(), StoreError> {
-    tx.execute(
-        "INSERT OR REPLACE INTO callbacks (callback_id, body) VALUES (?1, ?2)",
-        params![record.callback_id.0, to_json(record)?],
-    )
-    .map_err(sql)?;
+    put_callback_as(tx, &record.callback_id, &to_json(record)?)
+}
+
+/// [`put_callback`] with the record already encoded as `body`.
+fn put_callback_as(tx: &Connection, id: &CallbackId, body: &str) -> Result<(), StoreError> {
+    tx.prepare_cached("INSERT OR REPLACE INTO callbacks (callback_id, body) VALUES (?1, ?2)")
+        .map_err(sql)?
+        .execute(params![id.0, body])
+        .map_err(sql)?;
     Ok(())
 }
 
-/// Refuse a checkpoint DynamoDB would refuse: more than [`MAX_TRANSACTION_ITEMS`]
-/// items or [`MAX_TRANSACTION_BYTES`] in one transaction (sizes counted as the stored
-/// JSON), so the dev server fails exactly where AWS would.
-fn check_transaction_limits(cp: &Checkpoint) -> Result<(), StoreError> {
-    let items = cp.item_count();
-    if items > MAX_TRANSACTION_ITEMS {
-        return Err(StoreError::Invalid(format!(
-            "checkpoint: {items} items exceed the {MAX_TRANSACTION_ITEMS} of one transaction"
-        )));
+/// A checkpoint's records as stored (JSON), encoded once on the caller's thread: the
+/// writer thread, which every write of the process goes through, only binds them.
+struct EncodedCheckpoint {
+    run: String,
+    journal: Vec<String>,
+    timeline: Vec<String>,
+    callbacks: Vec<String>,
+    tool_calls: Vec<String>,
+}
+
+impl EncodedCheckpoint {
+    /// Encode `cp`, refusing a checkpoint DynamoDB would refuse: more than
+    /// [`MAX_TRANSACTION_ITEMS`] items or [`MAX_TRANSACTION_BYTES`] in one transaction
+    /// (sizes counted as the stored JSON), so the dev server fails exactly where AWS
+    /// would.
+    fn of(cp: &Checkpoint) -> Result<Self, StoreError> {
+        let items = cp.item_count();
+        if items > MAX_TRANSACTION_ITEMS {
+            return Err(StoreError::Invalid(format!(
+                "checkpoint: {items} items exceed the {MAX_TRANSACTION_ITEMS} of one transaction"
+            )));
+        }
+        let encoded = EncodedCheckpoint {
+            run: to_json(&cp.run)?,
+            journal: cp.journal.iter().map(to_json).collect::<Result<_, _>>()?,
+            timeline: cp.timeline.iter().map(to_json).collect::<Result<_, _>>()?,
+            callbacks: cp.callbacks.iter().map(to_json).collect::<Result<_, _>>()?,
+            tool_calls: cp
+                .tool_calls
+                .iter()
+                .map(to_json)
+                .collect::<Result<_, _>>()?,
+        };
+        let mut bytes = encoded.run.len();
+        for body in encoded
+            .journal
+            .iter()
+            .chain(&encoded.timeline)
+            .chain(&encoded.callbacks)
+            .chain(&encoded.tool_calls)
+        {
+            bytes += body.len();
+        }
+        for (child, started) in &cp.child_runs {
+            bytes += to_json(child)?.len() + to_json(started)?.len();
+        }
+        if let Some(delivery) = &cp.parent_delivery {
+            bytes += to_json(delivery)?.len();
+        }
+        if bytes > MAX_TRANSACTION_BYTES {
+            return Err(StoreError::Invalid(format!(
+                "checkpoint: {bytes} bytes exceed the {MAX_TRANSACTION_BYTES} of one transaction"
+            )));
+        }
+        Ok(encoded)
     }
-    let mut bytes = to_json(&cp.run)?.len();
-    for entry in &cp.journal {
-        bytes += to_json(entry)?.len();
-    }
-    for event in &cp.timeline {
-        bytes += to_json(event)?.len();
-    }
-    for record in &cp.callbacks {
-        bytes += to_json(record)?.len();
-    }
-    for record in &cp.tool_calls {
-        bytes += to_json(record)?.len();
-    }
-    for (child, started) in &cp.child_runs {
-        bytes += to_json(child)?.len() + to_json(started)?.len();
-    }
-    if let Some(delivery) = &cp.parent_delivery {
-        bytes += to_json(delivery)?.len();
-    }
-    if bytes > MAX_TRANSACTION_BYTES {
-        return Err(StoreError::Invalid(format!(
-            "checkpoint: {bytes} bytes exceed the {MAX_TRANSACTION_BYTES} of one transaction"
-        )));
-    }
-    Ok(())
 }
 
 fn conflict(current: Run) -> StoreError {
@@ -811,36 +854,39 @@ impl RunStore for EmbeddedBackend {
 
     async fn checkpoint(&self, checkpoint: &Checkpoint) -> Result<(), StoreError> {
         let cp = checkpoint.clone();
-        check_transaction_limits(&cp)?;
+        let encoded = EncodedCheckpoint::of(&cp)?;
         self.tx(move |tx, _| {
                 let current = get_run(tx, &cp.run.tenant.0, &cp.run.id.0)?.ok_or(StoreError::NotFound)?;
                 let epoch_ok = cp.epoch.is_none_or(|e| current.lease.as_ref().is_some_and(|l| l.epoch == e));
                 if current.version != cp.expected_version || !epoch_ok {
                     return Err(conflict(current));
                 }
-                update_run(tx, Indexed::of(&current), &cp.run)?;
+                update_run_as(tx, Indexed::of(&current), &cp.run, &encoded.run)?;
                 let (tenant, run_id) = (&cp.run.tenant, &cp.run.id);
-                for entry in &cp.journal {
-                    tx.execute(
-                        "INSERT OR REPLACE INTO journal (tenant, run_id, position, body) VALUES (?1, ?2, ?3, ?4)",
-                        params![tenant.0, run_id.0, entry.position.0, to_json(entry)?],
-                    )
+                let mut journal = tx
+                    .prepare_cached("INSERT OR REPLACE INTO journal (tenant, run_id, position, body) VALUES (?1, ?2, ?3, ?4)")
                     .map_err(sql)?;
+                for (entry, body) in cp.journal.iter().zip(&encoded.journal) {
+                    journal
+                        .execute(params![tenant.0, run_id.0, entry.position.0, body])
+                        .map_err(sql)?;
                 }
-                for event in &cp.timeline {
-                    insert_event(tx, tenant, run_id, event).map_err(|e| match e {
+                drop(journal);
+                for (event, body) in cp.timeline.iter().zip(&encoded.timeline) {
+                    insert_event_as(tx, tenant, run_id, event.seq, body).map_err(|e| match e {
                         StoreError::Conflict(_) => conflict(current.clone()),
                         other => other,
                     })?;
                 }
-                for record in &cp.callbacks {
-                    put_callback(tx, record)?;
+                for (record, body) in cp.callbacks.iter().zip(&encoded.callbacks) {
+                    put_callback_as(tx, &record.callback_id, body)?;
                 }
-                for record in &cp.tool_calls {
-                    tx.execute(
+                for (record, body) in cp.tool_calls.iter().zip(&encoded.tool_calls) {
+                    tx.prepare_cached(
                         "INSERT OR REPLACE INTO tool_calls (tenant, key, body) VALUES (?1, ?2, ?3)",
-                        params![record.tenant.0, record.key.0, to_json(record)?],
                     )
+                    .map_err(sql)?
+                    .execute(params![record.tenant.0, record.key.0, body])
                     .map_err(sql)?;
                 }
                 for (child, started) in &cp.child_runs {

@@ -253,6 +253,10 @@ async fn concurrent_writes_share_one_commit_and_keep_their_own_outcomes() {
     let stats = embedded.writer_stats();
     assert_eq!(stats.writes, 56);
     assert!(stats.commits <= 2, "{stats:?}");
+    assert!(
+        (1..=stats.commits).contains(&stats.synced_commits),
+        "one fsync per group at most, and the starts waited for one: {stats:?}"
+    );
 }
 
 /// GIVEN the default (durable) backend WHEN the queue's bookkeeping and a claim are
