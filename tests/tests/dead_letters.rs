@@ -10,7 +10,6 @@ use std::time::Duration;
 use axum::Router;
 use http::{Method, StatusCode};
 use serde_json::{Value, json};
-use siesta::ports::WakeQueue;
 use siesta::*;
 use siesta_api::{ApiKeys, ControlApi};
 use tower::ServiceExt;
@@ -44,31 +43,6 @@ async fn call(router: &Router, method: Method, path: &str) -> (StatusCode, Value
     (status, serde_json::from_slice(&bytes).unwrap())
 }
 
-/// Receive every wake-up without acknowledging any, round after round past the
-/// visibility timeout, until SQS has moved them all to the dead-letter queue (two empty
-/// rounds once each could have been received `MAX_RECEIVES` times).
-async fn fail_all_until_dead_lettered(queue: &Arc<dyn WakeQueue>) {
-    let (mut rounds, mut empty_rounds) = (0, 0);
-    while rounds < 30 && empty_rounds < 2 {
-        let mut got = 0;
-        loop {
-            let page = queue.receive(10, Duration::from_secs(1)).await.unwrap();
-            if page.is_empty() {
-                break;
-            }
-            got += page.len();
-        }
-        rounds += 1;
-        if got == 0 && rounds > MAX_RECEIVES {
-            empty_rounds += 1;
-        } else {
-            empty_rounds = 0;
-        }
-        // Past the visibility timeout: SQS's own clock, not one the test can move.
-        tokio::time::sleep(Duration::from_millis(1300)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_aws_dead_letters_are_listed_with_raw_cursors_redriven_and_completed() {
     let Some(env) = siesta_aws::testing::emulators().await else {
@@ -97,7 +71,7 @@ async fn on_aws_dead_letters_are_listed_with_raw_cursors_redriven_and_completed(
             .unwrap();
         ids.insert(run.id.to_string());
     }
-    fail_all_until_dead_lettered(&backend.queue).await;
+    siesta_aws::testing::fail_all_until_dead_lettered(&backend.queue, MAX_RECEIVES).await;
     let mut parked = 0;
     for _ in 0..5 {
         parked += engine.sweep(100).await.unwrap().parked_dead_letters;

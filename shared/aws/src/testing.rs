@@ -4,6 +4,10 @@
 //! the emulators — unless `SIESTA_AWS_TESTS=required` (the test command sets it), in
 //! which case they fail instead.
 
+use std::sync::Arc;
+use std::time::Duration;
+
+use siesta::ports::WakeQueue;
 use tokio::sync::OnceCell;
 
 use crate::bootstrap::{NewResources, Plan};
@@ -137,5 +141,32 @@ impl Emulators {
             queue_url,
             dead_letter_queue_url,
         }
+    }
+}
+
+/// Receives every wake-up of `queue` without acknowledging any, round after round (each
+/// past the 1 s visibility timeout it receives with), until SQS has moved them all to
+/// the dead-letter queue: two rounds in a row find nothing, after enough rounds for
+/// every one to have been received `max_receives` times (at most 30 rounds). LocalStack
+/// sometimes hides a message with a group id for a round longer than its visibility
+/// timeout. The wait between rounds is SQS's own clock, not one a test can move.
+pub async fn fail_all_until_dead_lettered(queue: &Arc<dyn WakeQueue>, max_receives: u32) {
+    let (mut rounds, mut empty_rounds) = (0, 0);
+    while rounds < 30 && empty_rounds < 2 {
+        let mut got = 0;
+        loop {
+            let page = queue.receive(10, Duration::from_secs(1)).await.unwrap();
+            if page.is_empty() {
+                break;
+            }
+            got += page.len();
+        }
+        rounds += 1;
+        if got == 0 && rounds > max_receives {
+            empty_rounds += 1;
+        } else {
+            empty_rounds = 0;
+        }
+        tokio::time::sleep(Duration::from_millis(1300)).await;
     }
 }

@@ -65,33 +65,6 @@ fn fresh_tenant() -> TenantId {
     TenantId(format!("dead-letters-{}", uuid::Uuid::new_v4().simple()))
 }
 
-/// Receive every wake-up of the queue without acknowledging any, round after round
-/// (each past the visibility timeout), until the queue has moved them all to the
-/// dead-letter queue: two rounds in a row find nothing, after enough rounds for every
-/// one to have been received `MAX_RECEIVES` times. (LocalStack sometimes hides a
-/// message with a group id for a round longer than its visibility timeout.)
-async fn fail_all_until_dead_lettered(queue: &Arc<dyn WakeQueue>) {
-    let (mut rounds, mut empty_rounds) = (0, 0);
-    while rounds < 30 && empty_rounds < 2 {
-        let mut got = 0;
-        loop {
-            let page = queue.receive(10, Duration::from_secs(1)).await.unwrap();
-            if page.is_empty() {
-                break;
-            }
-            got += page.len();
-        }
-        rounds += 1;
-        if got == 0 && rounds > MAX_RECEIVES {
-            empty_rounds += 1;
-        } else {
-            empty_rounds = 0;
-        }
-        // Past the visibility timeout.
-        tokio::time::sleep(Duration::from_millis(1300)).await;
-    }
-}
-
 async fn run(engine: &Engine, tenant: &TenantId, id: &RunId) -> Run {
     engine.get_run(tenant, id).await.unwrap()
 }
@@ -113,7 +86,7 @@ async fn on_aws_twenty_five_dead_letters_are_each_handled_once() {
                 .id,
         );
     }
-    fail_all_until_dead_lettered(&engine.backend().queue).await;
+    siesta_aws::testing::fail_all_until_dead_lettered(&engine.backend().queue, MAX_RECEIVES).await;
 
     // The dead-letter move may lag a moment on a real queue.
     let mut report = DeadLetterReport::default();
@@ -146,7 +119,7 @@ async fn on_aws_a_resumed_run_stays_resumed_through_sweeps_and_a_webhook_complet
         .await
         .unwrap()
         .id;
-    fail_all_until_dead_lettered(&engine.backend().queue).await;
+    siesta_aws::testing::fail_all_until_dead_lettered(&engine.backend().queue, MAX_RECEIVES).await;
     let mut parked = 0;
     for _ in 0..20 {
         parked += engine.handle_dead_letters(100).await.unwrap().parked;
