@@ -8,7 +8,10 @@ use axum::Router;
 use http::{HeaderMap, Method, StatusCode};
 use serde_json::json;
 use siesta::*;
-use siesta_api::{Authenticate, ControlApi};
+use siesta_api::ControlApi;
+
+mod common;
+use common::TenantHeader;
 use tower::ServiceExt;
 
 struct World {
@@ -23,24 +26,6 @@ struct ApiResponse {
     status: StatusCode,
     headers: HeaderMap,
     body: serde_json::Value,
-}
-
-/// The tests name the caller's tenant in a header: the router's authentication is
-/// pluggable, and these tests are about what a tenant sees, not how it is proven.
-struct TenantHeader;
-
-impl Authenticate for TenantHeader {
-    fn authenticate(
-        &self,
-        request: &http::request::Parts,
-    ) -> Result<TenantId, siesta_api::ApiError> {
-        request
-            .headers
-            .get("x-test-tenant")
-            .and_then(|v| v.to_str().ok())
-            .map(TenantId::from)
-            .ok_or_else(|| siesta_api::ApiError::unauthorized("no x-test-tenant"))
-    }
 }
 
 /// Send `request` through `router` and read the answer.

@@ -7,25 +7,11 @@ use axum::Router;
 use http::{Method, StatusCode};
 use serde_json::{Value, json};
 use siesta::*;
-use siesta_api::{Authenticate, ControlApi};
+use siesta_api::ControlApi;
+
+mod common;
+use common::TenantHeader;
 use tower::ServiceExt;
-
-/// The caller's tenant is named in a header: these tests are about what a tenant sees.
-struct TenantHeader;
-
-impl Authenticate for TenantHeader {
-    fn authenticate(
-        &self,
-        request: &http::request::Parts,
-    ) -> Result<TenantId, siesta_api::ApiError> {
-        request
-            .headers
-            .get("x-test-tenant")
-            .and_then(|v| v.to_str().ok())
-            .map(TenantId::from)
-            .ok_or_else(|| siesta_api::ApiError::unauthorized("no x-test-tenant"))
-    }
-}
 
 /// Values over 64 bytes go to the artifact store.
 const INLINE_LIMIT: usize = 64;
