@@ -101,6 +101,21 @@ impl SweepTally {
     }
 }
 
+/// The URL a `siesta dev` just started says it listens on, read from its stdout.
+pub(crate) async fn listening_url(
+    lines: &mut tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+) -> anyhow::Result<String> {
+    loop {
+        let Some(line) = lines.next_line().await? else {
+            bail!("the server exited before it listened");
+        };
+        if let Some(at) = line.find("http://") {
+            let url = line[at..].split_whitespace().next().unwrap_or_default();
+            return Ok(url.trim_end_matches('/').to_owned());
+        }
+    }
+}
+
 /// `line` without ANSI escape sequences.
 fn strip_ansi(line: &str) -> String {
     let mut out = String::with_capacity(line.len());
@@ -139,15 +154,7 @@ impl Server {
             .context("starting `siesta dev`")?;
         let pid = child.id().context("the server has no pid")?;
         let mut lines = BufReader::new(child.stdout.take().context("no stdout")?).lines();
-        let base = loop {
-            let Some(line) = lines.next_line().await? else {
-                bail!("the server exited before it listened");
-            };
-            if let Some(at) = line.find("http://") {
-                let url = line[at..].split_whitespace().next().unwrap_or_default();
-                break url.trim_end_matches('/').to_owned();
-            }
-        };
+        let base = listening_url(&mut lines).await?;
         // Keep draining its stdout so it never blocks on a full pipe.
         tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
         let sweeps = std::sync::Arc::new(std::sync::Mutex::new(SweepTally::default()));

@@ -79,15 +79,7 @@ impl DevServer {
             .spawn()
             .context("starting `siesta dev`")?;
         let mut lines = BufReader::new(child.stdout.take().context("no stdout")?).lines();
-        let base = loop {
-            let Some(line) = lines.next_line().await? else {
-                bail!("the server exited before it listened");
-            };
-            if let Some(at) = line.find("http://") {
-                let url = line[at..].split_whitespace().next().unwrap_or_default();
-                break url.trim_end_matches('/').to_owned();
-            }
-        };
+        let base = super::listening_url(&mut lines).await?;
         tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
         Ok(DevServer {
             _child: child,
