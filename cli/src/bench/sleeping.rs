@@ -415,12 +415,14 @@ pub async fn run(options: SleepingOptions) -> anyhow::Result<()> {
         server.peak_rss_kb()
     );
     let bytes = disk_bytes(server._dir.path());
+    let wal = std::fs::metadata(server._dir.path().join("siesta.db-wal")).map_or(0, |m| m.len());
     println!(
-        "{:<52} {:.0} B ({} MB for {} runs)",
+        "{:<52} {:.0} B ({} MB for {} runs, of which WAL {} MB)",
         "bytes on disk per sleeping run",
         bytes as f64 / (n + 3 * RESUMES) as f64,
         bytes / 1_000_000,
-        n + 3 * RESUMES
+        n + 3 * RESUMES,
+        wal / 1_000_000
     );
 
     let pick = |i: usize| &ids[(i * 7919) % ids.len()];

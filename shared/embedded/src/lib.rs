@@ -136,6 +136,9 @@ const STATEMENT_CACHE: usize = 64;
 /// How many idle read connections are kept open.
 const IDLE_READERS: usize = 8;
 
+/// Bytes the WAL file is cut back to when a checkpoint lets SQLite start it over.
+const WAL_SIZE_LIMIT: i64 = 4 * 1024 * 1024;
+
 /// What an acknowledged write survives.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Durability {
@@ -241,6 +244,10 @@ impl EmbeddedBackend {
         // Commits append to the WAL without an fsync; under `Durability::Full` the
         // writer's syncer fsyncs the WAL before a durable write is answered.
         conn.pragma_update(None, "synchronous", "NORMAL")
+            .map_err(sql)?;
+        // A burst grows the WAL past the checkpoint's 1 000 pages while readers hold
+        // it; without a limit the file keeps that size for good (bytes per run).
+        conn.pragma_update(None, "journal_size_limit", WAL_SIZE_LIMIT)
             .map_err(sql)?;
         conn.execute_batch(SCHEMA).map_err(sql)?;
         migrate(&conn)?;
