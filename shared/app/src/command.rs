@@ -81,6 +81,12 @@ pub struct DevArgs {
     /// an OS crash may be lost (a process kill loses nothing).
     #[arg(long, value_enum, default_value_t = DurabilityKind::Full)]
     pub durability: DurabilityKind,
+    /// Journal entries of suspended runs kept in memory, so their next wake-up
+    /// continues or replays without reading the store (0 turns the cache off: every
+    /// wake-up replays from the store). Memory grows with it: each sleeping run it
+    /// holds costs its decoded journal.
+    #[arg(long, env = "SIESTA_REPLAY_CACHE_ENTRIES", default_value_t = siesta::EngineConfig::default().replay_cache_entries)]
+    pub replay_cache_entries: usize,
     /// Per-tenant quotas: a JSON file (see docs/quotas.md), e.g.
     /// `{"default": {"max_unfinished_runs": 100}, "tenants": {"acme": {...}}}`.
     #[arg(long, env = "SIESTA_QUOTAS_FILE")]
@@ -151,6 +157,7 @@ impl DevArgs {
         options.lease_ttl = Duration::from_millis(self.lease_ttl_ms.max(100));
         options.sweep_every = Duration::from_millis(self.sweep_every_ms.max(50));
         options.workers = self.workers.max(1);
+        options.replay_cache_entries = self.replay_cache_entries;
         options.durability = match self.durability {
             DurabilityKind::Full => siesta_embedded::Durability::Full,
             DurabilityKind::Relaxed => siesta_embedded::Durability::Relaxed,
@@ -225,4 +232,42 @@ pub(crate) async fn dev(app: App, args: DevArgs) -> anyhow::Result<()> {
     tokio::signal::ctrl_c().await?;
     server.stop();
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(subcommand)]
+        command: Command,
+    }
+
+    async fn dev_options(args: &[&str]) -> DevOptions {
+        let cli = Cli::try_parse_from(["app", "dev"].iter().chain(args)).expect("parses");
+        let Command::Dev(dev) = cli.command else {
+            panic!("not dev: {cli:?}")
+        };
+        dev.options().await.expect("valid options")
+    }
+
+    #[tokio::test]
+    async fn the_replay_cache_is_the_engines_default_unless_a_size_is_given() {
+        let default = siesta::EngineConfig::default().replay_cache_entries;
+        assert!(default > 0);
+        assert_eq!(dev_options(&[]).await.replay_cache_entries, default);
+        assert_eq!(
+            dev_options(&["--replay-cache-entries", "0"])
+                .await
+                .replay_cache_entries,
+            0
+        );
+        assert!(
+            Cli::try_parse_from(["app", "dev", "--replay-cache-entries", "lots"]).is_err(),
+            "a size that is not a number is refused"
+        );
+    }
 }

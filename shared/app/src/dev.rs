@@ -48,6 +48,9 @@ pub struct DevOptions {
     pub build_id: String,
     /// Per-tenant quotas (default: none).
     pub quotas: siesta::Quotas,
+    /// Journal entries of suspended runs the engine keeps in memory
+    /// ([`EngineConfig::replay_cache_entries`]; 0 turns the cache off).
+    pub replay_cache_entries: usize,
 }
 
 impl std::fmt::Debug for DevOptions {
@@ -71,6 +74,7 @@ impl std::fmt::Debug for DevOptions {
             )
             .field("limits", &self.limits)
             .field("quotas", &self.quotas)
+            .field("replay_cache_entries", &self.replay_cache_entries)
             .finish_non_exhaustive()
     }
 }
@@ -93,6 +97,7 @@ impl DevOptions {
             limits: Limits::default(),
             build_id: EngineConfig::default().build_id,
             quotas: siesta::Quotas::default(),
+            replay_cache_entries: EngineConfig::default().replay_cache_entries,
         }
     }
 
@@ -168,6 +173,7 @@ pub async fn start(
         lease_ttl: options.lease_ttl,
         build_id: options.build_id.clone(),
         quotas: options.quotas.clone(),
+        replay_cache_entries: options.replay_cache_entries,
         ..EngineConfig::default()
     };
     let engine = Engine::new(backend, clock, registry, config);
