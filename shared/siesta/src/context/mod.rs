@@ -91,6 +91,9 @@ pub(crate) struct LeaseWatch {
 pub(crate) struct ExecState {
     pub run: Run,
     pub journal: HashMap<Position, JournalEntry>,
+    /// Positions of the journal's callbacks still waiting, in order: what a suspension
+    /// looks at for deadlines, so it costs the open callbacks, not the whole journal.
+    pub waiting_callbacks: std::collections::BTreeSet<Position>,
     by_index: HashMap<(String, u32), Position>,
     pub deliveries: Vec<Delivery>,
     pub consumed: HashSet<DeliveryId>,
@@ -201,7 +204,11 @@ impl Shared {
         let epoch = run.lease.as_ref().map(|l| l.epoch).unwrap_or(run.epoch);
         let mut by_index = HashMap::with_capacity(history.journal.len());
         let mut consumed = HashSet::new();
+        let mut waiting_callbacks = std::collections::BTreeSet::new();
         for entry in history.journal.values() {
+            if is_waiting_callback(entry) {
+                waiting_callbacks.insert(entry.position.clone());
+            }
             let parent = entry.position.parent().map(|p| p.0).unwrap_or_default();
             by_index.insert((parent, entry.index), entry.position.clone());
             consumed.extend(entry.consumed.iter().cloned());
@@ -218,6 +225,7 @@ impl Shared {
             state: Mutex::new(ExecState {
                 run,
                 journal,
+                waiting_callbacks,
                 by_index,
                 deliveries: history.deliveries,
                 consumed,
@@ -286,6 +294,7 @@ impl Shared {
     /// them, so it must be over (its final checkpoint written).
     pub(crate) fn take_replayed(&self) -> crate::replay_cache::Replayed {
         let mut st = self.state();
+        st.waiting_callbacks.clear();
         crate::replay_cache::Replayed {
             journal: std::mem::take(&mut st.journal),
             deliveries: std::mem::take(&mut st.deliveries),
@@ -374,6 +383,11 @@ impl Shared {
                         let mut st = self.state();
                         st.run = checkpoint.run;
                         for entry in std::mem::take(&mut delta.journal) {
+                            if is_waiting_callback(&entry) {
+                                st.waiting_callbacks.insert(entry.position.clone());
+                            } else {
+                                st.waiting_callbacks.remove(&entry.position);
+                            }
                             st.journal.insert(entry.position.clone(), entry);
                         }
                     }
@@ -1043,4 +1057,15 @@ pub(crate) async fn decode_payload<T: DeserializeOwned>(
             Ok(serde_json::from_slice(&bytes)?)
         }
     }
+}
+
+/// Whether `entry` is a callback still waiting for its outcome or its deadline.
+fn is_waiting_callback(entry: &JournalEntry) -> bool {
+    matches!(
+        &entry.state,
+        EntryState::Waiting(Wait {
+            kind: WaitKind::Callback { .. },
+            ..
+        })
+    )
 }

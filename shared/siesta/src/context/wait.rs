@@ -589,20 +589,19 @@ pub(crate) fn expire_callbacks(
 ) -> (Delta, Option<Timestamp>) {
     let mut delta = Delta::default();
     let mut next = None::<Timestamp>;
-    // Only the waiting callbacks are sorted: a run's journal grows with every cycle, and
-    // this runs at every suspension (a continued run would otherwise pay O(N log N)).
-    let mut waiting: Vec<(&JournalEntry, &Wait, &CallbackId)> = st
-        .journal
-        .values()
-        .filter_map(|entry| match &entry.state {
+    // Only the waiting callbacks, kept in position order as the journal changes: a run's
+    // journal grows with every cycle, and this runs at every suspension (a continued
+    // run would otherwise pay O(N) here for every wake-up).
+    let waiting = st.waiting_callbacks.iter().filter_map(|position| {
+        let entry = st.journal.get(position)?;
+        match &entry.state {
             EntryState::Waiting(wait) => match &wait.kind {
                 WaitKind::Callback { callback_id, .. } => Some((entry, wait, callback_id)),
                 _ => None,
             },
             _ => None,
-        })
-        .collect();
-    waiting.sort_by(|a, b| a.0.position.cmp(&b.0.position));
+        }
+    });
     for (entry, wait, callback_id) in waiting {
         let answered = st.deliveries.iter().any(|d| {
             matches!(&d.body, DeliveryBody::CallbackSucceeded { callback_id: c, .. } | DeliveryBody::CallbackFailed { callback_id: c, .. } if c == callback_id)
