@@ -679,11 +679,19 @@ impl Engine {
     /// checkpoint merged them): those are only in the store. With `future` (every
     /// branch parked, none blocked for good) the workflow itself is kept, to continue;
     /// otherwise its journal.
+    ///
+    /// Only a run due again soon (within [`EngineConfig::resend_margin`]: a timer, a
+    /// retry, a spent budget) is kept. A run that waits for a delivery (an event, a
+    /// callback, a child's result) or a distant deadline is not: the delivery that wakes
+    /// it is a write, which makes anything kept stale, so keeping it would only hold
+    /// memory — a dev server with a million runs asleep on events held every journal
+    /// the cache had room for.
     fn keep_replayed(&self, shared: &Arc<Shared>, future: Option<WorkflowFuture>) {
+        let horizon = self.clock.now().plus(self.config.resend_margin);
         let (run, continuable) = {
             let st = shared.state();
             let loaded = st.deliveries.last().map_or(0, |d| d.seq);
-            if loaded != st.run.inbox_seq {
+            if loaded != st.run.inbox_seq || st.run.due_at.is_none_or(|due| due > horizon) {
                 return;
             }
             (st.run.clone(), !st.stuck && st.stop.is_none())
