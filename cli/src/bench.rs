@@ -136,15 +136,17 @@ fn strip_ansi(line: &str) -> String {
 }
 
 impl Server {
-    async fn start(options: &BenchOptions) -> anyhow::Result<Server> {
+    /// Start `siesta dev` with `--durability durability` and `server_args`, in a data
+    /// directory of its own.
+    async fn start(durability: &str, server_args: &[String]) -> anyhow::Result<Server> {
         let dir = tempfile::tempdir()?;
         let exe = std::env::current_exe()?;
         let mut child = tokio::process::Command::new(exe)
             .arg("dev")
-            .args(["--port", "0", "--durability", &options.durability])
+            .args(["--port", "0", "--durability", durability])
             .arg("--data-dir")
             .arg(dir.path())
-            .args(&options.server_args)
+            .args(server_args)
             .env("RUST_LOG", "warn")
             .env("SIESTA_LOG", "warn,siesta_app::dev=info")
             .stdout(Stdio::piped())
@@ -310,7 +312,7 @@ async fn syscalls(
 
 /// Run the benchmark and print its report.
 pub async fn run(options: BenchOptions) -> anyhow::Result<()> {
-    let server = Server::start(&options).await?;
+    let server = Server::start(&options.durability, &options.server_args).await?;
     let http = reqwest::Client::builder()
         .pool_max_idle_per_host(options.concurrency * 2)
         .build()?;

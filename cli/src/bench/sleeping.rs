@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 use serde_json::{Value, json};
 
-use super::{BenchOptions, Server, proc_field};
+use super::{Server, proc_field};
 
 /// Clients starting runs at once.
 const CLIENTS: usize = 16;
@@ -254,21 +254,13 @@ pub async fn run(options: SleepingOptions) -> anyhow::Result<()> {
         "name": SOURCE, "tenant": "a", "scheme": "standard-webhooks", "secrets": [SECRET],
         "correlation": "/run_id", "event": "approval"
     }]);
-    let server = Server::start(&BenchOptions {
-        rounds: 1,
-        concurrency: CLIENTS,
-        durability: options.durability.clone(),
-        server_args: vec![
-            "--api-keys".into(),
-            "key-a=a,key-b=b".into(),
-            "--webhook-sources".into(),
-            sources.to_string(),
-        ],
-        strace: false,
-        shapes: false,
-        replay_cycles: None,
-    })
-    .await?;
+    let server_args = [
+        "--api-keys".to_owned(),
+        "key-a=a,key-b=b".to_owned(),
+        "--webhook-sources".to_owned(),
+        sources.to_string(),
+    ];
+    let server = Server::start(&options.durability, &server_args).await?;
     let http = reqwest::Client::builder()
         .pool_max_idle_per_host(64)
         .build()?;

@@ -15,8 +15,8 @@ use std::time::{Duration, Instant, SystemTime};
 use anyhow::bail;
 use serde_json::{Value, json};
 
+use super::Server;
 use super::sleeping::{cpu_ticks, load};
-use super::{BenchOptions, Server};
 
 /// Clients starting runs at once.
 const CLIENTS: usize = 16;
@@ -45,16 +45,7 @@ async fn any_with(http: &reqwest::Client, base: &str, status: &str) -> anyhow::R
 
 /// Run the bench.
 pub async fn run(options: TimersOptions) -> anyhow::Result<()> {
-    let server = Server::start(&BenchOptions {
-        rounds: 1,
-        concurrency: CLIENTS,
-        durability: options.durability.clone(),
-        server_args: Vec::new(),
-        strace: false,
-        shapes: false,
-        replay_cycles: None,
-    })
-    .await?;
+    let server = Server::start(&options.durability, &[]).await?;
     let http = reqwest::Client::builder()
         .pool_max_idle_per_host(64)
         .build()?;
