@@ -20,7 +20,7 @@ use serde_json::json;
 use siesta::ports::{Backend, DeadLetter, ReceivedWakeUp, StoreError, WakeQueue, WakeUp};
 use siesta::*;
 use siesta_aws::keys::{DUE_INDEX, DUE_SHARD, DUE_SHARDS, SWEEP_AT, due_shard, shard_name};
-use siesta_aws::{AwsOptions, RequestCounter};
+use siesta_aws::{AwsOptions, RequestCounter, RequestCounts};
 
 /// The sweep's page size.
 const PAGE: usize = 250;
@@ -162,6 +162,15 @@ fn per_run(counter: &RequestCounter, runs: usize) -> String {
         .join(", ")
 }
 
+/// Requests per fired deadline, by service and operation.
+fn per_fired(counts: &RequestCounts, fired: usize) -> String {
+    counts
+        .iter()
+        .map(|((service, op), n)| format!("{service} {op} {:.3}", *n as f64 / fired as f64))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// How many items of the due index the sweep looks at exactly at `at` (no wake-up was
 /// sent for them: their deadline is past SQS's 15 minutes), per shard, read from the
 /// index itself.
@@ -262,9 +271,10 @@ async fn sweep_at_scale(env: &support::Emulators, runs: usize) {
 
     counter.reset();
     let started = Instant::now();
+    let seeded = std::sync::atomic::AtomicUsize::new(0);
     futures::stream::iter(&ids)
         .for_each_concurrent(IN_FLIGHT, |id| {
-            let (engine, tenant) = (&engine, &tenant);
+            let (engine, tenant, seeded) = (&engine, &tenant, &seeded);
             async move {
                 let run = engine
                     .start(tenant, "approve", json!(null), Some(id.clone()))
@@ -281,6 +291,13 @@ async fn sweep_at_scale(env: &support::Emulators, runs: usize) {
                     engine.handle_wakeup(&wake).await.expect("handle"),
                     WakeOutcome::Advanced(RunStatus::Waiting)
                 );
+                let n = seeded.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+                if n % 10_000 == 0 {
+                    eprintln!(
+                        "{n} runs waiting after {:.0} s",
+                        started.elapsed().as_secs_f64()
+                    );
+                }
             }
         })
         .await;
@@ -343,11 +360,24 @@ async fn sweep_at_scale(env: &support::Emulators, runs: usize) {
     let (mut sweeping, mut handling) = (Duration::ZERO, Duration::ZERO);
     let mut pages = 0;
     let mut sweep_rcu = 0.0;
+    // The sweep's own requests (it and the handling take turns, so the difference of
+    // the counts around each sweep is the sweep's), and its first and last full pages'
+    // times: the cost per fired deadline must not grow with how many are due.
+    let mut sweep_requests: RequestCounts = RequestCounts::new();
+    let mut page_times = Vec::new();
     loop {
         let t = Instant::now();
         let before = capacity.consumed_capacity();
+        let counted = counter.snapshot();
         let report = engine.sweep(PAGE).await.unwrap();
+        for (key, n) in counter.snapshot() {
+            let n = n - counted.get(&key).copied().unwrap_or(0);
+            if n > 0 {
+                *sweep_requests.entry(key).or_default() += n;
+            }
+        }
         sweep_rcu += capacity.consumed_capacity().read_units - before.read_units;
+        page_times.push(t.elapsed());
         sweeping += t.elapsed();
         assert!(report.due <= PAGE, "bounded: {report:?}");
         let sent = queue.take();
@@ -393,6 +423,27 @@ async fn sweep_at_scale(env: &support::Emulators, runs: usize) {
         sweeping.as_secs_f64(),
         handling.as_secs_f64(),
         per_run(&counter, runs)
+    );
+    let ms = |d: &Duration| d.as_secs_f64() * 1000.0;
+    let full = &page_times[..page_times.len().saturating_sub(2)];
+    eprintln!(
+        "the sweep's own requests per fired deadline: {}; a page of {PAGE}: first {:.0} ms, \
+         median {:.0} ms, last full {:.0} ms",
+        per_fired(&sweep_requests, woken.len()),
+        full.first().map(ms).unwrap_or_default(),
+        {
+            let mut sorted: Vec<f64> = full.iter().map(ms).collect();
+            sorted.sort_by(f64::total_cmp);
+            sorted.get(sorted.len() / 2).copied().unwrap_or_default()
+        },
+        full.last().map(ms).unwrap_or_default(),
+    );
+    assert_eq!(
+        sweep_requests
+            .get(&("sqs".to_owned(), "SendMessage".to_owned()))
+            .copied(),
+        Some(runs as u64),
+        "one wake-up sent per fired deadline: {sweep_requests:?}"
     );
     assert_eq!(woken.len(), runs, "every run swept");
     assert_eq!(pages, runs.div_ceil(PAGE), "full pages");

@@ -1,0 +1,198 @@
+//! Benchmark: the sweep's AWS requests per fired timer, and its time per page, with N
+//! runs due at the same instant (`SIESTA_SWEEP_RUNS`, default 100 000) on the emulators:
+//! `cargo bench -p siesta-aws --bench sweep_per_timer` (or `cargo test … --bench`, the
+//! counts do not depend on the profile) with `scripts/emulators env` exported.
+//!
+//! The sweep path is the real one: the due index queried on DynamoDB page by page, a
+//! wake-up sent to SQS for each due run, its `resend_after` written back. Only the
+//! seeding is short-cut: each run is written as it would stand asleep on a timer
+//! (waiting, due at the deadline, nothing on its way) with one `create_run`, instead of
+//! being started and driven to its wait by the engine (six requests a run, the slow
+//! part on DynamoDB Local); and the wake-ups sent are not handled — handling one costs
+//! the same whatever the backlog, and `tests/sweep_at_scale.rs` does it for 10 000
+//! runs with their whole history.
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use siesta::*;
+use siesta_aws::{AwsOptions, RequestCounter, RequestCounts};
+
+/// The sweep's page size (the sweep function's default).
+const PAGE: usize = 250;
+/// Writes in flight at once while seeding.
+const IN_FLIGHT: usize = 64;
+
+fn main() {
+    let runs: usize = std::env::var("SIESTA_SWEEP_RUNS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(100_000);
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async {
+            let Some(env) = support::emulators().await else {
+                return;
+            };
+            // A table of its own: the due index is global across tenants.
+            let env = env.with_own_table().await;
+            let outcome = tokio::spawn({
+                let env = env.clone();
+                async move { bench(&env, runs).await }
+            })
+            .await;
+            // DynamoDB Local keeps its tables in memory: give this one back.
+            let _ = aws_sdk_dynamodb::Client::new(&env.sdk)
+                .delete_table()
+                .table_name(&env.table)
+                .send()
+                .await;
+            if let Err(e) = outcome {
+                std::panic::resume_unwind(e.into_panic());
+            }
+        });
+}
+
+/// Requests per fired timer, by service and operation.
+fn per_fired(counts: &RequestCounts, fired: usize) -> String {
+    counts
+        .iter()
+        .map(|((service, op), n)| format!("{service} {op} {:.3}", *n as f64 / fired as f64))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+async fn bench(env: &support::Emulators, runs: usize) {
+    let counter = RequestCounter::new();
+    let names = env.names(5).await;
+    let aws = siesta_aws::AwsBackend::with_options(
+        &env.sdk,
+        names.clone(),
+        AwsOptions {
+            interceptors: vec![counter.interceptor()],
+            ..AwsOptions::default()
+        },
+    );
+    let backend = aws.backend();
+    let clock = Arc::new(ManualClock::new(Timestamp(1_800_000_000_000)));
+    let engine = Engine::new(
+        backend.clone(),
+        clock.clone(),
+        Registry::new(),
+        EngineConfig::default(),
+    );
+    let tenant = TenantId::from("sweep-per-timer");
+    let now = clock.now();
+    let deadline = now.plus(Duration::from_secs(3600));
+
+    let started = Instant::now();
+    let seeded = AtomicUsize::new(0);
+    futures::stream::iter(0..runs)
+        .for_each_concurrent(IN_FLIGHT, |i| {
+            let (backend, tenant, seeded) = (&backend, &tenant, &seeded);
+            async move {
+                let mut run = Run::new(
+                    tenant.clone(),
+                    RunId(format!("timer-{i:07}")),
+                    "timer",
+                    Payload::Inline(serde_json::Value::Null),
+                    now,
+                );
+                // Asleep on a timer past SQS's 15-minute delay: only the sweep wakes it.
+                run.status = RunStatus::Waiting;
+                run.due_at = Some(deadline);
+                run.timeline_seq = 1;
+                let event = TimelineEvent::execution_started(
+                    now,
+                    "timer",
+                    serde_json::json!({"Workflow": "timer"}),
+                );
+                backend.store.create_run(&run, &event).await.expect("seed");
+                let n = seeded.fetch_add(1, Ordering::Relaxed) + 1;
+                if n % 10_000 == 0 {
+                    eprintln!(
+                        "{n} runs asleep after {:.0} s",
+                        started.elapsed().as_secs_f64()
+                    );
+                }
+            }
+        })
+        .await;
+    let seeding = started.elapsed();
+    eprintln!(
+        "{runs} runs asleep in {:.1} s ({:.0} runs/s)",
+        seeding.as_secs_f64(),
+        runs as f64 / seeding.as_secs_f64()
+    );
+    assert_eq!(
+        engine.sweep(PAGE).await.unwrap().due,
+        0,
+        "none due before the deadline"
+    );
+
+    clock.set(deadline.plus(Duration::from_secs(1)));
+    counter.reset();
+    let started = Instant::now();
+    let (mut fired, mut pages) = (0, Vec::new());
+    loop {
+        let t = Instant::now();
+        let report = engine.sweep(PAGE).await.unwrap();
+        if report.due == 0 {
+            break;
+        }
+        assert_eq!(
+            (report.woken, report.due_waits),
+            (report.due, report.due),
+            "{report:?}"
+        );
+        fired += report.woken;
+        pages.push(t.elapsed());
+    }
+    let sweeping = started.elapsed();
+    let counts = counter.snapshot();
+    assert_eq!(fired, runs, "every timer fired once");
+    assert_eq!(
+        counts
+            .get(&("sqs".to_owned(), "SendMessage".to_owned()))
+            .copied(),
+        Some(runs as u64),
+        "one wake-up sent per fired timer: {counts:?}"
+    );
+    let ms = |d: &Duration| d.as_secs_f64() * 1000.0;
+    let mut sorted: Vec<f64> = pages.iter().map(ms).collect();
+    sorted.sort_by(f64::total_cmp);
+    let tenth = pages.len() / 10;
+    let mean = |p: &[Duration]| p.iter().map(ms).sum::<f64>() / p.len().max(1) as f64;
+    println!(
+        "{runs} timers due at one instant, fired by the sweep in {} pages of {PAGE} in \
+         {:.1} s ({:.0} timers/s)",
+        pages.len(),
+        sweeping.as_secs_f64(),
+        runs as f64 / sweeping.as_secs_f64()
+    );
+    println!(
+        "  page time: median {:.0} ms; mean of the first tenth {:.0} ms, of the last \
+         tenth {:.0} ms",
+        sorted[sorted.len() / 2],
+        mean(&pages[..tenth.max(1)]),
+        mean(&pages[pages.len() - tenth.max(1)..]),
+    );
+    println!(
+        "  the sweep's requests per fired timer: {}",
+        per_fired(&counts, runs)
+    );
+
+    // The wake-ups sent are not handled here: give the queues back.
+    let sqs = aws_sdk_sqs::Client::new(&env.sdk);
+    for url in [&names.queue_url, &names.dead_letter_queue_url] {
+        let _ = sqs.delete_queue().queue_url(url).send().await;
+    }
+}
