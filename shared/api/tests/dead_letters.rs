@@ -1,7 +1,9 @@
 //! Dead letters through the router (`oneshot`), on the embedded backend with a manual
 //! clock: runs whose wake-ups were dead-lettered are listed page by page (raw cursors in
 //! URLs, RFC 3339 times), redriven one with `If-Match` and then all at once, and
-//! complete; another tenant sees none of them; a run not parked for a dead letter is 404.
+//! complete; another tenant sees none of them; a run not parked for a dead letter is 404;
+//! a run resumed with `POST /runs/{id}/resume` stays resumed through sweeps, and a
+//! webhook then completes it.
 
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
@@ -22,6 +24,13 @@ fn registry() -> Registry {
     reg.register("quick", |ctx: Context, n: u32| async move {
         let m = ctx.step("add", move |_| async move { Ok(n + 1) }).await?;
         Ok(m)
+    });
+    reg.register("await_payment", |ctx: Context, _: Value| async move {
+        let payment = ctx
+            .create_callback::<Value>("payment")
+            .timeout(Duration::from_secs(3600))
+            .await?;
+        payment.wait().await
     });
     reg
 }
@@ -85,8 +94,8 @@ async fn list_all(router: &Router, token: &str, limit: usize) -> (Vec<Value>, us
 }
 
 /// Receive every wake-up without acknowledging one until the queue has dead-lettered
-/// them all (5 receives each), then let the sweep park their runs.
-async fn dead_letter_everything(w: &TestEnv) {
+/// them all (5 receives each), then let the sweep park their runs (`runs` of them).
+async fn dead_letter_everything(w: &TestEnv, runs: usize) {
     let queue = w.engine().backend().queue.clone();
     for _ in 0..10 {
         let mut got = 0;
@@ -105,7 +114,7 @@ async fn dead_letter_everything(w: &TestEnv) {
     let report = w.engine().sweep(1000).await.unwrap();
     assert_eq!(
         (report.dead_letters, report.parked_dead_letters),
-        (RUNS, RUNS),
+        (runs, runs),
         "{report:?}"
     );
 }
@@ -118,7 +127,7 @@ async fn dead_letters_are_listed_with_cursors_and_redriven_one_then_all() {
     for n in 0..RUNS {
         ids.insert(w.create("quick", n as u32, None).await.unwrap().to_string());
     }
-    dead_letter_everything(&w).await;
+    dead_letter_everything(&w, RUNS).await;
     // A healthy run, completed: not a dead letter.
     let healthy = w.start("quick", 100u32).await;
     w.run_until_idle().await;
@@ -237,4 +246,60 @@ async fn dead_letters_are_listed_with_cursors_and_redriven_one_then_all() {
         (status, &body["redriven"]),
         (StatusCode::ACCEPTED, &json!(0))
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_run_stays_resumed_through_sweeps_and_a_webhook_completes_it() {
+    let w = TestEnv::builder(registry()).tenant("ops").build();
+    let router = router(&w);
+    let id = w
+        .create("await_payment", Value::Null, None)
+        .await
+        .unwrap()
+        .to_string();
+    dead_letter_everything(&w, 1).await;
+    let run_path = format!("/runs/{id}");
+    let (_, _, parked) = call(&router, "ops-token", Method::GET, &run_path, &[]).await;
+    assert_eq!(parked["status"], "parked", "{parked}");
+
+    let (status, _, body) = call(
+        &router,
+        "ops-token",
+        Method::POST,
+        &format!("{run_path}/resume"),
+        &[],
+    )
+    .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    w.run_until_idle().await;
+    // Each sweep past the five minutes a dead letter being handled stays hidden: one
+    // handled but not deleted would be back by then.
+    for _ in 0..3 {
+        w.clock().advance(Duration::from_secs(301));
+        let report = w.engine().sweep(1000).await.unwrap();
+        assert_eq!(report.parked_dead_letters, 0, "{report:?}");
+        w.run_until_idle().await;
+    }
+    let (_, _, waiting) = call(&router, "ops-token", Method::GET, &run_path, &[]).await;
+    assert_eq!(waiting["status"], "waiting", "{waiting}");
+    let hook = waiting["waits"][0]["url"].as_str().unwrap();
+    let hook = &hook[hook.find("/hooks/").expect("a webhook URL")..];
+
+    // The webhook: public, its token is the credential.
+    let response = router
+        .clone()
+        .oneshot(
+            http::Request::post(hook)
+                .header("content-type", "application/json")
+                .header("webhook-id", "msg_1")
+                .body(axum::body::Body::from(r#"{"paid":true}"#))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    w.run_until_idle().await;
+    let run = w.run(&RunId::from(id.as_str())).await;
+    assert_eq!(run.status, RunStatus::Completed, "{:?}", run.error);
+    assert_eq!(run.output, Some(Payload::Inline(json!({"paid": true}))));
 }
