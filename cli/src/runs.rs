@@ -656,6 +656,65 @@ mod tests {
         );
     }
 
+    #[tokio::test]
+    async fn runs_dead_letters_follows_every_cursor_and_redrive_posts_one_or_all() {
+        let (tx, mut seen) = tokio::sync::mpsc::unbounded_channel::<(String, Option<String>)>();
+        let app = axum::Router::new().fallback(move |request: axum::extract::Request| {
+            let tx = tx.clone();
+            async move {
+                let uri = request.uri().to_string();
+                let if_match = request
+                    .headers()
+                    .get("if-match")
+                    .map(|v| v.to_str().unwrap().to_owned());
+                tx.send((uri.clone(), if_match)).unwrap();
+                let letter = |id: &str| {
+                    serde_json::json!({"run_id": id, "workflow": "quick", "version": 3,
+                        "parked_at": "2026-11-24T08:00:00.000Z", "reason": "dead-lettered"})
+                };
+                axum::Json(match uri.as_str() {
+                    "/dead-letters?limit=200" => serde_json::json!({
+                        "dead_letters": [letter("run-1")], "next_cursor": "0a1b"}),
+                    "/dead-letters?limit=200&cursor=0a1b" => {
+                        serde_json::json!({"dead_letters": [letter("run-2")]})
+                    }
+                    "/dead-letters/redrive" => {
+                        serde_json::json!({"redriven": 2, "run_ids": ["run-1", "run-2"]})
+                    }
+                    _ => serde_json::json!({"status": "pending"}),
+                })
+            }
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let remote = remote(url);
+
+        // Each request is recorded before it is answered, so once a call returns what
+        // it sent is in the channel.
+        remote.dead_letters().await.unwrap();
+        assert_eq!(seen.try_recv().unwrap().0, "/dead-letters?limit=200");
+        assert_eq!(
+            seen.try_recv().unwrap().0,
+            "/dead-letters?limit=200&cursor=0a1b",
+            "the next page, through the cursor as given"
+        );
+        remote.redrive(Some("run-1"), Some(3)).await.unwrap();
+        assert_eq!(
+            seen.try_recv().unwrap(),
+            (
+                "/dead-letters/run-1/redrive".to_owned(),
+                Some("\"3\"".to_owned())
+            )
+        );
+        remote.redrive(None, None).await.unwrap();
+        assert_eq!(
+            seen.try_recv().unwrap(),
+            ("/dead-letters/redrive".to_owned(), None)
+        );
+        assert!(seen.try_recv().is_err(), "nothing else sent");
+    }
+
     #[test]
     fn a_succeeded_value_that_is_not_json_is_refused_before_anything_is_sent() {
         let e = Outcome::succeeded("charged").unwrap_err();
