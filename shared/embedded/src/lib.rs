@@ -332,6 +332,7 @@ fn migrate(conn: &Connection) -> Result<(), StoreError> {
             .map_err(sql)?;
     }
     conn.execute_batch(SWEEP_INDEX).map_err(sql)?;
+    conn.execute_batch(recovery::PROMISED_INDEX).map_err(sql)?;
     Ok(())
 }
 

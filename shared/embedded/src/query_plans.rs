@@ -48,7 +48,7 @@ const EXPECTED: &[&str] = &[
     "INDEXED BY runs_by_workflow",
     "INDEXED BY runs_by_status_workflow",
     "FROM runs WHERE sweep_at IS NOT NULL",
-    "FROM runs WHERE sweep_at IS NOT NULL AND sweep_at > ?1",
+    "FROM runs INDEXED BY runs_promised",
     "FROM journal WHERE",
     "FROM deliveries WHERE",
     "FROM timeline WHERE",
