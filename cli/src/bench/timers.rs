@@ -3,10 +3,12 @@
 //!
 //! `N` runs of `timer` are started (16 clients) with `{"until": T}`, one instant `T` far
 //! enough ahead that every run is asleep on its timer by then (15 s plus 1 ms per run).
-//! From `T` on, the bench polls until no run waits any more, and prints the time to
-//! fire them all, fired timers per second, the server's CPU meanwhile and what its
-//! sweeps did (from the server's `sweep` log lines): sweeps, runs their pages held,
-//! wake-ups they sent, and store calls per fired timer. Nothing is asserted.
+//! From `T` on, the bench polls until no run waits any more (all fired) and then until
+//! none is running or pending either (a run whose timer fired is done only once its
+//! step is), and prints both times, how many runs fired and how each ended, completed
+//! timers per second, the server's CPU meanwhile and what its sweeps did (from the
+//! server's `sweep` log lines): sweeps, runs their pages held, wake-ups they sent, and
+//! store calls per fired timer. Nothing is asserted.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -136,7 +138,17 @@ pub async fn run(options: TimersOptions) -> anyhow::Result<()> {
     let (sweeps_before, cpu_before) = (server.sweep_tally(), cpu_ticks(server.pid));
     let fire = Instant::now();
     let mut last_report = Instant::now();
-    while any_with(&http, &server.base, "waiting").await? {
+    let mut firing = Firing::default();
+    loop {
+        let waiting = any_with(&http, &server.base, "waiting").await?;
+        // A run whose timer fired is mid-step (`running`, or `pending` between a
+        // yield and its next claim) until it completes: not done yet.
+        let busy = !waiting
+            && (any_with(&http, &server.base, "running").await?
+                || any_with(&http, &server.base, "pending").await?);
+        if firing.observe(fire.elapsed(), waiting, busy) {
+            break;
+        }
         if last_report.elapsed() > Duration::from_secs(10) {
             eprintln!(
                 "  … firing for {:.0} s (load {})",
@@ -147,27 +159,46 @@ pub async fn run(options: TimersOptions) -> anyhow::Result<()> {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let fired_in = fire.elapsed();
+    let (fired_in, done_in) = (firing.fired_in(), firing.done_in());
     let cpu = (cpu_ticks(server.pid) - cpu_before) as f64 / 100.0;
     let sweeps = server.sweep_tally().since(sweeps_before);
-    let completed = count_completed(&http, &server.base).await?;
+    let mut ended = Vec::new();
+    for status in ["completed", "failed", "parked", "cancelled"] {
+        ended.push((status, count_with(&http, &server.base, status).await?));
+    }
+    let fired: usize = ended.iter().map(|(_, c)| c).sum();
+    let completed = ended[0].1;
     println!();
     println!("## {n} timers due at the same instant (load {})", load());
     println!(
-        "{:<52} {:.2} s after the instant ({completed} runs completed)",
+        "{:<52} {:.2} s after the instant",
         "all fired (no run waiting)",
         fired_in.as_secs_f64()
     );
     println!(
-        "{:<52} {:.0} timers/s",
+        "{:<52} {:.2} s after the instant",
+        "all done (none waiting, running or pending)",
+        done_in.as_secs_f64()
+    );
+    println!(
+        "{:<52} {fired} of {n} fired, {completed} completed ({})",
+        "runs",
+        ended
+            .iter()
+            .map(|(s, c)| format!("{s} {c}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    println!(
+        "{:<52} {:.0} timers/s (completed runs over the time to all done)",
         "fired",
-        n as f64 / fired_in.as_secs_f64()
+        completed as f64 / done_in.as_secs_f64()
     );
     println!(
         "{:<52} {:.2} s ({:.0} % of a core)",
         "server CPU while firing",
         cpu,
-        100.0 * cpu / fired_in.as_secs_f64()
+        100.0 * cpu / done_in.as_secs_f64()
     );
     println!(
         "{:<52} {} sweeps, {} runs on their pages, {} found queued, {} wake-ups sent",
@@ -183,12 +214,45 @@ pub async fn run(options: TimersOptions) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Completed `timer` runs, counted through the list (pages of 200).
-async fn count_completed(http: &reqwest::Client, base: &str) -> anyhow::Result<usize> {
+/// When the timers fired and when their runs were done, from looks at the runs after
+/// the instant.
+#[derive(Debug, Default, PartialEq)]
+struct Firing {
+    /// The first look that found no run waiting.
+    fired: Option<Duration>,
+    /// The first look that found none waiting, running or pending.
+    done: Option<Duration>,
+}
+
+impl Firing {
+    /// One look, `elapsed` after the instant: whether any run was still `waiting`, and
+    /// whether any was `busy` (running or pending: its timer fired, its step is not
+    /// finished). True once every run is done.
+    fn observe(&mut self, elapsed: Duration, waiting: bool, busy: bool) -> bool {
+        if !waiting && self.fired.is_none() {
+            self.fired = Some(elapsed);
+        }
+        if !waiting && !busy {
+            self.done = Some(elapsed);
+        }
+        self.done.is_some()
+    }
+
+    fn fired_in(&self) -> Duration {
+        self.fired.or(self.done).unwrap_or_default()
+    }
+
+    fn done_in(&self) -> Duration {
+        self.done.unwrap_or_default()
+    }
+}
+
+/// `timer` runs in `status`, counted through the list (pages of 200).
+async fn count_with(http: &reqwest::Client, base: &str, status: &str) -> anyhow::Result<usize> {
     let mut count = 0;
     let mut cursor: Option<String> = None;
     loop {
-        let mut url = format!("{base}/runs?status=completed&workflow=timer&limit=200");
+        let mut url = format!("{base}/runs?status={status}&workflow=timer&limit=200");
         if let Some(c) = &cursor {
             url.push_str(&format!("&cursor={c}"));
         }
@@ -203,7 +267,23 @@ async fn count_completed(http: &reqwest::Client, base: &str) -> anyhow::Result<u
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::super::SweepTally;
+    use super::Firing;
+
+    #[test]
+    fn the_timers_are_not_done_while_a_fired_run_is_still_running() {
+        let ms = Duration::from_millis;
+        let mut firing = Firing::default();
+        assert!(!firing.observe(ms(20), true, false));
+        // No run waits any more, but one is mid-step after its timer fired.
+        assert!(!firing.observe(ms(40), false, true));
+        assert!(!firing.observe(ms(60), false, true));
+        assert!(firing.observe(ms(80), false, false));
+        assert_eq!(firing.fired_in(), ms(40));
+        assert_eq!(firing.done_in(), ms(80));
+    }
 
     #[test]
     fn sweep_log_lines_are_added_up_with_or_without_colours() {
