@@ -44,7 +44,7 @@ struct Server {
     child: tokio::process::Child,
     pid: u32,
     base: String,
-    _dir: tempfile::TempDir,
+    dir: DataDir,
     /// What the server's sweeps reported so far (its `sweep` log lines).
     sweeps: std::sync::Arc<std::sync::Mutex<SweepTally>>,
 }
@@ -135,11 +135,43 @@ fn strip_ansi(line: &str) -> String {
     out
 }
 
+/// Where a bench's server keeps its data.
+enum DataDir {
+    /// Its own directory, deleted with the server.
+    Temporary(tempfile::TempDir),
+    /// One the operator named, kept (e.g. to time a restart on it).
+    Kept(std::path::PathBuf),
+}
+
+impl DataDir {
+    fn path(&self) -> &std::path::Path {
+        match self {
+            DataDir::Temporary(dir) => dir.path(),
+            DataDir::Kept(dir) => dir,
+        }
+    }
+}
+
 impl Server {
     /// Start `siesta dev` with `--durability durability` and `server_args`, in a data
     /// directory of its own.
     async fn start(durability: &str, server_args: &[String]) -> anyhow::Result<Server> {
-        let dir = tempfile::tempdir()?;
+        Self::start_in(None, durability, server_args).await
+    }
+
+    /// Like [`Server::start`], keeping the data in `data_dir` when one is given.
+    async fn start_in(
+        data_dir: Option<&std::path::Path>,
+        durability: &str,
+        server_args: &[String],
+    ) -> anyhow::Result<Server> {
+        let dir = match data_dir {
+            Some(dir) => {
+                std::fs::create_dir_all(dir)?;
+                DataDir::Kept(dir.to_path_buf())
+            }
+            None => DataDir::Temporary(tempfile::tempdir()?),
+        };
         let exe = std::env::current_exe()?;
         let mut child = tokio::process::Command::new(exe)
             .arg("dev")
@@ -176,7 +208,7 @@ impl Server {
             child,
             pid,
             base,
-            _dir: dir,
+            dir,
             sweeps,
         })
     }

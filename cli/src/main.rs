@@ -99,6 +99,10 @@ enum Command {
         /// outside-world wake-ups during the burst (docs/performance-wakeups.md).
         #[arg(long, value_name = "N")]
         sleeping: Option<usize>,
+        /// With `--sleeping`: keep the server's data in this directory (default: a
+        /// temporary one, deleted after), e.g. to time `siesta dev` opening it again.
+        #[arg(long, requires = "sleeping")]
+        data_dir: Option<PathBuf>,
         /// Instead: N `timer` runs due at the same instant fire — time to fire them
         /// all, timers/s, the sweep's store calls per fired timer
         /// (docs/performance-wakeups.md).
@@ -262,6 +266,7 @@ async fn main() -> anyhow::Result<()> {
             replay_cycles,
             no_shapes,
             sleeping,
+            data_dir,
             timers,
         } => {
             if let Some(timers) = timers {
@@ -276,6 +281,7 @@ async fn main() -> anyhow::Result<()> {
                     siesta_cli::bench::sleeping::SleepingOptions {
                         runs: runs.max(1),
                         durability,
+                        data_dir,
                     },
                 )
                 .await;
