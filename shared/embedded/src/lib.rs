@@ -29,6 +29,7 @@
 mod query_plans;
 mod recovery;
 mod writer;
+mod writer_profile;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
@@ -360,7 +361,16 @@ impl EmbeddedBackend {
         T: Send + 'static,
         F: FnOnce(&Connection, Timestamp) -> Result<T, StoreError> + Send + 'static,
     {
-        self.write(f, true).await
+        self.write(f, true, None).await
+    }
+
+    /// [`Self::tx`] for a write of `tenant`'s, which takes `tenant`'s turn at the writer.
+    async fn tx_of<T, F>(&self, tenant: &str, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection, Timestamp) -> Result<T, StoreError> + Send + 'static,
+    {
+        self.write(f, true, Some(tenant.to_owned())).await
     }
 
     /// Run the write `f` atomically on the writer, answered once it is committed but
@@ -375,10 +385,25 @@ impl EmbeddedBackend {
         T: Send + 'static,
         F: FnOnce(&Connection, Timestamp) -> Result<T, StoreError> + Send + 'static,
     {
-        self.write(f, false).await
+        self.write(f, false, None).await
     }
 
-    async fn write<T, F>(&self, f: F, durable: bool) -> Result<T, StoreError>
+    /// [`Self::tx_unsynced`] for a write of `tenant`'s, which takes `tenant`'s turn at
+    /// the writer.
+    async fn tx_unsynced_of<T, F>(&self, tenant: &str, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection, Timestamp) -> Result<T, StoreError> + Send + 'static,
+    {
+        self.write(f, false, Some(tenant.to_owned())).await
+    }
+
+    async fn write<T, F>(
+        &self,
+        f: F,
+        durable: bool,
+        tenant: Option<String>,
+    ) -> Result<T, StoreError>
     where
         T: Send + 'static,
         F: FnOnce(&Connection, Timestamp) -> Result<T, StoreError> + Send + 'static,
@@ -386,7 +411,7 @@ impl EmbeddedBackend {
         let (reply, answer) = tokio::sync::oneshot::channel();
         self.inner
             .writer
-            .send(Box::new(writer::Pending::new(f, durable, reply)))
+            .send(Box::new(writer::Pending::new(f, durable, tenant, reply)))
             .map_err(|_| StoreError::Unavailable("the writer has stopped".to_owned()))?;
         answer
             .await
@@ -744,7 +769,10 @@ fn conflict(current: Run) -> StoreError {
 impl RunStore for EmbeddedBackend {
     async fn create_run(&self, run: &Run, started: &TimelineEvent) -> Result<(), StoreError> {
         let (run, started) = (run.clone(), started.clone());
-        self.tx(move |tx, _| insert_run(tx, &run, &started)).await
+        self.tx_of(&run.tenant.0.clone(), move |tx, _| {
+            insert_run(tx, &run, &started)
+        })
+        .await
     }
 
     async fn create_run_within(
@@ -754,7 +782,7 @@ impl RunStore for EmbeddedBackend {
         max_unfinished: u64,
     ) -> Result<(), StoreError> {
         let (run, started) = (run.clone(), started.clone());
-        self.tx(move |tx, _| {
+        self.tx_of(&run.tenant.0.clone(), move |tx, _| {
             // An existing run is reported as such, whatever the count (a retried start).
             if get_run(tx, &run.tenant.0, &run.id.0)?.is_some() {
                 return Err(StoreError::AlreadyExists);
@@ -788,7 +816,7 @@ impl RunStore for EmbeddedBackend {
         claim: &Claim,
     ) -> Result<Run, StoreError> {
         let (tenant, run_id, claim) = (tenant.0.clone(), run_id.0.clone(), claim.clone());
-        self.tx_unsynced(move |tx, _| {
+        self.tx_unsynced_of(&tenant.clone(), move |tx, _| {
             let mut run = get_run(tx, &tenant, &run_id)?.ok_or(StoreError::NotFound)?;
             let stored = Indexed::of(&run);
             let claimable = matches!(
@@ -871,7 +899,7 @@ impl RunStore for EmbeddedBackend {
     async fn checkpoint(&self, checkpoint: &Checkpoint) -> Result<(), StoreError> {
         let cp = checkpoint.clone();
         let encoded = EncodedCheckpoint::of(&cp)?;
-        self.tx(move |tx, _| {
+        self.tx_of(&cp.run.tenant.0.clone(), move |tx, _| {
                 let current = get_run(tx, &cp.run.tenant.0, &cp.run.id.0)?.ok_or(StoreError::NotFound)?;
                 let epoch_ok = cp.epoch.is_none_or(|e| current.lease.as_ref().is_some_and(|l| l.epoch == e));
                 if current.version != cp.expected_version || !epoch_ok {
@@ -921,7 +949,10 @@ impl RunStore for EmbeddedBackend {
 
     async fn deliver(&self, delivery: &NewDelivery) -> Result<DeliverOutcome, StoreError> {
         let delivery = delivery.clone();
-        self.tx(move |tx, _| apply_delivery(tx, &delivery)).await
+        self.tx_of(&delivery.tenant.0.clone(), move |tx, _| {
+            apply_delivery(tx, &delivery)
+        })
+        .await
     }
 
     async fn get_callback(
@@ -1258,7 +1289,7 @@ impl WakeQueue for EmbeddedBackend {
             lane(wake.reason),
         );
         let delay = delay.min(MAX_QUEUE_DELAY);
-        self.tx_unsynced(move |tx, now| {
+        self.tx_unsynced_of(&tenant.clone(), move |tx, now| {
             tx.prepare_cached(
                 "INSERT INTO wake_queue (tenant, run_id, lane, body, visible_at) VALUES (?1, ?2, ?3, ?4, ?5)",
             )

@@ -30,9 +30,18 @@
 //!   not (see [`Job::durable`]); a non-durable write is answered right after its
 //!   group's `COMMIT`. A later fsync makes it durable too: a non-durable write is lost
 //!   in an OS crash only together with everything after it.
-//! - **Groups form by themselves.** The writer takes what is queued when it starts a
-//!   group (up to [`MAX_GROUP`]); while it commits, new writes queue up for the next
-//!   one. An idle writer commits a lone write at once: no timer, no added latency.
+//! - **Groups form by themselves.** A group takes what is queued, one write after
+//!   another, until nothing is left, it holds [`MAX_GROUP`] writes or it has run for
+//!   [`MAX_GROUP_TIME`]; while it commits, new writes queue up for the next one. An
+//!   idle writer commits a lone write at once: no timer, no added latency.
+//! - **Tenants take turns.** Queued writes wait in one line per owner (the tenant a
+//!   write is for; for a write of no one tenant — the queue's receive and ack, the
+//!   sweep's reads — its operation), and a group takes one write from each line in
+//!   turn, looking at the channel again before each write. A tenant whose burst
+//!   fills the queue with hundreds of writes therefore delays another tenant's write
+//!   by at most one write of its own plus the rest of the group in progress, which
+//!   [`MAX_GROUP_TIME`] bounds: a group that ran that long commits, so a write never
+//!   waits behind a long group, only behind a short one.
 //! - **A failed fsync fails every durable write after it.** After a failed fsync the
 //!   kernel may have dropped the dirty pages and a later fsync may succeed without
 //!   them, so the syncer answers every durable write from then on with the error
@@ -42,16 +51,23 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
+use std::time::Instant;
 
 use rusqlite::Connection;
 use siesta::ports::StoreError;
 use siesta::{Clock, Timestamp};
 
 use crate::sql;
+use crate::writer_profile::{self, Profile};
 
 /// Most operations committed in one group: bounds the time one caller waits behind
 /// others and the size of one WAL append.
 pub(crate) const MAX_GROUP: usize = 256;
+
+/// Longest a group takes new writes: bounds how long a write that arrives while a
+/// group runs waits for its commit (plus the one write running then), whoever fills
+/// the queue.
+pub(crate) const MAX_GROUP_TIME: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// One write operation, queued for the writer.
 pub(crate) trait Job: Send {
@@ -63,6 +79,68 @@ pub(crate) trait Job: Send {
     fn answer(self: Box<Self>, failed: Option<&StoreError>);
     /// Whether the caller may be answered only once the write is on disk (fsynced).
     fn durable(&self) -> bool;
+    /// When it was queued.
+    fn queued(&self) -> Instant;
+    /// The operation it belongs to (for the profile).
+    fn kind(&self) -> &'static str;
+    /// Whose turn it takes: its tenant, or `None` for a write of no one tenant (it
+    /// then takes its operation's turn).
+    fn tenant(&self) -> Option<&str>;
+}
+
+/// Writes waiting for the writer, one line per owner, served in turns (see the
+/// module's invariants).
+#[derive(Default)]
+pub(crate) struct Backlog {
+    /// Each owner's writes, oldest first.
+    lines: std::collections::HashMap<String, std::collections::VecDeque<Box<dyn Job>>>,
+    /// Owners with writes waiting, the next to be served first.
+    turns: std::collections::VecDeque<String>,
+}
+
+impl Backlog {
+    /// Queue `job` at the end of its owner's line.
+    pub(crate) fn push(&mut self, job: Box<dyn Job>) {
+        let owner = match job.tenant() {
+            Some(tenant) => tenant,
+            None => job.kind(),
+        };
+        match self.lines.get_mut(owner) {
+            Some(line) => line.push_back(job),
+            None => {
+                let owner = owner.to_owned();
+                self.turns.push_back(owner.clone());
+                self.lines
+                    .insert(owner, std::collections::VecDeque::from([job]));
+            }
+        }
+    }
+
+    /// The oldest write of the owner whose turn it is; that owner's next turn comes
+    /// after every other owner waiting now.
+    pub(crate) fn pop(&mut self) -> Option<Box<dyn Job>> {
+        let owner = self.turns.pop_front()?;
+        let line = self.lines.get_mut(&owner)?;
+        let job = line.pop_front();
+        if line.is_empty() {
+            self.lines.remove(&owner);
+        } else {
+            self.turns.push_back(owner);
+        }
+        job
+    }
+
+    /// Whether no write waits.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.turns.is_empty()
+    }
+
+    /// Move every write waiting in `channel` into the backlog.
+    fn take_from(&mut self, channel: &mpsc::Receiver<Box<dyn Job>>) {
+        while let Ok(job) = channel.try_recv() {
+            self.push(job);
+        }
+    }
 }
 
 /// Counters of what the writer did, for benchmarks and tests.
@@ -82,6 +160,8 @@ pub(crate) struct Counters {
 pub(crate) struct Pending<T, F> {
     f: Option<F>,
     durable: bool,
+    queued: Instant,
+    tenant: Option<String>,
     out: Option<Result<T, StoreError>>,
     reply: tokio::sync::oneshot::Sender<Result<T, StoreError>>,
 }
@@ -90,11 +170,14 @@ impl<T, F> Pending<T, F> {
     pub(crate) fn new(
         f: F,
         durable: bool,
+        tenant: Option<String>,
         reply: tokio::sync::oneshot::Sender<Result<T, StoreError>>,
     ) -> Self {
         Pending {
             f: Some(f),
             durable,
+            queued: Instant::now(),
+            tenant,
             out: None,
             reply,
         }
@@ -132,6 +215,18 @@ where
     fn durable(&self) -> bool {
         self.durable
     }
+
+    fn queued(&self) -> Instant {
+        self.queued
+    }
+
+    fn kind(&self) -> &'static str {
+        writer_profile::kind_of(std::any::type_name::<F>())
+    }
+
+    fn tenant(&self) -> Option<&str> {
+        self.tenant.as_deref()
+    }
 }
 
 /// Run the writer until every sender is dropped. `wal` is the WAL file to fsync before a
@@ -144,13 +239,15 @@ pub(crate) fn run(
     counters: Arc<Counters>,
     wal: Option<PathBuf>,
 ) {
+    let profile = Profile::from_env();
     let syncer = match wal {
         Some(wal) => {
             let (sender, synced) = mpsc::channel();
             let counters = counters.clone();
+            let profile = profile.clone();
             let started = std::thread::Builder::new()
                 .name("siesta-embedded-syncer".to_owned())
-                .spawn(move || sync(&wal, &synced, &counters));
+                .spawn(move || sync(&wal, &synced, &counters, profile.as_ref()));
             match started {
                 Ok(_) => Some(sender),
                 Err(e) => {
@@ -164,16 +261,23 @@ pub(crate) fn run(
         }
         None => None,
     };
-    let mut group: Vec<Box<dyn Job>> = Vec::with_capacity(MAX_GROUP);
-    while let Ok(first) = jobs.recv() {
-        group.push(first);
-        while group.len() < MAX_GROUP {
-            match jobs.try_recv() {
-                Ok(job) => group.push(job),
-                Err(_) => break,
+    let mut backlog = Backlog::default();
+    loop {
+        if backlog.is_empty() {
+            match jobs.recv() {
+                Ok(job) => backlog.push(job),
+                Err(_) => return,
             }
         }
-        let committed = commit_group(&conn, &mut group, clock.as_ref(), &counters);
+        let committed = commit_group(
+            &conn,
+            &jobs,
+            &mut backlog,
+            clock.as_ref(),
+            &counters,
+            profile.as_ref(),
+        );
+        let committed_at = Instant::now();
         let (durable, done): (Vec<_>, Vec<_>) = committed
             .into_iter()
             .partition(|job| syncer.is_some() && job.durable());
@@ -182,7 +286,7 @@ pub(crate) fn run(
         }
         if let Some(syncer) = &syncer
             && !durable.is_empty()
-            && let Err(mpsc::SendError(durable)) = syncer.send(durable)
+            && let Err(mpsc::SendError((_, durable))) = syncer.send((committed_at, durable))
         {
             let e = StoreError::Unavailable(
                 "committed, but the syncer has stopped: it may not survive an OS crash".to_owned(),
@@ -196,13 +300,23 @@ pub(crate) fn run(
 
 /// Fsync `wal` for the committed durable writes handed over, as many groups per fsync
 /// as queued up meanwhile, and answer them.
-fn sync(wal: &Path, groups: &mpsc::Receiver<Vec<Box<dyn Job>>>, counters: &Counters) {
+fn sync(
+    wal: &Path,
+    groups: &mpsc::Receiver<(Instant, Vec<Box<dyn Job>>)>,
+    counters: &Counters,
+    profile: Option<&Profile>,
+) {
     let mut file: Option<std::fs::File> = None;
     let mut failed: Option<StoreError> = None;
-    while let Ok(mut waiting) = groups.recv() {
-        while let Ok(more) = groups.try_recv() {
+    let mut committed: Vec<Instant> = Vec::new();
+    while let Ok((at, mut waiting)) = groups.recv() {
+        committed.clear();
+        committed.extend(std::iter::repeat_n(at, waiting.len()));
+        while let Ok((at, more)) = groups.try_recv() {
+            committed.extend(std::iter::repeat_n(at, more.len()));
             waiting.extend(more);
         }
+        let began = Instant::now();
         if failed.is_none() {
             let synced = match &file {
                 Some(f) => f.sync_data(),
@@ -224,6 +338,9 @@ fn sync(wal: &Path, groups: &mpsc::Receiver<Vec<Box<dyn Job>>>, counters: &Count
                 }
             }
         }
+        if let Some(profile) = profile {
+            profile.fsync(began.elapsed(), &committed, Instant::now());
+        }
         for job in waiting {
             job.answer(failed.as_ref());
         }
@@ -238,31 +355,53 @@ fn exec(conn: &Connection, statement: &str) -> Result<(), StoreError> {
         .map_err(sql)
 }
 
-/// Run `group` in one transaction, each job in its own savepoint, and commit once. Jobs
-/// that failed to run or whose group failed are answered here; the committed ones
-/// (whether their own operation succeeded or not) are returned, to be answered once
-/// their group is as durable as they need.
+/// Run a group in one transaction — writes taken in turns from `backlog`, refilled from
+/// `channel` before each, until it is empty or the group is full ([`MAX_GROUP`],
+/// [`MAX_GROUP_TIME`]) — each in its own savepoint, and commit once. Jobs that failed
+/// to run or whose group failed are answered here; the committed ones (whether their
+/// own operation succeeded or not) are returned, to be answered once their group is as
+/// durable as they need.
 fn commit_group(
     conn: &Connection,
-    group: &mut Vec<Box<dyn Job>>,
+    channel: &mpsc::Receiver<Box<dyn Job>>,
+    backlog: &mut Backlog,
     clock: &dyn Clock,
     counters: &Counters,
+    profile: Option<&Profile>,
 ) -> Vec<Box<dyn Job>> {
-    let mut ran: Vec<Box<dyn Job>> = Vec::with_capacity(group.len());
+    let began = Instant::now();
+    let mut profiled: Vec<(Instant, Instant, &'static str, std::time::Duration)> = Vec::new();
+    let mut ran: Vec<Box<dyn Job>> = Vec::new();
     let mut written = 0u64;
-    let mut jobs = group.drain(..);
+    let mut taken = 0usize;
+    // The group's time runs from its first write: waiting for the file's write lock
+    // (another process) is not time the group holds anyone up with.
+    let mut first_taken: Option<Instant> = None;
+    let mut next = |backlog: &mut Backlog| {
+        let first = *first_taken.get_or_insert_with(Instant::now);
+        if taken >= MAX_GROUP || (taken > 0 && first.elapsed() >= MAX_GROUP_TIME) {
+            return None;
+        }
+        backlog.take_from(channel);
+        taken += 1;
+        backlog.pop()
+    };
     if let Err(e) = exec(conn, "BEGIN IMMEDIATE") {
-        for job in jobs {
+        while let Some(job) = next(backlog) {
             job.answer(Some(&e));
         }
         return ran;
     }
-    while let Some(mut job) = jobs.next() {
+    while let Some(mut job) = next(backlog) {
         if let Err(e) = exec(conn, "SAVEPOINT op") {
             job.answer(Some(&e));
             continue;
         }
+        let run_began = profile.map(|_| Instant::now());
         let ok = job.run(conn, clock.now());
+        if let Some(at) = run_began {
+            profiled.push((job.queued(), at, job.kind(), at.elapsed()));
+        }
         if conn.is_autocommit() {
             // A severe error (disk full, I/O) rolled the whole transaction back: what
             // the group wrote so far is gone, and its callers must hear it.
@@ -273,7 +412,7 @@ fn commit_group(
             }
             written = 0;
             if let Err(e) = exec(conn, "BEGIN IMMEDIATE") {
-                for job in jobs {
+                while let Some(job) = next(backlog) {
                     job.answer(Some(&e));
                 }
                 return ran;
@@ -293,9 +432,13 @@ fn commit_group(
             Err(e) => job.answer(Some(&e)),
         }
     }
-    drop(jobs);
+    let commit_began = Instant::now();
     match exec(conn, "COMMIT") {
         Ok(()) => {
+            if let Some(profile) = profile {
+                let now = Instant::now();
+                profile.group(began, now - commit_began, now, &profiled);
+            }
             counters.commits.fetch_add(1, Ordering::Relaxed);
             counters.writes.fetch_add(written, Ordering::Relaxed);
             ran
@@ -307,5 +450,148 @@ fn commit_group(
             }
             Vec::new()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    /// A write of `tenant` that notes its name in `ran` when it runs.
+    struct Noting {
+        name: String,
+        tenant: Option<String>,
+        kind: &'static str,
+        ran: Arc<Mutex<Vec<String>>>,
+        /// Told when it starts; then it waits for `release` (holding the writer).
+        hold: Option<(mpsc::Sender<()>, mpsc::Receiver<()>)>,
+        /// How long it keeps the writer busy once released.
+        busy: std::time::Duration,
+        done: mpsc::Sender<String>,
+    }
+
+    impl Job for Noting {
+        fn run(&mut self, _: &Connection, _: Timestamp) -> bool {
+            if let Some((started, release)) = self.hold.take() {
+                let _ = started.send(());
+                let _ = release.recv();
+            }
+            let began = Instant::now();
+            // A long operation (a big checkpoint): the writer is busy, not waiting.
+            while began.elapsed() < self.busy {
+                std::hint::spin_loop();
+            }
+            self.ran.lock().unwrap().push(self.name.clone());
+            true
+        }
+        fn answer(self: Box<Self>, failed: Option<&StoreError>) {
+            assert!(failed.is_none(), "{failed:?}");
+            let _ = self.done.send(self.name.clone());
+        }
+        fn durable(&self) -> bool {
+            false
+        }
+        fn queued(&self) -> Instant {
+            Instant::now()
+        }
+        fn kind(&self) -> &'static str {
+            self.kind
+        }
+        fn tenant(&self) -> Option<&str> {
+            self.tenant.as_deref()
+        }
+    }
+
+    struct Writes {
+        ran: Arc<Mutex<Vec<String>>>,
+        done: mpsc::Sender<String>,
+    }
+
+    impl Writes {
+        fn of(&self, name: &str, tenant: Option<&str>, kind: &'static str) -> Box<Noting> {
+            Box::new(Noting {
+                name: name.to_owned(),
+                tenant: tenant.map(str::to_owned),
+                kind,
+                ran: self.ran.clone(),
+                hold: None,
+                busy: std::time::Duration::ZERO,
+                done: self.done.clone(),
+            })
+        }
+    }
+
+    fn writes() -> (Writes, mpsc::Receiver<String>) {
+        let (done, answered) = mpsc::channel();
+        let ran = Arc::new(Mutex::new(Vec::new()));
+        (Writes { ran, done }, answered)
+    }
+
+    #[test]
+    fn the_backlog_serves_one_write_per_owner_in_turn() {
+        // GIVEN tenant a's five writes, then one of tenant b and a receive (no tenant)
+        let (w, _answered) = writes();
+        let mut backlog = Backlog::default();
+        for i in 1..=5 {
+            backlog.push(w.of(&format!("a{i}"), Some("a"), "create_run"));
+        }
+        backlog.push(w.of("b1", Some("b"), "create_run"));
+        backlog.push(w.of("receive", None, "receive"));
+        // WHEN the writer takes them
+        let mut order = Vec::new();
+        while let Some(mut job) = backlog.pop() {
+            job.run(&Connection::open_in_memory().unwrap(), Timestamp(0));
+        }
+        order.extend(w.ran.lock().unwrap().iter().cloned());
+        // THEN b's write and the receive come right after a's first, not after all five
+        assert_eq!(order, ["a1", "b1", "receive", "a2", "a3", "a4", "a5"]);
+        assert!(backlog.is_empty());
+    }
+
+    #[test]
+    fn a_tenants_write_is_taken_ahead_of_another_tenants_queued_writes() {
+        // GIVEN a writer busy with a write of tenant a
+        let (w, answered) = writes();
+        let (sender, channel) = mpsc::channel::<Box<dyn Job>>();
+        let conn = Connection::open_in_memory().unwrap();
+        let counters = Arc::new(Counters::default());
+        let writer = {
+            let counters = counters.clone();
+            std::thread::spawn(move || {
+                run(conn, channel, Arc::new(siesta::SystemClock), counters, None)
+            })
+        };
+        let (started, is_running) = mpsc::channel();
+        let (release, held) = mpsc::channel();
+        let mut long = w.of("a0", Some("a"), "checkpoint");
+        long.hold = Some((started, held));
+        // It runs longer than a group may take writes.
+        long.busy = MAX_GROUP_TIME * 2;
+        sender.send(long).unwrap();
+        is_running.recv().unwrap();
+        // WHEN tenant a queues ten more writes and then tenant b one
+        for i in 1..=10 {
+            sender
+                .send(w.of(&format!("a{i}"), Some("a"), "checkpoint"))
+                .unwrap();
+        }
+        sender.send(w.of("b1", Some("b"), "create_run")).unwrap();
+        release.send(()).unwrap();
+        let answers: Vec<String> = (0..12).map(|_| answered.recv().unwrap()).collect();
+        drop(sender);
+        writer.join().unwrap();
+        // THEN b's write runs right after a's next one, ahead of a's other nine
+        let order = w.ran.lock().unwrap().clone();
+        let expected: Vec<String> = ["a0", "a1", "b1"]
+            .into_iter()
+            .map(str::to_owned)
+            .chain((2..=10).map(|i| format!("a{i}")))
+            .collect();
+        assert_eq!(order, expected);
+        // … and the long write's group committed on its own, before the writes queued
+        // behind it were taken: a write never waits behind a group that ran long.
+        assert_eq!(answers[0], "a0");
+        assert!(counters.commits.load(Ordering::Relaxed) >= 2);
     }
 }
