@@ -25,9 +25,11 @@
 //! # Ok::<(), siesta::ports::StoreError>(())
 //! ```
 
+mod layout;
 #[cfg(test)]
 mod query_plans;
 mod recovery;
+mod stored;
 mod writer;
 mod writer_profile;
 
@@ -45,87 +47,69 @@ use sha2::{Digest, Sha256};
 use siesta::ports::*;
 use siesta::*;
 
-const SCHEMA: &str = "
-CREATE TABLE IF NOT EXISTS runs (
-    tenant TEXT NOT NULL, run_id TEXT NOT NULL, status TEXT NOT NULL, workflow TEXT NOT NULL,
-    created_at INTEGER NOT NULL, due_at INTEGER, body TEXT NOT NULL, sweep_at INTEGER,
-    PRIMARY KEY (tenant, run_id));
-CREATE INDEX IF NOT EXISTS runs_by_tenant ON runs (tenant, created_at DESC, run_id DESC);
-CREATE INDEX IF NOT EXISTS runs_by_status ON runs (tenant, status, created_at DESC, run_id DESC);
-CREATE INDEX IF NOT EXISTS runs_by_workflow ON runs (tenant, workflow, created_at DESC, run_id DESC);
-CREATE INDEX IF NOT EXISTS runs_by_status_workflow ON runs (tenant, status, workflow, created_at DESC, run_id DESC);
-CREATE TABLE IF NOT EXISTS journal (
-    tenant TEXT NOT NULL, run_id TEXT NOT NULL, position TEXT NOT NULL, body TEXT NOT NULL,
-    PRIMARY KEY (tenant, run_id, position));
-CREATE TABLE IF NOT EXISTS timeline (
-    tenant TEXT NOT NULL, run_id TEXT NOT NULL, seq INTEGER NOT NULL, body TEXT NOT NULL,
-    PRIMARY KEY (tenant, run_id, seq));
-CREATE TABLE IF NOT EXISTS deliveries (
-    tenant TEXT NOT NULL, run_id TEXT NOT NULL, id TEXT NOT NULL, seq INTEGER NOT NULL, body TEXT NOT NULL,
-    PRIMARY KEY (tenant, run_id, id));
-CREATE TABLE IF NOT EXISTS callbacks (callback_id TEXT PRIMARY KEY, body TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS tool_calls (
-    tenant TEXT NOT NULL, key TEXT NOT NULL, body TEXT NOT NULL, PRIMARY KEY (tenant, key));
-CREATE TABLE IF NOT EXISTS artifacts (
-    location TEXT PRIMARY KEY, sha256 TEXT NOT NULL, media_type TEXT NOT NULL, size INTEGER NOT NULL, content BLOB NOT NULL);
-CREATE TABLE IF NOT EXISTS wake_queue (
-    id INTEGER PRIMARY KEY AUTOINCREMENT, tenant TEXT NOT NULL, run_id TEXT NOT NULL,
-    lane INTEGER NOT NULL, body TEXT NOT NULL, visible_at INTEGER NOT NULL,
-    receive_count INTEGER NOT NULL DEFAULT 0, receipt TEXT);
-CREATE INDEX IF NOT EXISTS wake_queue_fair ON wake_queue (lane, tenant, visible_at, id);
-CREATE INDEX IF NOT EXISTS wake_queue_receipt ON wake_queue (receipt) WHERE receipt IS NOT NULL;
-CREATE INDEX IF NOT EXISTS wake_queue_run ON wake_queue (tenant, run_id, visible_at);
-CREATE TABLE IF NOT EXISTS dead_letter_queue (
-    id INTEGER PRIMARY KEY AUTOINCREMENT, body TEXT NOT NULL, moved_at INTEGER NOT NULL,
-    visible_at INTEGER NOT NULL, receipt TEXT);
-CREATE INDEX IF NOT EXISTS dead_letter_queue_visible ON dead_letter_queue (visible_at, id);
-CREATE INDEX IF NOT EXISTS dead_letter_queue_receipt ON dead_letter_queue (receipt) WHERE receipt IS NOT NULL;
-CREATE TABLE IF NOT EXISTS queue_turns (lane INTEGER PRIMARY KEY, tenant TEXT NOT NULL);
-";
-
-/// The due index, by when the sweep looks at a run ([`Run::sweep_at`]); created after
-/// [`MIGRATE_SWEEP_AT`] gave an older file the column.
-const SWEEP_INDEX: &str = "
-CREATE INDEX IF NOT EXISTS runs_sweep ON runs (sweep_at) WHERE sweep_at IS NOT NULL;
-DROP INDEX IF EXISTS runs_due;
-";
-
-/// Gives a file made before runs had a sweep time the column (a run's sweep time is its
-/// due time until a wake-up is sent for it).
-const MIGRATE_SWEEP_AT: &str = "
-ALTER TABLE runs ADD COLUMN sweep_at INTEGER;
-UPDATE runs SET sweep_at = due_at;
-";
-
-/// Moves what a file made before the queue had lanes and per-run keys holds into the
-/// tables above, once.
-const MIGRATE_QUEUE: &str = "
-INSERT INTO wake_queue (tenant, run_id, lane, body, visible_at, receive_count, receipt)
-    SELECT json_extract(body, '$.tenant'), json_extract(body, '$.run_id'), 1, body, visible_at, receive_count, receipt FROM queue;
-DROP TABLE queue;
-";
-const MIGRATE_DEAD_LETTERS: &str = "
-INSERT INTO dead_letter_queue (body, moved_at, visible_at) SELECT body, moved_at, moved_at FROM dead_letters;
-DROP TABLE dead_letters;
-";
-
-/// A page of a tenant's runs, newest first, after the cursor `(?4, ?5)`.
-const LIST_RUNS: &str = "SELECT body FROM runs INDEXED BY runs_by_tenant
-    WHERE tenant = ?1 AND ?2 IS NULL AND ?3 IS NULL AND (created_at, run_id) < (?4, ?5)
-    ORDER BY created_at DESC, run_id DESC LIMIT ?6";
+/// A page of a tenant's runs, newest first, after the cursor `(?4, ?5)` (its creation
+/// time and run key).
+const LIST_RUNS: &str = "SELECT key, tenant, run_id, status, workflow, created_at, due_at, body FROM runs INDEXED BY runs_by_tenant
+    WHERE tenant = ?1 AND ?2 IS NULL AND ?3 IS NULL AND (created_at, key) < (?4, ?5)
+    ORDER BY created_at DESC, key DESC LIMIT ?6";
 /// [`LIST_RUNS`] in one status.
-const LIST_RUNS_BY_STATUS: &str = "SELECT body FROM runs INDEXED BY runs_by_status
-    WHERE tenant = ?1 AND status = ?2 AND ?3 IS NULL AND (created_at, run_id) < (?4, ?5)
-    ORDER BY created_at DESC, run_id DESC LIMIT ?6";
+const LIST_RUNS_BY_STATUS: &str = "SELECT key, tenant, run_id, status, workflow, created_at, due_at, body FROM runs INDEXED BY runs_by_status
+    WHERE tenant = ?1 AND status = ?2 AND ?3 IS NULL AND (created_at, key) < (?4, ?5)
+    ORDER BY created_at DESC, key DESC LIMIT ?6";
 /// [`LIST_RUNS`] of one workflow.
-const LIST_RUNS_BY_WORKFLOW: &str = "SELECT body FROM runs INDEXED BY runs_by_workflow
-    WHERE tenant = ?1 AND ?2 IS NULL AND workflow = ?3 AND (created_at, run_id) < (?4, ?5)
-    ORDER BY created_at DESC, run_id DESC LIMIT ?6";
+const LIST_RUNS_BY_WORKFLOW: &str = "SELECT key, tenant, run_id, status, workflow, created_at, due_at, body FROM runs INDEXED BY runs_by_workflow
+    WHERE tenant = ?1 AND ?2 IS NULL AND workflow = ?3 AND (created_at, key) < (?4, ?5)
+    ORDER BY created_at DESC, key DESC LIMIT ?6";
 /// [`LIST_RUNS`] in one status and of one workflow.
 const LIST_RUNS_BY_STATUS_AND_WORKFLOW: &str =
-    "SELECT body FROM runs INDEXED BY runs_by_status_workflow
-    WHERE tenant = ?1 AND status = ?2 AND workflow = ?3 AND (created_at, run_id) < (?4, ?5)
-    ORDER BY created_at DESC, run_id DESC LIMIT ?6";
+    "SELECT key, tenant, run_id, status, workflow, created_at, due_at, body FROM runs INDEXED BY runs_by_status_workflow
+    WHERE tenant = ?1 AND status = ?2 AND workflow = ?3 AND (created_at, key) < (?4, ?5)
+    ORDER BY created_at DESC, key DESC LIMIT ?6";
+
+/// A run and its key by tenant and run id; the columns after the key are those
+/// [`stored::RunRow::read`] reads.
+const GET_RUN: &str = "SELECT key, tenant, run_id, status, workflow, created_at, due_at, body
+    FROM runs WHERE tenant = ?1 AND run_id = ?2";
+
+/// Where a page of a list ends: the last run listed, which the next page starts after.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum ListPosition {
+    /// Its creation time and run key: `created_at.key` (what cursors hold).
+    Keyed { created_at: i64, key: i64 },
+    /// Its creation time and run id: `created_at:run_id`, what a cursor handed out
+    /// before run keys held; still accepted, so a client paging across the upgrade
+    /// goes on where it was.
+    ByRunId { created_at: i64, run_id: String },
+}
+
+impl ListPosition {
+    fn encode(&self) -> String {
+        match self {
+            ListPosition::Keyed { created_at, key } => {
+                siesta::cursor::encode(&format!("{created_at}.{key}"))
+            }
+            ListPosition::ByRunId { created_at, run_id } => {
+                siesta::cursor::encode(&format!("{created_at}:{run_id}"))
+            }
+        }
+    }
+
+    fn decode(cursor: &str) -> Result<Self, StoreError> {
+        let malformed = || StoreError::Invalid("malformed cursor".into());
+        let position = siesta::cursor::decode(cursor)?;
+        if let Some((created_at, run_id)) = position.split_once(':') {
+            return Ok(ListPosition::ByRunId {
+                created_at: created_at.parse().map_err(|_| malformed())?,
+                run_id: run_id.to_owned(),
+            });
+        }
+        let (created_at, key) = position.split_once('.').ok_or_else(malformed)?;
+        Ok(ListPosition::Keyed {
+            created_at: created_at.parse().map_err(|_| malformed())?,
+            key: key.parse().map_err(|_| malformed())?,
+        })
+    }
+}
 
 /// How many times a wake-up may be received before it goes to the dead-letter queue.
 pub const DEFAULT_MAX_RECEIVES: u32 = 5;
@@ -250,8 +234,7 @@ impl EmbeddedBackend {
         // it; without a limit the file keeps that size for good (bytes per run).
         conn.pragma_update(None, "journal_size_limit", WAL_SIZE_LIMIT)
             .map_err(sql)?;
-        conn.execute_batch(SCHEMA).map_err(sql)?;
-        migrate(&conn)?;
+        layout::open(&conn)?;
         recovery::forget_lost_wake_ups(&conn, clock.now())?;
         let counters = Arc::new(writer::Counters::default());
         let (sender, jobs) = mpsc::channel();
@@ -298,43 +281,6 @@ impl EmbeddedBackend {
             writes: self.inner.counters.writes.load(Ordering::Relaxed),
         }
     }
-}
-
-/// Bring the tables of an older file up to [`SCHEMA`].
-fn migrate(conn: &Connection) -> Result<(), StoreError> {
-    let has = |table: &str| -> Result<bool, StoreError> {
-        conn.query_row(
-            "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?1",
-            params![table],
-            |r| r.get::<_, i64>(0),
-        )
-        .map(|n| n > 0)
-        .map_err(sql)
-    };
-    for (table, migration) in [
-        ("queue", MIGRATE_QUEUE),
-        ("dead_letters", MIGRATE_DEAD_LETTERS),
-    ] {
-        if has(table)? {
-            conn.execute_batch(&format!("BEGIN IMMEDIATE; {migration} COMMIT;"))
-                .map_err(sql)?;
-        }
-    }
-    let has_sweep_at = conn
-        .query_row(
-            "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'runs' AND sql LIKE '%sweep_at%'",
-            [],
-            |r| r.get::<_, i64>(0),
-        )
-        .map_err(sql)?
-        > 0;
-    if !has_sweep_at {
-        conn.execute_batch(&format!("BEGIN IMMEDIATE; {MIGRATE_SWEEP_AT} COMMIT;"))
-            .map_err(sql)?;
-    }
-    conn.execute_batch(SWEEP_INDEX).map_err(sql)?;
-    conn.execute_batch(recovery::PROMISED_INDEX).map_err(sql)?;
-    Ok(())
 }
 
 fn sql(e: rusqlite::Error) -> StoreError {
@@ -465,23 +411,35 @@ impl EmbeddedBackend {
 }
 
 fn get_run(tx: &Connection, tenant: &str, run_id: &str) -> Result<Option<Run>, StoreError> {
-    let body: Option<String> = tx
-        .prepare_cached("SELECT body FROM runs WHERE tenant = ?1 AND run_id = ?2")
-        .map_err(sql)?
-        .query_row(params![tenant, run_id], |r| r.get(0))
-        .optional()
-        .map_err(sql)?;
-    body.map(|b| from_json(&b)).transpose()
+    Ok(get_keyed_run(tx, tenant, run_id)?.map(|(_, run)| run))
 }
 
-fn put_run(tx: &Connection, run: &Run) -> Result<(), StoreError> {
+/// The stored run and its key (the rowid its own rows are stored under).
+fn get_keyed_run(
+    tx: &Connection,
+    tenant: &str,
+    run_id: &str,
+) -> Result<Option<(i64, Run)>, StoreError> {
+    let row: Option<(i64, stored::RunRow)> = tx
+        .prepare_cached(GET_RUN)
+        .map_err(sql)?
+        .query_row(params![tenant, run_id], |r| {
+            Ok((r.get(0)?, stored::RunRow::read(r, 1)?))
+        })
+        .optional()
+        .map_err(sql)?;
+    row.map(|(key, row)| Ok((key, row.run()?))).transpose()
+}
+
+/// Insert `run`; its key.
+fn put_run(tx: &Connection, run: &Run) -> Result<i64, StoreError> {
     tx.prepare_cached(
         "INSERT INTO runs (tenant, run_id, status, workflow, created_at, due_at, body, sweep_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
     )
     .map_err(sql)?
-    .execute(params![run.tenant.0, run.id.0, run.status.as_str(), run.workflow, run.created_at.0, run.due_at.map(|d| d.0), to_json(run)?, run.sweep_at().map(|d| d.0)])
+    .execute(params![run.tenant.0, run.id.0, run.status.as_str(), run.workflow, run.created_at.0, run.due_at.map(|d| d.0), stored::run_body(run)?, run.sweep_at().map(|d| d.0)])
     .map_err(sql)?;
-    Ok(())
+    Ok(tx.last_insert_rowid())
 }
 
 /// The indexed columns of a stored run that change over its life.
@@ -507,7 +465,7 @@ impl Indexed {
 /// status and due time change far less often than its body (a checkpoint of a running
 /// run changes neither), so most checkpoints touch the row's page and no index.
 fn update_run(tx: &Connection, old: Indexed, run: &Run) -> Result<(), StoreError> {
-    update_run_as(tx, old, run, &to_json(run)?)
+    update_run_as(tx, old, run, &stored::run_body(run)?)
 }
 
 /// [`update_run`] with the run already encoded as `body`.
@@ -570,34 +528,36 @@ fn insert_run(tx: &Connection, run: &Run, started: &TimelineEvent) -> Result<(),
     if get_run(tx, &run.tenant.0, &run.id.0)?.is_some() {
         return Err(StoreError::AlreadyExists);
     }
-    put_run(tx, run)?;
-    insert_event(tx, &run.tenant, &run.id, started)
+    let key = put_run(tx, run)?;
+    insert_event(tx, key, run, started)
 }
 
+/// Append `event` to the timeline of `run`, whose key is `key`.
 fn insert_event(
     tx: &Connection,
-    tenant: &TenantId,
-    run_id: &RunId,
+    key: i64,
+    run: &Run,
     event: &TimelineEvent,
 ) -> Result<(), StoreError> {
-    insert_event_as(tx, tenant, run_id, event.seq, &to_json(event)?)
+    insert_event_as(tx, key, run, event.seq, &stored::event_body(event)?)
 }
 
-/// [`insert_event`] with the event already encoded as `body`.
+/// [`insert_event`] with the event already in its stored form, `body`; a conflict (with
+/// the run as stored) when the run's timeline has `seq` already.
 fn insert_event_as(
     tx: &Connection,
-    tenant: &TenantId,
-    run_id: &RunId,
+    key: i64,
+    run: &Run,
     seq: u64,
     body: &str,
 ) -> Result<(), StoreError> {
     let inserted = tx
-        .prepare_cached("INSERT INTO timeline (tenant, run_id, seq, body) VALUES (?1, ?2, ?3, ?4)")
-        .and_then(|mut s| s.execute(params![tenant.0, run_id.0, seq as i64, body]));
+        .prepare_cached("INSERT INTO timeline (run, seq, body) VALUES (?1, ?2, ?3)")
+        .and_then(|mut s| s.execute(params![key, seq as i64, body]));
     match inserted {
         Ok(_) => Ok(()),
         Err(e) if is_constraint(&e) => Err(StoreError::Conflict(
-            get_run(tx, &tenant.0, &run_id.0)?.map(Box::new),
+            get_run(tx, &run.tenant.0, &run.id.0)?.map(Box::new),
         )),
         Err(e) => Err(sql(e)),
     }
@@ -605,14 +565,13 @@ fn insert_event_as(
 
 /// Apply a delivery inside a transaction, with the rules of [`RunStore::deliver`].
 fn apply_delivery(tx: &Connection, d: &NewDelivery) -> Result<DeliverOutcome, StoreError> {
-    let mut run = get_run(tx, &d.tenant.0, &d.run_id.0)?.ok_or(StoreError::NotFound)?;
+    let (key, mut run) =
+        get_keyed_run(tx, &d.tenant.0, &d.run_id.0)?.ok_or(StoreError::NotFound)?;
     let stored = Indexed::of(&run);
     let duplicate: Option<i64> = tx
-        .query_row(
-            "SELECT seq FROM deliveries WHERE tenant = ?1 AND run_id = ?2 AND id = ?3",
-            params![d.tenant.0, d.run_id.0, d.id.0],
-            |r| r.get(0),
-        )
+        .prepare_cached("SELECT seq FROM deliveries WHERE run = ?1 AND id = ?2")
+        .map_err(sql)?
+        .query_row(params![key, d.id.0], |r| r.get(0))
         .optional()
         .map_err(sql)?;
     if duplicate.is_some() {
@@ -660,20 +619,18 @@ fn apply_delivery(tx: &Connection, d: &NewDelivery) -> Result<DeliverOutcome, St
         body: d.body.clone(),
         received_at: d.received_at,
     };
-    tx.execute(
-        "INSERT INTO deliveries (tenant, run_id, id, seq, body) VALUES (?1, ?2, ?3, ?4, ?5)",
-        params![
-            d.tenant.0,
-            d.run_id.0,
+    tx.prepare_cached("INSERT INTO deliveries (run, id, seq, body) VALUES (?1, ?2, ?3, ?4)")
+        .map_err(sql)?
+        .execute(params![
+            key,
             d.id.0,
             delivery.seq as i64,
             to_json(&delivery)?
-        ],
-    )
-    .map_err(sql)?;
+        ])
+        .map_err(sql)?;
     let mut event = d.event.clone();
     event.seq = run.timeline_seq;
-    insert_event(tx, &d.tenant, &d.run_id, &event)?;
+    insert_event(tx, key, &run, &event)?;
     update_run(tx, stored, &run)?;
     Ok(DeliverOutcome::Accepted(Box::new(run)))
 }
@@ -703,11 +660,11 @@ fn put_callback_as(tx: &Connection, id: &CallbackId, body: &str) -> Result<(), S
     Ok(())
 }
 
-/// A checkpoint's records as stored (JSON), encoded once on the caller's thread: the
-/// writer thread, which every write of the process goes through, only binds them.
+/// A checkpoint's records as stored, encoded once on the caller's thread: the writer
+/// thread, which every write of the process goes through, only binds them.
 struct EncodedCheckpoint {
     run: String,
-    journal: Vec<String>,
+    journal: Vec<stored::StoredEntry>,
     timeline: Vec<String>,
     callbacks: Vec<String>,
     tool_calls: Vec<String>,
@@ -716,8 +673,8 @@ struct EncodedCheckpoint {
 impl EncodedCheckpoint {
     /// Encode `cp`, refusing a checkpoint DynamoDB would refuse: more than
     /// [`MAX_TRANSACTION_ITEMS`] items or [`MAX_TRANSACTION_BYTES`] in one transaction
-    /// (sizes counted as the stored JSON), so the dev server fails exactly where AWS
-    /// would.
+    /// (sizes counted as the core's JSON, which DynamoDB stores), so the dev server
+    /// fails exactly where AWS would.
     fn of(cp: &Checkpoint) -> Result<Self, StoreError> {
         let items = cp.item_count();
         if items > MAX_TRANSACTION_ITEMS {
@@ -726,9 +683,17 @@ impl EncodedCheckpoint {
             )));
         }
         let encoded = EncodedCheckpoint {
-            run: to_json(&cp.run)?,
-            journal: cp.journal.iter().map(to_json).collect::<Result<_, _>>()?,
-            timeline: cp.timeline.iter().map(to_json).collect::<Result<_, _>>()?,
+            run: stored::run_body(&cp.run)?,
+            journal: cp
+                .journal
+                .iter()
+                .map(stored::StoredEntry::of)
+                .collect::<Result<_, _>>()?,
+            timeline: cp
+                .timeline
+                .iter()
+                .map(stored::event_body)
+                .collect::<Result<_, _>>()?,
             callbacks: cp.callbacks.iter().map(to_json).collect::<Result<_, _>>()?,
             tool_calls: cp
                 .tool_calls
@@ -737,14 +702,25 @@ impl EncodedCheckpoint {
                 .collect::<Result<_, _>>()?,
         };
         let mut bytes = encoded.run.len();
+        for entry in &encoded.journal {
+            bytes += entry.full_len();
+        }
         for body in encoded
-            .journal
+            .timeline
             .iter()
-            .chain(&encoded.timeline)
             .chain(&encoded.callbacks)
             .chain(&encoded.tool_calls)
         {
             bytes += body.len();
+        }
+        // The stored forms of the run and its events differ from their JSON by the
+        // fields the row's columns hold, field names and nulls: near the limit, count
+        // the JSON itself.
+        if bytes.abs_diff(MAX_TRANSACTION_BYTES) <= 1024 + 128 * cp.timeline.len() {
+            bytes = bytes - encoded.run.len() + to_json(&cp.run)?.len();
+            for (event, body) in cp.timeline.iter().zip(&encoded.timeline) {
+                bytes = bytes - body.len() + to_json(event)?.len();
+            }
         }
         for (child, started) in &cp.child_runs {
             bytes += to_json(child)?.len() + to_json(started)?.len();
@@ -759,6 +735,24 @@ impl EncodedCheckpoint {
         }
         Ok(encoded)
     }
+}
+
+/// The id under which `schema` is stored, storing it the first time it is seen.
+fn schema_id(tx: &Connection, schema: &stored::Schema) -> Result<i64, StoreError> {
+    let id: Option<i64> = tx
+        .prepare_cached("SELECT id FROM schemas WHERE sha256 = ?1")
+        .map_err(sql)?
+        .query_row(params![schema.sha256], |r| r.get(0))
+        .optional()
+        .map_err(sql)?;
+    if let Some(id) = id {
+        return Ok(id);
+    }
+    tx.prepare_cached("INSERT INTO schemas (sha256, body) VALUES (?1, ?2)")
+        .map_err(sql)?
+        .execute(params![schema.sha256, schema.body])
+        .map_err(sql)?;
+    Ok(tx.last_insert_rowid())
 }
 
 fn conflict(current: Run) -> StoreError {
@@ -872,17 +866,25 @@ impl RunStore for EmbeddedBackend {
         self.read(move |tx| {
             let mut history = History::default();
             let mut stmt = tx
-                .prepare_cached("SELECT body FROM journal WHERE tenant = ?1 AND run_id = ?2")
+                .prepare_cached(
+                    "SELECT journal.body, schemas.body FROM runs JOIN journal ON journal.run = runs.key
+                       LEFT JOIN schemas ON schemas.id = journal.accepts
+                      WHERE runs.tenant = ?1 AND runs.run_id = ?2",
+                )
                 .map_err(sql)?;
-            for body in stmt
-                .query_map(params![tenant, run_id], |r| r.get::<_, String>(0))
+            for row in stmt
+                .query_map(params![tenant, run_id], |r| {
+                    Ok((r.get::<_, String>(0)?, r.get::<_, Option<String>>(1)?))
+                })
                 .map_err(sql)?
             {
-                history.journal.push(from_json(&body.map_err(sql)?)?);
+                let (body, schema) = row.map_err(sql)?;
+                history.journal.push(stored::entry(&body, schema.as_deref())?);
             }
             let mut stmt = tx
                 .prepare_cached(
-                    "SELECT body FROM deliveries WHERE tenant = ?1 AND run_id = ?2 ORDER BY seq",
+                    "SELECT deliveries.body FROM runs JOIN deliveries ON deliveries.run = runs.key
+                      WHERE runs.tenant = ?1 AND runs.run_id = ?2 ORDER BY deliveries.seq",
                 )
                 .map_err(sql)?;
             for body in stmt
@@ -900,24 +902,21 @@ impl RunStore for EmbeddedBackend {
         let cp = checkpoint.clone();
         let encoded = EncodedCheckpoint::of(&cp)?;
         self.tx_of(&cp.run.tenant.0.clone(), move |tx, _| {
-                let current = get_run(tx, &cp.run.tenant.0, &cp.run.id.0)?.ok_or(StoreError::NotFound)?;
+                let (key, current) = get_keyed_run(tx, &cp.run.tenant.0, &cp.run.id.0)?.ok_or(StoreError::NotFound)?;
                 let epoch_ok = cp.epoch.is_none_or(|e| current.lease.as_ref().is_some_and(|l| l.epoch == e));
                 if current.version != cp.expected_version || !epoch_ok {
                     return Err(conflict(current));
                 }
                 update_run_as(tx, Indexed::of(&current), &cp.run, &encoded.run)?;
-                let (tenant, run_id) = (&cp.run.tenant, &cp.run.id);
-                let mut journal = tx
-                    .prepare_cached("INSERT OR REPLACE INTO journal (tenant, run_id, position, body) VALUES (?1, ?2, ?3, ?4)")
-                    .map_err(sql)?;
-                for (entry, body) in cp.journal.iter().zip(&encoded.journal) {
-                    journal
-                        .execute(params![tenant.0, run_id.0, entry.position.0, body])
+                for (entry, stored) in cp.journal.iter().zip(&encoded.journal) {
+                    let schema = stored.schema.as_ref().map(|s| schema_id(tx, s)).transpose()?;
+                    tx.prepare_cached("INSERT OR REPLACE INTO journal (run, position, accepts, body) VALUES (?1, ?2, ?3, ?4)")
+                        .map_err(sql)?
+                        .execute(params![key, entry.position.0, schema, stored.body])
                         .map_err(sql)?;
                 }
-                drop(journal);
                 for (event, body) in cp.timeline.iter().zip(&encoded.timeline) {
-                    insert_event_as(tx, tenant, run_id, event.seq, body).map_err(|e| match e {
+                    insert_event_as(tx, key, &cp.run, event.seq, body).map_err(|e| match e {
                         StoreError::Conflict(_) => conflict(current.clone()),
                         other => other,
                     })?;
@@ -993,10 +992,19 @@ impl RunStore for EmbeddedBackend {
         let (tenant, run_id) = (tenant.0.clone(), run_id.0.clone());
         self.read(move |tx| {
                 let mut stmt = tx
-                    .prepare_cached("SELECT body FROM timeline WHERE tenant = ?1 AND run_id = ?2 AND seq > ?3 ORDER BY seq LIMIT ?4")
+                    .prepare_cached("SELECT timeline.seq, timeline.body FROM runs JOIN timeline ON timeline.run = runs.key
+                                      WHERE runs.tenant = ?1 AND runs.run_id = ?2 AND timeline.seq > ?3 ORDER BY timeline.seq LIMIT ?4")
                     .map_err(sql)?;
-                let rows = stmt.query_map(params![tenant, run_id, after as i64, limit as i64], |r| r.get::<_, String>(0)).map_err(sql)?;
-                rows.map(|b| from_json(&b.map_err(sql)?)).collect()
+                let rows = stmt
+                    .query_map(params![tenant, run_id, after as i64, limit as i64], |r| {
+                        Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?))
+                    })
+                    .map_err(sql)?;
+                rows.map(|row| {
+                    let (seq, body) = row.map_err(sql)?;
+                    stored::event(seq as u64, &body)
+                })
+                .collect()
             })
             .await
     }
@@ -1011,21 +1019,7 @@ impl RunStore for EmbeddedBackend {
         let tenant = tenant.0.clone();
         let status = filter.status.map(|s| s.as_str().to_owned());
         let workflow = filter.workflow.clone();
-        let (after_created, after_id) = match cursor {
-            // Before every run: `(created_at, run_id) < (MAX, '')`.
-            None => (i64::MAX, String::new()),
-            Some(c) => {
-                let position = siesta::cursor::decode(c)?;
-                let (t, id) = position
-                    .split_once(':')
-                    .ok_or_else(|| StoreError::Invalid("malformed cursor".into()))?;
-                (
-                    t.parse::<i64>()
-                        .map_err(|_| StoreError::Invalid("malformed cursor".into()))?,
-                    id.to_owned(),
-                )
-            }
-        };
+        let after = cursor.map(ListPosition::decode).transpose()?;
         let limit = limit.max(1);
         // One statement per filter, each a range seek on its own index: a filter
         // folded into one statement (`?2 IS NULL OR status = ?2`) can use none, and
@@ -1037,6 +1031,16 @@ impl RunStore for EmbeddedBackend {
             (Some(_), Some(_)) => LIST_RUNS_BY_STATUS_AND_WORKFLOW,
         };
         self.read(move |tx| {
+            // Before every run: `(created_at, key) < (MAX, MAX)`.
+            let (after_created, after_key) = match after {
+                None => (i64::MAX, i64::MAX),
+                Some(ListPosition::Keyed { created_at, key }) => (created_at, key),
+                Some(ListPosition::ByRunId { created_at, run_id }) => {
+                    let (key, _) = get_keyed_run(tx, &tenant, &run_id)?
+                        .ok_or_else(|| StoreError::Invalid("malformed cursor".into()))?;
+                    (created_at, key)
+                }
+            };
             let mut stmt = tx.prepare_cached(query).map_err(sql)?;
             let rows = stmt
                 .query_map(
@@ -1045,23 +1049,34 @@ impl RunStore for EmbeddedBackend {
                         status,
                         workflow,
                         after_created,
-                        after_id,
+                        after_key,
                         (limit + 1) as i64
                     ],
-                    |r| r.get::<_, String>(0),
+                    |r| Ok((r.get::<_, i64>(0)?, stored::RunRow::read(r, 1)?)),
                 )
                 .map_err(sql)?;
-            let mut runs: Vec<Run> = rows
-                .map(|b| from_json(&b.map_err(sql)?))
-                .collect::<Result<_, _>>()?;
+            let mut runs: Vec<(i64, Run)> = rows
+                .map(|row| {
+                    let (key, row) = row.map_err(sql)?;
+                    Ok((key, row.run()?))
+                })
+                .collect::<Result<_, StoreError>>()?;
             let next_cursor = if runs.len() > limit {
                 runs.truncate(limit);
-                runs.last()
-                    .map(|r| siesta::cursor::encode(&format!("{}:{}", r.created_at.0, r.id)))
+                runs.last().map(|(key, run)| {
+                    ListPosition::Keyed {
+                        created_at: run.created_at.0,
+                        key: *key,
+                    }
+                    .encode()
+                })
             } else {
                 None
             };
-            Ok(RunPage { runs, next_cursor })
+            Ok(RunPage {
+                runs: runs.into_iter().map(|(_, run)| run).collect(),
+                next_cursor,
+            })
         })
         .await
     }

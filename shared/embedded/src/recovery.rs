@@ -82,8 +82,7 @@ mod tests {
     /// wake-up was promised a margin ahead, of which the queue holds one.
     fn file(asleep: usize) -> Connection {
         let conn = Connection::open_in_memory().unwrap();
-        conn.execute_batch(crate::SCHEMA).unwrap();
-        crate::migrate(&conn).unwrap();
+        crate::layout::open(&conn).unwrap();
         let (now, margin, day) = (1_000_000_i64, 900_000_i64, 86_400_000_i64);
         let mut insert = conn
             .prepare(
