@@ -15,7 +15,8 @@
 //! same millisecond (the later-created run first).
 //!
 //! A file written before run keys existed is rebuilt into these tables once, in one
-//! transaction, when it is opened ([`open`]).
+//! transaction, when it is opened ([`open`]), then vacuumed so that the old tables'
+//! pages leave the file.
 
 use rusqlite::Connection;
 use siesta::ports::StoreError;
@@ -155,6 +156,12 @@ pub(crate) fn open(conn: &Connection) -> Result<Found, StoreError> {
     let found = bring_up_to_date(conn);
     let end = if found.is_ok() { "COMMIT" } else { "ROLLBACK" };
     conn.execute_batch(end).map_err(sql)?;
+    if matches!(found, Ok(Found::Migrated)) {
+        // The old tables' pages are free now but still in the file (which would stay
+        // at its old size plus the new tables' until new runs filled them): give them
+        // back. Once, after the rebuild has committed.
+        conn.execute_batch("VACUUM").map_err(sql)?;
+    }
     found
 }
 

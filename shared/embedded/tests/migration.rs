@@ -287,4 +287,8 @@ async fn a_file_written_before_run_keys_opens_and_its_runs_go_on() {
         )
         .unwrap();
     assert_eq!(leftovers, 0, "the old tables are gone");
+    let free: i64 = raw
+        .query_row("PRAGMA freelist_count", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(free, 0, "the old tables' pages were given back");
 }
