@@ -714,9 +714,11 @@ impl EncodedCheckpoint {
             bytes += body.len();
         }
         // The stored forms of the run and its events differ from their JSON by the
-        // fields the row's columns hold, field names and nulls: near the limit, count
-        // the JSON itself.
-        if bytes.abs_diff(MAX_TRANSACTION_BYTES) <= 1024 + 128 * cp.timeline.len() {
+        // fields the row's columns hold (strings of any length, escaped at most 6 to
+        // a char), field names and nulls: near the limit, count the JSON itself.
+        let run_strings = cp.run.tenant.0.len() + cp.run.id.0.len() + cp.run.workflow.len();
+        let slack = 512 + 6 * run_strings + 128 * cp.timeline.len();
+        if bytes.abs_diff(MAX_TRANSACTION_BYTES) <= slack {
             bytes = bytes - encoded.run.len() + to_json(&cp.run)?.len();
             for (event, body) in cp.timeline.iter().zip(&encoded.timeline) {
                 bytes = bytes - body.len() + to_json(event)?.len();
