@@ -87,6 +87,11 @@ pub struct DevArgs {
     /// holds costs its decoded journal.
     #[arg(long, env = "SIESTA_REPLAY_CACHE_ENTRIES", default_value_t = siesta::EngineConfig::default().replay_cache_entries)]
     pub replay_cache_entries: usize,
+    /// Niceness of the threads running the queue worker and the sweep (Linux), so a
+    /// busy worker leaves the CPU to the HTTP side first; 0 runs them on the server's
+    /// own threads at its priority.
+    #[arg(long, env = "SIESTA_WORKER_NICE", default_value_t = crate::dev::DEFAULT_WORKER_NICE, value_parser = clap::value_parser!(i32).range(0..=19))]
+    pub worker_nice: i32,
     /// Per-tenant quotas: a JSON file (see docs/quotas.md), e.g.
     /// `{"default": {"max_unfinished_runs": 100}, "tenants": {"acme": {...}}}`.
     #[arg(long, env = "SIESTA_QUOTAS_FILE")]
@@ -158,6 +163,7 @@ impl DevArgs {
         options.sweep_every = Duration::from_millis(self.sweep_every_ms.max(50));
         options.workers = self.workers.max(1);
         options.replay_cache_entries = self.replay_cache_entries;
+        options.worker_nice = self.worker_nice;
         options.durability = match self.durability {
             DurabilityKind::Full => siesta_embedded::Durability::Full,
             DurabilityKind::Relaxed => siesta_embedded::Durability::Relaxed,
@@ -252,6 +258,17 @@ mod tests {
             panic!("not dev: {cli:?}")
         };
         dev.options().await.expect("valid options")
+    }
+
+    #[tokio::test]
+    async fn the_worker_runs_at_the_default_niceness_unless_told() {
+        assert_eq!(
+            dev_options(&[]).await.worker_nice,
+            crate::dev::DEFAULT_WORKER_NICE
+        );
+        assert_eq!(dev_options(&["--worker-nice", "0"]).await.worker_nice, 0);
+        assert!(Cli::try_parse_from(["app", "dev", "--worker-nice", "20"]).is_err());
+        assert!(Cli::try_parse_from(["app", "dev", "--worker-nice", "-1"]).is_err());
     }
 
     #[tokio::test]

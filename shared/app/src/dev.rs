@@ -15,6 +15,9 @@ use siesta_api::{ApiKeys, ControlApi, DEFAULT_MAX_BODY, WebhookReceiver, Webhook
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
+use crate::background_runtime::BackgroundRuntime;
+pub use crate::background_runtime::DEFAULT_WORKER_NICE;
+
 /// How the dev server runs.
 #[derive(Clone)]
 pub struct DevOptions {
@@ -51,6 +54,9 @@ pub struct DevOptions {
     /// Journal entries of suspended runs the engine keeps in memory
     /// ([`EngineConfig::replay_cache_entries`]; 0 turns the cache off).
     pub replay_cache_entries: usize,
+    /// Niceness of the threads the queue worker and the sweep run on (their own
+    /// runtime, Linux); 0: they share the server's threads and priority.
+    pub worker_nice: i32,
 }
 
 impl std::fmt::Debug for DevOptions {
@@ -75,6 +81,7 @@ impl std::fmt::Debug for DevOptions {
             .field("limits", &self.limits)
             .field("quotas", &self.quotas)
             .field("replay_cache_entries", &self.replay_cache_entries)
+            .field("worker_nice", &self.worker_nice)
             .finish_non_exhaustive()
     }
 }
@@ -98,6 +105,7 @@ impl DevOptions {
             build_id: EngineConfig::default().build_id,
             quotas: siesta::Quotas::default(),
             replay_cache_entries: EngineConfig::default().replay_cache_entries,
+            worker_nice: DEFAULT_WORKER_NICE,
         }
     }
 
@@ -128,6 +136,9 @@ pub struct DevServer {
     /// Whether its worker and sweep loops still run (what `/healthz` reports).
     pub liveness: Liveness,
     tasks: Vec<JoinHandle<()>>,
+    /// The worker's and the sweep's own runtime, when they run at a lower priority;
+    /// dropping it drops their tasks.
+    background: Option<BackgroundRuntime>,
 }
 
 impl DevServer {
@@ -135,6 +146,23 @@ impl DevServer {
     pub fn stop(self) {
         for t in self.tasks {
             t.abort();
+        }
+        drop(self.background);
+    }
+}
+
+/// The worker's and the sweep's runtime at `nice`, or `None` (the server's own
+/// runtime) when `nice` is 0 or the runtime cannot be built.
+fn background_runtime(nice: i32) -> Option<BackgroundRuntime> {
+    if nice == 0 {
+        return None;
+    }
+    let threads = std::thread::available_parallelism().map_or(2, usize::from);
+    match BackgroundRuntime::new(threads, nice) {
+        Ok(runtime) => Some(runtime),
+        Err(e) => {
+            tracing::warn!(error = %e, "could not start the worker's own runtime; it shares the server's");
+            None
         }
     }
 }
@@ -194,6 +222,10 @@ pub async fn start(
             tracing::error!(error = %e, "dev server stopped");
         }
     });
+    let background = background_runtime(options.worker_nice);
+    let spawner = background
+        .as_ref()
+        .map_or_else(tokio::runtime::Handle::current, |b| b.handle().clone());
     let worker = {
         let engine = engine.clone();
         let config = WorkerConfig {
@@ -201,7 +233,7 @@ pub async fn start(
             ..WorkerConfig::default()
         };
         let alive = liveness.register("worker");
-        tokio::spawn(async move {
+        spawner.spawn(async move {
             let _alive = alive;
             engine.work(config).await
         })
@@ -210,7 +242,7 @@ pub async fn start(
         let engine = engine.clone();
         let every = options.sweep_every;
         let alive = liveness.register("sweep");
-        tokio::spawn(async move {
+        spawner.spawn(async move {
             let _alive = alive;
             loop {
                 tokio::time::sleep(every).await;
@@ -234,5 +266,6 @@ pub async fn start(
         engine,
         liveness,
         tasks: vec![server, worker, sweeper],
+        background,
     })
 }

@@ -27,6 +27,7 @@
 //! Every run records the build id it started on ([`App::build_id`], default
 //! [`build_id!`]: your crate's version and a hash of its build).
 
+mod background_runtime;
 mod command;
 pub mod dev;
 mod lambda;
