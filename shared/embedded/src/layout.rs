@@ -191,6 +191,7 @@ fn bring_up_to_date(conn: &Connection) -> Result<Found, StoreError> {
     conn.execute_batch(RUN_INDEXES).map_err(sql)?;
     conn.execute_batch(crate::recovery::PROMISED_INDEX)
         .map_err(sql)?;
+    crate::unfinished::ensure(conn, found == Found::New)?;
     Ok(found)
 }
 

@@ -30,6 +30,7 @@ mod layout;
 mod query_plans;
 mod recovery;
 mod stored;
+mod unfinished;
 mod writer;
 mod writer_profile;
 
@@ -510,20 +511,6 @@ fn update_run_as(tx: &Connection, old: Indexed, run: &Run, body: &str) -> Result
     Ok(())
 }
 
-/// A tenant's runs that are not finished ([`RunStatus::is_finished`]): counted in the
-/// transaction that creates a run, which the single writer makes atomic with the insert,
-/// so the count needs no counter to keep in step.
-const UNFINISHED_RUNS: &str = "SELECT count(*) FROM runs INDEXED BY runs_by_status
-    WHERE tenant = ?1 AND status IN ('pending', 'running', 'waiting', 'parked')";
-
-fn unfinished_runs(tx: &Connection, tenant: &TenantId) -> Result<u64, StoreError> {
-    tx.prepare_cached(UNFINISHED_RUNS)
-        .map_err(sql)?
-        .query_row(params![tenant.0], |r| r.get::<_, i64>(0))
-        .map(|n| n.max(0) as u64)
-        .map_err(sql)
-}
-
 fn insert_run(tx: &Connection, run: &Run, started: &TimelineEvent) -> Result<(), StoreError> {
     if get_run(tx, &run.tenant.0, &run.id.0)?.is_some() {
         return Err(StoreError::AlreadyExists);
@@ -783,7 +770,7 @@ impl RunStore for EmbeddedBackend {
             if get_run(tx, &run.tenant.0, &run.id.0)?.is_some() {
                 return Err(StoreError::AlreadyExists);
             }
-            let unfinished = unfinished_runs(tx, &run.tenant)?;
+            let unfinished = unfinished::count(tx, &run.tenant)?;
             if unfinished >= max_unfinished {
                 return Err(StoreError::OverQuota(format!(
                     "tenant {} has {unfinished} unfinished runs; its limit is {max_unfinished}",
@@ -797,7 +784,7 @@ impl RunStore for EmbeddedBackend {
 
     async fn unfinished_runs(&self, tenant: &TenantId) -> Result<u64, StoreError> {
         let tenant = tenant.clone();
-        self.read(move |tx| unfinished_runs(tx, &tenant)).await
+        self.read(move |tx| unfinished::count(tx, &tenant)).await
     }
 
     async fn get_run(&self, tenant: &TenantId, run_id: &RunId) -> Result<Option<Run>, StoreError> {

@@ -109,6 +109,17 @@ async fn a_file_written_before_run_keys_opens_and_its_runs_go_on() {
 
     let backend = EmbeddedBackend::open(&path, clock.clone()).expect("open the old file");
     let ports = backend.backend();
+    // The file had no counter of unfinished runs: its runs are counted when it opens.
+    let unfinished = |runs: &[Run]| {
+        runs.iter()
+            .filter(|r| r.tenant == tenant && !r.status.is_finished())
+            .count() as u64
+    };
+    assert_eq!(
+        ports.store.unfinished_runs(&tenant).await.unwrap(),
+        unfinished(&old.runs),
+        "unfinished runs counted at open"
+    );
     for run in &old.runs {
         let got = ports
             .store
@@ -278,6 +289,11 @@ async fn a_file_written_before_run_keys_opens_and_its_runs_go_on() {
         .await
         .unwrap();
     assert_eq!(all.runs.len(), old.runs.len() + 1);
+    assert_eq!(
+        again.store.unfinished_runs(&tenant).await.unwrap(),
+        unfinished(&all.runs),
+        "the counter kept through a resumed run, a new run and a second open"
+    );
     let raw = Connection::open(&path).unwrap();
     let leftovers: i64 = raw
         .query_row(
