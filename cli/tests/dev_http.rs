@@ -1120,3 +1120,28 @@ async fn a_list_cursor_put_raw_into_the_next_url_pages_through_every_run() {
     assert_eq!(listed, started);
     server.stop();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_on_its_own_niced_runtime_takes_runs_to_their_wait_and_stops_with_the_server() {
+    let (server, _dir, base) = server_with(
+        |options| options.worker_nice = 10,
+        siesta_workflows::registry(),
+    )
+    .await;
+    let client = reqwest::Client::new();
+    let created = client
+        .post(format!("{base}/runs"))
+        .json(&json!({"workflow": "order", "input": {"item": "Lamp", "amount": 20}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), 201);
+    let run: Value = created.json().await.unwrap();
+    let run_url = format!("{base}/runs/{}", run["id"].as_str().unwrap());
+    // Only the worker takes a run to its wait.
+    wait_for_status(&client, &run_url, None, "waiting").await;
+    assert!(server.liveness.is_alive());
+    // Inside a runtime: stopping shuts the worker's runtime down without blocking
+    // (dropping a Tokio runtime here the ordinary way would panic).
+    server.stop();
+}

@@ -11,8 +11,11 @@
 
 use tokio::runtime::Runtime;
 
-/// The niceness the dev server's background threads run at unless told otherwise.
-pub const DEFAULT_WORKER_NICE: i32 = 10;
+/// The niceness the dev server's background threads run at unless told otherwise: 0,
+/// off (they share the server's threads), because measured paired on two cores a
+/// niced worker made tenant B slower during A's burst, not faster
+/// (docs/performance-wakeups.md, "Cross-tenant").
+pub const DEFAULT_WORKER_NICE: i32 = 0;
 
 /// A Tokio runtime whose threads run at a niceness; shut down without blocking when
 /// dropped (it may be dropped inside another runtime, where blocking is not allowed).

@@ -87,9 +87,9 @@ pub struct DevArgs {
     /// holds costs its decoded journal.
     #[arg(long, env = "SIESTA_REPLAY_CACHE_ENTRIES", default_value_t = siesta::EngineConfig::default().replay_cache_entries)]
     pub replay_cache_entries: usize,
-    /// Niceness of the threads running the queue worker and the sweep (Linux), so a
-    /// busy worker leaves the CPU to the HTTP side first; 0 runs them on the server's
-    /// own threads at its priority.
+    /// Niceness of the threads running the queue worker and the sweep (Linux): N > 0
+    /// runs them on a runtime of their own at that niceness, so a busy worker leaves
+    /// the CPU to the HTTP side first; 0 (default) runs them on the server's threads.
     #[arg(long, env = "SIESTA_WORKER_NICE", default_value_t = crate::dev::DEFAULT_WORKER_NICE, value_parser = clap::value_parser!(i32).range(0..=19))]
     pub worker_nice: i32,
     /// Per-tenant quotas: a JSON file (see docs/quotas.md), e.g.
@@ -266,6 +266,7 @@ mod tests {
             dev_options(&[]).await.worker_nice,
             crate::dev::DEFAULT_WORKER_NICE
         );
+        assert_eq!(dev_options(&["--worker-nice", "10"]).await.worker_nice, 10);
         assert_eq!(dev_options(&["--worker-nice", "0"]).await.worker_nice, 0);
         assert!(Cli::try_parse_from(["app", "dev", "--worker-nice", "20"]).is_err());
         assert!(Cli::try_parse_from(["app", "dev", "--worker-nice", "-1"]).is_err());
