@@ -856,19 +856,25 @@ impl RunStore for EmbeddedBackend {
             let mut history = History::default();
             let mut stmt = tx
                 .prepare_cached(
-                    "SELECT journal.body, schemas.body FROM runs JOIN journal ON journal.run = runs.key
+                    "SELECT journal.position, journal.body, schemas.body FROM runs JOIN journal ON journal.run = runs.key
                        LEFT JOIN schemas ON schemas.id = journal.accepts
                       WHERE runs.tenant = ?1 AND runs.run_id = ?2",
                 )
                 .map_err(sql)?;
             for row in stmt
                 .query_map(params![tenant, run_id], |r| {
-                    Ok((r.get::<_, String>(0)?, r.get::<_, Option<String>>(1)?))
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        r.get::<_, String>(1)?,
+                        r.get::<_, Option<String>>(2)?,
+                    ))
                 })
                 .map_err(sql)?
             {
-                let (body, schema) = row.map_err(sql)?;
-                history.journal.push(stored::entry(&body, schema.as_deref())?);
+                let (position, body, schema) = row.map_err(sql)?;
+                history
+                    .journal
+                    .push(stored::entry(&position, &body, schema.as_deref())?);
             }
             let mut stmt = tx
                 .prepare_cached(

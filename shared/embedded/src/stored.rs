@@ -17,17 +17,20 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use siesta::ports::StoreError;
 use siesta::{
-    EntryState, ErrorInfo, EventType, FencingEpoch, JournalEntry, Lease, ParentLink, Payload, Run,
-    RunId, RunStatus, SubType, TenantId, TimelineEvent, Timestamp, Wait, WaitKind,
+    DeliveryId, EntryState, ErrorInfo, EventType, FencingEpoch, JournalEntry, Lease, OperationKind,
+    ParentLink, Payload, Position, Run, RunId, RunStatus, SubType, TenantId, TimelineEvent,
+    Timestamp, Wait, WaitKind,
 };
 
 use crate::{from_json, to_json};
 
-/// A journal entry as stored: its JSON without an event wait's schema, and that schema
-/// (JSON) with its SHA-256 when it had one.
+/// A journal entry as stored: its JSON without its position (the row's key holds it)
+/// or an event wait's schema, and that schema (JSON) with its SHA-256 when it had one.
 pub(crate) struct StoredEntry {
     pub(crate) body: String,
     pub(crate) schema: Option<Schema>,
+    /// Bytes of the entry's JSON (position and schema inline), as DynamoDB stores it.
+    full_len: usize,
 }
 
 /// An event wait's schema, stored once per distinct content.
@@ -36,9 +39,9 @@ pub(crate) struct Schema {
     pub(crate) body: String,
 }
 
-/// The schema an entry carries inline, if it is an event wait with one.
-fn schema_of(entry: &mut JournalEntry) -> Option<&mut Option<serde_json::Value>> {
-    match &mut entry.state {
+/// The schema a state carries inline, if it is an event wait with one.
+fn schema_of(state: &mut EntryState) -> Option<&mut Option<serde_json::Value>> {
+    match state {
         EntryState::Waiting(Wait {
             kind: WaitKind::Event { accepts, .. },
             ..
@@ -47,45 +50,143 @@ fn schema_of(entry: &mut JournalEntry) -> Option<&mut Option<serde_json::Value>>
     }
 }
 
+/// A journal entry as stored: every field but its position, as the core's JSON names
+/// them.
+#[derive(Serialize)]
+struct EntryRef<'a> {
+    index: u32,
+    kind: OperationKind,
+    name: &'a str,
+    state: &'a EntryState,
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    consumed: &'a [DeliveryId],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    handle: Option<&'a str>,
+    updated_at: Timestamp,
+}
+
+/// [`EntryRef`], read back; a body written before (the whole entry) has its position.
+#[derive(Deserialize)]
+struct EntryOwned {
+    #[serde(default)]
+    position: Option<Position>,
+    index: u32,
+    kind: OperationKind,
+    name: String,
+    state: EntryState,
+    #[serde(default)]
+    consumed: Vec<DeliveryId>,
+    #[serde(default)]
+    handle: Option<String>,
+    updated_at: Timestamp,
+}
+
+/// `"position":` and the comma after it, in the core's JSON.
+const POSITION_FIELD_LEN: usize = "\"position\":,".len();
+
+/// `,"accepts":` in the core's JSON.
+const ACCEPTS_FIELD_LEN: usize = ",\"accepts\":".len();
+
 impl StoredEntry {
     /// `entry` as stored.
     pub(crate) fn of(entry: &JournalEntry) -> Result<Self, StoreError> {
-        let mut bare = entry.clone();
-        let Some(schema) = schema_of(&mut bare).and_then(Option::take) else {
-            return Ok(StoredEntry {
-                body: to_json(entry)?,
-                schema: None,
-            });
+        // Destructured whole, so that a field added to the entry cannot be left out here.
+        let JournalEntry {
+            position,
+            index,
+            kind,
+            name,
+            state,
+            consumed,
+            handle,
+            updated_at,
+        } = entry;
+        let (bare, schema) = match state {
+            EntryState::Waiting(Wait {
+                kind:
+                    WaitKind::Event {
+                        accepts: Some(schema),
+                        ..
+                    },
+                ..
+            }) => {
+                let mut without = state.clone();
+                if let Some(slot) = schema_of(&mut without) {
+                    *slot = None;
+                }
+                let schema = to_json(schema)?;
+                let schema = Schema {
+                    sha256: Sha256::digest(schema.as_bytes()).into(),
+                    body: schema,
+                };
+                (Some(without), Some(schema))
+            }
+            _ => (None, None),
         };
-        let schema = to_json(&schema)?;
+        let body = to_json(&EntryRef {
+            index: *index,
+            kind: *kind,
+            name,
+            state: bare.as_ref().unwrap_or(state),
+            consumed,
+            handle: handle.as_deref(),
+            updated_at: *updated_at,
+        })?;
+        let full_len = body.len()
+            + POSITION_FIELD_LEN
+            + to_json(position)?.len()
+            + schema
+                .as_ref()
+                .map_or(0, |s| s.body.len() + ACCEPTS_FIELD_LEN);
         Ok(StoredEntry {
-            body: to_json(&bare)?,
-            schema: Some(Schema {
-                sha256: Sha256::digest(schema.as_bytes()).into(),
-                body: schema,
-            }),
+            body,
+            schema,
+            full_len,
         })
     }
 
-    /// Bytes of the entry with its schema inline, as DynamoDB would store it.
+    /// Bytes of the entry with its position and schema inline, as DynamoDB would store
+    /// it.
     pub(crate) fn full_len(&self) -> usize {
-        self.body.len() + self.schema.as_ref().map_or(0, |s| s.body.len() + 11)
+        self.full_len
     }
 }
 
-/// The journal entry stored as `body`, with `schema` (the row's reference resolved)
-/// put back.
-pub(crate) fn entry(body: &str, schema: Option<&str>) -> Result<JournalEntry, StoreError> {
-    let mut entry: JournalEntry = from_json(body)?;
+/// The journal entry stored at `position` as `body`, with `schema` (the row's
+/// reference resolved) put back.
+pub(crate) fn entry(
+    position: &str,
+    body: &str,
+    schema: Option<&str>,
+) -> Result<JournalEntry, StoreError> {
+    let EntryOwned {
+        position: written,
+        index,
+        kind,
+        name,
+        mut state,
+        consumed,
+        handle,
+        updated_at,
+    } = from_json(body)?;
     if let Some(schema) = schema {
-        let slot = schema_of(&mut entry).ok_or_else(|| {
+        let slot = schema_of(&mut state).ok_or_else(|| {
             StoreError::Invalid(
                 "corrupt record: a schema for an entry that is no event wait".into(),
             )
         })?;
         *slot = Some(from_json(schema)?);
     }
-    Ok(entry)
+    Ok(JournalEntry {
+        position: written.unwrap_or_else(|| Position(position.to_owned())),
+        index,
+        kind,
+        name,
+        state,
+        consumed,
+        handle,
+        updated_at,
+    })
 }
 
 /// A timeline event as stored: every field but the sequence number, in this order.
@@ -334,7 +435,7 @@ impl RunRow {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use siesta::{Position, Timestamp};
+    use siesta::Timestamp;
 
     fn event_wait(accepts: Option<serde_json::Value>) -> JournalEntry {
         JournalEntry {
@@ -369,11 +470,57 @@ mod tests {
             to_json(&entry).unwrap().len(),
             "counted as DynamoDB stores it"
         );
-        assert_eq!(super::entry(&stored.body, Some(&kept.body)).unwrap(), entry);
+        assert_eq!(
+            super::entry(&entry.position.0, &stored.body, Some(&kept.body)).unwrap(),
+            entry
+        );
     }
 
     #[test]
-    fn entries_without_a_schema_are_stored_whole() {
+    fn an_entrys_position_is_left_to_its_rows_key() {
+        let mut step = event_wait(None);
+        step.position = Position("outer#0/pay \"ment\"#2".into());
+        step.state = EntryState::Succeeded {
+            value: siesta::Payload::Inline(serde_json::json!({"approved": true})),
+            attempt: 1,
+        };
+        step.consumed = vec![DeliveryId("event:1".into())];
+        step.handle = Some("cb_1".into());
+        let stored = StoredEntry::of(&step).unwrap();
+        assert!(!stored.body.contains("position"), "{}", stored.body);
+        assert!(!stored.body.contains("outer#0"), "{}", stored.body);
+        assert_eq!(
+            stored.full_len(),
+            to_json(&step).unwrap().len(),
+            "counted as DynamoDB stores it"
+        );
+        assert_eq!(
+            super::entry(&step.position.0, &stored.body, None).unwrap(),
+            step
+        );
+    }
+
+    #[test]
+    fn entries_written_with_their_position_read_as_they_are() {
+        let schema = serde_json::json!({"type": "object"});
+        for accepts in [None, Some(schema)] {
+            let entry = event_wait(accepts.clone());
+            // The forms rows were written in before: the core's JSON, with the schema
+            // inline (before run keys) or apart (run keys).
+            let whole = to_json(&entry).unwrap();
+            assert!(whole.contains("\"position\""), "{whole}");
+            assert_eq!(super::entry("ignored#9", &whole, None).unwrap(), entry);
+            let apart = to_json(&event_wait(None)).unwrap();
+            let schema = accepts.map(|s| to_json(&s).unwrap());
+            assert_eq!(
+                super::entry("ignored#9", &apart, schema.as_deref()).unwrap(),
+                entry
+            );
+        }
+    }
+
+    #[test]
+    fn entries_without_a_schema_are_stored_without_one() {
         for entry in [event_wait(None), {
             let mut step = event_wait(None);
             step.state = EntryState::Succeeded {
@@ -384,8 +531,11 @@ mod tests {
         }] {
             let stored = StoredEntry::of(&entry).unwrap();
             assert!(stored.schema.is_none());
-            assert_eq!(stored.body, to_json(&entry).unwrap());
-            assert_eq!(super::entry(&stored.body, None).unwrap(), entry);
+            assert_eq!(stored.full_len(), to_json(&entry).unwrap().len());
+            assert_eq!(
+                super::entry(&entry.position.0, &stored.body, None).unwrap(),
+                entry
+            );
         }
     }
 
@@ -398,7 +548,7 @@ mod tests {
         };
         let body = to_json(&step).unwrap();
         assert!(matches!(
-            entry(&body, Some("{}")),
+            entry(&step.position.0, &body, Some("{}")),
             Err(StoreError::Invalid(_))
         ));
     }
