@@ -84,15 +84,10 @@ enum ListPosition {
 }
 
 impl ListPosition {
-    fn encode(&self) -> String {
-        match self {
-            ListPosition::Keyed { created_at, key } => {
-                siesta::cursor::encode(&format!("{created_at}.{key}"))
-            }
-            ListPosition::ByRunId { created_at, run_id } => {
-                siesta::cursor::encode(&format!("{created_at}:{run_id}"))
-            }
-        }
+    /// The cursor of a page that ends at the run created at `created_at` with key `key`
+    /// (cursors are handed out [`ListPosition::Keyed`] only).
+    fn cursor(created_at: i64, key: i64) -> String {
+        siesta::cursor::encode(&format!("{created_at}.{key}"))
     }
 
     fn decode(cursor: &str) -> Result<Self, StoreError> {
@@ -312,12 +307,12 @@ impl EmbeddedBackend {
     }
 
     /// [`Self::tx`] for a write of `tenant`'s, which takes `tenant`'s turn at the writer.
-    async fn tx_of<T, F>(&self, tenant: &str, f: F) -> Result<T, StoreError>
+    async fn tx_of<T, F>(&self, tenant: String, f: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
         F: FnOnce(&Connection, Timestamp) -> Result<T, StoreError> + Send + 'static,
     {
-        self.write(f, true, Some(tenant.to_owned())).await
+        self.write(f, true, Some(tenant)).await
     }
 
     /// Run the write `f` atomically on the writer, answered once it is committed but
@@ -337,12 +332,12 @@ impl EmbeddedBackend {
 
     /// [`Self::tx_unsynced`] for a write of `tenant`'s, which takes `tenant`'s turn at
     /// the writer.
-    async fn tx_unsynced_of<T, F>(&self, tenant: &str, f: F) -> Result<T, StoreError>
+    async fn tx_unsynced_of<T, F>(&self, tenant: String, f: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
         F: FnOnce(&Connection, Timestamp) -> Result<T, StoreError> + Send + 'static,
     {
-        self.write(f, false, Some(tenant.to_owned())).await
+        self.write(f, false, Some(tenant)).await
     }
 
     async fn write<T, F>(
@@ -752,7 +747,7 @@ fn conflict(current: Run) -> StoreError {
 impl RunStore for EmbeddedBackend {
     async fn create_run(&self, run: &Run, started: &TimelineEvent) -> Result<(), StoreError> {
         let (run, started) = (run.clone(), started.clone());
-        self.tx_of(&run.tenant.0.clone(), move |tx, _| {
+        self.tx_of(run.tenant.0.clone(), move |tx, _| {
             insert_run(tx, &run, &started)
         })
         .await
@@ -765,7 +760,7 @@ impl RunStore for EmbeddedBackend {
         max_unfinished: u64,
     ) -> Result<(), StoreError> {
         let (run, started) = (run.clone(), started.clone());
-        self.tx_of(&run.tenant.0.clone(), move |tx, _| {
+        self.tx_of(run.tenant.0.clone(), move |tx, _| {
             // An existing run is reported as such, whatever the count (a retried start).
             if get_run(tx, &run.tenant.0, &run.id.0)?.is_some() {
                 return Err(StoreError::AlreadyExists);
@@ -799,7 +794,7 @@ impl RunStore for EmbeddedBackend {
         claim: &Claim,
     ) -> Result<Run, StoreError> {
         let (tenant, run_id, claim) = (tenant.0.clone(), run_id.0.clone(), claim.clone());
-        self.tx_unsynced_of(&tenant.clone(), move |tx, _| {
+        self.tx_unsynced_of(tenant.clone(), move |tx, _| {
             let mut run = get_run(tx, &tenant, &run_id)?.ok_or(StoreError::NotFound)?;
             let stored = Indexed::of(&run);
             let claimable = matches!(
@@ -896,7 +891,7 @@ impl RunStore for EmbeddedBackend {
     async fn checkpoint(&self, checkpoint: &Checkpoint) -> Result<(), StoreError> {
         let cp = checkpoint.clone();
         let encoded = EncodedCheckpoint::of(&cp)?;
-        self.tx_of(&cp.run.tenant.0.clone(), move |tx, _| {
+        self.tx_of(cp.run.tenant.0.clone(), move |tx, _| {
                 let (key, current) = get_keyed_run(tx, &cp.run.tenant.0, &cp.run.id.0)?.ok_or(StoreError::NotFound)?;
                 let epoch_ok = cp.epoch.is_none_or(|e| current.lease.as_ref().is_some_and(|l| l.epoch == e));
                 if current.version != cp.expected_version || !epoch_ok {
@@ -943,7 +938,7 @@ impl RunStore for EmbeddedBackend {
 
     async fn deliver(&self, delivery: &NewDelivery) -> Result<DeliverOutcome, StoreError> {
         let delivery = delivery.clone();
-        self.tx_of(&delivery.tenant.0.clone(), move |tx, _| {
+        self.tx_of(delivery.tenant.0.clone(), move |tx, _| {
             apply_delivery(tx, &delivery)
         })
         .await
@@ -1058,13 +1053,8 @@ impl RunStore for EmbeddedBackend {
                 .collect::<Result<_, StoreError>>()?;
             let next_cursor = if runs.len() > limit {
                 runs.truncate(limit);
-                runs.last().map(|(key, run)| {
-                    ListPosition::Keyed {
-                        created_at: run.created_at.0,
-                        key: *key,
-                    }
-                    .encode()
-                })
+                runs.last()
+                    .map(|(key, run)| ListPosition::cursor(run.created_at.0, *key))
             } else {
                 None
             };
@@ -1299,7 +1289,7 @@ impl WakeQueue for EmbeddedBackend {
             lane(wake.reason),
         );
         let delay = delay.min(MAX_QUEUE_DELAY);
-        self.tx_unsynced_of(&tenant.clone(), move |tx, now| {
+        self.tx_unsynced_of(tenant.clone(), move |tx, now| {
             tx.prepare_cached(
                 "INSERT INTO wake_queue (tenant, run_id, lane, body, visible_at) VALUES (?1, ?2, ?3, ?4, ?5)",
             )
