@@ -43,21 +43,8 @@ fn main() {
                 return;
             };
             // A table of its own: the due index is global across tenants.
-            let env = env.with_own_table().await;
-            let outcome = tokio::spawn({
-                let env = env.clone();
-                async move { bench(&env, runs).await }
-            })
-            .await;
-            // DynamoDB Local keeps its tables in memory: give this one back.
-            let _ = aws_sdk_dynamodb::Client::new(&env.sdk)
-                .delete_table()
-                .table_name(&env.table)
-                .send()
+            env.in_own_table(|env| async move { bench(&env, runs).await })
                 .await;
-            if let Err(e) = outcome {
-                std::panic::resume_unwind(e.into_panic());
-            }
         });
 }
 

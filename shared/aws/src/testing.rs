@@ -122,6 +122,29 @@ impl Emulators {
         }
     }
 
+    /// Run `test` on a table of its own ([`Emulators::with_own_table`]) and give the
+    /// table back afterwards, passed or failed (DynamoDB Local keeps its tables in
+    /// memory); a panic of `test` is raised again once the table is gone.
+    pub async fn in_own_table<F, Fut>(&self, test: F)
+    where
+        F: FnOnce(Emulators) -> Fut,
+        Fut: std::future::Future<Output = ()>,
+    {
+        use futures::FutureExt;
+        let env = self.with_own_table().await;
+        let outcome = std::panic::AssertUnwindSafe(test(env.clone()))
+            .catch_unwind()
+            .await;
+        let _ = aws_sdk_dynamodb::Client::new(&env.sdk)
+            .delete_table()
+            .table_name(&env.table)
+            .send()
+            .await;
+        if let Err(e) = outcome {
+            std::panic::resume_unwind(e);
+        }
+    }
+
     /// The shared table and bucket with a fresh queue pair from the template.
     pub async fn names(&self, max_receives: u32) -> ResourceNames {
         let plan = test_plan();

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use aws_sdk_dynamodb::types::{AttributeValue, Select};
-use futures::{FutureExt, StreamExt};
+use futures::StreamExt;
 use serde_json::json;
 use siesta::ports::{Backend, DeadLetter, ReceivedWakeUp, StoreError, WakeQueue, WakeUp};
 use siesta::*;
@@ -220,19 +220,8 @@ async fn ten_thousand_runs_waiting_on_one_deadline_are_timed_out_by_the_sweep_in
         .unwrap_or(10_000);
     // The due index is global across tenants: a table of its own keeps the runs of tests
     // running beside this one out of it.
-    let env = env.with_own_table().await;
-    let outcome = std::panic::AssertUnwindSafe(sweep_at_scale(&env, runs))
-        .catch_unwind()
+    env.in_own_table(|env| async move { sweep_at_scale(&env, runs).await })
         .await;
-    // DynamoDB Local keeps its tables in memory: give this one back, passed or failed.
-    let _ = aws_sdk_dynamodb::Client::new(&env.sdk)
-        .delete_table()
-        .table_name(&env.table)
-        .send()
-        .await;
-    if let Err(e) = outcome {
-        std::panic::resume_unwind(e);
-    }
 }
 
 async fn sweep_at_scale(env: &support::Emulators, runs: usize) {

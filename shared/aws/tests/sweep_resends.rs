@@ -10,7 +10,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::FutureExt;
 use serde_json::json;
 use siesta::*;
 use siesta_aws::{AwsBackend, AwsOptions, RequestCounter, ResourceNames};
@@ -37,18 +36,8 @@ async fn a_sweep_while_wake_ups_are_queued_sends_none_again_and_one_after_a_lost
     };
     // The due index is global across tenants: a table of its own keeps the runs of
     // tests running beside this one out of it.
-    let env = env.with_own_table().await;
-    let outcome = std::panic::AssertUnwindSafe(sweeps(&env))
-        .catch_unwind()
+    env.in_own_table(|env| async move { sweeps(&env).await })
         .await;
-    let _ = aws_sdk_dynamodb::Client::new(&env.sdk)
-        .delete_table()
-        .table_name(&env.table)
-        .send()
-        .await;
-    if let Err(e) = outcome {
-        std::panic::resume_unwind(e);
-    }
 }
 
 async fn sweeps(env: &support::Emulators) {
