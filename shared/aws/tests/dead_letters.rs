@@ -69,6 +69,23 @@ async fn run(engine: &Engine, tenant: &TenantId, id: &RunId) -> Run {
     engine.get_run(tenant, id).await.unwrap()
 }
 
+/// Handle dead letters until at least `handled` have been, or 20 tries 250 ms apart
+/// have passed (SQS moves a message to the dead-letter queue a moment after its last
+/// receive); what was handled.
+async fn handle_dead_letters_until(engine: &Engine, handled: usize) -> DeadLetterReport {
+    let mut report = DeadLetterReport::default();
+    for _ in 0..20 {
+        let more = engine.handle_dead_letters(100).await.unwrap();
+        report.handled += more.handled;
+        report.parked += more.parked;
+        if report.handled >= handled {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    report
+}
+
 /// Messages left in the dead-letter queue, visible or hidden: a handled dead letter is
 /// deleted, not merely hidden until it comes back.
 async fn dead_letters_left(env: &support::Emulators, names: &siesta_aws::ResourceNames) -> u64 {
@@ -115,16 +132,7 @@ async fn on_aws_twenty_five_dead_letters_are_each_handled_once() {
     siesta_aws::testing::fail_all_until_dead_lettered(&engine.backend().queue, MAX_RECEIVES).await;
 
     // The dead-letter move may lag a moment on a real queue.
-    let mut report = DeadLetterReport::default();
-    for _ in 0..20 {
-        let more = engine.handle_dead_letters(100).await.unwrap();
-        report.handled += more.handled;
-        report.parked += more.parked;
-        if report.handled >= ids.len() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    let report = handle_dead_letters_until(&engine, ids.len()).await;
     assert_eq!((report.handled, report.parked), (25, 25), "{report:?}");
     for id in &ids {
         assert_eq!(run(&engine, &tenant, id).await.status, RunStatus::Parked);
@@ -226,16 +234,7 @@ async fn on_aws_a_dead_letter_the_runs_progress_has_overtaken_parks_nothing() {
     siesta_aws::testing::fail_all_until_dead_lettered(&engine.backend().queue, MAX_RECEIVES).await;
 
     // The dead-letter move may lag a moment on a real queue.
-    let mut report = DeadLetterReport::default();
-    for _ in 0..20 {
-        let more = engine.handle_dead_letters(100).await.unwrap();
-        report.handled += more.handled;
-        report.parked += more.parked;
-        if report.handled > 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    let report = handle_dead_letters_until(&engine, 1).await;
     assert_eq!((report.handled, report.parked), (1, 0), "{report:?}");
     assert_eq!(run(&engine, &tenant, &id).await, before);
 }
@@ -306,16 +305,7 @@ async fn on_aws_five_kills_in_a_row_of_a_worker_holding_a_batch_park_no_healthy_
     })
     .await;
     leftover.abort();
-    let mut report = DeadLetterReport::default();
-    for _ in 0..20 {
-        let more = engine.handle_dead_letters(100).await.unwrap();
-        report.handled += more.handled;
-        report.parked += more.parked;
-        if report.handled > 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    let report = handle_dead_letters_until(&engine, 1).await;
     for id in &healthy {
         let r = run(&engine, &tenant, id).await;
         assert_eq!(r.status, RunStatus::Completed, "{:?}", r.error);
