@@ -5,13 +5,11 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use axum::extract::FromRequestParts;
 use http::request::Parts;
 use sha2::Digest;
 use siesta::TenantId;
 
 use crate::ApiError;
-use crate::routes::AppState;
 
 /// Decides the tenant of a request to an authenticated route, or refuses it (401).
 pub trait Authenticate: Send + Sync + 'static {
@@ -107,19 +105,6 @@ impl Authenticate for NoCallers {
 /// span.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Tenant(pub TenantId);
-
-impl FromRequestParts<AppState> for Tenant {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(
-        parts: &mut Parts,
-        state: &AppState,
-    ) -> Result<Self, Self::Rejection> {
-        let tenant = state.auth.authenticate(parts)?;
-        tracing::Span::current().record("tenant", tracing::field::display(&tenant));
-        Ok(Tenant(tenant))
-    }
-}
 
 #[cfg(test)]
 mod tests {

@@ -12,8 +12,9 @@ use http_body_util::{BodyExt, LengthLimitError, Limited};
 use serde::de::DeserializeOwned;
 
 use crate::ApiError;
-use crate::routes::AppState;
+use crate::auth::Tenant;
 use crate::server::BodyTimedOut;
+use crate::state::AppState;
 
 /// The longest `Prefer: wait=N` honoured.
 pub const MAX_WAIT: Duration = Duration::from_secs(60);
@@ -237,6 +238,19 @@ fn parse_prefer_wait(prefer: &str) -> Result<Option<Duration>, ApiError> {
         }
     }
     Ok(None)
+}
+
+impl FromRequestParts<AppState> for Tenant {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
+        let tenant = state.auth.authenticate(parts)?;
+        tracing::Span::current().record("tenant", tracing::field::display(&tenant));
+        Ok(Tenant(tenant))
+    }
 }
 
 #[cfg(test)]

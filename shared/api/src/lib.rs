@@ -24,15 +24,14 @@
 //! ```
 
 mod auth;
-mod dead_letters;
 mod error;
 mod extract;
 mod openapi;
-mod resolve;
 mod responses;
 mod routes;
 mod schema;
 pub mod server;
+mod state;
 mod time;
 /// Webhook signature verification (re-exported from `siesta-webhook`).
 pub use siesta_webhook as signature;
@@ -52,11 +51,10 @@ use siesta::Engine;
 use tracing::Instrument;
 
 pub use auth::{ApiKeys, Authenticate, Tenant};
-pub use dead_letters::{DeadLetterPage, DeadLetterView, Redriven};
 pub use error::{ApiError, ErrorBody, ErrorDetail, RETRY_AFTER_SECS};
 pub use extract::MAX_WAIT;
 pub use openapi::openapi;
-pub use routes::idempotent_run_id;
+pub use routes::{DeadLetterPage, DeadLetterView, Redriven, idempotent_run_id};
 pub use time::{NotATime, Rfc3339};
 pub use values::{VALUE_REF, ValueRef, value_path};
 pub use view::{
@@ -177,7 +175,7 @@ impl ControlApi {
 
     /// The router: every route of the API, with JSON errors and a span per request.
     pub fn router(self) -> Router {
-        let state = routes::AppState {
+        let state = state::AppState {
             engine: self.engine,
             hooks: self.hooks,
             auth: self.auth,
@@ -185,7 +183,7 @@ impl ControlApi {
             max_body: self.max_body,
             max_wait: self.max_wait,
         };
-        let (api, _) = openapi::routes().split_for_parts();
+        let (api, _) = routes::table(openapi::base()).split_for_parts();
         let mut router = api
             .fallback(not_found)
             .method_not_allowed_fallback(method_not_allowed)

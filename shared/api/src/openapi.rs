@@ -1,46 +1,13 @@
-//! The routes, each registered with its OpenAPI description (utoipa-axum), so the router
-//! and the document are made from the same list and cannot drift apart.
+//! The OpenAPI 3.1 document, generated from the route table ([`crate::routes`]) on top of
+//! its info and components, so the router and the document cannot drift apart.
 
-use std::sync::OnceLock;
-
-use axum::Json;
-use axum::extract::State;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{ComponentsBuilder, InfoBuilder, OpenApi, OpenApiBuilder};
-use utoipa_axum::router::OpenApiRouter;
-use utoipa_axum::routes;
 
-use crate::dead_letters::*;
-use crate::routes::*;
-use crate::values::*;
-use crate::webhook::*;
+use crate::values::ValueRef;
 
-/// Every route of the API, described.
-pub(crate) fn routes() -> OpenApiRouter<AppState> {
-    OpenApiRouter::with_openapi(base())
-        .routes(routes!(start_run, list_runs))
-        .routes(routes!(get_run))
-        .routes(routes!(get_run_result))
-        .routes(routes!(get_run_timeline))
-        .routes(routes!(get_run_value))
-        .routes(routes!(cancel_run))
-        .routes(routes!(resume_run))
-        .routes(routes!(crate::resolve::resolve_operation))
-        .routes(routes!(deliver_event))
-        .routes(routes!(inject_message))
-        .routes(routes!(succeed_callback))
-        .routes(routes!(fail_callback))
-        .routes(routes!(heartbeat_callback))
-        .routes(routes!(source_webhook))
-        .routes(routes!(callback_webhook))
-        .routes(routes!(health))
-        .routes(routes!(openapi_json))
-        .routes(routes!(list_dead_letters))
-        .routes(routes!(redrive_dead_letter))
-        .routes(routes!(redrive_dead_letters))
-}
-
-fn base() -> OpenApi {
+/// The document's info and components, which the route table adds its paths to.
+pub(crate) fn base() -> OpenApi {
     OpenApiBuilder::new()
         .info(
             InfoBuilder::new()
@@ -68,33 +35,7 @@ fn base() -> OpenApi {
 
 /// The OpenAPI 3.1 document of the API.
 pub fn openapi() -> OpenApi {
-    routes().into_openapi()
-}
-
-/// This document, as this server serves it: `StartRun.workflow` lists the workflows
-/// registered here (an `enum`), so a generated client or a fuzzer can start a run.
-#[utoipa::path(
-    get, path = "/openapi.json", operation_id = "openapi", tag = "meta",
-    responses((status = 200, description = "The OpenAPI 3.1 document", body = Object))
-)]
-pub(crate) async fn openapi_json(State(app): State<AppState>) -> Json<serde_json::Value> {
-    static DOCUMENT: OnceLock<serde_json::Value> = OnceLock::new();
-    let mut document = DOCUMENT
-        .get_or_init(|| serde_json::to_value(openapi()).unwrap_or_default())
-        .clone();
-    with_workflows(&mut document, app.engine.registry().names());
-    Json(document)
-}
-
-/// Name the registered workflows in the start request's schema.
-fn with_workflows<'a>(document: &mut serde_json::Value, names: impl Iterator<Item = &'a str>) {
-    let names: Vec<&str> = names.collect();
-    if let Some(workflow) = document
-        .pointer_mut("/components/schemas/StartRun/properties/workflow")
-        .and_then(|w| w.as_object_mut())
-    {
-        workflow.insert("enum".into(), serde_json::json!(names));
-    }
+    crate::routes::table(base()).into_openapi()
 }
 
 #[cfg(test)]
@@ -103,16 +44,6 @@ mod tests {
 
     fn doc() -> Value {
         serde_json::to_value(super::openapi()).unwrap()
-    }
-
-    #[test]
-    fn the_served_document_names_the_registered_workflows() {
-        let mut doc = doc();
-        super::with_workflows(&mut doc, ["chain", "order"].into_iter());
-        assert_eq!(
-            doc["components"]["schemas"]["StartRun"]["properties"]["workflow"]["enum"],
-            serde_json::json!(["chain", "order"])
-        );
     }
 
     #[test]

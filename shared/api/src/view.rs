@@ -1,5 +1,8 @@
 //! What the API shows of a run.
 
+use axum::Json;
+use axum::response::{IntoResponse, Response};
+use http::{HeaderValue, StatusCode, header};
 use serde::{Deserialize, Serialize};
 use siesta::ports::History;
 use siesta::*;
@@ -196,6 +199,15 @@ pub struct Received {
 pub struct Health {
     /// `ok`.
     pub status: String,
+}
+
+/// The run view as an answer with `status`, its `ETag` the run's version.
+pub(crate) fn run_answer(status: StatusCode, view: &RunView) -> Response {
+    let mut response = (status, Json(view)).into_response();
+    if let Ok(etag) = HeaderValue::from_str(&format!("\"{}\"", view.version)) {
+        response.headers_mut().insert(header::ETAG, etag);
+    }
+    response
 }
 
 /// A stored value as the API shows it: the value, or for a large one kept in the

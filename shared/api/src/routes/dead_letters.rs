@@ -15,7 +15,7 @@ use utoipa::{IntoParams, ToSchema};
 use crate::auth::Tenant;
 use crate::error::ApiError;
 use crate::extract::{ApiPath, ApiQuery, IfMatch};
-use crate::routes::AppState;
+use crate::state::AppState;
 use crate::time::Rfc3339;
 use crate::view::RunView;
 

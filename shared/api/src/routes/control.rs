@@ -1,3 +1,6 @@
+//! Control of a run by its operator: cancel it, resume it once parked, and resolve a tool
+//! call whose outcome is `unknown`.
+//!
 //! The operator's resolution of a tool call whose outcome is `unknown` (a crash between
 //! "running" and its result, with no lookup): `POST /runs/{id}/operations/{position}/resolve`
 //! says what happened to the call — it succeeded (with its value), failed (with an
@@ -14,10 +17,76 @@ use siesta::{EngineError, ErrorInfo, Position, RunId, TenantId, ToolCallResoluti
 use utoipa::ToSchema;
 
 use crate::ApiError;
+use crate::auth::Tenant;
 use crate::error::ErrorBody;
 use crate::extract::{ApiBody, ApiPath, IfMatch, json};
-use crate::routes::{AppState, run_answer};
-use crate::view::RunView;
+use crate::responses::*;
+use crate::state::AppState;
+use crate::view::{RunView, run_answer};
+
+/// Cancel the run: at once when it waits, at its next step boundary when it runs.
+#[utoipa::path(
+    post, path = "/runs/{id}/cancel", operation_id = "cancelRun", tag = "runs",
+    security(("bearer" = [])),
+    params(
+        ("id" = String, Path, description = "The run's id"),
+        ("If-Match" = Option<String>, Header, description = "The run's ETag; 412 when it changed since"),
+    ),
+    responses(
+        (status = 200, description = "Cancelled", body = RunView,
+            headers(("ETag" = String, description = "The run's version"))),
+        (status = 202, description = "Cancellation requested; honoured at the next step boundary", body = RunView,
+            headers(("ETag" = String, description = "The run's version"))),
+        CancelErrors,
+    )
+)]
+pub(crate) async fn cancel_run(
+    State(app): State<AppState>,
+    Tenant(tenant): Tenant,
+    ApiPath(id): ApiPath<String>,
+    IfMatch(if_match): IfMatch,
+) -> Result<Response, ApiError> {
+    let run = app
+        .engine
+        .cancel(&tenant, &RunId::from(id.as_str()), if_match)
+        .await?;
+    let status = if run.status.is_finished() {
+        StatusCode::OK
+    } else {
+        StatusCode::ACCEPTED
+    };
+    Ok(run_answer(status, &app.view(&tenant, &run).await?))
+}
+
+/// Resume a parked run.
+#[utoipa::path(
+    post, path = "/runs/{id}/resume", operation_id = "resumeRun", tag = "runs",
+    security(("bearer" = [])),
+    params(
+        ("id" = String, Path, description = "The run's id"),
+        ("If-Match" = Option<String>, Header, description = "The run's ETag; 412 when it changed since"),
+    ),
+    responses(
+        (status = 202, description = "Resumed", body = RunView,
+            headers(("ETag" = String, description = "The run's version"))),
+        ResumeErrors,
+    )
+)]
+pub(crate) async fn resume_run(
+    State(app): State<AppState>,
+    Tenant(tenant): Tenant,
+    ApiPath(id): ApiPath<String>,
+    IfMatch(if_match): IfMatch,
+) -> Result<Response, ApiError> {
+    let run = app
+        .engine
+        .resume(&tenant, &RunId::from(id.as_str()), if_match)
+        .await?;
+    Ok(run_answer(
+        StatusCode::ACCEPTED,
+        &app.view(&tenant, &run).await?,
+    ))
+}
 
 /// The body of a resolution: `{"outcome": "succeeded", "value": ...}`,
 /// `{"outcome": "failed", "error": {"code", "message"}}` or `{"outcome": "retry"}`.

@@ -1,0 +1,345 @@
+//! The runs: start one, list them, read one, long-poll for its result, page through
+//! its timeline.
+
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::{Extension, State};
+use axum::response::{IntoResponse, Response};
+use http::{HeaderValue, StatusCode, header};
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+use siesta::ports::RunFilter;
+use siesta::*;
+use utoipa::{IntoParams, ToSchema};
+
+use crate::auth::Tenant;
+use crate::error::ApiError;
+use crate::extract::{
+    ApiPath, ApiQuery, IdempotencyKey, JsonObject, PreferWait, page_size, sequence_after,
+};
+use crate::responses::*;
+use crate::state::AppState;
+use crate::view::{self, RunPage, RunResult, RunView, Timeline, TimelineEventView, run_answer};
+
+/// The body of `POST /runs`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct StartRun {
+    /// The registered workflow to run.
+    workflow: String,
+    /// Its input (any JSON; `null` when left out).
+    #[serde(default)]
+    input: serde_json::Value,
+}
+
+impl Default for StartRun {
+    fn default() -> Self {
+        // Never used: the body of a start is required.
+        StartRun {
+            workflow: String::new(),
+            input: serde_json::Value::Null,
+        }
+    }
+}
+
+/// Filters and paging of `GET /runs`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct ListQuery {
+    /// Only runs in this status.
+    #[param(value_type = Option<crate::schema::RunStatusSchema>)]
+    status: Option<String>,
+    /// Only runs of this workflow.
+    workflow: Option<String>,
+    /// Where the previous page ended (its `next_cursor`).
+    cursor: Option<String>,
+    /// Runs per page, 1 to 200 (default 50).
+    #[param(minimum = 1, maximum = 200)]
+    limit: Option<u32>,
+}
+
+/// Paging of `GET /runs/{id}/timeline`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct TimelineQuery {
+    /// Events after this `seq` (default 0: from the first).
+    after: Option<u64>,
+    /// Events per page, 1 to 1000 (default 100).
+    #[param(minimum = 1, maximum = 1000)]
+    limit: Option<u32>,
+}
+
+/// Start a run. With `Idempotency-Key`, a retry with the same body answers with the
+/// first run; with `Prefer: wait=N`, the answer waits up to N seconds for the run to
+/// finish.
+#[utoipa::path(
+    post, path = "/runs", operation_id = "startRun", tag = "runs",
+    security(("bearer" = [])),
+    params(
+        ("Idempotency-Key" = Option<String>, Header, description = "Same key and body: the first answer again; same key, other body: 422"),
+        ("Prefer" = Option<String>, Header, description = "`wait=N` (N <= 60): wait up to N seconds for the run to finish"),
+    ),
+    request_body(content = StartRun, content_type = "application/json"),
+    responses(
+        (status = 201, description = "Started (or, with a reused Idempotency-Key, the first start)", body = RunView,
+            headers(
+                ("Location" = String, description = "The run's URL"),
+                ("ETag" = String, description = "The run's version"),
+                ("Idempotent-Replayed" = Option<String>, description = "`true` when this answers a retried start"),
+            ),
+            links(
+                ("GetRun" = (operation_id = "getRun", parameters(("id" = "$response.body#/id")))),
+                ("GetRunResult" = (operation_id = "getRunResult", parameters(("id" = "$response.body#/id")))),
+                ("GetRunTimeline" = (operation_id = "getRunTimeline", parameters(("id" = "$response.body#/id")))),
+                ("CancelRun" = (operation_id = "cancelRun", parameters(("id" = "$response.body#/id")))),
+                ("ResumeRun" = (operation_id = "resumeRun", parameters(("id" = "$response.body#/id")))),
+                ("ResolveOperation" = (operation_id = "resolveOperation", parameters(("id" = "$response.body#/id")))),
+                ("DeliverEvent" = (operation_id = "deliverEvent", parameters(("id" = "$response.body#/id")))),
+                ("InjectMessage" = (operation_id = "injectMessage", parameters(("id" = "$response.body#/id")))),
+                ("GetRunValue" = (operation_id = "getRunValue", parameters(("id" = "$response.body#/id"), ("sha256" = "$response.body#/input/value_ref/sha256")))),
+            )),
+        StartErrors,
+    )
+)]
+pub(crate) async fn start_run(
+    State(app): State<AppState>,
+    Tenant(tenant): Tenant,
+    IdempotencyKey(key): IdempotencyKey,
+    PreferWait(wait): PreferWait,
+    cap: Option<Extension<crate::MaxWait>>,
+    JsonObject(start): JsonObject<StartRun>,
+) -> Result<Response, ApiError> {
+    let run_id = key.as_deref().map(|k| idempotent_run_id(&tenant, k));
+    let (run, replayed) = match (
+        app.engine
+            .start(
+                &tenant,
+                &start.workflow,
+                start.input.clone(),
+                run_id.clone(),
+            )
+            .await,
+        run_id,
+    ) {
+        (Ok(run), _) => (run, false),
+        (Err(EngineError::AlreadyExists), Some(run_id)) => {
+            let run = app.engine.get_run(&tenant, &run_id).await?;
+            if run.workflow != start.workflow || !same_input(&run.input, &start.input) {
+                return Err(ApiError::new(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "idempotency_key_reused",
+                    "this Idempotency-Key was used with a different request body",
+                ));
+            }
+            (run, true)
+        }
+        (Err(e), _) => return Err(e.into()),
+    };
+    let run = match wait {
+        Some(wait) => {
+            app.await_finish(&tenant, &run.id, wait, cap.map(|c| c.0))
+                .await?
+        }
+        None => run,
+    };
+    let view = app.view(&tenant, &run).await?;
+    let mut response = run_answer(StatusCode::CREATED, &view);
+    let headers = response.headers_mut();
+    if let Ok(location) = HeaderValue::from_str(&format!("/runs/{}", run.id)) {
+        headers.insert(header::LOCATION, location);
+    }
+    if replayed {
+        headers.insert(
+            header::HeaderName::from_static("idempotent-replayed"),
+            HeaderValue::from_static("true"),
+        );
+    }
+    Ok(response)
+}
+
+/// The caller's runs, newest first, filtered and paged.
+#[utoipa::path(
+    get, path = "/runs", operation_id = "listRuns", tag = "runs",
+    security(("bearer" = [])),
+    params(ListQuery),
+    responses(
+        (status = 200, description = "A page of runs", body = RunPage),
+        ListErrors,
+    )
+)]
+pub(crate) async fn list_runs(
+    State(app): State<AppState>,
+    Tenant(tenant): Tenant,
+    ApiQuery(query): ApiQuery<ListQuery>,
+) -> Result<Json<RunPage>, ApiError> {
+    let filter = RunFilter {
+        status: query
+            .status
+            .map(|v| {
+                RunStatus::ALL
+                    .into_iter()
+                    .find(|s| s.as_str() == v)
+                    .ok_or_else(|| ApiError::bad_request(format!("unknown status '{v}'")))
+            })
+            .transpose()?,
+        workflow: query.workflow,
+    };
+    let limit = page_size(query.limit, 50, 200)?;
+    let page = app
+        .engine
+        .backend()
+        .store
+        .list_runs(&tenant, &filter, query.cursor.as_deref(), limit)
+        .await
+        .map_err(|e| match e {
+            // The caller's cursor is what did not parse.
+            siesta::ports::StoreError::Invalid(m) => ApiError::bad_request(m),
+            other => other.into(),
+        })?;
+    let base = &app.engine.config().callback_base_url;
+    Ok(Json(RunPage {
+        runs: page
+            .runs
+            .iter()
+            .map(|r| RunView::new(r, None, base))
+            .collect(),
+        next_cursor: page.next_cursor,
+    }))
+}
+
+/// The run view; its `ETag` is the run's version.
+#[utoipa::path(
+    get, path = "/runs/{id}", operation_id = "getRun", tag = "runs",
+    security(("bearer" = [])),
+    params(("id" = String, Path, description = "The run's id")),
+    responses(
+        (status = 200, description = "The run", body = RunView,
+            headers(("ETag" = String, description = "The run's version")),
+            links(
+                ("CompleteCallback" = (operation_id = "succeedCallback", parameters(("callback_id" = "$response.body#/waits/0/callback_id")))),
+                ("FailCallback" = (operation_id = "failCallback", parameters(("callback_id" = "$response.body#/waits/0/callback_id")))),
+                ("HeartbeatCallback" = (operation_id = "heartbeatCallback", parameters(("callback_id" = "$response.body#/waits/0/callback_id")))),
+                ("CallbackWebhook" = (operation_id = "callbackWebhook", parameters(("token" = "$response.body#/waits/0/callback_id")))),
+            )),
+        ReadRunErrors,
+    )
+)]
+pub(crate) async fn get_run(
+    State(app): State<AppState>,
+    Tenant(tenant): Tenant,
+    ApiPath(id): ApiPath<String>,
+) -> Result<Response, ApiError> {
+    let run = app
+        .engine
+        .get_run(&tenant, &RunId::from(id.as_str()))
+        .await?;
+    Ok(run_answer(StatusCode::OK, &app.view(&tenant, &run).await?))
+}
+
+/// Long-poll for the outcome: `Prefer: wait=N` holds the request until the run
+/// finishes or N seconds pass.
+#[utoipa::path(
+    get, path = "/runs/{id}/result", operation_id = "getRunResult", tag = "runs",
+    security(("bearer" = [])),
+    params(
+        ("id" = String, Path, description = "The run's id"),
+        ("Prefer" = Option<String>, Header, description = "`wait=N` (N <= 60): wait up to N seconds for the run to finish"),
+    ),
+    responses(
+        (status = 200, description = "The run finished", body = RunResult,
+            headers(("ETag" = String, description = "The run's version"))),
+        (status = 202, description = "Not finished yet: the run view", body = RunView,
+            headers(("ETag" = String, description = "The run's version"))),
+        ReadRunErrors,
+    )
+)]
+pub(crate) async fn get_run_result(
+    State(app): State<AppState>,
+    Tenant(tenant): Tenant,
+    ApiPath(id): ApiPath<String>,
+    PreferWait(wait): PreferWait,
+    cap: Option<Extension<crate::MaxWait>>,
+) -> Result<Response, ApiError> {
+    let run = app
+        .await_finish(
+            &tenant,
+            &RunId::from(id.as_str()),
+            wait.unwrap_or(Duration::ZERO),
+            cap.map(|c| c.0),
+        )
+        .await?;
+    if !run.status.is_finished() {
+        return Ok(run_answer(
+            StatusCode::ACCEPTED,
+            &app.view(&tenant, &run).await?,
+        ));
+    }
+    let result = RunResult {
+        id: run.id.to_string(),
+        status: run.status,
+        output: run
+            .output
+            .as_ref()
+            .map(|p| view::payload_json(run.id.as_str(), p)),
+        error: run.error.clone(),
+    };
+    let mut response = Json(result).into_response();
+    if let Ok(etag) = HeaderValue::from_str(&format!("\"{}\"", run.version)) {
+        response.headers_mut().insert(header::ETAG, etag);
+    }
+    Ok(response)
+}
+
+/// The run's timeline events after a sequence number.
+#[utoipa::path(
+    get, path = "/runs/{id}/timeline", operation_id = "getRunTimeline", tag = "runs",
+    security(("bearer" = [])),
+    params(("id" = String, Path, description = "The run's id"), TimelineQuery),
+    responses(
+        (status = 200, description = "A page of events", body = Timeline),
+        ReadRunErrors,
+    )
+)]
+pub(crate) async fn get_run_timeline(
+    State(app): State<AppState>,
+    Tenant(tenant): Tenant,
+    ApiPath(id): ApiPath<String>,
+    ApiQuery(query): ApiQuery<TimelineQuery>,
+) -> Result<Json<Timeline>, ApiError> {
+    let id = RunId::from(id.as_str());
+    app.engine.get_run(&tenant, &id).await?;
+    let after = sequence_after(query.after)?;
+    let limit = page_size(query.limit, 100, 1000)?;
+    let events = app
+        .engine
+        .backend()
+        .store
+        .timeline(&tenant, &id, after, limit)
+        .await?;
+    let next_after = events.last().map_or(after, |e| e.seq);
+    let events = events
+        .into_iter()
+        .map(|e| TimelineEventView::new(id.as_str(), e))
+        .collect();
+    Ok(Json(Timeline { events, next_after }))
+}
+
+/// The run id an `Idempotency-Key` maps to: the same key of the same tenant is the
+/// same run, so a retried start finds the first one.
+pub fn idempotent_run_id(tenant: &TenantId, key: &str) -> RunId {
+    let mut h = Sha256::new();
+    h.update(tenant.as_str().as_bytes());
+    h.update([0]);
+    h.update(key.as_bytes());
+    RunId(format!("idem-{}", &hex::encode(h.finalize())[..32]))
+}
+
+fn same_input(stored: &Payload, requested: &serde_json::Value) -> bool {
+    match stored {
+        Payload::Inline(v) => v == requested,
+        Payload::Artifact(a) => serde_json::to_vec(requested)
+            .map(|b| hex::encode(Sha256::digest(b)) == a.sha256)
+            .unwrap_or(false),
+    }
+}

@@ -1,0 +1,72 @@
+//! What every handler shares: the engine, the webhook receiver, how callers are known,
+//! the health check and the transport's limits, and the reads several routes make
+//! (a run's view, a wait for a run to finish).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use siesta::*;
+
+use crate::auth::Authenticate;
+use crate::error::ApiError;
+use crate::view::RunView;
+use crate::{HealthCheck, WebhookReceiver};
+
+/// What every handler shares.
+#[derive(Clone)]
+pub(crate) struct AppState {
+    pub(crate) engine: Engine,
+    pub(crate) hooks: WebhookReceiver,
+    pub(crate) auth: Arc<dyn Authenticate>,
+    pub(crate) health: Option<Arc<dyn HealthCheck>>,
+    pub(crate) max_body: usize,
+    pub(crate) max_wait: Duration,
+}
+
+impl AppState {
+    pub(crate) async fn view(&self, tenant: &TenantId, run: &Run) -> Result<RunView, ApiError> {
+        let history = self
+            .engine
+            .backend()
+            .store
+            .load_history(tenant, &run.id)
+            .await?;
+        Ok(RunView::new(
+            run,
+            Some(&history),
+            &self.engine.config().callback_base_url,
+        ))
+    }
+
+    /// Hold until the run is finished or `wait` passes (capped by the router's and the
+    /// request's [`crate::MaxWait`]). In a process that runs the workflows itself (the
+    /// dev server) the engine says when an invocation ends; where another process runs
+    /// them (Lambda), the run is re-read on a backoff from 10 ms to 1 s.
+    pub(crate) async fn await_finish(
+        &self,
+        tenant: &TenantId,
+        id: &RunId,
+        wait: Duration,
+        cap: Option<crate::MaxWait>,
+    ) -> Result<Run, ApiError> {
+        let cap = cap.map_or(self.max_wait, |c| c.0.min(self.max_wait));
+        let deadline = Instant::now() + wait.min(cap);
+        let watch = self.engine.watch_run(tenant, id);
+        let mut backoff = Duration::from_millis(10);
+        loop {
+            // Registered before the read: an end in between is not missed.
+            let changed = watch.changed();
+            let run = self.engine.get_run(tenant, id).await?;
+            let left = deadline.saturating_duration_since(Instant::now());
+            if run.status.is_finished() || left.is_zero() {
+                return Ok(run);
+            }
+            tokio::select! {
+                _ = changed => {}
+                _ = tokio::time::sleep(backoff.min(left)) => {
+                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                }
+            }
+        }
+    }
+}
