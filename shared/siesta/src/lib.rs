@@ -84,7 +84,6 @@
 pub mod accepts;
 pub mod context;
 pub mod cursor;
-pub mod dead_letters;
 pub mod engine;
 pub mod error;
 pub mod lifecycle;
@@ -98,9 +97,9 @@ pub mod registry;
 mod replay_cache;
 pub mod retry;
 pub mod time;
-mod worker;
 
 pub use context::Context;
+pub use engine::dead_letters;
 
 /// The build id of the crate that calls it: `name@version`, plus `+hash` when the
 /// environment variable `SIESTA_BUILD_HASH` was set at compile time (a commit id from
@@ -125,6 +124,7 @@ macro_rules! build_id {
         }
     };
 }
+pub use engine::worker::WorkerConfig;
 pub use engine::{
     BatchReport, DeadLetterReport, Engine, EngineConfig, EngineError, SweepReport,
     ToolCallResolution, WakeOutcome,
@@ -141,4 +141,3 @@ pub use retry::{Backoff, Jitter, RetryOn, RetryStrategy};
 /// callbacks and events, so a delivery of the wrong shape is refused when it arrives.
 pub use schemars::{self, JsonSchema};
 pub use time::{Clock, ManualClock, SystemClock, Timestamp};
-pub use worker::WorkerConfig;

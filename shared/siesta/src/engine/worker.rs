@@ -17,8 +17,9 @@ use std::time::Duration;
 
 use tokio::sync::Semaphore;
 
-use crate::engine::{Engine, WakeOutcome};
-use crate::ports::ReceivedWakeUp;
+use super::{Engine, EngineError, WakeOutcome};
+use crate::ports::*;
+use crate::time::Timestamp;
 
 /// Most wake-ups taken from the queue in one receive.
 const MAX_RECEIVE: usize = 32;
@@ -114,5 +115,112 @@ impl Engine {
                 tracing::warn!(run_id = %message.wake.run_id, error = %e, "wake-up failed; it will be redelivered")
             }
         }
+    }
+}
+
+/// What one batch of wake-ups did, for the queue's partial-batch-failure report.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct BatchReport {
+    /// Each wake-up's outcome, in batch order.
+    pub outcomes: Vec<Result<WakeOutcome, String>>,
+}
+
+impl BatchReport {
+    /// Indexes of the wake-ups to redeliver: those that failed or were aborted.
+    pub fn failed(&self) -> Vec<usize> {
+        self.outcomes
+            .iter()
+            .enumerate()
+            .filter(|(_, o)| matches!(o, Err(_) | Ok(WakeOutcome::Aborted(_))))
+            .map(|(i, _)| i)
+            .collect()
+    }
+}
+
+impl Engine {
+    /// Handle a batch of wake-ups (an SQS batch) concurrently, each with `deadline` as
+    /// its time limit. Duplicates in one batch are harmless: the lease lets one through.
+    pub async fn handle_batch(&self, wakes: &[WakeUp], deadline: Option<Timestamp>) -> BatchReport {
+        let outcomes =
+            futures::future::join_all(wakes.iter().map(|w| self.handle_wakeup_until(w, deadline)))
+                .await;
+        BatchReport {
+            outcomes: outcomes
+                .into_iter()
+                .map(|o| o.map_err(|e| e.to_string()))
+                .collect(),
+        }
+    }
+
+    /// Take up to `max` wake-ups from the queue and handle each, acknowledging those
+    /// handled; returns how many were received. The dev server's worker and tests use
+    /// this in place of the SQS trigger.
+    pub async fn work_queue_once(&self, max: usize) -> Result<usize, EngineError> {
+        let received = self
+            .backend
+            .queue
+            .receive(max, self.config.lease_ttl)
+            .await?;
+        let n = received.len();
+        // All of them at once, as the step function handles an SQS batch: a wake-up
+        // received is a wake-up being handled, so a worker killed meanwhile costs a
+        // receive only to wake-ups it was working on — never to ones waiting behind a
+        // slow one, which would otherwise reach the receive limit and be dead-lettered
+        // for another run's fault.
+        let acks = futures::future::join_all(received.iter().map(|message| async move {
+            match self
+                .keep_hidden_while(&message.receipt, self.handle_wakeup(&message.wake))
+                .await
+            {
+                Ok(WakeOutcome::Aborted(why)) => {
+                    tracing::warn!(run_id = %message.wake.run_id, %why, "invocation aborted; the wake-up will be redelivered");
+                    Ok(())
+                }
+                Ok(_) => self.backend.queue.ack(&message.receipt).await,
+                Err(e) => {
+                    tracing::warn!(run_id = %message.wake.run_id, error = %e, "wake-up failed; it will be redelivered");
+                    Ok(())
+                }
+            }
+        }))
+        .await;
+        acks.into_iter().collect::<Result<Vec<()>, _>>()?;
+        Ok(n)
+    }
+
+    /// Run `work`, extending the visibility of the message `receipt` every half lease
+    /// while it lasts, so that a run worked on for longer than the visibility timeout is
+    /// not handed to a second worker meanwhile.
+    pub(crate) async fn keep_hidden_while<T>(
+        &self,
+        receipt: &str,
+        work: impl Future<Output = T>,
+    ) -> T {
+        let every = (self.config.lease_ttl / 2).max(Duration::from_millis(100));
+        let mut work = std::pin::pin!(work);
+        loop {
+            tokio::select! {
+                out = &mut work => return out,
+                _ = tokio::time::sleep(every) => {
+                    if let Err(e) = self.backend.queue.extend_visibility(receipt, self.config.lease_ttl).await {
+                        tracing::warn!(error = %e, "could not extend a wake-up's visibility");
+                    }
+                }
+            }
+        }
+    }
+
+    /// Work the queue until it has nothing visible; returns how many wake-ups were
+    /// handled. For tests and tools; `max_rounds` bounds it.
+    pub async fn run_until_idle(&self, max_rounds: usize) -> Result<usize, EngineError> {
+        let mut total = 0;
+        for _ in 0..max_rounds {
+            let n = self.work_queue_once(10).await?;
+            if n == 0 {
+                break;
+            }
+            total += n;
+        }
+        Ok(total)
     }
 }

@@ -1,0 +1,409 @@
+//! An operator's control of a run: cancel, resume, resolve an unknown tool call.
+
+use std::time::Duration;
+
+use super::finish::{child_finished, open_callbacks, overflowing};
+use super::{Engine, EngineError, ToolCallResolution, inline_detail};
+use crate::lifecycle::{LifecycleEvent, decide};
+use crate::model::*;
+use crate::ports::*;
+
+impl Engine {
+    /// Cancel a run: at once when it is not running, at its next operation boundary when
+    /// it is. `if_match` guards against a stale view (the run's version).
+    pub async fn cancel(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+        if_match: Option<u64>,
+    ) -> Result<Run, EngineError> {
+        for _ in 0..8 {
+            let run = self.get_run(tenant, run_id).await?;
+            if if_match.is_some_and(|v| v != run.version) {
+                return Err(EngineError::VersionMismatch {
+                    current: run.version,
+                });
+            }
+            if run.status.is_finished() {
+                return Err(EngineError::AlreadyFinished(run.status));
+            }
+            let now = self.clock.now();
+            let leased = run.is_leased(now);
+            let event = if leased {
+                LifecycleEvent::RequestCancel
+            } else {
+                LifecycleEvent::Cancel
+            };
+            let status = decide(run.status, event).map_err(|e| EngineError::Gone(e.to_string()))?;
+            let mut next = run.clone();
+            next.version += 1;
+            next.updated_at = now;
+            next.cancel_requested = true;
+            next.status = status;
+            let mut checkpoint_events = vec![TimelineEvent {
+                seq: 0,
+                at: now,
+                event_type: if leased {
+                    EventType::CancelRequested
+                } else {
+                    EventType::ExecutionCancelled
+                },
+                sub_type: None,
+                id: None,
+                parent_id: None,
+                name: Some(run.workflow.clone()),
+                details: serde_json::Value::Null,
+            }];
+            for e in &mut checkpoint_events {
+                next.timeline_seq += 1;
+                e.seq = next.timeline_seq;
+            }
+            let mut checkpoint = Checkpoint::new(next.clone(), run.version, None);
+            checkpoint.timeline = checkpoint_events;
+            if !leased {
+                next.lease = None;
+                next.due_at = None;
+                next.resend_after = None;
+                next.error = Some(ErrorInfo::new("Cancelled", "the run was cancelled", false));
+                checkpoint.run = next.clone();
+                let history = self.backend.store.load_history(tenant, run_id).await?;
+                checkpoint.callbacks = open_callbacks(history.journal.iter(), &run);
+                if let Some(parent) = &run.parent {
+                    let outcome = Err(ErrorInfo::new(
+                        "Cancelled",
+                        format!("child run {} was cancelled", run.id),
+                        false,
+                    ));
+                    checkpoint.parent_delivery = Some(child_finished(
+                        &run,
+                        parent,
+                        outcome,
+                        status,
+                        now,
+                        self.resend_after(now),
+                    ));
+                }
+            }
+            let others = checkpoint.item_count() - checkpoint.callbacks.len();
+            let overflow = overflowing(&mut checkpoint.callbacks, others);
+            match self.backend.store.checkpoint(&checkpoint).await {
+                Ok(()) => {
+                    self.close_overflow(tenant, run_id, overflow).await;
+                    self.watchers.changed(tenant, run_id);
+                    if leased {
+                        // The holder sees the flag when its next write conflicts.
+                        self.send_wake(
+                            WakeUp {
+                                tenant: tenant.clone(),
+                                run_id: run_id.clone(),
+                                reason: WakeReason::Delivery,
+                                epoch_hint: 0,
+                                seq_hint: Some(next.timeline_seq),
+                            },
+                            Duration::ZERO,
+                            None,
+                        )
+                        .await;
+                    } else if let Some(parent) = &run.parent {
+                        self.send_wake(
+                            WakeUp {
+                                tenant: tenant.clone(),
+                                run_id: parent.run_id.clone(),
+                                reason: WakeReason::Child,
+                                epoch_hint: 0,
+                                seq_hint: None,
+                            },
+                            Duration::ZERO,
+                            Some(now),
+                        )
+                        .await;
+                    }
+                    return Ok(next);
+                }
+                Err(StoreError::Conflict(current)) => {
+                    if let (Some(_), Some(current)) = (if_match, current) {
+                        return Err(EngineError::VersionMismatch {
+                            current: current.version,
+                        });
+                    }
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(EngineError::Store(StoreError::Unavailable(
+            "the run kept changing while cancelling".to_owned(),
+        )))
+    }
+
+    /// Close the callback records a finished run's last checkpoint had no room for, a
+    /// transaction's worth at a time. Safe after the run finished: a delivery to a
+    /// finished run is refused whatever its callback's record says, so a crash before
+    /// these writes leaves records that read open but accept nothing.
+    pub(super) async fn close_overflow(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+        mut rest: Vec<CallbackRecord>,
+    ) {
+        while !rest.is_empty() {
+            let chunk: Vec<CallbackRecord> = rest
+                .drain(..rest.len().min(MAX_TRANSACTION_ITEMS - 1))
+                .collect();
+            let mut closed = false;
+            for _ in 0..8 {
+                let run = match self.backend.store.get_run(tenant, run_id).await {
+                    Ok(Some(run)) => run,
+                    Ok(None) => return,
+                    Err(e) => {
+                        tracing::warn!(run_id = %run_id, error = %e, "callbacks of a finished run not closed");
+                        return;
+                    }
+                };
+                let mut next = run.clone();
+                next.version += 1;
+                let mut checkpoint = Checkpoint::new(next, run.version, None);
+                checkpoint.callbacks = chunk.clone();
+                match self.backend.store.checkpoint(&checkpoint).await {
+                    Ok(()) => {
+                        closed = true;
+                        break;
+                    }
+                    Err(StoreError::Conflict(_)) => continue,
+                    Err(e) => {
+                        tracing::warn!(run_id = %run_id, error = %e, "callbacks of a finished run not closed");
+                        return;
+                    }
+                }
+            }
+            if !closed {
+                tracing::warn!(run_id = %run_id, "callbacks of a finished run not closed: the run kept changing");
+                return;
+            }
+        }
+    }
+
+    /// The run, if it is parked and (with `if_match`) still at that version: what an
+    /// operator's action on a parked run (resume, resolve) starts from.
+    async fn parked_run(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+        if_match: Option<u64>,
+    ) -> Result<Run, EngineError> {
+        let run = self.get_run(tenant, run_id).await?;
+        if if_match.is_some_and(|v| v != run.version) {
+            return Err(EngineError::VersionMismatch {
+                current: run.version,
+            });
+        }
+        if run.status != RunStatus::Parked {
+            return Err(if run.status.is_finished() {
+                EngineError::AlreadyFinished(run.status)
+            } else {
+                EngineError::NotParked(run.status)
+            });
+        }
+        Ok(run)
+    }
+
+    /// Resume a parked run once its cause is fixed: it becomes pending, due now, and is
+    /// woken; replay continues from its journal (an unresolved cause parks it again).
+    /// `if_match` guards against a stale view (the run's version).
+    pub async fn resume(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+        if_match: Option<u64>,
+    ) -> Result<Run, EngineError> {
+        let run = self.parked_run(tenant, run_id, if_match).await?;
+        let status = decide(run.status, LifecycleEvent::Resume)
+            .map_err(|e| EngineError::Gone(e.to_string()))?;
+        let now = self.clock.now();
+        let mut next = run.clone();
+        next.status = status;
+        next.version += 1;
+        next.updated_at = now;
+        next.due_at = Some(now);
+        next.resend_after = self.resend_after(now);
+        next.timeline_seq += 1;
+        let mut checkpoint = Checkpoint::new(next.clone(), run.version, None);
+        checkpoint.timeline.push(TimelineEvent {
+            seq: next.timeline_seq,
+            at: now,
+            event_type: EventType::RunResumed,
+            sub_type: None,
+            id: None,
+            parent_id: None,
+            name: Some(run.workflow.clone()),
+            details: serde_json::json!({"ParkedFor": run.error}),
+        });
+        next.error = None;
+        checkpoint.run = next.clone();
+        self.write_and_wake(tenant, run_id, &checkpoint, next).await
+    }
+
+    /// Write an operator's change to a parked run (`resume`, `resolve_tool_call`): a
+    /// stale version is [`EngineError::VersionMismatch`]; once written, wake the run to
+    /// act on it.
+    async fn write_and_wake(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+        checkpoint: &Checkpoint,
+        next: Run,
+    ) -> Result<Run, EngineError> {
+        match self.backend.store.checkpoint(checkpoint).await {
+            Ok(()) => {}
+            Err(StoreError::Conflict(Some(current))) => {
+                return Err(EngineError::VersionMismatch {
+                    current: current.version,
+                });
+            }
+            Err(e) => return Err(e.into()),
+        }
+        self.send_wake(
+            WakeUp {
+                tenant: tenant.clone(),
+                run_id: run_id.clone(),
+                reason: WakeReason::Delivery,
+                epoch_hint: 0,
+                seq_hint: Some(next.timeline_seq),
+            },
+            Duration::ZERO,
+            next.due_at,
+        )
+        .await;
+        Ok(next)
+    }
+
+    /// Resolve the tool call at `position` of a run parked because its outcome is
+    /// `unknown`: journal the operator's resolution, with who made it (`by`), in the
+    /// same write that resumes the run (pending, due now), then wake it. The timeline
+    /// shows `ToolCallRecorded` with the resolution and `ResolvedBy`, the step's outcome
+    /// (`StepSucceeded`/`StepFailed`) when there is one, and `RunResumed`. `if_match`
+    /// guards against a stale view (the run's version).
+    pub async fn resolve_tool_call(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+        position: &Position,
+        resolution: ToolCallResolution,
+        by: &str,
+        if_match: Option<u64>,
+    ) -> Result<Run, EngineError> {
+        let run = self.parked_run(tenant, run_id, if_match).await?;
+        let history = self.backend.store.load_history(tenant, run_id).await?;
+        let entry = history
+            .journal
+            .into_iter()
+            .find(|e| e.position == *position)
+            .ok_or(EngineError::NotFound)?;
+        let EntryState::Unknown { key, attempt } = entry.state.clone() else {
+            return Err(EngineError::NothingToResolve(format!(
+                "the operation at {position} is not a tool call whose outcome is unknown"
+            )));
+        };
+        let attempt = attempt.max(1);
+        let now = self.clock.now();
+        let event = |event_type: EventType, details: serde_json::Value| TimelineEvent {
+            seq: 0,
+            at: now,
+            event_type,
+            sub_type: Some(SubType::ToolCall),
+            id: Some(position.0.clone()),
+            parent_id: position.parent().map(|p| p.0),
+            name: Some(entry.name.clone()),
+            details,
+        };
+        let mut timeline = vec![event(
+            EventType::ToolCallRecorded,
+            serde_json::json!({"Status": resolution.as_str(), "Resolution": resolution.as_str(), "ResolvedBy": by, "IdempotencyKey": key}),
+        )];
+        let record = |status: ToolCallStatus, outcome: Result<Payload, ErrorInfo>| ToolCallRecord {
+            key: key.clone(),
+            tenant: tenant.clone(),
+            run_id: run_id.clone(),
+            position: position.clone(),
+            status,
+            outcome: Some(outcome),
+            updated_at: now,
+        };
+        let (state, tool_call) = match &resolution {
+            ToolCallResolution::Succeeded(value) => {
+                let payload = self.encode(tenant, run_id, value).await?;
+                timeline.push(event(
+                    EventType::StepSucceeded,
+                    serde_json::json!({"Attempt": attempt, "Result": inline_detail(&payload), "ResolvedBy": by}),
+                ));
+                (
+                    EntryState::Succeeded {
+                        value: payload.clone(),
+                        attempt,
+                    },
+                    Some(record(ToolCallStatus::Succeeded, Ok(payload))),
+                )
+            }
+            ToolCallResolution::Failed(error) => {
+                timeline.push(event(
+                    EventType::StepFailed,
+                    serde_json::json!({"Attempt": attempt, "Error": error, "ResolvedBy": by}),
+                ));
+                (
+                    EntryState::Failed {
+                        error: error.clone(),
+                        attempt,
+                    },
+                    Some(record(ToolCallStatus::Failed, Err(error.clone()))),
+                )
+            }
+            // Due at once: the step makes its next attempt when the run replays.
+            ToolCallResolution::Retry => (
+                EntryState::Retrying {
+                    attempt,
+                    error: ErrorInfo::new(
+                        "ResolvedForRetry",
+                        format!("the outcome was unknown; {by} chose to make the call again"),
+                        true,
+                    ),
+                    retry_at: now,
+                },
+                None,
+            ),
+        };
+        timeline.push(TimelineEvent {
+            seq: 0,
+            at: now,
+            event_type: EventType::RunResumed,
+            sub_type: None,
+            id: None,
+            parent_id: None,
+            name: Some(run.workflow.clone()),
+            details: serde_json::json!({"ParkedFor": run.error, "ResolvedBy": by}),
+        });
+        let status = decide(run.status, LifecycleEvent::Resume)
+            .map_err(|e| EngineError::Gone(e.to_string()))?;
+        let mut next = run.clone();
+        next.status = status;
+        next.version += 1;
+        next.updated_at = now;
+        next.due_at = Some(now);
+        next.resend_after = self.resend_after(now);
+        next.error = None;
+        for e in &mut timeline {
+            next.timeline_seq += 1;
+            e.seq = next.timeline_seq;
+        }
+        let mut resolved = entry;
+        resolved.state = state;
+        resolved.updated_at = now;
+        let mut checkpoint = Checkpoint::new(next.clone(), run.version, None);
+        checkpoint.journal = vec![resolved];
+        checkpoint.timeline = timeline;
+        checkpoint.tool_calls = tool_call.into_iter().collect();
+        let next = self
+            .write_and_wake(tenant, run_id, &checkpoint, next)
+            .await?;
+        tracing::info!(tenant = %tenant, run_id = %run_id, %position, resolution = resolution.as_str(), %by, "unknown tool call resolved");
+        Ok(next)
+    }
+}

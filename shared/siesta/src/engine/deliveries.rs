@@ -1,0 +1,316 @@
+//! Deliveries to a run: events, injected messages, callback outcomes and heartbeats,
+//! each checked (typed payload, size quota) and written to the run's inbox.
+
+use std::time::Duration;
+
+use super::{Engine, EngineError};
+use crate::model::*;
+use crate::ports::*;
+use crate::quota::{self, QuotaExceeded, QuotaLimit, json_size};
+
+impl Engine {
+    /// Deliver a named event (an approval, a signal) to a run. It is kept if the run is
+    /// not waiting for it yet. `delivery_id` dedupes repeats (default: a fresh id).
+    pub async fn deliver_event(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+        name: &str,
+        value: serde_json::Value,
+        delivery_id: Option<DeliveryId>,
+    ) -> Result<DeliverOutcome, EngineError> {
+        self.check_delivery_size(tenant, &value)?;
+        self.check_event(tenant, run_id, name, &value).await?;
+        let payload = self.encode(tenant, run_id, &value).await?;
+        let id =
+            delivery_id.unwrap_or_else(|| DeliveryId(format!("event:{}", uuid::Uuid::new_v4())));
+        let event = self.delivery_event(
+            EventType::EventDelivered,
+            Some(name),
+            serde_json::json!({"Event": name, "DeliveryId": id}),
+        );
+        self.deliver(
+            tenant,
+            run_id,
+            id,
+            DeliveryBody::Event {
+                name: name.to_owned(),
+                value: payload,
+            },
+            event,
+        )
+        .await
+    }
+
+    /// Refuse an event whose payload matches none of the typed waits for it the run has
+    /// registered. An event that comes before any wait for it is kept unchecked (the
+    /// run may never ask for a type); if it then does not decode, the wait sets it aside.
+    async fn check_event(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+        name: &str,
+        value: &serde_json::Value,
+    ) -> Result<(), EngineError> {
+        let run = self
+            .backend
+            .store
+            .get_run(tenant, run_id)
+            .await?
+            .ok_or(EngineError::NotFound)?;
+        if run.status.is_finished() {
+            return Ok(()); // the store answers: gone
+        }
+        let history = self.backend.store.load_history(tenant, run_id).await?;
+        let schemas: Vec<&serde_json::Value> = history
+            .journal
+            .iter()
+            .filter_map(|e| match &e.state {
+                EntryState::Waiting(Wait {
+                    kind:
+                        WaitKind::Event {
+                            name: waiting_for,
+                            accepts,
+                        },
+                    ..
+                }) if waiting_for == name => Some(accepts.as_ref()),
+                _ => None,
+            })
+            .collect::<Option<Vec<_>>>()
+            // An untyped wait for this event takes anything.
+            .unwrap_or_default();
+        let mut reasons = Vec::new();
+        for schema in &schemas {
+            match crate::accepts::check(schema, value) {
+                Ok(()) => return Ok(()),
+                Err(why) => reasons.push(why),
+            }
+        }
+        if reasons.is_empty() {
+            return Ok(());
+        }
+        Err(EngineError::DeliveryRejected(format!(
+            "the payload does not match what the wait for event '{name}' accepts: {}",
+            reasons.join(" | ")
+        )))
+    }
+
+    /// Inject a message into a run; it is drained at the run's next step boundary.
+    pub async fn inject_message(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+        value: serde_json::Value,
+        delivery_id: Option<DeliveryId>,
+    ) -> Result<DeliverOutcome, EngineError> {
+        self.check_delivery_size(tenant, &value)?;
+        let payload = self.encode(tenant, run_id, &value).await?;
+        let id =
+            delivery_id.unwrap_or_else(|| DeliveryId(format!("message:{}", uuid::Uuid::new_v4())));
+        let event = self.delivery_event(
+            EventType::MessageInjected,
+            None,
+            serde_json::json!({"DeliveryId": id}),
+        );
+        self.deliver(
+            tenant,
+            run_id,
+            id,
+            DeliveryBody::Message { value: payload },
+            event,
+        )
+        .await
+    }
+
+    /// Complete a callback with success (`Ok(value)`) or failure (`Err(error)`). With
+    /// `tenant` set (the authenticated API), another tenant's callback is not found;
+    /// without it (a webhook), the callback id is the credential. The same
+    /// `delivery_id` twice is a duplicate; a second outcome for a closed callback is
+    /// [`EngineError::Gone`].
+    pub async fn complete_callback(
+        &self,
+        callback_id: &CallbackId,
+        tenant: Option<&TenantId>,
+        outcome: Result<serde_json::Value, ErrorInfo>,
+        delivery_id: Option<DeliveryId>,
+    ) -> Result<DeliverOutcome, EngineError> {
+        let record = self.callback(callback_id, tenant).await?;
+        if let Ok(value) = &outcome {
+            self.check_delivery_size(&record.tenant, value)?;
+        }
+        let id =
+            delivery_id.unwrap_or_else(|| DeliveryId(format!("callback-outcome:{callback_id}")));
+        if let (Ok(value), Some(schema), CallbackStatus::Open) =
+            (&outcome, &record.accepts, record.status)
+        {
+            // Judged before anything is stored: a payload the workflow could not decode
+            // must not use up the single-use callback. A closed callback is left to the
+            // store (a duplicate or 410), whatever the body.
+            crate::accepts::check(schema, value).map_err(|why| {
+                EngineError::DeliveryRejected(format!(
+                    "the payload does not match what callback '{}' accepts: {why}",
+                    record.position
+                ))
+            })?;
+        }
+        let (body, status) = match outcome {
+            Ok(value) => {
+                let payload = self.encode(&record.tenant, &record.run_id, &value).await?;
+                (
+                    DeliveryBody::CallbackSucceeded {
+                        callback_id: callback_id.clone(),
+                        value: payload,
+                    },
+                    "succeeded",
+                )
+            }
+            Err(error) => (
+                DeliveryBody::CallbackFailed {
+                    callback_id: callback_id.clone(),
+                    error,
+                },
+                "failed",
+            ),
+        };
+        let event = self.delivery_event(
+            EventType::CallbackDelivered,
+            None,
+            serde_json::json!({"CallbackId": callback_id, "Outcome": status, "DeliveryId": id, "OperationId": record.position}),
+        );
+        self.deliver(&record.tenant, &record.run_id, id, body, event)
+            .await
+    }
+
+    /// Record a heartbeat for a callback, pushing back its heartbeat timeout.
+    pub async fn heartbeat_callback(
+        &self,
+        callback_id: &CallbackId,
+        tenant: Option<&TenantId>,
+    ) -> Result<DeliverOutcome, EngineError> {
+        let record = self.callback(callback_id, tenant).await?;
+        let id = DeliveryId(format!("callback-heartbeat:{}", uuid::Uuid::new_v4()));
+        let event = self.delivery_event(
+            EventType::CallbackDelivered,
+            None,
+            serde_json::json!({"CallbackId": callback_id, "Outcome": "heartbeat", "OperationId": record.position}),
+        );
+        self.deliver(
+            &record.tenant,
+            &record.run_id,
+            id,
+            DeliveryBody::CallbackHeartbeat {
+                callback_id: callback_id.clone(),
+            },
+            event,
+        )
+        .await
+    }
+
+    async fn callback(
+        &self,
+        callback_id: &CallbackId,
+        tenant: Option<&TenantId>,
+    ) -> Result<CallbackRecord, EngineError> {
+        let record = self
+            .backend
+            .store
+            .get_callback(callback_id)
+            .await?
+            .ok_or(EngineError::NotFound)?;
+        if tenant.is_some_and(|t| *t != record.tenant) {
+            return Err(EngineError::NotFound);
+        }
+        // Whether it is still open is checked by the store after its dedup check, so a
+        // repeated delivery is acknowledged as a duplicate rather than refused as gone.
+        Ok(record)
+    }
+
+    /// Refuse a delivery's value over the tenant's `max_delivery_bytes`.
+    fn check_delivery_size(
+        &self,
+        tenant: &TenantId,
+        value: &serde_json::Value,
+    ) -> Result<(), QuotaExceeded> {
+        quota::check_size(
+            QuotaLimit::DeliveryBytes,
+            "the delivery",
+            json_size(value),
+            self.config.quotas.for_tenant(tenant).max_delivery_bytes,
+        )
+    }
+
+    fn delivery_event(
+        &self,
+        event_type: EventType,
+        name: Option<&str>,
+        details: serde_json::Value,
+    ) -> TimelineEvent {
+        TimelineEvent {
+            seq: 0,
+            at: self.clock.now(),
+            event_type,
+            sub_type: None,
+            id: None,
+            parent_id: None,
+            name: name.map(str::to_owned),
+            details,
+        }
+    }
+
+    async fn deliver(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+        id: DeliveryId,
+        body: DeliveryBody,
+        event: TimelineEvent,
+    ) -> Result<DeliverOutcome, EngineError> {
+        let now = self.clock.now();
+        if let Some(max) = self.config.quotas.for_tenant(tenant).max_pending_deliveries {
+            // Read, then written under the run's version: two deliveries racing for the
+            // last place may both be taken, so the bound is approximate by that much.
+            let run = self.get_run(tenant, run_id).await?;
+            let pending = run.inbox_seq.saturating_sub(run.inbox_seen);
+            if pending >= max && !run.status.is_finished() {
+                return Err(QuotaExceeded::new(
+                    QuotaLimit::PendingDeliveries,
+                    format!(
+                        "run {run_id} holds {pending} deliveries it has not taken in yet; \
+                         this tenant's limit is {max}"
+                    ),
+                )
+                .into());
+            }
+        }
+        let delivery = NewDelivery {
+            id,
+            tenant: tenant.clone(),
+            run_id: run_id.clone(),
+            body,
+            received_at: now,
+            resend_after: self.resend_after(now),
+            event,
+        };
+        let outcome = match self.backend.store.deliver(&delivery).await {
+            Ok(outcome) => outcome,
+            Err(StoreError::NotFound) => return Err(EngineError::NotFound),
+            Err(StoreError::Gone(why)) => return Err(EngineError::Gone(why)),
+            Err(e) => return Err(e.into()),
+        };
+        if let DeliverOutcome::Accepted(run) = &outcome {
+            self.send_wake(
+                WakeUp {
+                    tenant: tenant.clone(),
+                    run_id: run_id.clone(),
+                    reason: WakeReason::Delivery,
+                    epoch_hint: run.epoch.0,
+                    seq_hint: Some(run.timeline_seq),
+                },
+                Duration::ZERO,
+                Some(now),
+            )
+            .await;
+        }
+        Ok(outcome)
+    }
+}

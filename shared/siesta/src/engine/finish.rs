@@ -1,0 +1,354 @@
+//! Ending a pass: the run's final checkpoint of an invocation (new status, next due
+//! time, closed callbacks, the parent's delivery), and the wake-ups that follow it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{Engine, EngineError, WakeOutcome, inline_detail};
+use crate::context::{CommitError, Delta, Shared, encode_payload, expire_callbacks};
+use crate::error::PANICKED;
+use crate::lifecycle::{LifecycleEvent, decide};
+use crate::model::*;
+use crate::ports::*;
+use crate::time::Timestamp;
+
+/// How a pass ends, decided from what the workflow did.
+pub(super) enum Ending {
+    Complete(Payload),
+    Fail(ErrorInfo),
+    Park(ErrorInfo),
+    Cancel,
+    Suspend,
+    Yield,
+}
+
+impl Engine {
+    /// Write the pass's ending as the run's final checkpoint of this invocation.
+    pub(super) async fn finish(
+        &self,
+        shared: &Arc<Shared>,
+        ending: Ending,
+    ) -> Result<WakeOutcome, EngineError> {
+        let now = self.clock.now();
+        let (run, next_due) = {
+            let st = shared.state();
+            (st.run.clone(), st.next_due)
+        };
+        // An output that cannot be stored fails the run rather than losing it silently.
+        let ending = match ending {
+            Ending::Complete(Payload::Inline(value)) => {
+                let config = self.context_config();
+                match encode_payload(&self.backend, &config, &run.tenant, &run.id, &value).await {
+                    Ok(payload) => Ending::Complete(payload),
+                    Err(e) => Ending::Fail(e.to_info()),
+                }
+            }
+            other => other,
+        };
+        let event = |event_type: EventType, details: serde_json::Value| TimelineEvent {
+            seq: 0,
+            at: now,
+            event_type,
+            sub_type: None,
+            id: None,
+            parent_id: None,
+            name: Some(run.workflow.clone()),
+            details,
+        };
+        // Callbacks past their deadline time out now, even those the workflow is not
+        // awaiting; the open ones make the run due at their deadline.
+        let (mut delta, callback_due) = match ending {
+            Ending::Suspend | Ending::Yield => expire_callbacks(shared, &shared.state(), now),
+            _ => (Delta::default(), None),
+        };
+        let mut expect_inbox = (!delta.journal.is_empty()).then(|| shared.state().inbox_loaded);
+        let (lifecycle, output, error, due_at) = match &ending {
+            Ending::Complete(payload) => {
+                delta.timeline.push(event(
+                    EventType::ExecutionSucceeded,
+                    serde_json::json!({"Result": inline_detail(payload)}),
+                ));
+                (LifecycleEvent::Complete, Some(payload.clone()), None, None)
+            }
+            Ending::Fail(error) => {
+                delta.timeline.push(event(
+                    EventType::ExecutionFailed,
+                    serde_json::json!({"Error": error}),
+                ));
+                (LifecycleEvent::Fail, None, Some(error.clone()), None)
+            }
+            Ending::Park(reason) => {
+                delta.timeline.push(event(
+                    EventType::RunParked,
+                    serde_json::json!({"Error": reason}),
+                ));
+                (LifecycleEvent::Park, None, Some(reason.clone()), None)
+            }
+            Ending::Cancel => {
+                delta.timeline.push(event(
+                    EventType::ExecutionCancelled,
+                    serde_json::Value::Null,
+                ));
+                (
+                    LifecycleEvent::Cancel,
+                    None,
+                    Some(ErrorInfo::new("Cancelled", "the run was cancelled", false)),
+                    None,
+                )
+            }
+            Ending::Suspend => {
+                expect_inbox = Some(shared.state().inbox_loaded);
+                let due = [next_due, callback_due].into_iter().flatten().min();
+                (LifecycleEvent::Suspend, None, None, due)
+            }
+            Ending::Yield => (LifecycleEvent::Yield, None, None, Some(now)),
+        };
+        let status = decide(run.status, lifecycle).map_err(|e| EngineError::Gone(e.to_string()))?;
+        // A wake-up follows a yield at once and a timer within the queue's longest
+        // delay (a longer one is the sweep's to send).
+        let resend_after = match (&ending, due_at) {
+            (Ending::Yield, _) => self.resend_after(now),
+            (Ending::Suspend, Some(due)) if now.until(due) <= MAX_QUEUE_DELAY => {
+                self.resend_after(due)
+            }
+            _ => None,
+        };
+        delta.timeline.push(event(
+            EventType::InvocationCompleted,
+            serde_json::json!({"Status": status, "NextWakeAt": due_at, "Epoch": shared.epoch()}),
+        ));
+        if status.is_finished() {
+            // Only a finished run closes its callbacks: no scan of the journal otherwise.
+            delta.callbacks = open_callbacks(shared.state().journal.values(), &run);
+            if let Some(parent) = &run.parent {
+                let outcome = match (&ending, &output) {
+                    (Ending::Complete(_), Some(payload)) => Ok(payload.clone()),
+                    _ => Err(error.clone().unwrap_or_else(|| {
+                        ErrorInfo::new("Failed", "the child run failed", false)
+                    })),
+                };
+                delta.parent_delivery = Some(child_finished(
+                    &run,
+                    parent,
+                    outcome,
+                    status,
+                    now,
+                    self.resend_after(now),
+                ));
+            }
+        }
+        let others = 1
+            + delta.journal.len()
+            + delta.timeline.len()
+            + delta.tool_calls.len()
+            + 2 * delta.child_runs.len()
+            + delta.parent_delivery.as_ref().map_or(0, |_| 3)
+            // The tenant's count of unfinished runs (as `Checkpoint::item_count`).
+            + usize::from(!delta.child_runs.is_empty() || status.is_finished());
+        let overflow = overflowing(&mut delta.callbacks, others);
+        let inbox_seen = expect_inbox.unwrap_or(run.inbox_seq);
+        let committed = shared
+            .commit(delta, expect_inbox, |r| {
+                r.status = status;
+                r.lease = None;
+                r.due_at = due_at;
+                r.resend_after = resend_after;
+                r.inbox_seen = if expect_inbox.is_some() {
+                    inbox_seen
+                } else {
+                    r.inbox_seq
+                };
+                if output.is_some() {
+                    r.output = output.clone();
+                }
+                if error.is_some() {
+                    r.error = error.clone();
+                }
+            })
+            .await;
+        match committed {
+            Ok(()) => {}
+            Err(CommitError::InboxChanged) => {
+                return Err(EngineError::Store(StoreError::Conflict(None)));
+            }
+            Err(CommitError::Aborted(why)) => return Ok(WakeOutcome::Aborted(why)),
+        }
+        self.close_overflow(&run.tenant, &run.id, overflow).await;
+        self.watchers.changed(&run.tenant, &run.id);
+        let epoch = shared.epoch().0;
+        let seq = Some(shared.state().run.timeline_seq);
+        match ending {
+            Ending::Yield => {
+                self.send_wake(
+                    WakeUp {
+                        tenant: run.tenant.clone(),
+                        run_id: run.id.clone(),
+                        reason: WakeReason::Continue,
+                        epoch_hint: epoch,
+                        seq_hint: seq,
+                    },
+                    Duration::ZERO,
+                    due_at,
+                )
+                .await
+            }
+            Ending::Suspend => {
+                if let Some(due) = due_at {
+                    let delay = now.until(due);
+                    // Longer timers wait in the due index for the sweep.
+                    if delay <= MAX_QUEUE_DELAY {
+                        self.send_wake(
+                            WakeUp {
+                                tenant: run.tenant.clone(),
+                                run_id: run.id.clone(),
+                                reason: WakeReason::Timer,
+                                epoch_hint: epoch,
+                                seq_hint: seq,
+                            },
+                            delay,
+                            due_at,
+                        )
+                        .await;
+                    }
+                }
+            }
+            _ => {}
+        }
+        if let (true, Some(parent)) = (status.is_finished(), &run.parent) {
+            self.send_wake(
+                WakeUp {
+                    tenant: run.tenant.clone(),
+                    run_id: parent.run_id.clone(),
+                    reason: WakeReason::Child,
+                    epoch_hint: 0,
+                    seq_hint: None,
+                },
+                Duration::ZERO,
+                Some(now),
+            )
+            .await;
+        }
+        tracing::info!(tenant = %run.tenant, run_id = %run.id, status = %status, "invocation completed");
+        Ok(WakeOutcome::Advanced(status))
+    }
+}
+
+/// The delivery that tells a parent run its child (started by `invoke`) finished.
+pub(super) fn child_finished(
+    run: &Run,
+    parent: &ParentLink,
+    outcome: Result<Payload, ErrorInfo>,
+    status: RunStatus,
+    now: Timestamp,
+    resend_after: Option<Timestamp>,
+) -> NewDelivery {
+    let event_type = if outcome.is_ok() {
+        EventType::ChainedInvokeSucceeded
+    } else {
+        EventType::ChainedInvokeFailed
+    };
+    NewDelivery {
+        id: DeliveryId(format!("child-finished:{}", run.id)),
+        tenant: run.tenant.clone(),
+        run_id: parent.run_id.clone(),
+        body: DeliveryBody::ChildFinished {
+            position: parent.position.clone(),
+            outcome,
+        },
+        received_at: now,
+        resend_after,
+        event: TimelineEvent {
+            seq: 0,
+            at: now,
+            event_type,
+            sub_type: Some(SubType::ChainedInvoke),
+            // Named and nested like the parent's invoke operation, as its other events.
+            id: Some(parent.position.0.clone()),
+            parent_id: parent.position.parent().map(|p| p.0),
+            name: Some(operation_name(&parent.position).to_owned()),
+            details: serde_json::json!({"ChildRunId": run.id, "Workflow": run.workflow, "Status": status}),
+        },
+    }
+}
+
+/// Split off the callback records that do not fit in one transaction beside
+/// `other_items` others; they are closed after it.
+pub(super) fn overflowing(
+    callbacks: &mut Vec<CallbackRecord>,
+    other_items: usize,
+) -> Vec<CallbackRecord> {
+    let room = MAX_TRANSACTION_ITEMS.saturating_sub(other_items);
+    if callbacks.len() <= room {
+        Vec::new()
+    } else {
+        callbacks.split_off(room)
+    }
+}
+
+/// The name an operation was given, from its position (`parent/name#occurrence`).
+fn operation_name(position: &Position) -> &str {
+    let last = position.0.rsplit('/').next().unwrap_or_default();
+    last.rsplit_once('#').map_or(last, |(name, _)| name)
+}
+
+/// Callback records to close because their run is finishing.
+pub(super) fn open_callbacks<'a>(
+    entries: impl Iterator<Item = &'a JournalEntry>,
+    run: &Run,
+) -> Vec<CallbackRecord> {
+    entries
+        .filter_map(|e| match &e.state {
+            EntryState::Waiting(Wait {
+                kind: WaitKind::Callback { callback_id, .. },
+                deadline,
+                started_at,
+            }) => Some((e, callback_id, deadline, started_at)),
+            _ => None,
+        })
+        .map(|(e, callback_id, deadline, started_at)| CallbackRecord {
+            callback_id: callback_id.clone(),
+            tenant: run.tenant.clone(),
+            run_id: run.id.clone(),
+            position: e.position.clone(),
+            status: CallbackStatus::Closed,
+            deadline: *deadline,
+            created_at: *started_at,
+            accepts: None,
+            heartbeat: None,
+        })
+        .collect()
+}
+
+/// Why a run whose workflow body panicked is parked. A panic in workflow code (not in
+/// a step) is a bug that replay would hit again, so retrying it is pointless and
+/// failing the run would lose it: the run waits for an operator to fix the code and
+/// resume it, replaying from its journal.
+pub(super) fn workflow_panicked(message: &str) -> ErrorInfo {
+    ErrorInfo::new(
+        PANICKED,
+        format!(
+            "the workflow panicked outside a step: {message}; fix the code, then resume the run"
+        ),
+        false,
+    )
+}
+
+/// Journal entries the finished workflow never reached: its code changed under it.
+pub(super) fn unvisited(st: &crate::context::ExecState) -> Option<ErrorInfo> {
+    let mut missing: Vec<&JournalEntry> = st
+        .journal
+        .values()
+        .filter(|e| {
+            !st.visited.contains(&e.position)
+                && !e.position.ancestors().any(|a| st.visited.contains(&a))
+        })
+        .collect();
+    missing.sort_by(|a, b| a.position.cmp(&b.position));
+    missing.first().map(|e| {
+        ErrorInfo::new(
+            "NonDeterminism",
+            format!("non-determinism at {}: the journal has a {} operation '{}' that the code no longer reaches", e.position, e.kind, e.name),
+            false,
+        )
+    })
+}

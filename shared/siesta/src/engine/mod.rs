@@ -1,0 +1,344 @@
+//! The engine: what the four handlers call.
+//!
+//! A wake-up is handled in four moves: **read** the run (one read; if nothing needs
+//! doing, stop here, no write), **claim** its lease (one conditional write that bumps the
+//! fencing epoch), **replay** the workflow from the top against its journal until every
+//! branch is suspended, it finishes, or the time budget is spent, and **release** with
+//! one final checkpoint that records the new status and when the run next falls due.
+//! Deliveries that race with an invocation move the run's version, so the final
+//! checkpoint conflicts and the engine replays again instead of going to sleep on a
+//! stale view.
+//!
+//! One file per job, each an `impl Engine` block: `start` (start a run, read one),
+//! `wakeup` (claim, replay, hand-off to the replay cache), `lease` (its renewal while an
+//! invocation runs), `finish` (a pass's final checkpoint), `deliveries` (events,
+//! messages, callback outcomes and heartbeats), `control` (cancel, resume, resolve),
+//! `sweep`, `dead_letters` (the dead-letter queue and the operator's view of it) and
+//! `worker` (the queue worker and batch handling). This file holds the engine itself,
+//! its configuration and errors, and the helpers they share.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+
+use crate::context::{ContextConfig, encode_payload};
+use crate::error::ErrorKind;
+use crate::model::*;
+use crate::notify::{QueueSignal, RunWatch, RunWatchers, SignallingQueue};
+use crate::ports::*;
+use crate::quota::{QuotaExceeded, StartRate};
+use crate::registry::Registry;
+use crate::replay_cache::{ReplayCache, ReplayCacheStats};
+use crate::time::{Clock, Timestamp};
+
+mod control;
+pub mod dead_letters;
+mod deliveries;
+mod finish;
+mod lease;
+mod start;
+mod sweep;
+mod wakeup;
+pub(crate) mod worker;
+
+pub use dead_letters::DeadLetterReport;
+pub use sweep::SweepReport;
+pub use worker::BatchReport;
+
+/// How the engine behaves.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// Names this engine's leases (an invocation counter is appended).
+    pub owner: String,
+    /// How long a lease lasts without renewal; renewed every third of it.
+    pub lease_ttl: Duration,
+    /// Longest one invocation advances a run before it checkpoints and continues in a
+    /// new one.
+    pub time_budget: Duration,
+    /// Values whose JSON is larger go to the artifact store (DynamoDB items stop at
+    /// 400 KB; this keeps them well under 64 KB).
+    pub inline_limit: usize,
+    /// Base URL of callback webhooks (`{base}/hooks/{callback_id}`).
+    pub callback_base_url: String,
+    /// Replays one wake-up may do when deliveries keep arriving while it works.
+    pub max_passes: u32,
+    /// The build of the code this engine runs, recorded on every run it starts (and in
+    /// the run's `ExecutionStarted` event): set it from the application's binary with
+    /// [`build_id!`](crate::build_id). Default: Siesta's own version, `siesta@x.y.z`.
+    pub build_id: String,
+    /// Most journal entries the replay cache keeps of suspended runs, so a wake-up in
+    /// this process replays from memory instead of reading the journal again (see
+    /// [`Engine::replay_cache_stats`]); 0 turns it off. Default: 50 000.
+    pub replay_cache_entries: usize,
+    /// Most suspended runs whose workflow the replay cache keeps whole, so their next
+    /// wake-up in this process continues where they stopped instead of replaying from
+    /// the top (a [continuation](crate::replay_cache)); their journals count towards
+    /// `replay_cache_entries`, and 0 (or a `replay_cache_entries` of 0) turns it off.
+    /// Default: 256.
+    pub max_continuations: usize,
+    /// How long after a wake-up should have become visible the sweep leaves its run
+    /// alone ([`Run::resend_after`]): a wake-up waiting behind a backlog is not lost.
+    /// Default: 15 minutes, the wake-up queue's visibility timeout — a wake-up received
+    /// by a consumer that died before claiming its run comes back from the queue itself
+    /// after that long, so re-sending sooner could not help. A send that fails is
+    /// re-sent by the next sweep regardless; only a wake-up lost without an error (the
+    /// process died between its write and its send) waits this long. When the sweep does
+    /// re-send, it waits as long again as the run has been due (at least this margin)
+    /// before the next one: a backlog that outlasts the margin costs a run a duplicate
+    /// per doubling of its wait, not one per sweep.
+    pub resend_margin: Duration,
+    /// Per-tenant limits on starts and deliveries (default: none).
+    pub quotas: crate::quota::Quotas,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            owner: format!("engine-{}", uuid::Uuid::new_v4()),
+            lease_ttl: Duration::from_secs(60),
+            time_budget: Duration::from_secs(600),
+            inline_limit: 32 * 1024,
+            callback_base_url: "http://127.0.0.1:8080".to_owned(),
+            max_passes: 8,
+            build_id: concat!("siesta@", env!("CARGO_PKG_VERSION")).to_owned(),
+            replay_cache_entries: 50_000,
+            max_continuations: 256,
+            resend_margin: Duration::from_secs(15 * 60),
+            quotas: crate::quota::Quotas::default(),
+        }
+    }
+}
+
+/// What the engine can report to a handler.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// No such run (or callback) for this tenant.
+    #[error("not found")]
+    NotFound,
+    /// No workflow is registered under this name.
+    #[error("unknown workflow '{0}'")]
+    UnknownWorkflow(String),
+    /// The input does not fit the workflow's input type.
+    #[error("invalid input: {0}")]
+    InvalidInput(String),
+    /// A run with this id exists already.
+    #[error("a run with this id exists already")]
+    AlreadyExists,
+    /// `If-Match` named another version.
+    #[error("version mismatch: the run is at version {current}")]
+    VersionMismatch {
+        /// The run's current version.
+        current: u64,
+    },
+    /// The run is finished.
+    #[error("the run is already {0}")]
+    AlreadyFinished(RunStatus),
+    /// The callback or run no longer accepts this.
+    #[error("gone: {0}")]
+    Gone(String),
+    /// Only a parked run can be resumed.
+    #[error("the run is {0}, not parked")]
+    NotParked(RunStatus),
+    /// The operation at this position is not a tool call whose outcome is unknown.
+    #[error("nothing to resolve: {0}")]
+    NothingToResolve(String),
+    /// A delivery does not match what its callback or event wait accepts; nothing was
+    /// recorded.
+    #[error("delivery rejected: {0}")]
+    DeliveryRejected(String),
+    /// The tenant reached one of its [quotas](crate::quota); nothing was recorded.
+    #[error(transparent)]
+    QuotaExceeded(#[from] QuotaExceeded),
+    /// Storage failed; retrying may help.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// How an operator resolves a tool call whose outcome is `unknown`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ToolCallResolution {
+    /// The call happened and returned this value; the workflow gets it.
+    Succeeded(serde_json::Value),
+    /// The call failed with this error (or must not be made); the workflow gets it as
+    /// the tool call's failure.
+    Failed(ErrorInfo),
+    /// Make the call again (its lookup, if the code has one now, is asked first); the
+    /// operator takes the risk that it already happened.
+    Retry,
+}
+
+impl ToolCallResolution {
+    /// The resolution's wire name: `succeeded`, `failed` or `retry`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            ToolCallResolution::Succeeded(_) => "succeeded",
+            ToolCallResolution::Failed(_) => "failed",
+            ToolCallResolution::Retry => "retry",
+        }
+    }
+}
+
+/// What handling one wake-up did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum WakeOutcome {
+    /// The run does not exist.
+    NotFound,
+    /// Nothing needed doing (cost: one read).
+    NothingToDo,
+    /// Another invocation holds the run's lease; it will see anything new.
+    Busy,
+    /// The run was advanced and is now in this status.
+    Advanced(RunStatus),
+    /// The invocation stopped without finishing its work (lease lost, storage failed);
+    /// the run will be picked up again.
+    Aborted(String),
+}
+
+/// The durable engine over a backend.
+#[derive(Clone)]
+pub struct Engine {
+    backend: Backend,
+    clock: Arc<dyn Clock>,
+    registry: Arc<Registry>,
+    config: EngineConfig,
+    invocations: Arc<AtomicU64>,
+    queue_signal: Arc<QueueSignal>,
+    watchers: Arc<RunWatchers>,
+    replay_cache: Arc<ReplayCache>,
+    start_rate: Arc<StartRate>,
+}
+
+impl Engine {
+    /// An engine over `backend`, reading time from `clock`, running `registry`'s workflows.
+    pub fn new(
+        backend: Backend,
+        clock: Arc<dyn Clock>,
+        registry: Registry,
+        config: EngineConfig,
+    ) -> Self {
+        // Every send through the engine (and the contexts it runs) tells this process's
+        // worker to look at the queue at once.
+        let queue_signal = Arc::new(QueueSignal::default());
+        let backend = Backend {
+            queue: Arc::new(SignallingQueue {
+                inner: backend.queue,
+                signal: queue_signal.clone(),
+                clock: clock.clone(),
+            }),
+            ..backend
+        };
+        Engine {
+            backend,
+            clock,
+            registry: Arc::new(registry),
+            replay_cache: Arc::new(ReplayCache::new(
+                config.replay_cache_entries,
+                config.max_continuations,
+            )),
+            config,
+            invocations: Arc::new(AtomicU64::new(0)),
+            queue_signal,
+            watchers: Arc::new(RunWatchers::default()),
+            start_rate: Arc::new(StartRate::default()),
+        }
+    }
+
+    /// Watch a run, to hear at once when an invocation of it in this process ends (it
+    /// finished, suspended, was parked) or it is cancelled. Register before reading the
+    /// run; see [`RunWatch`].
+    pub fn watch_run(&self, tenant: &TenantId, run_id: &RunId) -> RunWatch {
+        self.watchers.watch(tenant, run_id)
+    }
+
+    pub(crate) fn queue_signal(&self) -> &QueueSignal {
+        &self.queue_signal
+    }
+
+    /// The backend it runs on.
+    pub fn backend(&self) -> &Backend {
+        &self.backend
+    }
+
+    /// The registry of workflows.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// The engine's clock.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    /// The engine's configuration.
+    pub fn config(&self) -> &EngineConfig {
+        &self.config
+    }
+
+    /// How often wake-ups replayed from the replay cache rather than the store.
+    pub fn replay_cache_stats(&self) -> ReplayCacheStats {
+        self.replay_cache.stats()
+    }
+
+    fn context_config(&self) -> ContextConfig {
+        ContextConfig {
+            inline_limit: self.config.inline_limit,
+            callback_base_url: self.config.callback_base_url.clone(),
+            build_id: self.config.build_id.clone(),
+        }
+    }
+
+    /// Store a caller's value as a payload (offloaded when large). A value that cannot
+    /// be serialized is the caller's problem; storage that fails (full, unreachable) is
+    /// not, and a retry may succeed.
+    async fn encode(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+        value: &serde_json::Value,
+    ) -> Result<Payload, EngineError> {
+        encode_payload(&self.backend, &self.context_config(), tenant, run_id, value)
+            .await
+            .map_err(|e| match e.kind() {
+                ErrorKind::Storage => StoreError::Unavailable(e.to_string()).into(),
+                _ => EngineError::InvalidInput(e.to_string()),
+            })
+    }
+
+    /// Send `wake`, visible after `delay`, following a write that left its run due at
+    /// `due_at` (when it did) with a `resend_after`.
+    async fn send_wake(&self, wake: WakeUp, delay: Duration, due_at: Option<Timestamp>) {
+        let (tenant, run_id) = (&wake.tenant, &wake.run_id);
+        // The write before this one left the run due; a lost send is healed by the sweep.
+        if let Err(e) = self
+            .backend
+            .queue
+            .send(&wake, delay.min(MAX_QUEUE_DELAY))
+            .await
+        {
+            tracing::warn!(tenant = %tenant, run_id = %run_id, error = %e, "wake-up not sent; the sweep will resend it");
+            // The write said a wake-up was on its way; it is not, so the next sweep may
+            // send it at once. If this fails too, the margin runs out instead.
+            if let Some(due) = due_at
+                && let Err(e) = self
+                    .backend
+                    .store
+                    .set_resend_after(tenant, run_id, due, None)
+                    .await
+            {
+                tracing::warn!(tenant = %tenant, run_id = %run_id, error = %e, "could not mark the wake-up lost; the sweep resends it after its margin");
+            }
+        }
+    }
+
+    /// The `resend_after` of a run whose wake-up becomes visible at `visible_at`.
+    fn resend_after(&self, visible_at: Timestamp) -> Option<Timestamp> {
+        Some(visible_at.plus(self.config.resend_margin))
+    }
+}
+
+fn inline_detail(payload: &Payload) -> serde_json::Value {
+    match payload {
+        Payload::Inline(v) => v.clone(),
+        Payload::Artifact(a) => serde_json::json!({"Artifact": a}),
+    }
+}

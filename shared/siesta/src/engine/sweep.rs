@@ -1,0 +1,123 @@
+//! The sweep: wake every run that is due and whose wake-up is not on its way.
+
+use std::time::Duration;
+
+use futures::StreamExt;
+
+use super::{Engine, EngineError};
+use crate::model::*;
+use crate::ports::*;
+
+/// What one sweep did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SweepReport {
+    /// Due runs found.
+    pub due: usize,
+    /// Wake-ups sent.
+    pub woken: usize,
+    /// Of those, runs whose holder's lease expired (a crashed step).
+    pub expired_leases: usize,
+    /// Of those, waiting runs whose timer, deadline, heartbeat timeout or retry fell due,
+    /// or that received a delivery.
+    pub due_waits: usize,
+    /// Of those, runnable runs whose wake-up was lost.
+    pub lost_wakeups: usize,
+    /// Due runs not woken because a wake-up for them waits in the queue already.
+    pub already_queued: usize,
+    /// Dead letters handled (and deleted from the dead-letter queue).
+    pub dead_letters: usize,
+    /// Of those, runs parked because a wake-up of theirs kept failing and was
+    /// dead-lettered while it was their latest.
+    pub parked_dead_letters: usize,
+}
+
+/// How many wake-ups the sweep sends at once.
+const SWEEP_SENDS_IN_FLIGHT: usize = 16;
+
+impl Engine {
+    /// Handle the dead-letter queue (see [`Engine::handle_dead_letters`]), then wake
+    /// every run that is due — fired timers, passed deadlines, expired leases, lost
+    /// wake-ups — and whose wake-up is not on its way: the due index leaves out runs
+    /// whose `resend_after` has not passed (a wake-up sent for them may merely wait
+    /// behind others), and a queue that can tell (the embedded one) is asked whether it
+    /// holds one: if it does, the run's `resend_after` is pushed a margin out and
+    /// nothing is sent; if it does not, a wake-up is sent at once. Each wake-up sent
+    /// pushes the run's `resend_after` out, so the next sweep does not send another
+    /// while this one waits in the queue. Bounded by
+    /// `limit`; idempotent (a duplicate wake-up is a no-op).
+    pub async fn sweep(&self, limit: usize) -> Result<SweepReport, EngineError> {
+        let dead = self.handle_dead_letters(limit).await?;
+        let now = self.clock.now();
+        let due = self.backend.store.due_runs(now, limit).await?;
+        let mut report = SweepReport {
+            due: due.len(),
+            dead_letters: dead.handled,
+            parked_dead_letters: dead.parked,
+            ..SweepReport::default()
+        };
+        // Checks and sends go out concurrently: a page of hundreds of due runs would
+        // otherwise cost hundreds of round trips in a row.
+        let sent: Vec<(RunStatus, Option<bool>)> = futures::stream::iter(due)
+            .map(|run| async move {
+                let queue = &self.backend.queue;
+                match queue.holds(&run.tenant, &run.run_id, run.due_at).await {
+                    Ok(Some(true)) => {
+                        // On its way: look again only after another margin, so the run
+                        // leaves the due index's next pages instead of filling them.
+                        let later = now.plus(self.config.resend_margin);
+                        if let Err(e) = self
+                            .backend
+                            .store
+                            .set_resend_after(&run.tenant, &run.run_id, run.due_at, Some(later))
+                            .await
+                        {
+                            tracing::warn!(run_id = %run.run_id, error = %e, "could not note the queued wake-up");
+                        }
+                        return (run.status, None);
+                    }
+                    Ok(_) => {}
+                    // Unknown: better a harmless duplicate than a lost wake-up.
+                    Err(e) => tracing::warn!(run_id = %run.run_id, error = %e, "could not look for a queued wake-up"),
+                }
+                let wake = WakeUp::new(run.tenant.clone(), run.run_id.clone(), WakeReason::Sweep);
+                if queue.send(&wake, Duration::ZERO).await.is_err() {
+                    return (run.status, Some(false));
+                }
+                // The longer the run has waited for its wake-up, the longer the next
+                // one is given: a long backlog costs a duplicate per doubling, not one
+                // per sweep.
+                let waited = run.due_at.until(now);
+                let resend_after = now.plus(waited.max(self.config.resend_margin));
+                if let Err(e) = self
+                    .backend
+                    .store
+                    .set_resend_after(&run.tenant, &run.run_id, run.due_at, Some(resend_after))
+                    .await
+                {
+                    // The next sweep sends another: a duplicate, nothing lost.
+                    tracing::warn!(run_id = %run.run_id, error = %e, "could not note the wake-up sent");
+                }
+                (run.status, Some(true))
+            })
+            .buffer_unordered(SWEEP_SENDS_IN_FLIGHT)
+            .collect()
+            .await;
+        for (status, sent) in sent {
+            match sent {
+                None => {
+                    report.already_queued += 1;
+                    continue;
+                }
+                Some(false) => continue,
+                Some(true) => {}
+            }
+            report.woken += 1;
+            match status {
+                RunStatus::Running => report.expired_leases += 1,
+                RunStatus::Waiting => report.due_waits += 1,
+                _ => report.lost_wakeups += 1,
+            }
+        }
+        Ok(report)
+    }
+}

@@ -1,0 +1,315 @@
+//! Handling a wake-up: read the run, claim its lease, replay the workflow until it
+//! suspends, finishes or spends its budget (then `finish` writes the ending),
+//! and hand what was replayed to the replay cache for the next wake-up.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::task::Poll;
+
+use super::finish::{Ending, unvisited, workflow_panicked};
+use super::lease::{AbortOnDrop, renew_lease};
+use super::{Engine, EngineError, WakeOutcome};
+use crate::context::{Context, LeaseWatch, Shared, Stop, decode_payload};
+use crate::error::{Error, panic_message};
+use crate::model::*;
+use crate::ports::*;
+use crate::replay_cache::{Continuation, Kept, Replayed};
+use crate::time::Timestamp;
+
+enum Exec {
+    Finished(Result<serde_json::Value, Error>),
+    Suspended,
+    Aborted(String),
+    /// The workflow body panicked outside a step (a step's panic is a failed attempt).
+    Panicked(String),
+}
+
+impl Engine {
+    /// Handle one wake-up: advance the run as far as it goes, with the default budget.
+    pub async fn handle_wakeup(&self, wake: &WakeUp) -> Result<WakeOutcome, EngineError> {
+        self.handle_wakeup_until(wake, None).await
+    }
+
+    /// Handle one wake-up, stopping new work at `deadline` (the Lambda's remaining time
+    /// less a safety margin) or after the configured budget, whichever comes first.
+    pub async fn handle_wakeup_until(
+        &self,
+        wake: &WakeUp,
+        deadline: Option<Timestamp>,
+    ) -> Result<WakeOutcome, EngineError> {
+        let now = self.clock.now();
+        let Some(run) = self
+            .backend
+            .store
+            .get_run(&wake.tenant, &wake.run_id)
+            .await?
+        else {
+            return Ok(WakeOutcome::NotFound);
+        };
+        if !run.needs_attention(now) {
+            return Ok(if run.is_leased(now) {
+                WakeOutcome::Busy
+            } else {
+                WakeOutcome::NothingToDo
+            });
+        }
+        let n = self.invocations.fetch_add(1, Ordering::Relaxed);
+        let claim = Claim {
+            owner: format!("{}#{n}", self.config.owner),
+            now,
+            expires_at: now.plus(self.config.lease_ttl),
+        };
+        let run = match self
+            .backend
+            .store
+            .claim(&wake.tenant, &wake.run_id, &claim)
+            .await
+        {
+            Ok(run) => run,
+            Err(StoreError::Conflict(_)) => return Ok(WakeOutcome::Busy),
+            Err(StoreError::NotFound) => return Ok(WakeOutcome::NotFound),
+            Err(e) => return Err(e.into()),
+        };
+        let budget = now.plus(self.config.time_budget);
+        let budget = deadline.map_or(budget, |d| d.min(budget));
+        let epoch = run.epoch;
+        let watch = Arc::new(LeaseWatch::default());
+        // Dropping the invocation (a timeout around it, an aborted task) stops renewal too.
+        let _renewal = AbortOnDrop(tokio::spawn(renew_lease(
+            self.backend.store.clone(),
+            self.clock.clone(),
+            run.tenant.clone(),
+            run.id.clone(),
+            epoch,
+            self.config.lease_ttl,
+            watch.clone(),
+        )));
+        let span = tracing::info_span!("invocation", tenant = %run.tenant, run_id = %run.id, epoch = epoch.0);
+        tracing::Instrument::instrument(self.advance(run, budget, &watch), span).await
+    }
+
+    async fn advance(
+        &self,
+        mut run: Run,
+        budget: Timestamp,
+        watch: &Arc<LeaseWatch>,
+    ) -> Result<WakeOutcome, EngineError> {
+        let Some(workflow) = self.registry.get(&run.workflow).cloned() else {
+            let error = ErrorInfo::new(
+                "UnknownWorkflow",
+                format!("no workflow is registered as '{}'", run.workflow),
+                false,
+            );
+            let shared = self.shared(run, Replayed::default(), budget, watch);
+            return self.finish(&shared, Ending::Fail(error)).await;
+        };
+        // Only the first pass may use the cache: later ones follow a conflict, which
+        // means something new was written.
+        let mut cached = self.replay_cache.take(&run).0;
+        for _ in 0..self.config.max_passes.max(1) {
+            let (shared, mut fut) = match cached.take() {
+                Some(Kept::Continuation(Continuation { shared, future }))
+                    if !run.cancel_requested =>
+                {
+                    shared.rearm(run.clone(), budget, watch.clone());
+                    (shared, future)
+                }
+                kept => {
+                    let history = match kept {
+                        Some(Kept::Journal(replayed)) => replayed,
+                        _ => self
+                            .backend
+                            .store
+                            .load_history(&run.tenant, &run.id)
+                            .await?
+                            .into(),
+                    };
+                    let cancel = run.cancel_requested;
+                    let shared = self.shared(run.clone(), history, budget, watch);
+                    if cancel {
+                        return self.finish(&shared, Ending::Cancel).await;
+                    }
+                    let input: serde_json::Value =
+                        match decode_payload(&self.backend, &run.input).await {
+                            Ok(v) => v,
+                            Err(e) => return self.finish(&shared, Ending::Fail(e.to_info())).await,
+                        };
+                    let fut = workflow.start(Context::root(shared.clone()), input);
+                    (shared, fut)
+                }
+            };
+            let exec = {
+                // Tells a branch that woke the workflow during a poll (a `FuturesUnordered`
+                // yielding, a parked branch a re-arm woke behind one) from one that waits.
+                let woken = Arc::new(WokenFlag::default());
+                let woken_waker = futures::task::waker(woken.clone());
+                std::future::poll_fn(|cx| {
+                    woken.arm(cx.waker());
+                    let mut inner = std::task::Context::from_waker(&woken_waker);
+                    // A panicking workflow must not take the worker with it; the future
+                    // is dropped unpolled after it.
+                    match std::panic::catch_unwind(AssertUnwindSafe(|| {
+                        fut.as_mut().poll(&mut inner)
+                    })) {
+                        Ok(Poll::Ready(r)) => return Poll::Ready(Exec::Finished(r)),
+                        Ok(Poll::Pending) => {}
+                        Err(payload) => {
+                            return Poll::Ready(Exec::Panicked(panic_message(payload.as_ref())));
+                        }
+                    }
+                    if watch.lost.load(Ordering::SeqCst) {
+                        shared.set_stop(Stop::Abort("the lease was lost".to_owned()));
+                    }
+                    let mut st = shared.state();
+                    if watch.cancel.load(Ordering::SeqCst) {
+                        st.run.cancel_requested = true;
+                    }
+                    if let Some(Stop::Abort(why)) = &st.stop {
+                        return Poll::Ready(Exec::Aborted(why.clone()));
+                    }
+                    if st.running <= 0 && !woken.woken() {
+                        Poll::Ready(Exec::Suspended)
+                    } else {
+                        Poll::Pending
+                    }
+                })
+                .await
+            };
+            let suspended = matches!(exec, Exec::Suspended);
+            let ending = {
+                let st = shared.state();
+                match (exec, st.stop.clone()) {
+                    (Exec::Aborted(why), _) | (_, Some(Stop::Abort(why))) => {
+                        return Ok(WakeOutcome::Aborted(why));
+                    }
+                    (Exec::Panicked(message), _) => Ending::Park(workflow_panicked(&message)),
+                    (_, Some(Stop::Park(reason))) => Ending::Park(reason),
+                    (_, Some(Stop::Cancel)) => Ending::Cancel,
+                    (Exec::Finished(result), None) => match unvisited(&st) {
+                        Some(reason) => Ending::Park(reason),
+                        None => match result {
+                            Ok(value) => Ending::Complete(Payload::Inline(value)),
+                            Err(e) => Ending::Fail(e.to_info()),
+                        },
+                    },
+                    (Exec::Suspended, None) if st.continue_now => Ending::Yield,
+                    (Exec::Suspended, None) => Ending::Suspend,
+                }
+            };
+            match self.finish(&shared, ending).await {
+                Err(EngineError::Store(StoreError::Conflict(_))) => {
+                    // New deliveries arrived while suspending: replay with them.
+                    run = shared.state().run.clone();
+                }
+                other => {
+                    if let Ok(WakeOutcome::Advanced(status)) = &other
+                        && !status.is_finished()
+                    {
+                        let future = suspended.then_some(fut);
+                        self.keep_replayed(&shared, future);
+                    }
+                    return other;
+                }
+            }
+        }
+        // Deliveries kept racing; leave the run due so the next wake-up continues.
+        Ok(WakeOutcome::Aborted(
+            "too many deliveries raced with this invocation".to_owned(),
+        ))
+    }
+
+    /// Keep what the invocation that just wrote its final checkpoint replayed, for the
+    /// run's next wake-up — unless deliveries arrived that it did not load (its final
+    /// checkpoint merged them): those are only in the store. With `future` (every
+    /// branch parked, none blocked for good) the workflow itself is kept, to continue;
+    /// otherwise its journal.
+    ///
+    /// Only a run due again soon (within [`EngineConfig::resend_margin`]: a timer, a
+    /// retry, a spent budget) is kept. A run that waits for a delivery (an event, a
+    /// callback, a child's result) or a distant deadline is not: the delivery that wakes
+    /// it is a write, which makes anything kept stale, so keeping it would only hold
+    /// memory — a dev server with a million runs asleep on events held every journal
+    /// the cache had room for.
+    fn keep_replayed(&self, shared: &Arc<Shared>, future: Option<WorkflowFuture>) {
+        let horizon = self.clock.now().plus(self.config.resend_margin);
+        let (run, continuable) = {
+            let st = shared.state();
+            let loaded = st.deliveries.last().map_or(0, |d| d.seq);
+            if loaded != st.run.inbox_seq || st.run.due_at.is_none_or(|due| due > horizon) {
+                return;
+            }
+            (st.run.clone(), !st.stuck && st.stop.is_none())
+        };
+        let kept = match future {
+            Some(future) if continuable && self.replay_cache.keeps_continuations() => {
+                Kept::Continuation(Continuation {
+                    shared: shared.clone(),
+                    future,
+                })
+            }
+            _ => Kept::Journal(shared.take_replayed()),
+        };
+        self.replay_cache.put(&run, shared.epoch(), kept);
+    }
+
+    fn shared(
+        &self,
+        run: Run,
+        history: Replayed,
+        budget: Timestamp,
+        watch: &Arc<LeaseWatch>,
+    ) -> Arc<Shared> {
+        Arc::new(Shared::new(
+            self.backend.clone(),
+            self.clock.clone(),
+            self.context_config(),
+            run,
+            history,
+            budget,
+            watch.clone(),
+        ))
+    }
+}
+
+/// A workflow's future, as the registry starts it.
+type WorkflowFuture = futures::future::BoxFuture<'static, Result<serde_json::Value, Error>>;
+
+/// The waker an invocation polls its workflow with: it remembers whether anything woke
+/// the workflow during a poll (so the engine polls again instead of taking a branch
+/// that has yet to run for one that waits) and passes the wake on to the task.
+#[derive(Default)]
+struct WokenFlag {
+    woken: std::sync::atomic::AtomicBool,
+    task: std::sync::Mutex<Option<std::task::Waker>>,
+}
+
+impl WokenFlag {
+    /// Before a poll: forget earlier wakes and wake `task` from now on.
+    fn arm(&self, task: &std::task::Waker) {
+        self.woken.store(false, Ordering::SeqCst);
+        let mut held = self.task.lock().unwrap_or_else(|e| e.into_inner());
+        if !held.as_ref().is_some_and(|w| w.will_wake(task)) {
+            *held = Some(task.clone());
+        }
+    }
+
+    /// Whether anything woke the workflow since [`WokenFlag::arm`].
+    fn woken(&self) -> bool {
+        self.woken.load(Ordering::SeqCst)
+    }
+}
+
+impl futures::task::ArcWake for WokenFlag {
+    fn wake_by_ref(arc_self: &Arc<Self>) {
+        arc_self.woken.store(true, Ordering::SeqCst);
+        let task = arc_self
+            .task
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        if let Some(task) = task {
+            task.wake();
+        }
+    }
+}
