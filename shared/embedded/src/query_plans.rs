@@ -90,6 +90,11 @@ fn statements_in_source() -> Vec<String> {
     let mut out = Vec::new();
     for source in [
         include_str!("lib.rs"),
+        include_str!("store.rs"),
+        include_str!("deliveries.rs"),
+        include_str!("queue.rs"),
+        include_str!("artifacts.rs"),
+        include_str!("cursors.rs"),
         include_str!("layout.rs"),
         include_str!("recovery.rs"),
         include_str!("writer.rs"),

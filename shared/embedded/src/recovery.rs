@@ -23,7 +23,8 @@ use rusqlite::{Connection, params};
 use siesta::Timestamp;
 use siesta::ports::StoreError;
 
-use crate::{Indexed, get_run, sql, update_run};
+use crate::sql;
+use crate::store::{Indexed, get_run, update_run};
 
 /// The runs whose wake-up is on its way (`resend_after` after their due time), by when
 /// the sweep looks at them again; it covers what recovery reads of them.

@@ -1,0 +1,644 @@
+//! The run store ([`RunStore`]): runs, their journals, timelines and deliveries, their
+//! callbacks and tool calls, the sweep's due runs, and the rows every write shares (a run
+//! read, rewritten, its timeline appended to).
+
+use async_trait::async_trait;
+use rusqlite::{Connection, OptionalExtension, params};
+use siesta::ports::*;
+use siesta::*;
+
+use crate::cursors::ListPosition;
+use crate::deliveries::{apply_delivery, get_callback, put_callback_as};
+use crate::{EmbeddedBackend, from_json, is_constraint, sql, to_json};
+use crate::{stored, unfinished};
+
+/// A page of a tenant's runs, newest first, after the cursor `(?4, ?5)` (its creation
+/// time and run key).
+const LIST_RUNS: &str = "SELECT key, tenant, run_id, status, workflow, created_at, due_at, body FROM runs INDEXED BY runs_by_tenant
+    WHERE tenant = ?1 AND ?2 IS NULL AND ?3 IS NULL AND (created_at, key) < (?4, ?5)
+    ORDER BY created_at DESC, key DESC LIMIT ?6";
+/// [`LIST_RUNS`] in one status.
+const LIST_RUNS_BY_STATUS: &str = "SELECT key, tenant, run_id, status, workflow, created_at, due_at, body FROM runs INDEXED BY runs_by_status
+    WHERE tenant = ?1 AND status = ?2 AND ?3 IS NULL AND (created_at, key) < (?4, ?5)
+    ORDER BY created_at DESC, key DESC LIMIT ?6";
+/// [`LIST_RUNS`] of one workflow.
+const LIST_RUNS_BY_WORKFLOW: &str = "SELECT key, tenant, run_id, status, workflow, created_at, due_at, body FROM runs INDEXED BY runs_by_workflow
+    WHERE tenant = ?1 AND ?2 IS NULL AND workflow = ?3 AND (created_at, key) < (?4, ?5)
+    ORDER BY created_at DESC, key DESC LIMIT ?6";
+/// [`LIST_RUNS`] in one status and of one workflow.
+const LIST_RUNS_BY_STATUS_AND_WORKFLOW: &str =
+    "SELECT key, tenant, run_id, status, workflow, created_at, due_at, body FROM runs INDEXED BY runs_by_status_workflow
+    WHERE tenant = ?1 AND status = ?2 AND workflow = ?3 AND (created_at, key) < (?4, ?5)
+    ORDER BY created_at DESC, key DESC LIMIT ?6";
+
+/// A run and its key by tenant and run id; the columns after the key are those
+/// [`stored::RunRow::read`] reads.
+const GET_RUN: &str = "SELECT key, tenant, run_id, status, workflow, created_at, due_at, body
+    FROM runs WHERE tenant = ?1 AND run_id = ?2";
+
+pub(crate) fn get_run(
+    tx: &Connection,
+    tenant: &str,
+    run_id: &str,
+) -> Result<Option<Run>, StoreError> {
+    Ok(get_keyed_run(tx, tenant, run_id)?.map(|(_, run)| run))
+}
+
+/// The stored run and its key (the rowid its own rows are stored under).
+pub(crate) fn get_keyed_run(
+    tx: &Connection,
+    tenant: &str,
+    run_id: &str,
+) -> Result<Option<(i64, Run)>, StoreError> {
+    let row: Option<(i64, stored::RunRow)> = tx
+        .prepare_cached(GET_RUN)
+        .map_err(sql)?
+        .query_row(params![tenant, run_id], |r| {
+            Ok((r.get(0)?, stored::RunRow::read(r, 1)?))
+        })
+        .optional()
+        .map_err(sql)?;
+    row.map(|(key, row)| Ok((key, row.run()?))).transpose()
+}
+
+/// Insert `run`; its key.
+fn put_run(tx: &Connection, run: &Run) -> Result<i64, StoreError> {
+    tx.prepare_cached(
+        "INSERT INTO runs (tenant, run_id, status, workflow, created_at, due_at, body, sweep_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+    )
+    .map_err(sql)?
+    .execute(params![run.tenant.0, run.id.0, run.status.as_str(), run.workflow, run.created_at.0, run.due_at.map(|d| d.0), stored::run_body(run)?, run.sweep_at().map(|d| d.0)])
+    .map_err(sql)?;
+    Ok(tx.last_insert_rowid())
+}
+
+/// The indexed columns of a stored run that change over its life.
+#[derive(Clone, Copy)]
+pub(crate) struct Indexed {
+    status: RunStatus,
+    due_at: Option<Timestamp>,
+    sweep_at: Option<Timestamp>,
+}
+
+impl Indexed {
+    pub(crate) fn of(run: &Run) -> Self {
+        Indexed {
+            status: run.status,
+            due_at: run.due_at,
+            sweep_at: run.sweep_at(),
+        }
+    }
+}
+
+/// Rewrite the stored run, whose indexed columns are `old`, as `run`. Only the columns that changed are set:
+/// SQLite rewrites the index entries of every column an `UPDATE` sets, and a run's
+/// status and due time change far less often than its body (a checkpoint of a running
+/// run changes neither), so most checkpoints touch the row's page and no index.
+pub(crate) fn update_run(tx: &Connection, old: Indexed, run: &Run) -> Result<(), StoreError> {
+    update_run_as(tx, old, run, &stored::run_body(run)?)
+}
+
+/// [`update_run`] with the run already encoded as `body`.
+fn update_run_as(tx: &Connection, old: Indexed, run: &Run, body: &str) -> Result<(), StoreError> {
+    let due_changed = run.due_at != old.due_at || run.sweep_at() != old.sweep_at;
+    let sweep_at = run.sweep_at().map(|d| d.0);
+    let changed = match (run.status != old.status, due_changed) {
+        (false, false) => tx
+            .prepare_cached("UPDATE runs SET body = ?3 WHERE tenant = ?1 AND run_id = ?2")
+            .map_err(sql)?
+            .execute(params![run.tenant.0, run.id.0, body]),
+        (true, false) => tx
+            .prepare_cached(
+                "UPDATE runs SET body = ?3, status = ?4 WHERE tenant = ?1 AND run_id = ?2",
+            )
+            .map_err(sql)?
+            .execute(params![run.tenant.0, run.id.0, body, run.status.as_str()]),
+        (false, true) => tx
+            .prepare_cached(
+                "UPDATE runs SET body = ?3, due_at = ?4, sweep_at = ?5 WHERE tenant = ?1 AND run_id = ?2",
+            )
+            .map_err(sql)?
+            .execute(params![run.tenant.0, run.id.0, body, run.due_at.map(|d| d.0), sweep_at]),
+        (true, true) => tx
+            .prepare_cached(
+                "UPDATE runs SET body = ?3, status = ?4, due_at = ?5, sweep_at = ?6 WHERE tenant = ?1 AND run_id = ?2",
+            )
+            .map_err(sql)?
+            .execute(params![
+                run.tenant.0,
+                run.id.0,
+                body,
+                run.status.as_str(),
+                run.due_at.map(|d| d.0),
+                sweep_at
+            ]),
+    }
+    .map_err(sql)?;
+    if changed != 1 {
+        return Err(StoreError::NotFound);
+    }
+    Ok(())
+}
+
+fn insert_run(tx: &Connection, run: &Run, started: &TimelineEvent) -> Result<(), StoreError> {
+    if get_run(tx, &run.tenant.0, &run.id.0)?.is_some() {
+        return Err(StoreError::AlreadyExists);
+    }
+    let key = put_run(tx, run)?;
+    insert_event(tx, key, run, started)
+}
+
+/// Append `event` to the timeline of `run`, whose key is `key`.
+pub(crate) fn insert_event(
+    tx: &Connection,
+    key: i64,
+    run: &Run,
+    event: &TimelineEvent,
+) -> Result<(), StoreError> {
+    insert_event_as(tx, key, run, event.seq, &stored::event_body(event)?)
+}
+
+/// [`insert_event`] with the event already in its stored form, `body`; a conflict (with
+/// the run as stored) when the run's timeline has `seq` already.
+fn insert_event_as(
+    tx: &Connection,
+    key: i64,
+    run: &Run,
+    seq: u64,
+    body: &str,
+) -> Result<(), StoreError> {
+    let inserted = tx
+        .prepare_cached("INSERT INTO timeline (run, seq, body) VALUES (?1, ?2, ?3)")
+        .and_then(|mut s| s.execute(params![key, seq as i64, body]));
+    match inserted {
+        Ok(_) => Ok(()),
+        Err(e) if is_constraint(&e) => Err(StoreError::Conflict(
+            get_run(tx, &run.tenant.0, &run.id.0)?.map(Box::new),
+        )),
+        Err(e) => Err(sql(e)),
+    }
+}
+
+/// A checkpoint's records as stored, encoded once on the caller's thread: the writer
+/// thread, which every write of the process goes through, only binds them.
+struct EncodedCheckpoint {
+    run: String,
+    journal: Vec<stored::StoredEntry>,
+    timeline: Vec<String>,
+    callbacks: Vec<String>,
+    tool_calls: Vec<String>,
+}
+
+impl EncodedCheckpoint {
+    /// Encode `cp`, refusing a checkpoint DynamoDB would refuse: more than
+    /// [`MAX_TRANSACTION_ITEMS`] items or [`MAX_TRANSACTION_BYTES`] in one transaction
+    /// (sizes counted as the core's JSON, which DynamoDB stores), so the dev server
+    /// fails exactly where AWS would.
+    fn of(cp: &Checkpoint) -> Result<Self, StoreError> {
+        let items = cp.item_count();
+        if items > MAX_TRANSACTION_ITEMS {
+            return Err(StoreError::Invalid(format!(
+                "checkpoint: {items} items exceed the {MAX_TRANSACTION_ITEMS} of one transaction"
+            )));
+        }
+        let encoded = EncodedCheckpoint {
+            run: stored::run_body(&cp.run)?,
+            journal: cp
+                .journal
+                .iter()
+                .map(stored::StoredEntry::of)
+                .collect::<Result<_, _>>()?,
+            timeline: cp
+                .timeline
+                .iter()
+                .map(stored::event_body)
+                .collect::<Result<_, _>>()?,
+            callbacks: cp.callbacks.iter().map(to_json).collect::<Result<_, _>>()?,
+            tool_calls: cp
+                .tool_calls
+                .iter()
+                .map(to_json)
+                .collect::<Result<_, _>>()?,
+        };
+        let mut bytes = encoded.run.len();
+        for entry in &encoded.journal {
+            bytes += entry.full_len();
+        }
+        for body in encoded
+            .timeline
+            .iter()
+            .chain(&encoded.callbacks)
+            .chain(&encoded.tool_calls)
+        {
+            bytes += body.len();
+        }
+        // The stored forms of the run and its events differ from their JSON by the
+        // fields the row's columns hold (strings of any length, escaped at most 6 to
+        // a char), field names and nulls: near the limit, count the JSON itself.
+        let run_strings = cp.run.tenant.0.len() + cp.run.id.0.len() + cp.run.workflow.len();
+        let slack = 512 + 6 * run_strings + 128 * cp.timeline.len();
+        if bytes.abs_diff(MAX_TRANSACTION_BYTES) <= slack {
+            bytes = bytes - encoded.run.len() + to_json(&cp.run)?.len();
+            for (event, body) in cp.timeline.iter().zip(&encoded.timeline) {
+                bytes = bytes - body.len() + to_json(event)?.len();
+            }
+        }
+        for (child, started) in &cp.child_runs {
+            bytes += to_json(child)?.len() + to_json(started)?.len();
+        }
+        if let Some(delivery) = &cp.parent_delivery {
+            bytes += to_json(delivery)?.len();
+        }
+        if bytes > MAX_TRANSACTION_BYTES {
+            return Err(StoreError::Invalid(format!(
+                "checkpoint: {bytes} bytes exceed the {MAX_TRANSACTION_BYTES} of one transaction"
+            )));
+        }
+        Ok(encoded)
+    }
+}
+
+/// The id under which `schema` is stored, storing it the first time it is seen.
+fn schema_id(tx: &Connection, schema: &stored::Schema) -> Result<i64, StoreError> {
+    let id: Option<i64> = tx
+        .prepare_cached("SELECT id FROM schemas WHERE sha256 = ?1")
+        .map_err(sql)?
+        .query_row(params![schema.sha256], |r| r.get(0))
+        .optional()
+        .map_err(sql)?;
+    if let Some(id) = id {
+        return Ok(id);
+    }
+    tx.prepare_cached("INSERT INTO schemas (sha256, body) VALUES (?1, ?2)")
+        .map_err(sql)?
+        .execute(params![schema.sha256, schema.body])
+        .map_err(sql)?;
+    Ok(tx.last_insert_rowid())
+}
+
+fn conflict(current: Run) -> StoreError {
+    StoreError::Conflict(Some(Box::new(current)))
+}
+
+#[async_trait]
+impl RunStore for EmbeddedBackend {
+    async fn create_run(&self, run: &Run, started: &TimelineEvent) -> Result<(), StoreError> {
+        let (run, started) = (run.clone(), started.clone());
+        self.tx_of(run.tenant.0.clone(), move |tx, _| {
+            insert_run(tx, &run, &started)
+        })
+        .await
+    }
+
+    async fn create_run_within(
+        &self,
+        run: &Run,
+        started: &TimelineEvent,
+        max_unfinished: u64,
+    ) -> Result<(), StoreError> {
+        let (run, started) = (run.clone(), started.clone());
+        self.tx_of(run.tenant.0.clone(), move |tx, _| {
+            // An existing run is reported as such, whatever the count (a retried start).
+            if get_run(tx, &run.tenant.0, &run.id.0)?.is_some() {
+                return Err(StoreError::AlreadyExists);
+            }
+            let unfinished = unfinished::count(tx, &run.tenant)?;
+            if unfinished >= max_unfinished {
+                return Err(StoreError::OverQuota(format!(
+                    "tenant {} has {unfinished} unfinished runs; its limit is {max_unfinished}",
+                    run.tenant
+                )));
+            }
+            insert_run(tx, &run, &started)
+        })
+        .await
+    }
+
+    async fn unfinished_runs(&self, tenant: &TenantId) -> Result<u64, StoreError> {
+        let tenant = tenant.clone();
+        self.read(move |tx| unfinished::count(tx, &tenant)).await
+    }
+
+    async fn get_run(&self, tenant: &TenantId, run_id: &RunId) -> Result<Option<Run>, StoreError> {
+        let (tenant, run_id) = (tenant.0.clone(), run_id.0.clone());
+        self.read(move |tx| get_run(tx, &tenant, &run_id)).await
+    }
+
+    async fn claim(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+        claim: &Claim,
+    ) -> Result<Run, StoreError> {
+        let (tenant, run_id, claim) = (tenant.0.clone(), run_id.0.clone(), claim.clone());
+        self.tx_unsynced_of(tenant.clone(), move |tx, _| {
+            let mut run = get_run(tx, &tenant, &run_id)?.ok_or(StoreError::NotFound)?;
+            let stored = Indexed::of(&run);
+            let claimable = matches!(
+                run.status,
+                RunStatus::Pending | RunStatus::Running | RunStatus::Waiting
+            );
+            if !claimable || run.is_leased(claim.now) {
+                return Err(conflict(run));
+            }
+            let epoch = run.epoch.next();
+            run.epoch = epoch;
+            run.lease = Some(Lease {
+                owner: claim.owner.clone(),
+                expires_at: claim.expires_at,
+                epoch,
+            });
+            run.status = RunStatus::Running;
+            run.due_at = Some(claim.expires_at);
+            run.resend_after = None;
+            run.version += 1;
+            run.updated_at = claim.now;
+            update_run(tx, stored, &run)?;
+            Ok(run)
+        })
+        .await
+    }
+
+    async fn renew_lease(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+        epoch: FencingEpoch,
+        expires_at: Timestamp,
+    ) -> Result<Run, StoreError> {
+        let (tenant, run_id) = (tenant.0.clone(), run_id.0.clone());
+        self.tx(move |tx, _| {
+            let mut run = get_run(tx, &tenant, &run_id)?.ok_or(StoreError::NotFound)?;
+            let stored = Indexed::of(&run);
+            match &mut run.lease {
+                Some(lease) if lease.epoch == epoch => lease.expires_at = expires_at,
+                _ => return Err(conflict(run)),
+            }
+            run.due_at = Some(expires_at);
+            run.resend_after = None;
+            update_run(tx, stored, &run)?;
+            Ok(run)
+        })
+        .await
+    }
+
+    async fn load_history(&self, tenant: &TenantId, run_id: &RunId) -> Result<History, StoreError> {
+        let (tenant, run_id) = (tenant.0.clone(), run_id.0.clone());
+        self.read(move |tx| {
+            let mut history = History::default();
+            let mut stmt = tx
+                .prepare_cached(
+                    "SELECT journal.position, journal.body, schemas.body FROM runs JOIN journal ON journal.run = runs.key
+                       LEFT JOIN schemas ON schemas.id = journal.accepts
+                      WHERE runs.tenant = ?1 AND runs.run_id = ?2",
+                )
+                .map_err(sql)?;
+            for row in stmt
+                .query_map(params![tenant, run_id], |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        r.get::<_, String>(1)?,
+                        r.get::<_, Option<String>>(2)?,
+                    ))
+                })
+                .map_err(sql)?
+            {
+                let (position, body, schema) = row.map_err(sql)?;
+                history
+                    .journal
+                    .push(stored::entry(&position, &body, schema.as_deref())?);
+            }
+            let mut stmt = tx
+                .prepare_cached(
+                    "SELECT deliveries.body FROM runs JOIN deliveries ON deliveries.run = runs.key
+                      WHERE runs.tenant = ?1 AND runs.run_id = ?2 ORDER BY deliveries.seq",
+                )
+                .map_err(sql)?;
+            for body in stmt
+                .query_map(params![tenant, run_id], |r| r.get::<_, String>(0))
+                .map_err(sql)?
+            {
+                history.deliveries.push(from_json(&body.map_err(sql)?)?);
+            }
+            Ok(history)
+        })
+        .await
+    }
+
+    async fn checkpoint(&self, checkpoint: &Checkpoint) -> Result<(), StoreError> {
+        let cp = checkpoint.clone();
+        let encoded = EncodedCheckpoint::of(&cp)?;
+        self.tx_of(cp.run.tenant.0.clone(), move |tx, _| {
+                let (key, current) = get_keyed_run(tx, &cp.run.tenant.0, &cp.run.id.0)?.ok_or(StoreError::NotFound)?;
+                let epoch_ok = cp.epoch.is_none_or(|e| current.lease.as_ref().is_some_and(|l| l.epoch == e));
+                if current.version != cp.expected_version || !epoch_ok {
+                    return Err(conflict(current));
+                }
+                update_run_as(tx, Indexed::of(&current), &cp.run, &encoded.run)?;
+                for (entry, stored) in cp.journal.iter().zip(&encoded.journal) {
+                    let schema = stored.schema.as_ref().map(|s| schema_id(tx, s)).transpose()?;
+                    tx.prepare_cached("INSERT OR REPLACE INTO journal (run, position, accepts, body) VALUES (?1, ?2, ?3, ?4)")
+                        .map_err(sql)?
+                        .execute(params![key, entry.position.0, schema, stored.body])
+                        .map_err(sql)?;
+                }
+                for (event, body) in cp.timeline.iter().zip(&encoded.timeline) {
+                    insert_event_as(tx, key, &cp.run, event.seq, body).map_err(|e| match e {
+                        StoreError::Conflict(_) => conflict(current.clone()),
+                        other => other,
+                    })?;
+                }
+                for (record, body) in cp.callbacks.iter().zip(&encoded.callbacks) {
+                    put_callback_as(tx, &record.callback_id, body)?;
+                }
+                for (record, body) in cp.tool_calls.iter().zip(&encoded.tool_calls) {
+                    tx.prepare_cached(
+                        "INSERT OR REPLACE INTO tool_calls (tenant, key, body) VALUES (?1, ?2, ?3)",
+                    )
+                    .map_err(sql)?
+                    .execute(params![record.tenant.0, record.key.0, body])
+                    .map_err(sql)?;
+                }
+                for (child, started) in &cp.child_runs {
+                    insert_run(tx, child, started)?;
+                }
+                if let Some(delivery) = &cp.parent_delivery {
+                    match apply_delivery(tx, delivery) {
+                        Ok(_) | Err(StoreError::NotFound) | Err(StoreError::Gone(_)) => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                Ok(())
+            })
+            .await
+    }
+
+    async fn deliver(&self, delivery: &NewDelivery) -> Result<DeliverOutcome, StoreError> {
+        let delivery = delivery.clone();
+        self.tx_of(delivery.tenant.0.clone(), move |tx, _| {
+            apply_delivery(tx, &delivery)
+        })
+        .await
+    }
+
+    async fn get_callback(
+        &self,
+        callback_id: &CallbackId,
+    ) -> Result<Option<CallbackRecord>, StoreError> {
+        let id = callback_id.clone();
+        self.read(move |tx| get_callback(tx, &id)).await
+    }
+
+    async fn get_tool_call(
+        &self,
+        tenant: &TenantId,
+        key: &IdempotencyKey,
+    ) -> Result<Option<ToolCallRecord>, StoreError> {
+        let (tenant, key) = (tenant.0.clone(), key.0.clone());
+        self.read(move |tx| {
+            let body: Option<String> = tx
+                .query_row(
+                    "SELECT body FROM tool_calls WHERE tenant = ?1 AND key = ?2",
+                    params![tenant, key],
+                    |r| r.get(0),
+                )
+                .optional()
+                .map_err(sql)?;
+            body.map(|b| from_json(&b)).transpose()
+        })
+        .await
+    }
+
+    async fn timeline(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<TimelineEvent>, StoreError> {
+        let (tenant, run_id) = (tenant.0.clone(), run_id.0.clone());
+        self.read(move |tx| {
+                let mut stmt = tx
+                    .prepare_cached("SELECT timeline.seq, timeline.body FROM runs JOIN timeline ON timeline.run = runs.key
+                                      WHERE runs.tenant = ?1 AND runs.run_id = ?2 AND timeline.seq > ?3 ORDER BY timeline.seq LIMIT ?4")
+                    .map_err(sql)?;
+                let rows = stmt
+                    .query_map(params![tenant, run_id, after as i64, limit as i64], |r| {
+                        Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?))
+                    })
+                    .map_err(sql)?;
+                rows.map(|row| {
+                    let (seq, body) = row.map_err(sql)?;
+                    stored::event(seq as u64, &body)
+                })
+                .collect()
+            })
+            .await
+    }
+
+    async fn list_runs(
+        &self,
+        tenant: &TenantId,
+        filter: &RunFilter,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<RunPage, StoreError> {
+        let tenant = tenant.0.clone();
+        let status = filter.status.map(|s| s.as_str().to_owned());
+        let workflow = filter.workflow.clone();
+        let after = cursor.map(ListPosition::decode).transpose()?;
+        let limit = limit.max(1);
+        // One statement per filter, each a range seek on its own index: a filter
+        // folded into one statement (`?2 IS NULL OR status = ?2`) can use none, and
+        // the page would cost a walk over every run of the tenant it skips.
+        let query = match (&status, &workflow) {
+            (None, None) => LIST_RUNS,
+            (Some(_), None) => LIST_RUNS_BY_STATUS,
+            (None, Some(_)) => LIST_RUNS_BY_WORKFLOW,
+            (Some(_), Some(_)) => LIST_RUNS_BY_STATUS_AND_WORKFLOW,
+        };
+        self.read(move |tx| {
+            // Before every run: `(created_at, key) < (MAX, MAX)`.
+            let (after_created, after_key) = match after {
+                None => (i64::MAX, i64::MAX),
+                Some(ListPosition::Keyed { created_at, key }) => (created_at, key),
+                Some(ListPosition::ByRunId { created_at, run_id }) => {
+                    let (key, _) = get_keyed_run(tx, &tenant, &run_id)?
+                        .ok_or_else(|| StoreError::Invalid("malformed cursor".into()))?;
+                    (created_at, key)
+                }
+            };
+            let mut stmt = tx.prepare_cached(query).map_err(sql)?;
+            let rows = stmt
+                .query_map(
+                    params![
+                        tenant,
+                        status,
+                        workflow,
+                        after_created,
+                        after_key,
+                        (limit + 1) as i64
+                    ],
+                    |r| Ok((r.get::<_, i64>(0)?, stored::RunRow::read(r, 1)?)),
+                )
+                .map_err(sql)?;
+            let mut runs: Vec<(i64, Run)> = rows
+                .map(|row| {
+                    let (key, row) = row.map_err(sql)?;
+                    Ok((key, row.run()?))
+                })
+                .collect::<Result<_, StoreError>>()?;
+            let next_cursor = if runs.len() > limit {
+                runs.truncate(limit);
+                runs.last()
+                    .map(|(key, run)| ListPosition::cursor(run.created_at.0, *key))
+            } else {
+                None
+            };
+            Ok(RunPage {
+                runs: runs.into_iter().map(|(_, run)| run).collect(),
+                next_cursor,
+            })
+        })
+        .await
+    }
+
+    async fn due_runs(&self, before: Timestamp, limit: usize) -> Result<Vec<DueRun>, StoreError> {
+        self.read(move |tx| {
+                let mut stmt = tx
+                    .prepare_cached("SELECT tenant, run_id, due_at, status, sweep_at FROM runs WHERE sweep_at IS NOT NULL AND sweep_at <= ?1 ORDER BY sweep_at LIMIT ?2")
+                    .map_err(sql)?;
+                let rows = stmt
+                    .query_map(params![before.0, limit as i64], |r| {
+                        let status: String = r.get(3)?;
+                        let status = RunStatus::ALL.into_iter().find(|s| s.as_str() == status).unwrap_or(RunStatus::Pending);
+                        let (due_at, sweep_at) = (Timestamp(r.get(2)?), Timestamp(r.get(4)?));
+                        let resend_after = (sweep_at > due_at).then_some(sweep_at);
+                        Ok(DueRun { tenant: TenantId(r.get(0)?), run_id: RunId(r.get(1)?), due_at, status, resend_after })
+                    })
+                    .map_err(sql)?;
+                rows.map(|r| r.map_err(sql)).collect()
+            })
+            .await
+    }
+
+    async fn set_resend_after(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+        due_at: Timestamp,
+        resend_after: Option<Timestamp>,
+    ) -> Result<(), StoreError> {
+        let (tenant, run_id) = (tenant.0.clone(), run_id.0.clone());
+        // Bookkeeping: lost in an OS crash, it costs a duplicate wake-up or a margin.
+        self.tx_unsynced(move |tx, _| match get_run(tx, &tenant, &run_id)? {
+            Some(mut run) if run.due_at == Some(due_at) => {
+                let stored = Indexed::of(&run);
+                run.resend_after = resend_after;
+                update_run(tx, stored, &run)
+            }
+            _ => Ok(()),
+        })
+        .await
+    }
+}
