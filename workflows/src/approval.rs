@@ -20,11 +20,7 @@
 //! - **No decision within three days**: the wait fails with `EventTimedOut` and the run
 //!   fails with it.
 
-use std::time::Duration;
-
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
-use siesta::{Context, Error, RetryStrategy, StepError};
+use siesta::prelude::*;
 
 /// The name of the event that carries the decision.
 pub const APPROVAL_EVENT: &str = "approval";

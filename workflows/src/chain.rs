@@ -7,10 +7,7 @@
 //! write, so a run without sleeps costs exactly `N` checkpoints plus its start and
 //! finish: throughput and latency per step read straight off it.
 
-use std::time::Duration;
-
-use serde::Deserialize;
-use siesta::{Context, Error};
+use siesta::prelude::*;
 
 /// The most steps one run may take; a larger `N` fails the run at once (a typo should
 /// not start a run that checkpoints for hours).

@@ -19,7 +19,7 @@ pub mod order;
 pub mod report;
 pub mod timer;
 
-use siesta::{Context, Error, Registry};
+use siesta::prelude::*;
 
 pub use approval::{ApprovalInput, ApprovalOutcome, Decision, ExecutedStep, approval};
 pub use chain::chain;

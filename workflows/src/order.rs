@@ -1,11 +1,7 @@
 //! The `order` workflow: create an order, hand a callback URL to a payment provider,
 //! wait up to an hour for its webhook, then ship — or fail.
 
-use std::time::Duration;
-
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
-use siesta::{Context, Error, StepError};
+use siesta::prelude::*;
 
 /// The input of the `order` workflow.
 #[derive(Debug, Clone, Serialize, Deserialize)]

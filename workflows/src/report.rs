@@ -59,13 +59,10 @@
 //! the failed attempt's POST did arrive (a timeout after the receiver had accepted it).
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use futures::future::BoxFuture;
-use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use siesta::context::StepContext;
-use siesta::{ArtifactRef, Context, Error, RetryStrategy, StepError};
+use siesta::prelude::*;
 
 /// The environment variable naming the default notify target's URL.
 pub const NOTIFY_URL_ENV: &str = "SIESTA_NOTIFY_URL";

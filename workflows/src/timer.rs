@@ -6,10 +6,7 @@
 //! reaches its timer, so a replay keeps it. Output: how late the timer fired, in ms
 //! (`{"late_ms": n}`, from the engine's clock when the run finished).
 
-use std::time::Duration;
-
-use serde::{Deserialize, Serialize};
-use siesta::{Context, Error, Timestamp};
+use siesta::prelude::*;
 
 /// What a run of `timer` sleeps for.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]

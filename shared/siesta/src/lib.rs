@@ -8,9 +8,7 @@
 //! suspends the run inside the engine; user code never sees suspension.
 //!
 //! ```no_run
-//! use std::time::Duration;
-//! use siesta::{Context, Error, JsonSchema, Registry, RetryStrategy, StepError};
-//! use serde::Deserialize;
+//! use siesta::prelude::*;
 //!
 //! #[derive(Deserialize)]
 //! struct Order { item: String, amount: u64 }
@@ -40,6 +38,8 @@
 //! ```
 //!
 //! ## The tour
+//! - A workflow's module starts with `use siesta::prelude::*;` ([`prelude`]): the
+//!   context, the errors, the registry, the strategies and the payload derives.
 //! - Operations, on [`Context`]: [`step`](Context::step) (with a
 //!   [`RetryStrategy`]; at-least-once or at-most-once per retry),
 //!   [`tool_call`](Context::tool_call) (an idempotency key derived from its meaning;
@@ -91,6 +91,7 @@ pub mod liveness;
 pub mod model;
 mod notify;
 pub mod ports;
+pub mod prelude;
 pub mod probe;
 pub mod quota;
 pub mod registry;

@@ -1,7 +1,6 @@
 //! The `hello` workflow: `{"name": "Ada"}` → `"Hello, Ada!"`.
 
-use serde::Deserialize;
-use siesta::{Context, Error};
+use siesta::prelude::*;
 
 /// The input of `hello`.
 #[derive(Debug, Deserialize)]
