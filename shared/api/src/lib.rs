@@ -43,7 +43,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::Request;
+use axum::extract::{MatchedPath, Request};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use http::{Method, Uri, header};
@@ -238,13 +238,24 @@ async fn json_errors(response: Response) -> Response {
     Response::from_parts(parts, fresh_body)
 }
 
-/// One span per request (method, path, and the tenant once authenticated), and a line
-/// with the status it was answered with.
+/// One span per request (method, route template, and the tenant once authenticated),
+/// and a line with the status it was answered with.
+///
+/// The span names the route's template (`/hooks/{token}`), never the request's path: a
+/// path can carry a credential (a callback's capability token is its URL), and whoever
+/// reads the logs must not be able to complete a callback. Nor does it name the query
+/// string or any header (`Authorization`, a webhook's signature). `Router::layer` wraps
+/// each route after routing, so the matched template is already in the request's
+/// extensions here; a request no route matched is named `unmatched`.
 async fn trace(request: Request, next: Next) -> Response {
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or("unmatched", MatchedPath::as_str);
     let span = tracing::info_span!(
         "request",
         method = %request.method(),
-        path = %request.uri().path(),
+        route = %route,
         tenant = tracing::field::Empty,
     );
     async move {
