@@ -127,8 +127,8 @@ macro_rules! build_id {
 }
 pub use engine::worker::WorkerConfig;
 pub use engine::{
-    BatchReport, DeadLetterReport, Engine, EngineConfig, EngineError, SweepReport,
-    ToolCallResolution, WakeOutcome,
+    BatchReport, DeadLetterReport, Divergence, Engine, EngineConfig, EngineError, ReplayCheck,
+    SweepReport, ToolCallResolution, WakeOutcome,
 };
 pub use error::{Error, ErrorKind, PANICKED, StepError, StepResultExt};
 pub use liveness::{Liveness, LoopGuard};

@@ -351,7 +351,8 @@ impl Context {
     }
 
     /// The journal entry at `op`'s position, checking that the code still matches the
-    /// journal. On a mismatch the run is parked and this never returns.
+    /// journal. On a mismatch the run is parked (in a replay check, the divergence
+    /// recorded) and this never returns.
     pub(crate) async fn lookup(&self, op: &Op) -> Option<JournalEntry> {
         let mismatch = {
             let mut st = self.shared.state();
@@ -372,28 +373,34 @@ impl Context {
                     }
                     return Some(entry);
                 }
-                Some(entry) => Some(format!(
-                    "non-determinism at {}: the journal has a {} operation there but the code now runs a {}",
-                    op.position, entry.kind, op.kind
+                Some(entry) => Some((
+                    entry.kind,
+                    format!(
+                        "non-determinism at {}: the journal has a {} operation there but the code now runs a {}",
+                        op.position, entry.kind, op.kind
+                    ),
                 )),
                 None => match st
                     .by_index
                     .get(&(parent.clone(), op.index))
                     .and_then(|p| st.journal.get(p))
                 {
-                    Some(entry) => Some(format!(
-                        "non-determinism at {}: operation #{} under '{}' was {} '{}' in the journal but the code now runs {} '{}'",
-                        op.position,
-                        op.index,
-                        if parent.is_empty() {
-                            "the run"
-                        } else {
-                            parent.as_str()
-                        },
+                    Some(entry) => Some((
                         entry.kind,
-                        entry.position,
-                        op.kind,
-                        op.position
+                        format!(
+                            "non-determinism at {}: operation #{} under '{}' was {} '{}' in the journal but the code now runs {} '{}'",
+                            op.position,
+                            op.index,
+                            if parent.is_empty() {
+                                "the run"
+                            } else {
+                                parent.as_str()
+                            },
+                            entry.kind,
+                            entry.position,
+                            op.kind,
+                            op.position
+                        ),
                     )),
                     None => {
                         st.visited.insert(op.position.clone());
@@ -403,13 +410,32 @@ impl Context {
             }
         };
         match mismatch {
-            Some(message) => {
-                self.shared
-                    .set_stop(Stop::Park(ErrorInfo::new("NonDeterminism", message, false)));
-                self.suspend(None).await
-            }
+            Some((journal_kind, message)) => self.diverged(op, journal_kind, message).await,
             None => None,
         }
+    }
+
+    /// The code left the journal at `op` (the journal holds a `journal_kind` there):
+    /// park the run, or in a replay check record the divergence. Never returns: this
+    /// branch cannot go on.
+    pub(crate) async fn diverged<T>(
+        &self,
+        op: &Op,
+        journal_kind: OperationKind,
+        message: String,
+    ) -> T {
+        if self.shared.checking {
+            self.shared.diverge(crate::engine::Divergence {
+                position: op.position.clone(),
+                journal_kind: Some(journal_kind),
+                code_kind: Some(op.kind),
+                message,
+            });
+        } else {
+            self.shared
+                .set_stop(Stop::Park(ErrorInfo::new("NonDeterminism", message, false)));
+        }
+        self.suspend(None).await
     }
 
     /// This branch now does new work: its log lines are written from here on.
@@ -422,6 +448,10 @@ impl Context {
     /// A spent budget parks the branch until the next invocation re-arms the pass with
     /// a new one; a stop or cancellation blocks it for good.
     pub(crate) async fn boundary(&self) {
+        if self.shared.checking {
+            // A replay check does no new work: the run replayed cleanly up to here.
+            self.suspend::<()>(None).await;
+        }
         loop {
             let block = {
                 let mut st = self.shared.state();

@@ -74,6 +74,8 @@ pub(crate) struct ExecState {
     pub(super) generation: u64,
     /// A branch blocked for good (not parked): this pass cannot be continued.
     pub stuck: bool,
+    /// In a replay check, the first place the code left the journal.
+    pub divergence: Option<crate::engine::Divergence>,
 }
 
 /// What one replay pass shares between the context handles and the engine.
@@ -94,6 +96,10 @@ pub(crate) struct Shared {
     watch: Mutex<Arc<LeaseWatch>>,
     /// Wakes parked branches when the pass is re-armed.
     pub(super) rearmed: tokio::sync::Notify,
+    /// A replay check (see `engine::replay_check`): the pass only reads. Where it would
+    /// do new work or write (a boundary, a checkpoint) the branch stops instead, and a
+    /// mismatch with the journal is recorded as the divergence rather than parking.
+    pub(crate) checking: bool,
 }
 
 /// Everything one checkpoint adds besides the run itself.
@@ -199,12 +205,29 @@ impl Shared {
                 detached_starts: Vec::new(),
                 generation: 0,
                 stuck: false,
+                divergence: None,
             }),
             writer: tokio::sync::Mutex::new(()),
             queued: Mutex::new(Vec::new()),
             queue_ids: std::sync::atomic::AtomicU64::new(0),
             watch: Mutex::new(watch),
             rearmed: tokio::sync::Notify::new(),
+            checking: false,
+        }
+    }
+
+    /// This pass as a replay check: nothing it does is written or sent.
+    pub(crate) fn checking(mut self) -> Shared {
+        self.checking = true;
+        self
+    }
+
+    /// Record where the code left the journal, in a replay check: the first place
+    /// found stands.
+    pub(crate) fn diverge(&self, divergence: crate::engine::Divergence) {
+        let mut st = self.state();
+        if st.divergence.is_none() {
+            st.divergence = Some(divergence);
         }
     }
 
@@ -290,6 +313,13 @@ impl Shared {
         expect_inbox: Option<u64>,
         mutate: impl Fn(&mut Run),
     ) -> Result<(), CommitError> {
+        if self.checking {
+            // A replay check reached what the journal does not hold: it ends here,
+            // before anything is written or sent.
+            return Err(CommitError::Aborted(
+                "the replay check stops here".to_owned(),
+            ));
+        }
         let detached = std::mem::take(&mut self.state().detached_starts);
         delta.starts.extend(detached);
         delta.take_starts();

@@ -453,9 +453,7 @@ where
                 "non-determinism at {}: the journal holds a {:?} state for a step",
                 op.position, other
             );
-            ctx.shared
-                .set_stop(Stop::Park(ErrorInfo::new("NonDeterminism", message, false)));
-            return ctx.suspend(None).await;
+            return ctx.diverged(&op, op.kind, message).await;
         }
     };
     ctx.go_live();

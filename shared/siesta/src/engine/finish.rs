@@ -335,20 +335,24 @@ pub(super) fn workflow_panicked(message: &str) -> ErrorInfo {
 
 /// Journal entries the finished workflow never reached: its code changed under it.
 pub(super) fn unvisited(st: &crate::context::ExecState) -> Option<ErrorInfo> {
-    let mut missing: Vec<&JournalEntry> = st
-        .journal
+    first_unvisited(st).map(|e| ErrorInfo::new("NonDeterminism", unvisited_message(e), false))
+}
+
+/// The first journal entry (by position) the finished workflow never reached.
+pub(super) fn first_unvisited(st: &crate::context::ExecState) -> Option<&JournalEntry> {
+    st.journal
         .values()
         .filter(|e| {
             !st.visited.contains(&e.position)
                 && !e.position.ancestors().any(|a| st.visited.contains(&a))
         })
-        .collect();
-    missing.sort_by(|a, b| a.position.cmp(&b.position));
-    missing.first().map(|e| {
-        ErrorInfo::new(
-            "NonDeterminism",
-            format!("non-determinism at {}: the journal has a {} operation '{}' that the code no longer reaches", e.position, e.kind, e.name),
-            false,
-        )
-    })
+        .min_by(|a, b| a.position.cmp(&b.position))
+}
+
+/// Why a finished workflow that never reached `entry` diverged from its journal.
+pub(super) fn unvisited_message(e: &JournalEntry) -> String {
+    format!(
+        "non-determinism at {}: the journal has a {} operation '{}' that the code no longer reaches",
+        e.position, e.kind, e.name
+    )
 }

@@ -13,7 +13,7 @@
 //! `wakeup` (claim, replay, hand-off to the replay cache), `lease` (its renewal while an
 //! invocation runs), `finish` (a pass's final checkpoint), `deliveries` (events,
 //! messages, callback outcomes and heartbeats), `control` (cancel, resume, resolve),
-//! `sweep`, `dead_letters` (the dead-letter queue and the operator's view of it) and
+//! `replay_check` (does a run's journal replay on this code, writing nothing), `sweep`, `dead_letters` (the dead-letter queue and the operator's view of it) and
 //! `worker` (the queue worker and batch handling). This file holds the engine itself,
 //! its configuration and errors, and the helpers they share.
 
@@ -36,12 +36,14 @@ pub mod dead_letters;
 mod deliveries;
 mod finish;
 mod lease;
+mod replay_check;
 mod start;
 mod sweep;
 mod wakeup;
 pub(crate) mod worker;
 
 pub use dead_letters::DeadLetterReport;
+pub use replay_check::{Divergence, ReplayCheck};
 pub use sweep::SweepReport;
 pub use worker::BatchReport;
 

@@ -273,20 +273,21 @@ impl Engine {
 }
 
 /// A workflow's future, as the registry starts it.
-type WorkflowFuture = futures::future::BoxFuture<'static, Result<serde_json::Value, Error>>;
+pub(super) type WorkflowFuture =
+    futures::future::BoxFuture<'static, Result<serde_json::Value, Error>>;
 
 /// The waker an invocation polls its workflow with: it remembers whether anything woke
 /// the workflow during a poll (so the engine polls again instead of taking a branch
 /// that has yet to run for one that waits) and passes the wake on to the task.
 #[derive(Default)]
-struct WokenFlag {
+pub(super) struct WokenFlag {
     woken: std::sync::atomic::AtomicBool,
     task: std::sync::Mutex<Option<std::task::Waker>>,
 }
 
 impl WokenFlag {
     /// Before a poll: forget earlier wakes and wake `task` from now on.
-    fn arm(&self, task: &std::task::Waker) {
+    pub(super) fn arm(&self, task: &std::task::Waker) {
         self.woken.store(false, Ordering::SeqCst);
         let mut held = self.task.lock().unwrap_or_else(|e| e.into_inner());
         if !held.as_ref().is_some_and(|w| w.will_wake(task)) {
@@ -295,7 +296,7 @@ impl WokenFlag {
     }
 
     /// Whether anything woke the workflow since [`WokenFlag::arm`].
-    fn woken(&self) -> bool {
+    pub(super) fn woken(&self) -> bool {
         self.woken.load(Ordering::SeqCst)
     }
 }

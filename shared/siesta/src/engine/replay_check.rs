@@ -1,0 +1,179 @@
+//! The replay check: does a run's journal replay on this engine's code?
+//!
+//! The workflow runs from the top over the run's journal and deliveries exactly as a
+//! wake-up would replay it, with one difference: the pass is *checking*
+//! ([`Shared::checking`]). Wherever the code would do something the journal does not
+//! hold — run a step, call a tool or a model, start a child, create a callback, start a
+//! wait, consume a delivery — the branch stops there (the run replayed cleanly so far)
+//! instead of doing it, and where the code asks for an operation the journal does not
+//! have at that position, the divergence is recorded instead of parking the run.
+//! Nothing is written, sent or claimed: the store is only read (the run, its history,
+//! the artifacts of offloaded values).
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::task::Poll;
+
+use serde::{Deserialize, Serialize};
+
+use super::finish::{first_unvisited, unvisited_message};
+use super::wakeup::{WokenFlag, WorkflowFuture};
+use super::{Engine, EngineError};
+use crate::context::{Context, LeaseWatch, Shared, decode_payload};
+use crate::error::panic_message;
+use crate::model::*;
+use crate::ports::History;
+use crate::time::Timestamp;
+
+/// Where a run's journal and this engine's code part ways.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Divergence {
+    /// The position the code reached when it left the journal (or, when the code
+    /// finished without reaching part of the journal, the first position it missed).
+    pub position: Position,
+    /// The operation the journal holds there (none: the journal holds nothing there).
+    pub journal_kind: Option<OperationKind>,
+    /// The operation the code runs there (none: the code no longer reaches it).
+    pub code_kind: Option<OperationKind>,
+    /// The whole story, as a run parked for it would tell it.
+    pub message: String,
+}
+
+impl std::fmt::Display for Divergence {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kind = |k: Option<OperationKind>| k.map_or("nothing", OperationKind::as_str);
+        write!(
+            f,
+            "at {}: journal {} vs code {} ({})",
+            self.position,
+            kind(self.journal_kind),
+            kind(self.code_kind),
+            self.message
+        )
+    }
+}
+
+/// What a replay check found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "result", rename_all = "snake_case")]
+pub enum ReplayCheck {
+    /// The code replays every journal entry it reached; `replayed` of them. It stopped
+    /// where the journal ends (or the run waits), or at the workflow's end.
+    Clean {
+        /// Journal entries replayed.
+        replayed: usize,
+    },
+    /// The code left the journal.
+    Diverged(Divergence),
+}
+
+impl ReplayCheck {
+    /// Whether the journal replays.
+    pub fn is_clean(&self) -> bool {
+        matches!(self, ReplayCheck::Clean { .. })
+    }
+}
+
+impl Engine {
+    /// Check that the run's journal replays on this engine's code, with no side effect
+    /// and no write (see the module docs). A finished run is checked too: its whole
+    /// journal must replay.
+    pub async fn check_replay(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+    ) -> Result<ReplayCheck, EngineError> {
+        let run = self.get_run(tenant, run_id).await?;
+        let history = self.backend.store.load_history(tenant, run_id).await?;
+        self.check_replay_history(run, history).await
+    }
+
+    /// [`Engine::check_replay`] over a run and its history given whole (an exported
+    /// history, say): the store is not read, except for the artifacts of values the
+    /// journal offloaded.
+    pub async fn check_replay_history(
+        &self,
+        run: Run,
+        history: History,
+    ) -> Result<ReplayCheck, EngineError> {
+        let Some(workflow) = self.registry.get(&run.workflow).cloned() else {
+            return Err(EngineError::UnknownWorkflow(run.workflow.clone()));
+        };
+        let input: serde_json::Value = decode_payload(&self.backend, &run.input)
+            .await
+            .map_err(|e| EngineError::InvalidInput(e.to_string()))?;
+        let mut run = run;
+        // A cancellation would stop the pass at its first boundary; the check asks only
+        // whether the journal replays.
+        run.cancel_requested = false;
+        let shared = Arc::new(
+            Shared::new(
+                self.backend.clone(),
+                self.clock.clone(),
+                self.context_config(),
+                run,
+                history.into(),
+                Timestamp(i64::MAX),
+                Arc::new(LeaseWatch::default()),
+            )
+            .checking(),
+        );
+        let fut = workflow.start(Context::root(shared.clone()), input);
+        let finished = drive(&shared, fut).await;
+        let st = shared.state();
+        if let Some(divergence) = &st.divergence {
+            return Ok(ReplayCheck::Diverged(divergence.clone()));
+        }
+        match finished {
+            Driven::Panicked(message) => Ok(ReplayCheck::Diverged(Divergence {
+                position: first_unvisited(&st)
+                    .map(|e| e.position.clone())
+                    .unwrap_or_else(|| Position::from("")),
+                journal_kind: None,
+                code_kind: None,
+                message: format!("the workflow panicked outside a step on replay: {message}"),
+            })),
+            Driven::Finished => match first_unvisited(&st) {
+                Some(entry) => Ok(ReplayCheck::Diverged(Divergence {
+                    position: entry.position.clone(),
+                    journal_kind: Some(entry.kind),
+                    code_kind: None,
+                    message: unvisited_message(entry),
+                })),
+                None => Ok(ReplayCheck::Clean {
+                    replayed: st.visited.len(),
+                }),
+            },
+            Driven::Stopped => Ok(ReplayCheck::Clean {
+                replayed: st.visited.len(),
+            }),
+        }
+    }
+}
+
+enum Driven {
+    Finished,
+    Stopped,
+    Panicked(String),
+}
+
+/// Poll the checked workflow until it finishes or every branch has stopped.
+async fn drive(shared: &Arc<Shared>, mut fut: WorkflowFuture) -> Driven {
+    let woken = Arc::new(WokenFlag::default());
+    let woken_waker = futures::task::waker(woken.clone());
+    std::future::poll_fn(|cx| {
+        woken.arm(cx.waker());
+        let mut inner = std::task::Context::from_waker(&woken_waker);
+        match std::panic::catch_unwind(AssertUnwindSafe(|| fut.as_mut().poll(&mut inner))) {
+            Ok(Poll::Ready(_)) => return Poll::Ready(Driven::Finished),
+            Ok(Poll::Pending) => {}
+            Err(payload) => return Poll::Ready(Driven::Panicked(panic_message(payload.as_ref()))),
+        }
+        if shared.state().running <= 0 && !woken.woken() {
+            Poll::Ready(Driven::Stopped)
+        } else {
+            Poll::Pending
+        }
+    })
+    .await
+}
