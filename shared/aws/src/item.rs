@@ -315,6 +315,9 @@ pub(crate) fn due_from_item(item: &Item) -> Result<siesta::ports::DueRun, StoreE
         run_id: RunId(get_s(item, RUN_ID, WHAT)?.to_owned()),
         due_at,
         resend_after: (sweep_at > due_at).then_some(sweep_at),
+        // Not projected: the AWS sweep wakes every build's runs (the step function
+        // forwards a run of another build to it).
+        build_id: None,
         status: RunStatus::ALL
             .into_iter()
             .find(|s| s.as_str() == status_name)

@@ -606,7 +606,7 @@ impl RunStore for EmbeddedBackend {
     async fn due_runs(&self, before: Timestamp, limit: usize) -> Result<Vec<DueRun>, StoreError> {
         self.read(move |tx| {
                 let mut stmt = tx
-                    .prepare_cached("SELECT tenant, run_id, due_at, status, sweep_at FROM runs WHERE sweep_at IS NOT NULL AND sweep_at <= ?1 ORDER BY sweep_at LIMIT ?2")
+                    .prepare_cached("SELECT tenant, run_id, due_at, status, sweep_at, json_extract(body, '$.build_id') FROM runs WHERE sweep_at IS NOT NULL AND sweep_at <= ?1 ORDER BY sweep_at LIMIT ?2")
                     .map_err(sql)?;
                 let rows = stmt
                     .query_map(params![before.0, limit as i64], |r| {
@@ -614,7 +614,7 @@ impl RunStore for EmbeddedBackend {
                         let status = RunStatus::ALL.into_iter().find(|s| s.as_str() == status).unwrap_or(RunStatus::Pending);
                         let (due_at, sweep_at) = (Timestamp(r.get(2)?), Timestamp(r.get(4)?));
                         let resend_after = (sweep_at > due_at).then_some(sweep_at);
-                        Ok(DueRun { tenant: TenantId(r.get(0)?), run_id: RunId(r.get(1)?), due_at, status, resend_after })
+                        Ok(DueRun { tenant: TenantId(r.get(0)?), run_id: RunId(r.get(1)?), due_at, status, resend_after, build_id: r.get(5)? })
                     })
                     .map_err(sql)?;
                 rows.map(|r| r.map_err(sql)).collect()

@@ -208,14 +208,18 @@ async fn a_file_written_before_run_keys_opens_and_its_runs_go_on() {
         "the fixture has runs waiting for their event"
     );
 
-    // A waiting run resumes on its event and completes with the old journal replayed.
+    // A waiting run resumes on its event and completes with the old journal replayed,
+    // on an engine of the build that wrote the file (a run is served by its own build).
+    let run = &waiting[0];
     let engine = Engine::new(
         ports.clone(),
         clock.clone(),
         siesta_workflows::registry(),
-        EngineConfig::default(),
+        EngineConfig {
+            build_id: run.build_id.clone().unwrap_or_default(),
+            ..EngineConfig::default()
+        },
     );
-    let run = &waiting[0];
     engine
         .deliver_event(
             &run.tenant,

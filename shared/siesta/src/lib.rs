@@ -127,15 +127,15 @@ macro_rules! build_id {
 }
 pub use engine::worker::WorkerConfig;
 pub use engine::{
-    BatchReport, DeadLetterReport, Divergence, Engine, EngineConfig, EngineError, ReplayCheck,
-    SweepReport, ToolCallResolution, WakeOutcome,
+    BatchReport, DeadLetterReport, Divergence, Engine, EngineConfig, EngineError, OtherBuilds,
+    ReplayCheck, SweepReport, ToolCallResolution, WakeOutcome,
 };
 pub use error::{Error, ErrorKind, PANICKED, StepError, StepResultExt};
 pub use liveness::{Liveness, LoopGuard};
 pub use model::*;
 pub use notify::RunWatch;
 pub use quota::{Quota, QuotaExceeded, QuotaLimit, Quotas};
-pub use registry::Registry;
+pub use registry::{Registry, UpgradePolicy};
 pub use replay_cache::ReplayCacheStats;
 pub use retry::{Backoff, Jitter, RetryOn, RetryStrategy};
 /// Derive it (`#[derive(JsonSchema)]`, from the `schemars` crate) on the payload types of

@@ -120,7 +120,7 @@ impl FencingEpoch {
 }
 
 /// Where a run is in its life. See [`crate::lifecycle`] for the allowed moves.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RunStatus {
     /// Created or yielded; runnable, waiting for an engine to claim it.

@@ -213,6 +213,11 @@ pub struct DueRun {
     /// Until when a wake-up sent for it was expected to arrive ([`Run::resend_after`]),
     /// if one was sent; it has passed, or the run would not be due for the sweep.
     pub resend_after: Option<Timestamp>,
+    /// The build the run started on ([`Run::build_id`]), when the index carries it
+    /// (the embedded store's does; DynamoDB's due index does not project it, and its
+    /// sweep wakes every build's runs). `None` reads as "any build's": a sweep that
+    /// leaves other builds' runs alone ([`crate::OtherBuilds::Leave`]) wakes it.
+    pub build_id: Option<String>,
 }
 
 impl DueRun {

@@ -6,8 +6,8 @@ use std::future::Future;
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
-use serde::Serialize;
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 
 use crate::context::Context;
 use crate::error::Error;
@@ -39,10 +39,46 @@ impl Workflow {
     }
 }
 
+/// What may happen to a run of a workflow when the build serving it is not the build
+/// the run started on (a deploy, or an edit on the dev server).
+///
+/// Under either policy an engine never replays a run on another build's code by
+/// itself: a wake-up that reaches it for such a run is left alone
+/// ([`WakeOutcome::OtherBuild`](crate::WakeOutcome::OtherBuild)) and the run waits for
+/// its build. The policy says whether the run may be moved to the serving build
+/// (upgraded) once its journal is known to replay cleanly there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UpgradePolicy {
+    /// A run finishes on the build it started on, and is only moved by an operator.
+    /// The default, and what Lambda deploys use: every deploy's functions stay
+    /// published, so the run's own code is always there to serve it.
+    #[default]
+    Pinned,
+    /// A run moves to the serving build when its journal replays cleanly on it (the
+    /// dev server's default: every edit is a new build, and most edits do not touch
+    /// the operations of runs in flight). A run that does not replay cleanly still
+    /// waits for its build.
+    UpgradeWhenReplays,
+}
+
+impl UpgradePolicy {
+    /// The policy's wire name: `pinned` or `upgrade_when_replays`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UpgradePolicy::Pinned => "pinned",
+            UpgradePolicy::UpgradeWhenReplays => "upgrade_when_replays",
+        }
+    }
+}
+
 /// Workflows by name.
 #[derive(Clone, Default)]
 pub struct Registry {
     workflows: BTreeMap<String, Workflow>,
+    /// Policies set per workflow; the others follow the engine's
+    /// [`EngineConfig::upgrade_policy`](crate::EngineConfig::upgrade_policy).
+    policies: BTreeMap<String, UpgradePolicy>,
 }
 
 impl Registry {
@@ -75,6 +111,21 @@ impl Registry {
         self.workflows
             .insert(name.to_owned(), Workflow { run, validate });
         self
+    }
+
+    /// Set the [`UpgradePolicy`] of the workflow `name`'s runs, over the engine's default
+    /// ([`EngineConfig::upgrade_policy`](crate::EngineConfig::upgrade_policy)):
+    /// `registry.register("refund", refund).upgrade_policy("refund", UpgradePolicy::Pinned)`.
+    /// It may be set before or after the workflow is registered.
+    pub fn upgrade_policy(&mut self, name: &str, policy: UpgradePolicy) -> &mut Self {
+        self.policies.insert(name.to_owned(), policy);
+        self
+    }
+
+    /// The [`UpgradePolicy`] set for the workflow `name`, if one was; see
+    /// [`Engine::upgrade_policy`](crate::Engine::upgrade_policy) for the one that applies.
+    pub fn policy(&self, name: &str) -> Option<UpgradePolicy> {
+        self.policies.get(name).copied()
     }
 
     /// The workflow registered as `name`.

@@ -27,7 +27,7 @@ use crate::model::*;
 use crate::notify::{QueueSignal, RunWatch, RunWatchers, SignallingQueue};
 use crate::ports::*;
 use crate::quota::{QuotaExceeded, StartRate};
-use crate::registry::Registry;
+use crate::registry::{Registry, UpgradePolicy};
 use crate::replay_cache::{ReplayCache, ReplayCacheStats};
 use crate::time::{Clock, Timestamp};
 
@@ -91,6 +91,33 @@ pub struct EngineConfig {
     pub resend_margin: Duration,
     /// Per-tenant limits on starts and deliveries (default: none).
     pub quotas: crate::quota::Quotas,
+    /// The [`UpgradePolicy`] of workflows whose registration sets none
+    /// ([`Registry::upgrade_policy`]). Default: [`UpgradePolicy::Pinned`], what Lambda
+    /// deploys use; the dev server sets [`UpgradePolicy::UpgradeWhenReplays`].
+    pub upgrade_policy: UpgradePolicy,
+    /// What the sweep does with a due run of another build. Default:
+    /// [`OtherBuilds::Wake`], which a deployment whose wake-up handler forwards such a
+    /// run to its build needs (on AWS the sweep runs no workflow code and wakes every
+    /// build's runs); the dev server, which serves its own build only, sets
+    /// [`OtherBuilds::Leave`].
+    pub sweep_other_builds: OtherBuilds,
+}
+
+/// What the sweep of an engine does with a due run that another build started (see
+/// [`EngineConfig::sweep_other_builds`]). Either way the engine's wake-up handling
+/// leaves such a run alone ([`WakeOutcome::OtherBuild`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OtherBuilds {
+    /// Wake it like any other: the wake-up's handler forwards it to the run's build.
+    #[default]
+    Wake,
+    /// Send it no wake-up: its own build's sweep wakes it. The sweep only moves the
+    /// run's `resend_after` on, as it does when it sends, so that such runs leave the
+    /// due index's next pages instead of filling them (and starving this build's own
+    /// due runs); the embedded store clears that mark when it is opened again, since
+    /// no wake-up for the run is queued, so the run's build wakes it at its first
+    /// sweep.
+    Leave,
 }
 
 impl Default for EngineConfig {
@@ -107,6 +134,8 @@ impl Default for EngineConfig {
             max_continuations: 256,
             resend_margin: Duration::from_secs(15 * 60),
             quotas: crate::quota::Quotas::default(),
+            upgrade_policy: UpgradePolicy::Pinned,
+            sweep_other_builds: OtherBuilds::Wake,
         }
     }
 }
@@ -189,6 +218,15 @@ pub enum WakeOutcome {
     NothingToDo,
     /// Another invocation holds the run's lease; it will see anything new.
     Busy,
+    /// The run needs attention but started on another build than this engine's
+    /// ([`EngineConfig::build_id`]): this engine does not claim it nor replay it on
+    /// code it did not start on, and nothing was written (cost: one read). The run
+    /// stays as it was, waiting for its build (or an upgrade); a queue worker counts
+    /// the wake-up as handled.
+    OtherBuild {
+        /// The build the run started on.
+        build_id: String,
+    },
     /// The run was advanced and is now in this status.
     Advanced(RunStatus),
     /// The invocation stopped without finishing its work (lease lost, storage failed);
@@ -274,6 +312,23 @@ impl Engine {
     /// The engine's configuration.
     pub fn config(&self) -> &EngineConfig {
         &self.config
+    }
+
+    /// The [`UpgradePolicy`] of `workflow`'s runs: the one its registration sets, or the
+    /// engine's default.
+    pub fn upgrade_policy(&self, workflow: &str) -> UpgradePolicy {
+        self.registry
+            .policy(workflow)
+            .unwrap_or(self.config.upgrade_policy)
+    }
+
+    /// The build a run waits for: the one it started on, when that is not this
+    /// engine's and the run is not finished; `None` when this engine serves it (a run
+    /// that records no build is any build's).
+    pub fn awaiting_build<'r>(&self, run: &'r Run) -> Option<&'r str> {
+        run.build_id
+            .as_deref()
+            .filter(|b| *b != self.config.build_id && !run.status.is_finished())
     }
 
     /// How often wake-ups replayed from the replay cache rather than the store.

@@ -54,6 +54,13 @@ impl Engine {
                 WakeOutcome::NothingToDo
             });
         }
+        // Pinned: a run is replayed only on the code it started on. Its build (or an
+        // upgrade that moves it to this one) takes it from here.
+        if let Some(build_id) = self.awaiting_build(&run) {
+            return Ok(WakeOutcome::OtherBuild {
+                build_id: build_id.to_owned(),
+            });
+        }
         let n = self.invocations.fetch_add(1, Ordering::Relaxed);
         let claim = Claim {
             owner: format!("{}#{n}", self.config.owner),
