@@ -225,6 +225,7 @@ async fn a_wake_up_lost_without_an_error_is_sent_again_once_its_margin_passed_th
     let base = w.embedded().backend();
     let vanish = Arc::new(SendsVanish(base.queue.clone(), 0.into()));
     let margin = EngineConfig::default().resend_margin;
+    // The general margin, which a start's shorter one (tests/lost_start.rs) would hide.
     let lossy = Engine::new(
         Backend {
             queue: vanish.clone(),
@@ -232,7 +233,10 @@ async fn a_wake_up_lost_without_an_error_is_sent_again_once_its_margin_passed_th
         },
         w.clock().clone(),
         registry(),
-        EngineConfig::default(),
+        EngineConfig {
+            start_resend_margin: margin,
+            ..EngineConfig::default()
+        },
     );
     let sends = || vanish.1.load(std::sync::atomic::Ordering::SeqCst);
     let run = lossy

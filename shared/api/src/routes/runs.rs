@@ -124,7 +124,9 @@ pub(crate) async fn start_run(
     ) {
         (Ok(run), _) => (run, false),
         (Err(EngineError::AlreadyExists), Some(run_id)) => {
-            let run = app.engine.get_run(&tenant, &run_id).await?;
+            // A retry: its first attempt may have died before the run's wake-up was
+            // sent, so a run that has not begun is woken again (harmless if it was not).
+            let run = app.engine.ensure_started(&tenant, &run_id).await?;
             if run.workflow != start.workflow || !same_input(&run.input, &start.input) {
                 return Err(ApiError::new(
                     StatusCode::UNPROCESSABLE_ENTITY,

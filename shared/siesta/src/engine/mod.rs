@@ -89,6 +89,23 @@ pub struct EngineConfig {
     /// before the next one: a backlog that outlasts the margin costs a run a duplicate
     /// per doubling of its wait, not one per sweep.
     pub resend_margin: Duration,
+    /// How long after its start a run that has not begun is left to its start's
+    /// wake-up, before the sweep sends another (at most `resend_margin`). Default: 30
+    /// seconds.
+    ///
+    /// A start writes its run, then sends its wake-up; a process that dies between the
+    /// two (killed, a Lambda timeout) leaves a run that nothing wakes — and its client,
+    /// answered 201, waits. A start's wake-up is handled within seconds unless the queue
+    /// has a backlog, so its run's `resend_after` is this short margin instead of
+    /// `resend_margin`: the first sweep after it re-sends the wake-up of a run still
+    /// pending. No request is added on the normal path (the margin is a value in the
+    /// run's first write, and the claim clears it); a start lost this way costs one
+    /// `SendMessage` and one `UpdateItem` by the sweep. A start whose wake-up merely
+    /// waits behind a backlog longer than this is sent one duplicate (a no-op when
+    /// handled; the embedded queue, which can be asked, sends none), and then the
+    /// general `resend_margin` applies. An idempotent retry of the start re-sends at once
+    /// ([`Engine::ensure_started`]).
+    pub start_resend_margin: Duration,
     /// Per-tenant limits on starts and deliveries (default: none).
     pub quotas: crate::quota::Quotas,
     /// The [`UpgradePolicy`] of workflows whose registration sets none
@@ -133,6 +150,7 @@ impl Default for EngineConfig {
             replay_cache_entries: 50_000,
             max_continuations: 256,
             resend_margin: Duration::from_secs(15 * 60),
+            start_resend_margin: Duration::from_secs(30),
             quotas: crate::quota::Quotas::default(),
             upgrade_policy: UpgradePolicy::Pinned,
             sweep_other_builds: OtherBuilds::Wake,

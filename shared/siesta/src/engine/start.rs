@@ -44,7 +44,16 @@ impl Engine {
         let mut run = Run::new(tenant.clone(), id, workflow, payload, now);
         run.timeline_seq = 1;
         run.build_id = Some(self.config.build_id.clone());
-        run.resend_after = self.resend_after(now);
+        // A start's wake-up is handled within seconds but for a backlog: past the short
+        // margin the sweep sends another, so a start cut off before its send is not
+        // left for the general margin (see `EngineConfig::start_resend_margin`).
+        run.resend_after = Some(
+            now.plus(
+                self.config
+                    .start_resend_margin
+                    .min(self.config.resend_margin),
+            ),
+        );
         let started = TimelineEvent::execution_started(
             now,
             workflow,
@@ -79,6 +88,38 @@ impl Engine {
             run.due_at,
         )
         .await;
+        Ok(run)
+    }
+
+    /// The run `run_id` of `tenant`, as an idempotent retry of its start finds it; a run
+    /// that has not begun (pending, never claimed) has its start's wake-up sent again.
+    ///
+    /// A start answered with [`EngineError::AlreadyExists`] may be the retry of one whose
+    /// process died between its write and its send: its run would wait for the sweep
+    /// ([`EngineConfig::start_resend_margin`]) though the retry was answered. Sending
+    /// again costs one wake-up (`SendMessage`) per retry of a start that has not begun,
+    /// nothing for one that has; a duplicate is harmless (the claim's lease and the run's
+    /// version make it a no-op). A failed send is left to the sweep, as a start's is.
+    pub async fn ensure_started(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+    ) -> Result<Run, EngineError> {
+        let run = self.get_run(tenant, run_id).await?;
+        if run.status == RunStatus::Pending && run.epoch == FencingEpoch(0) {
+            self.send_wake(
+                WakeUp {
+                    tenant: tenant.clone(),
+                    run_id: run.id.clone(),
+                    reason: WakeReason::Started,
+                    epoch_hint: 0,
+                    seq_hint: Some(run.timeline_seq),
+                },
+                Duration::ZERO,
+                run.due_at,
+            )
+            .await;
+        }
         Ok(run)
     }
 
