@@ -25,6 +25,8 @@ pub struct ApiError {
     /// Seconds to wait before trying again (`Retry-After`), when the answer says (a
     /// 429 over a quota; every 503 says [`RETRY_AFTER_SECS`]).
     pub retry_after: Option<u64>,
+    /// Where the run's journal and this build's code part ways (a 409 `diverged`).
+    pub divergence: Option<siesta::Divergence>,
 }
 
 /// The body of every error answer.
@@ -42,6 +44,10 @@ pub struct ErrorDetail {
     pub code: String,
     /// What happened, for a person.
     pub message: String,
+    /// With `diverged`: where the run's journal and this build's code part ways.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<crate::schema::DivergenceSchema>)]
+    pub divergence: Option<siesta::Divergence>,
 }
 
 impl ApiError {
@@ -52,6 +58,7 @@ impl ApiError {
             code,
             message: message.into(),
             retry_after: (status == StatusCode::SERVICE_UNAVAILABLE).then_some(RETRY_AFTER_SECS),
+            divergence: None,
         }
     }
 
@@ -94,7 +101,11 @@ impl ApiError {
 
     /// The JSON body of this error.
     pub fn body(&self) -> serde_json::Value {
-        serde_json::json!({"error": {"code": self.code, "message": self.message}})
+        let mut error = serde_json::json!({"code": self.code, "message": self.message});
+        if let Some(divergence) = &self.divergence {
+            error["divergence"] = serde_json::json!(divergence);
+        }
+        serde_json::json!({ "error": error })
     }
 }
 
@@ -180,6 +191,19 @@ impl From<EngineError> for ApiError {
                 ApiError::new(StatusCode::CONFLICT, "nothing_to_resolve", m)
             }
             EngineError::QuotaExceeded(q) => ApiError::over_quota(&q),
+            EngineError::Diverged(divergence) => ApiError {
+                divergence: Some(divergence.clone()),
+                ..ApiError::new(
+                    StatusCode::CONFLICT,
+                    "diverged",
+                    format!("the run's journal does not replay on this build {divergence}"),
+                )
+            },
+            EngineError::Leased => ApiError::new(
+                StatusCode::CONFLICT,
+                "busy",
+                "the run is being worked on right now; try again when it waits",
+            ),
             EngineError::Store(e) => e.into(),
         }
     }

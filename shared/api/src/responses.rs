@@ -165,6 +165,22 @@ error_set!(
 );
 
 error_set!(
+    /// `POST /runs/{id}/upgrade`.
+    UpgradeErrors {
+        400 => MALFORMED,
+        401 => UNAUTHORIZED,
+        404 => RUN_NOT_FOUND,
+        409 => "`diverged`: the run's journal does not replay on this build (the error's \
+                `divergence` says where; the run is left as it was), `already_finished`, \
+                or `busy`: an invocation is working on the run right now",
+        412 => STALE,
+        422 => "`unknown_workflow`: this build has no workflow of the run's name",
+        500 => INTERNAL,
+        503 => UNAVAILABLE,
+    }
+);
+
+error_set!(
     /// `POST /runs/{id}/resume`.
     ResumeErrors {
         400 => MALFORMED,

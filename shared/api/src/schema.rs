@@ -36,6 +36,78 @@ pub(crate) struct ErrorInfoSchema {
     cause: Option<Box<ErrorInfoSchema>>,
 }
 
+/// Where a run's journal and a build's code part ways, as a replay check finds it.
+#[derive(Serialize, ToSchema)]
+#[schema(as = Divergence)]
+#[allow(dead_code)]
+pub(crate) struct DivergenceSchema {
+    /// The position the code reached when it left the journal (or, when the code
+    /// finished without reaching part of the journal, the first position it missed).
+    position: String,
+    /// The operation the journal holds there (`step`, `wait`, `event`...); null when
+    /// the journal holds nothing there.
+    journal_kind: Option<String>,
+    /// The operation the code runs there; null when the code no longer reaches it.
+    code_kind: Option<String>,
+    /// The whole story.
+    message: String,
+}
+
+/// A run and its history as one document (`GET /runs/{id}/export`), in the core's
+/// own serialization of runs, journal entries and deliveries.
+#[derive(Serialize, ToSchema)]
+#[schema(as = RunExport)]
+#[allow(dead_code)]
+pub(crate) struct RunExportSchema {
+    /// `siesta.run-export.v1`.
+    format: String,
+    /// The run as stored.
+    run: serde_json::Value,
+    /// Every journal entry as stored.
+    journal: Vec<serde_json::Value>,
+    /// Every delivery as stored, in `seq` order.
+    deliveries: Vec<serde_json::Value>,
+}
+
+/// What upgrading every unfinished run of a build did.
+#[derive(Serialize, ToSchema)]
+#[schema(as = UpgradeReport)]
+#[allow(dead_code)]
+pub(crate) struct UpgradeReportSchema {
+    /// The build the runs were on.
+    from: String,
+    /// The build serving the API, the moved runs' new build.
+    to: String,
+    /// The runs moved.
+    upgraded: Vec<String>,
+    /// The runs left on their build because their journal does not replay here.
+    diverged: Vec<DivergedRunSchema>,
+    /// The runs left on their build for another reason (running now): try again.
+    skipped: Vec<SkippedRunSchema>,
+}
+
+/// A run left on its build because its journal does not replay.
+#[derive(Serialize, ToSchema)]
+#[schema(as = DivergedRun)]
+#[allow(dead_code)]
+pub(crate) struct DivergedRunSchema {
+    /// The run.
+    run_id: String,
+    /// Where its journal and the code part ways.
+    divergence: DivergenceSchema,
+}
+
+/// A run an upgrade did not move for a reason other than its journal.
+#[derive(Serialize, ToSchema)]
+#[schema(as = SkippedRun)]
+#[allow(dead_code)]
+pub(crate) struct SkippedRunSchema {
+    /// The run.
+    run_id: String,
+    /// Why.
+    reason: String,
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeSet;
@@ -85,6 +157,44 @@ mod tests {
         assert_eq!(
             keys(&value),
             properties(&schema_of::<super::ErrorInfoSchema>())
+        );
+    }
+
+    #[test]
+    fn the_divergence_schema_has_the_fields_a_divergence_serializes() {
+        let divergence = Divergence {
+            position: Position::from("triage#0"),
+            journal_kind: Some(OperationKind::Step),
+            code_kind: Some(OperationKind::Step),
+            message: "non-determinism at triage#0".into(),
+        };
+        let value = serde_json::to_value(&divergence).unwrap();
+        assert_eq!(
+            keys(&value),
+            properties(&schema_of::<super::DivergenceSchema>())
+        );
+    }
+
+    #[test]
+    fn the_upgrade_report_and_export_schemas_have_the_fields_they_serialize() {
+        let report = UpgradeReport::default();
+        assert_eq!(
+            keys(&serde_json::to_value(&report).unwrap()),
+            properties(&schema_of::<super::UpgradeReportSchema>())
+        );
+        let export = RunExport::new(
+            Run::new(
+                TenantId::from("t"),
+                RunId::from("r"),
+                "w",
+                Payload::Inline(serde_json::Value::Null),
+                Timestamp(0),
+            ),
+            siesta::ports::History::default(),
+        );
+        assert_eq!(
+            keys(&serde_json::to_value(&export).unwrap()),
+            properties(&schema_of::<super::RunExportSchema>())
         );
     }
 }

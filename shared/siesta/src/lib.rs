@@ -127,8 +127,9 @@ macro_rules! build_id {
 }
 pub use engine::worker::WorkerConfig;
 pub use engine::{
-    BatchReport, DeadLetterReport, Divergence, Engine, EngineConfig, EngineError, OtherBuilds,
-    ReplayCheck, SweepReport, ToolCallResolution, WakeOutcome,
+    BatchReport, DeadLetterReport, DivergedRun, Divergence, Engine, EngineConfig, EngineError,
+    OtherBuilds, ReplayCheck, RunExport, SkippedRun, SweepReport, ToolCallResolution,
+    UpgradeReport, WakeOutcome,
 };
 pub use error::{Error, ErrorKind, PANICKED, StepError, StepResultExt};
 pub use liveness::{Liveness, LoopGuard};

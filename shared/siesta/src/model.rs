@@ -867,6 +867,9 @@ pub enum EventType {
     RunResumed,
     /// Cancellation was requested.
     CancelRequested,
+    /// The run was moved to another build after its journal replayed there
+    /// (`From`, `To`, `Replayed`).
+    RunUpgraded,
 }
 
 /// Operation sub-types, as in AWS durable execution histories.

@@ -7,6 +7,7 @@ mod control;
 mod dead_letters;
 mod deliveries;
 mod meta;
+mod replay;
 mod runs;
 mod values;
 mod webhooks;
@@ -19,6 +20,7 @@ use control::*;
 use dead_letters::*;
 use deliveries::*;
 use meta::*;
+use replay::*;
 use runs::*;
 use values::*;
 use webhooks::*;
@@ -38,6 +40,10 @@ pub(crate) fn table(base: utoipa::openapi::OpenApi) -> OpenApiRouter<AppState> {
         .routes(routes!(cancel_run))
         .routes(routes!(resume_run))
         .routes(routes!(resolve_operation))
+        .routes(routes!(export_run))
+        .routes(routes!(check_run_replay))
+        .routes(routes!(upgrade_run))
+        .routes(routes!(upgrade_build))
         .routes(routes!(deliver_event))
         .routes(routes!(inject_message))
         .routes(routes!(succeed_callback))

@@ -13,7 +13,8 @@
 //! `wakeup` (claim, replay, hand-off to the replay cache), `lease` (its renewal while an
 //! invocation runs), `finish` (a pass's final checkpoint), `deliveries` (events,
 //! messages, callback outcomes and heartbeats), `control` (cancel, resume, resolve),
-//! `replay_check` (does a run's journal replay on this code, writing nothing), `sweep`, `dead_letters` (the dead-letter queue and the operator's view of it) and
+//! `replay_check` (does a run's journal replay on this code, writing nothing), `upgrade`
+//! (move a run to this build when it replays), `sweep`, `dead_letters` (the dead-letter queue and the operator's view of it) and
 //! `worker` (the queue worker and batch handling). This file holds the engine itself,
 //! its configuration and errors, and the helpers they share.
 
@@ -39,12 +40,14 @@ mod lease;
 mod replay_check;
 mod start;
 mod sweep;
+mod upgrade;
 mod wakeup;
 pub(crate) mod worker;
 
 pub use dead_letters::DeadLetterReport;
-pub use replay_check::{Divergence, ReplayCheck};
+pub use replay_check::{Divergence, ReplayCheck, RunExport};
 pub use sweep::SweepReport;
+pub use upgrade::{DivergedRun, SkippedRun, UpgradeReport};
 pub use worker::BatchReport;
 
 /// How the engine behaves.
@@ -198,6 +201,12 @@ pub enum EngineError {
     /// The tenant reached one of its [quotas](crate::quota); nothing was recorded.
     #[error(transparent)]
     QuotaExceeded(#[from] QuotaExceeded),
+    /// The run's journal does not replay on this engine's code (an upgrade refused).
+    #[error("the run's journal does not replay on this build {0}")]
+    Diverged(Divergence),
+    /// An invocation holds the run's lease right now; try again when it waits.
+    #[error("the run is being worked on right now; try again when it waits")]
+    Leased,
     /// Storage failed; retrying may help.
     #[error(transparent)]
     Store(#[from] StoreError),

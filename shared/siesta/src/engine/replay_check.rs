@@ -74,7 +74,58 @@ impl ReplayCheck {
     }
 }
 
+/// A run and its history as one JSON document (`GET /runs/{id}/export`), for a
+/// replay check away from the store (`myapp replay --history FILE`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunExport {
+    /// The document's format: [`RunExport::FORMAT`].
+    pub format: String,
+    /// The run.
+    pub run: Run,
+    /// Every journal entry.
+    pub journal: Vec<JournalEntry>,
+    /// Every delivery, in `seq` order.
+    pub deliveries: Vec<Delivery>,
+}
+
+impl RunExport {
+    /// The format this version writes and reads.
+    pub const FORMAT: &'static str = "siesta.run-export.v1";
+
+    /// The export of `run` with its history.
+    pub fn new(run: Run, history: History) -> RunExport {
+        RunExport {
+            format: RunExport::FORMAT.to_owned(),
+            run,
+            journal: history.journal,
+            deliveries: history.deliveries,
+        }
+    }
+
+    /// The run and its history, to check.
+    pub fn into_parts(self) -> (Run, History) {
+        (
+            self.run,
+            History {
+                journal: self.journal,
+                deliveries: self.deliveries,
+            },
+        )
+    }
+}
+
 impl Engine {
+    /// The run (of this tenant) and its history as one document.
+    pub async fn export_run(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+    ) -> Result<RunExport, EngineError> {
+        let run = self.get_run(tenant, run_id).await?;
+        let history = self.backend.store.load_history(tenant, run_id).await?;
+        Ok(RunExport::new(run, history))
+    }
+
     /// Check that the run's journal replays on this engine's code, with no side effect
     /// and no write (see the module docs). A finished run is checked too: its whole
     /// journal must replay.
