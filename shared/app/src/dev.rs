@@ -251,6 +251,7 @@ pub async fn start(
                     Ok(report) if report.due > 0 || report.dead_letters > 0 => tracing::info!(
                         due = report.due,
                         woken = report.woken,
+                        lost_wakeups = report.lost_wakeups,
                         already_queued = report.already_queued,
                         dead_letters = report.dead_letters,
                         "sweep"
