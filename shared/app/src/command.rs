@@ -1,4 +1,4 @@
-//! The commands every Siesta app binary has: `dev` and `lambda ROLE`.
+//! The commands every Siesta app binary has: `dev`, `replay` and `lambda ROLE`.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -21,6 +21,12 @@ pub enum Command {
     /// on the embedded backend (data kept in `--data-dir`, surviving restarts) or, with
     /// `--backend aws`, on DynamoDB, S3 and SQS.
     Dev(DevArgs),
+    /// Check that the runs in flight replay on this binary's code, with no side
+    /// effect and no write: by default the unfinished runs of other builds, in the
+    /// embedded `--data-dir`, on AWS (`--backend aws`), or in exported histories
+    /// (`--history FILE...`). Exits non-zero naming each run, position and both
+    /// operation kinds where replay diverges: the CI step before a deploy.
+    Replay(crate::replay::ReplayArgs),
     /// Serve one of the four Lambda functions on the Lambda runtime (what a function's
     /// `bootstrap` runs; the template sets `SIESTA_ROLE` instead of passing this).
     Lambda {

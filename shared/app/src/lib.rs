@@ -16,6 +16,11 @@
 //!   the HTTP API and webhooks, a queue worker standing in for SQS and a sweep ticker
 //!   standing in for EventBridge, on the embedded store (a SQLite file) or, with
 //!   `--backend aws`, on DynamoDB, S3 and SQS ([`dev`]).
+//! - `myapp replay [--data-dir .siesta | --backend aws | --history FILE…] [--all]
+//!   [--build ID]` — the check before a deploy: the runs in flight (by default the
+//!   unfinished runs of other builds) replayed on this binary's code with no side
+//!   effect and no write; exits non-zero naming each run, position and both operation
+//!   kinds where replay diverges ([`replay`]).
 //! - `myapp lambda start|step|webhook|sweep`, or `myapp` with `SIESTA_ROLE` set — one of
 //!   the four Lambda functions ([`Role`]). One build artifact serves all four: the
 //!   template gives each function the same binary and its own `SIESTA_ROLE`.
@@ -31,6 +36,7 @@ mod background_runtime;
 mod command;
 pub mod dev;
 mod lambda;
+pub mod replay;
 
 use std::process::ExitCode;
 
@@ -178,6 +184,7 @@ impl App {
     pub async fn run(self, command: Command) -> anyhow::Result<()> {
         match command {
             Command::Dev(args) => command::dev(self, args).await,
+            Command::Replay(args) => replay::replay(self, args).await,
             Command::Lambda { role } => {
                 siesta_lambda::init_logging();
                 lambda::serve(role, self.registry, &self.build_id)
