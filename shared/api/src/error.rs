@@ -143,6 +143,9 @@ impl From<StoreError> for ApiError {
             StoreError::Conflict(_) | StoreError::AlreadyExists => {
                 ApiError::unavailable(format!("{e}; try again"))
             }
+            StoreError::Unsupported(m) => {
+                ApiError::new(StatusCode::NOT_IMPLEMENTED, "not_implemented", m)
+            }
             StoreError::OverQuota(m) => ApiError::over_quota(&siesta::QuotaExceeded::new(
                 siesta::QuotaLimit::UnfinishedRuns,
                 m,

@@ -54,7 +54,9 @@ pub use auth::{ApiKeys, Authenticate, Tenant};
 pub use error::{ApiError, ErrorBody, ErrorDetail, RETRY_AFTER_SECS};
 pub use extract::MAX_WAIT;
 pub use openapi::openapi;
-pub use routes::{DeadLetterPage, DeadLetterView, Redriven, idempotent_run_id};
+pub use routes::{
+    BuildList, BuildView, DeadLetterPage, DeadLetterView, Redriven, idempotent_run_id,
+};
 pub use time::{NotATime, Rfc3339};
 pub use values::{VALUE_REF, ValueRef, value_path};
 pub use view::{

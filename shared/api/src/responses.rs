@@ -84,6 +84,16 @@ error_set!(
 );
 
 error_set!(
+    /// `GET /builds`.
+    BuildsErrors {
+        401 => UNAUTHORIZED,
+        500 => INTERNAL,
+        501 => "`not_implemented`: this backend cannot list builds yet",
+        503 => UNAVAILABLE,
+    }
+);
+
+error_set!(
     /// `GET /runs`, `GET /dead-letters`.
     ListErrors {
         400 => "`bad_request`: an unknown status, a cursor that is not one of ours, or a \

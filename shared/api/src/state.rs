@@ -31,11 +31,10 @@ impl AppState {
             .store
             .load_history(tenant, &run.id)
             .await?;
-        Ok(RunView::new(
-            run,
-            Some(&history),
-            &self.engine.config().callback_base_url,
-        ))
+        Ok(
+            RunView::new(run, Some(&history), &self.engine.config().callback_base_url)
+                .served_by(&self.engine.config().build_id),
+        )
     }
 
     /// Hold until the run is finished or `wait` passes (capped by the router's and the

@@ -45,6 +45,12 @@ pub struct RunView {
     /// The build of the code it started on.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub build_id: Option<String>,
+    /// The build the run waits for: set when it started on another build than the one
+    /// serving this API and is not finished. Such a run is not replayed on this
+    /// build's code: it stays as it is (deliveries to it are recorded) until its own
+    /// build serves it, or it is upgraded to this one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub awaiting_build: Option<String>,
     /// What it waits for now.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub waits: Vec<WaitView>,
@@ -220,6 +226,16 @@ pub(crate) fn payload_json(run_id: &str, p: &Payload) -> serde_json::Value {
 }
 
 impl RunView {
+    /// The view as the build `serving` shows it: [`RunView::awaiting_build`] names the
+    /// run's build when that is another and the run is not finished.
+    pub fn served_by(mut self, serving: &str) -> RunView {
+        self.awaiting_build = self
+            .build_id
+            .clone()
+            .filter(|b| b != serving && !self.status.is_finished());
+        self
+    }
+
     /// The view of `run`; with its history, also its waits and operations.
     pub fn new(run: &Run, history: Option<&History>, callback_base_url: &str) -> RunView {
         let mut view = RunView {
@@ -238,6 +254,7 @@ impl RunView {
             created_at: run.created_at.into(),
             updated_at: run.updated_at.into(),
             build_id: run.build_id.clone(),
+            awaiting_build: None,
             waits: Vec::new(),
             operations: None,
         };

@@ -612,6 +612,12 @@ impl RunStore for DynamoStore {
         Ok(unfinished_of(item.as_ref()))
     }
 
+    async fn builds(&self, _tenant: &TenantId) -> Result<Vec<BuildSummary>, StoreError> {
+        Err(StoreError::Unsupported(
+            "listing builds is not implemented on DynamoDB yet".to_owned(),
+        ))
+    }
+
     async fn get_run(&self, tenant: &TenantId, run_id: &RunId) -> Result<Option<Run>, StoreError> {
         self.get_item("get_run", key(run_pk(tenant, run_id), RUN_SK))
             .await?

@@ -210,6 +210,8 @@ macro_rules! conformance_suite {
             due_runs_order_limit_and_bound
             due_index_is_sparse
             due_runs_leave_out_runs_whose_wake_up_is_on_its_way
+            // builds
+            builds_count_unfinished_runs_by_status_per_build
             // artifacts
             artifact_put_get_round_trip
             artifact_of_one_mebibyte_round_trips
@@ -254,6 +256,7 @@ mod tests {
             include_str!("cases/artifacts.rs"),
             include_str!("cases/queue.rs"),
             include_str!("cases/quotas.rs"),
+            include_str!("cases/builds.rs"),
         ];
         let mut defined: Vec<&str> = sources
             .iter()

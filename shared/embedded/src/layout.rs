@@ -192,7 +192,44 @@ fn bring_up_to_date(conn: &Connection) -> Result<Found, StoreError> {
     conn.execute_batch(crate::recovery::PROMISED_INDEX)
         .map_err(sql)?;
     crate::unfinished::ensure(conn, found == Found::New)?;
+    migrate(conn, found == Found::New)?;
     Ok(found)
+}
+
+/// A numbered step of the schema: what it adds, and what a file that already holds
+/// runs needs besides (its rows brought up to it).
+struct Migration {
+    /// The schema version the file has once this step is applied.
+    version: i64,
+    /// The tables, columns, indexes and triggers it adds.
+    schema: &'static str,
+    /// What it does to the rows of a file that is not new.
+    backfill: &'static str,
+}
+
+/// The schema's numbered steps, in order, on top of the tables above; a file records
+/// the last one it has as `PRAGMA user_version` (0: none).
+const MIGRATIONS: &[Migration] = &[Migration {
+    version: 1,
+    schema: crate::builds::SCHEMA,
+    backfill: crate::builds::BACKFILL,
+}];
+
+/// Apply the numbered steps the file lacks, in the transaction of [`open`]; the rows of
+/// a file that is not `new` are brought up to each.
+fn migrate(conn: &Connection, new: bool) -> Result<(), StoreError> {
+    let at: i64 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .map_err(sql)?;
+    for step in MIGRATIONS.iter().filter(|m| m.version > at) {
+        conn.execute_batch(step.schema).map_err(sql)?;
+        if !new {
+            conn.execute_batch(step.backfill).map_err(sql)?;
+        }
+        conn.execute_batch(&format!("PRAGMA user_version = {}", step.version))
+            .map_err(sql)?;
+    }
+    Ok(())
 }
 
 /// The `CREATE TABLE` statement of `table`, if the file has it.

@@ -31,6 +31,7 @@
 //! ```
 
 mod artifacts;
+mod builds;
 mod cursors;
 mod deliveries;
 mod layout;

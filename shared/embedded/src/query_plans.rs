@@ -71,6 +71,9 @@ const EXPECTED: &[&str] = &[
     "UPDATE runs SET body = ?3, status = ?4 WHERE",
     "SELECT runs FROM tenant_unfinished WHERE tenant",
     "INSERT OR REPLACE INTO tool_calls",
+    "FROM tenant_builds WHERE tenant",
+    "INDEXED BY runs_unfinished_by_build",
+    "UPDATE runs SET build = ?3",
 ];
 
 /// Statements of the source that the workload need not run: the schema's one-time
@@ -80,6 +83,7 @@ const NOT_RUN: &[&str] = &[
     "INSERT INTO dead_letter_queue (body, moved_at, visible_at) SELECT",
     "INSERT INTO wake_queue (tenant, run_id, lane, body, visible_at, receive_count, receipt) SELECT",
     "DELETE FROM tenant_unfinished; INSERT INTO tenant_unfinished (tenant, runs) SELECT",
+    "UPDATE runs SET build = json_extract(body, '$.build_id')",
 ];
 
 /// The SQL statements written in the embedded backend's source (string literals that
@@ -99,6 +103,7 @@ fn statements_in_source() -> Vec<String> {
         include_str!("recovery.rs"),
         include_str!("writer.rs"),
         include_str!("unfinished.rs"),
+        include_str!("builds.rs"),
     ] {
         // A module's unit tests build their own fixtures; they are not the backend's.
         let source = source
@@ -339,6 +344,8 @@ async fn workload(backend: &crate::EmbeddedBackend, clock: &Arc<ManualClock>) {
     let mut next = claimed.clone();
     next.status = RunStatus::Parked;
     next.version += 1;
+    // Moved to another build (an upgrade).
+    next.build_id = Some("plans@2".into());
     let mut checkpoint = Checkpoint::new(next, claimed.version, Some(claimed.epoch));
     checkpoint.tool_calls.push(ToolCallRecord {
         key: IdempotencyKey("plans-tool-call".into()),
@@ -350,6 +357,10 @@ async fn workload(backend: &crate::EmbeddedBackend, clock: &Arc<ManualClock>) {
         updated_at: now,
     });
     ports.store.checkpoint(&checkpoint).await.unwrap();
+
+    // The builds the operator's view lists.
+    let builds = ports.store.builds(&held.tenant).await.unwrap();
+    assert!(builds.iter().any(|b| b.build_id == "plans@2"), "{builds:?}");
 
     // The sweep: dead letters, due runs, what the queue holds (asked for runs due past
     // their re-send margin).

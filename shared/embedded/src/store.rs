@@ -10,7 +10,7 @@ use siesta::*;
 use crate::cursors::ListPosition;
 use crate::deliveries::{apply_delivery, get_callback, put_callback_as};
 use crate::{EmbeddedBackend, from_json, is_constraint, sql, to_json};
-use crate::{stored, unfinished};
+use crate::{builds, stored, unfinished};
 
 /// A page of a tenant's runs, newest first, after the cursor `(?4, ?5)` (its creation
 /// time and run key).
@@ -64,20 +64,22 @@ pub(crate) fn get_keyed_run(
 /// Insert `run`; its key.
 fn put_run(tx: &Connection, run: &Run) -> Result<i64, StoreError> {
     tx.prepare_cached(
-        "INSERT INTO runs (tenant, run_id, status, workflow, created_at, due_at, body, sweep_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        "INSERT INTO runs (tenant, run_id, status, workflow, created_at, due_at, body, sweep_at, build) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
     )
     .map_err(sql)?
-    .execute(params![run.tenant.0, run.id.0, run.status.as_str(), run.workflow, run.created_at.0, run.due_at.map(|d| d.0), stored::run_body(run)?, run.sweep_at().map(|d| d.0)])
+    .execute(params![run.tenant.0, run.id.0, run.status.as_str(), run.workflow, run.created_at.0, run.due_at.map(|d| d.0), stored::run_body(run)?, run.sweep_at().map(|d| d.0), run.build_id])
     .map_err(sql)?;
     Ok(tx.last_insert_rowid())
 }
 
 /// The indexed columns of a stored run that change over its life.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 pub(crate) struct Indexed {
     status: RunStatus,
     due_at: Option<Timestamp>,
     sweep_at: Option<Timestamp>,
+    /// Changes only when the run is upgraded to another build.
+    build: Option<String>,
 }
 
 impl Indexed {
@@ -86,6 +88,7 @@ impl Indexed {
             status: run.status,
             due_at: run.due_at,
             sweep_at: run.sweep_at(),
+            build: run.build_id.clone(),
         }
     }
 }
@@ -136,6 +139,12 @@ fn update_run_as(tx: &Connection, old: Indexed, run: &Run, body: &str) -> Result
     .map_err(sql)?;
     if changed != 1 {
         return Err(StoreError::NotFound);
+    }
+    if run.build_id != old.build {
+        tx.prepare_cached(builds::SET_BUILD)
+            .map_err(sql)?
+            .execute(params![run.tenant.0, run.id.0, run.build_id])
+            .map_err(sql)?;
     }
     Ok(())
 }
@@ -317,6 +326,11 @@ impl RunStore for EmbeddedBackend {
     async fn unfinished_runs(&self, tenant: &TenantId) -> Result<u64, StoreError> {
         let tenant = tenant.clone();
         self.read(move |tx| unfinished::count(tx, &tenant)).await
+    }
+
+    async fn builds(&self, tenant: &TenantId) -> Result<Vec<BuildSummary>, StoreError> {
+        let tenant = tenant.clone();
+        self.read(move |tx| builds::of_tenant(tx, &tenant)).await
     }
 
     async fn get_run(&self, tenant: &TenantId, run_id: &RunId) -> Result<Option<Run>, StoreError> {

@@ -208,6 +208,23 @@ async fn a_file_written_before_run_keys_opens_and_its_runs_go_on() {
         "the fixture has runs waiting for their event"
     );
 
+    // The runs' builds, read from their bodies once: every unfinished run counted.
+    let builds = ports.store.builds(&tenant).await.expect("builds");
+    let recorded = old.runs.iter().filter(|r| r.build_id.is_some());
+    let recorded_unfinished = recorded.filter(|r| !r.status.is_finished()).count() as u64;
+    assert!(
+        recorded_unfinished > 0,
+        "the fixture's runs record their build"
+    );
+    assert_eq!(
+        builds
+            .iter()
+            .flat_map(|b| b.unfinished.values())
+            .sum::<u64>(),
+        recorded_unfinished,
+        "{builds:?}"
+    );
+
     // A waiting run resumes on its event and completes with the old journal replayed,
     // on an engine of the build that wrote the file (a run is served by its own build).
     let run = &waiting[0];

@@ -44,6 +44,9 @@ pub enum StoreError {
     /// The request itself is wrong (too large, malformed); retrying will not help.
     #[error("invalid request: {0}")]
     Invalid(String),
+    /// The backend does not offer this operation (yet); retrying will not help.
+    #[error("not supported by this backend: {0}")]
+    Unsupported(String),
     /// [`RunStore::create_run_within`]: the tenant has as many unfinished runs as it may
     /// (the message says how many); nothing was written.
     #[error("over quota: {0}")]
@@ -228,6 +231,20 @@ impl DueRun {
     }
 }
 
+/// A build as one tenant's runs know it ([`RunStore::builds`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BuildSummary {
+    /// The build ([`Run::build_id`]).
+    pub build_id: String,
+    /// When the tenant's first run on this build was created.
+    pub first_seen: Timestamp,
+    /// When the tenant's latest run on this build was created.
+    pub last_seen: Timestamp,
+    /// How many of the tenant's runs on this build are not finished, by status; a
+    /// status with none is left out, and a build whose runs all finished has none.
+    pub unfinished: std::collections::BTreeMap<RunStatus, u64>,
+}
+
 /// Durable storage of runs and everything that belongs to them.
 #[async_trait]
 pub trait RunStore: Send + Sync + 'static {
@@ -348,6 +365,17 @@ pub trait RunStore: Send + Sync + 'static {
         cursor: Option<&str>,
         limit: usize,
     ) -> Result<RunPage, StoreError>;
+
+    /// The builds that started `tenant`'s runs (a run records its build,
+    /// [`Run::build_id`]; runs that record none are any build's and not counted), by
+    /// build id, each with its unfinished runs by status and the creation times of its
+    /// first and latest run. Tenant-scoped like every read of the control API: a
+    /// tenant sees the builds its own runs started on and counts of its own runs,
+    /// never another tenant's; an operator's view of a deployment asks per tenant.
+    /// Costs what the tenant's builds and unfinished runs number, never what its
+    /// finished runs do: a record per tenant and build, and an index of unfinished
+    /// runs by build (on DynamoDB a query, never a scan).
+    async fn builds(&self, tenant: &TenantId) -> Result<Vec<BuildSummary>, StoreError>;
 
     /// Runs the sweep should look at by `before`: their `due_at` and, when a wake-up was
     /// sent for them, their `resend_after` are at or before `before` ([`Run::sweep_at`]);

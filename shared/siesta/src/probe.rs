@@ -225,6 +225,10 @@ impl RunStore for ProbeStore {
         self.read()?;
         self.inner.list_runs(tenant, filter, cursor, limit).await
     }
+    async fn builds(&self, tenant: &TenantId) -> Result<Vec<BuildSummary>, StoreError> {
+        self.read()?;
+        self.inner.builds(tenant).await
+    }
     async fn due_runs(&self, before: Timestamp, limit: usize) -> Result<Vec<DueRun>, StoreError> {
         self.read()?;
         self.inner.due_runs(before, limit).await

@@ -148,7 +148,8 @@ pub(crate) async fn redrive_dead_letter(
             siesta::EngineError::NotFound => ApiError::not_found("dead letter"),
             other => other.into(),
         })?;
-    let view = RunView::new(&run, None, &app.engine.config().callback_base_url);
+    let view = RunView::new(&run, None, &app.engine.config().callback_base_url)
+        .served_by(&app.engine.config().build_id);
     let mut response = (StatusCode::ACCEPTED, Json(view)).into_response();
     if let Ok(etag) = HeaderValue::from_str(&format!("\"{}\"", run.version)) {
         response.headers_mut().insert(header::ETAG, etag);

@@ -3,6 +3,7 @@
 //! and cannot drift apart. The handlers live in one file per family of routes; nothing
 //! but this table imports them.
 
+mod builds;
 mod control;
 mod dead_letters;
 mod deliveries;
@@ -16,6 +17,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use crate::state::AppState;
+use builds::*;
 use control::*;
 use dead_letters::*;
 use deliveries::*;
@@ -25,6 +27,7 @@ use runs::*;
 use values::*;
 use webhooks::*;
 
+pub use builds::{BuildList, BuildView};
 pub use dead_letters::{DeadLetterPage, DeadLetterView, Redriven};
 pub use runs::idempotent_run_id;
 
@@ -56,4 +59,5 @@ pub(crate) fn table(base: utoipa::openapi::OpenApi) -> OpenApiRouter<AppState> {
         .routes(routes!(list_dead_letters))
         .routes(routes!(redrive_dead_letter))
         .routes(routes!(redrive_dead_letters))
+        .routes(routes!(list_builds))
 }

@@ -203,11 +203,12 @@ pub(crate) async fn list_runs(
             other => other.into(),
         })?;
     let base = &app.engine.config().callback_base_url;
+    let serving = &app.engine.config().build_id;
     Ok(Json(RunPage {
         runs: page
             .runs
             .iter()
-            .map(|r| RunView::new(r, None, base))
+            .map(|r| RunView::new(r, None, base).served_by(serving))
             .collect(),
         next_cursor: page.next_cursor,
     }))

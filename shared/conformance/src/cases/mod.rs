@@ -3,6 +3,7 @@
 //! contract.
 
 mod artifacts;
+mod builds;
 mod checkpoints;
 mod deliveries;
 mod leases;
@@ -12,6 +13,7 @@ mod reading;
 mod runs;
 
 pub use artifacts::*;
+pub use builds::*;
 pub use checkpoints::*;
 pub use deliveries::*;
 pub use leases::*;
