@@ -87,10 +87,11 @@ pub struct EngineConfig {
     /// by a consumer that died before claiming its run comes back from the queue itself
     /// after that long, so re-sending sooner could not help. A send that fails is
     /// re-sent by the next sweep regardless; only a wake-up lost without an error (the
-    /// process died between its write and its send) waits this long. When the sweep does
-    /// re-send, it waits as long again as the run has been due (at least this margin)
-    /// before the next one: a backlog that outlasts the margin costs a run a duplicate
-    /// per doubling of its wait, not one per sweep.
+    /// process died between its write and its send) waits this long — but a start's,
+    /// which waits `start_resend_margin`. When the sweep does re-send, it waits as long
+    /// again as the run has been due (at least this margin) before the next one: a
+    /// backlog that outlasts the margin costs a run a duplicate per doubling of its
+    /// wait, not one per sweep.
     pub resend_margin: Duration,
     /// How long after its start a run that has not begun is left to its start's
     /// wake-up, before the sweep sends another (at most `resend_margin`). Default: 30
