@@ -7,6 +7,9 @@
 //! `{"approved": bool, "by": string, "comment"?: string}`. A decision delivered before
 //! the run reaches its wait is kept and consumed when it gets there.
 //!
+//! - Before the wait, a step `notify_approvers` asks the approvers — behind
+//!   `ctx.patched("notify-approvers")`, since it was added while runs were waiting
+//!   (docs/deploys.md shows the change).
 //! - **Approved**: each plan item runs as its own step `execute` (positions
 //!   `execute#0`, `execute#1`, …) with up to three attempts and exponential backoff on a
 //!   durable timer; the output lists what was executed.
@@ -24,6 +27,10 @@ use siesta::prelude::*;
 
 /// The name of the event that carries the decision.
 pub const APPROVAL_EVENT: &str = "approval";
+
+/// The patch that added the `notify_approvers` step before the wait: runs that were
+/// already waiting when it was deployed go on without it.
+pub const NOTIFY_APPROVERS_PATCH: &str = "notify-approvers";
 
 /// How long the run waits for a decision.
 pub const APPROVAL_TIMEOUT: Duration = Duration::from_secs(3 * 24 * 60 * 60);
@@ -86,6 +93,18 @@ pub async fn approval(ctx: Context, input: ApprovalInput) -> Result<ApprovalOutc
         "change '{change}': a plan of {} steps awaits approval",
         plan.len()
     ));
+    // Added after runs were already waiting for their approval: a run that journaled
+    // its wait before this step existed replays without it (`patched` is false there),
+    // every other run asks its approvers (see docs/deploys.md).
+    if ctx.patched(NOTIFY_APPROVERS_PATCH) {
+        let subject = change.clone();
+        ctx.step("notify_approvers", move |call| async move {
+            // A real app would post to a chat channel or send a mail here.
+            call.log(format!("approval requested for '{subject}'"));
+            Ok(format!("approvers asked about '{subject}'"))
+        })
+        .await?;
+    }
     let decision: Decision = ctx
         .wait_for_event(APPROVAL_EVENT)
         .timeout(APPROVAL_TIMEOUT)

@@ -154,3 +154,102 @@ async fn invalid_input_is_refused_at_start() {
         .unwrap_err();
     assert!(matches!(err, EngineError::InvalidInput(_)), "{err}");
 }
+
+/// The `approval` workflow as it was before the `notify_approvers` step was added
+/// behind `patched`: plan, wait for the decision, execute.
+fn approval_before_the_patch() -> Registry {
+    let mut reg = Registry::new();
+    reg.register(
+        "approval",
+        |ctx: Context, input: serde_json::Value| async move {
+            let change = input["change"].as_str().unwrap_or_default().to_owned();
+            let subject = change.clone();
+            let plan: Vec<String> = ctx
+                .step("plan", move |_| async move {
+                    Ok(vec![
+                        format!("snapshot what '{subject}' touches"),
+                        format!("apply '{subject}'"),
+                        format!("verify '{subject}' and close the change"),
+                    ])
+                })
+                .await?;
+            let decision: serde_json::Value = ctx
+                .wait_for_event("approval")
+                .timeout(APPROVAL_TIMEOUT)
+                .await?;
+            let mut executed = Vec::new();
+            for (i, action) in plan.into_iter().enumerate() {
+                let n = i as u32 + 1;
+                let done: serde_json::Value = ctx
+                    .step("execute", move |call| async move {
+                        Ok(json!({"step": n, "action": action, "attempt": call.attempt()}))
+                    })
+                    .await?;
+                executed.push(done);
+            }
+            Ok(json!({"change": change, "approved_by": decision["by"], "comment": null, "executed": executed}))
+        },
+    );
+    reg
+}
+
+#[tokio::test]
+async fn a_run_waiting_before_the_notify_patch_finishes_without_it_and_a_new_one_runs_it() {
+    // A run started on the code before the patch, waiting for its approval.
+    let w = TestEnv::new(approval_before_the_patch());
+    let before = w
+        .start(
+            "approval",
+            json!({"change": "rotate the database password"}),
+        )
+        .await;
+    assert_eq!(w.status(&before).await, RunStatus::Waiting);
+
+    // The patched code is deployed; a run started now takes the new path.
+    w.deploy(siesta_workflows::registry());
+    let after = w
+        .start("approval", json!({"change": "rotate the api keys"}))
+        .await;
+    assert_eq!(w.status(&after).await, RunStatus::Waiting);
+    let marker = w.entry(&after, "patch:notify-approvers#0").await.unwrap();
+    assert_eq!(marker.kind, OperationKind::Patch);
+    assert!(w.entry(&after, "notify_approvers#0").await.is_some());
+    assert!(
+        w.timeline(&after)
+            .await
+            .iter()
+            .any(|e| e.event_type == EventType::MarkerRecorded)
+    );
+    assert!(w.entry(&before, "notify_approvers#0").await.is_none());
+
+    // Both complete on the patched code: the old one down the old path.
+    for id in [&before, &after] {
+        decide(&w, id, json!({"approved": true, "by": "alice"})).await;
+        assert_eq!(
+            w.status(id).await,
+            RunStatus::Completed,
+            "{:?}",
+            w.run(id).await.error
+        );
+        assert_eq!(
+            w.output::<serde_json::Value>(id).await["executed"]
+                .as_array()
+                .unwrap()
+                .len(),
+            3
+        );
+    }
+    assert!(w.entry(&before, "notify_approvers#0").await.is_none());
+    assert!(w.entry(&before, "patch:notify-approvers#0").await.is_none());
+
+    // The replay check agrees: both runs replay on the patched code.
+    for id in [&before, &after] {
+        assert!(
+            w.engine()
+                .check_replay(w.tenant(), id)
+                .await
+                .unwrap()
+                .is_clean()
+        );
+    }
+}

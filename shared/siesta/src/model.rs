@@ -406,6 +406,9 @@ pub enum OperationKind {
     Invoke,
     /// `put_artifact`.
     Artifact,
+    /// The marker of `patched` / `deprecate_patch`: the run reached this point on
+    /// code that has the patch.
+    Patch,
 }
 
 impl OperationKind {
@@ -423,6 +426,7 @@ impl OperationKind {
             OperationKind::Map => "map",
             OperationKind::Invoke => "invoke",
             OperationKind::Artifact => "artifact",
+            OperationKind::Patch => "patch",
         }
     }
 }
@@ -870,6 +874,8 @@ pub enum EventType {
     /// The run was moved to another build after its journal replayed there
     /// (`From`, `To`, `Replayed`).
     RunUpgraded,
+    /// A marker was journaled: a `patched` call recorded its patch (`Patch`).
+    MarkerRecorded,
 }
 
 /// Operation sub-types, as in AWS durable execution histories.
@@ -890,4 +896,5 @@ pub enum SubType {
     Map,
     MapIteration,
     ChainedInvoke,
+    Patch,
 }

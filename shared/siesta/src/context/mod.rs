@@ -24,6 +24,7 @@ mod batch;
 mod coalesce;
 mod combinator;
 mod invoke;
+mod patch;
 mod payload;
 mod state;
 mod step;
