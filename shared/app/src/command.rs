@@ -241,9 +241,67 @@ pub(crate) async fn dev(app: App, args: DevArgs) -> anyhow::Result<()> {
         println!("auth is off: every request is tenant `default`");
     }
     println!("web UI: http://{}/", server.addr);
+    for line in other_builds_lines(&server.other_builds) {
+        println!("{line}");
+    }
     tokio::signal::ctrl_c().await?;
     server.stop();
     Ok(())
+}
+
+/// What `dev` says at start-up of the runs of other builds it found: per build, its
+/// unfinished runs by status, how many moved to this build, and each run that waits
+/// for its build with why (the first position where its journal and this build's code
+/// part ways, or its workflow's pinned policy).
+pub(crate) fn other_builds_lines(found: &[crate::dev::OtherBuildAtStart]) -> Vec<String> {
+    let mut lines = Vec::new();
+    if found.is_empty() {
+        return lines;
+    }
+    lines.push("runs of other builds (this build runs only its own):".to_owned());
+    for build in found {
+        let counts: Vec<String> = build
+            .unfinished
+            .iter()
+            .map(|(status, n)| format!("{n} {status}"))
+            .collect();
+        lines.push(format!(
+            "  {} (tenant {}): {}",
+            build.build_id,
+            build.tenant,
+            counts.join(", ")
+        ));
+        if !build.upgraded.is_empty() {
+            lines.push(format!(
+                "    {} replay cleanly on this build and moved to it",
+                build.upgraded.len()
+            ));
+        }
+        if !build.pinned.is_empty() {
+            lines.push(format!(
+                "    {} replay cleanly on this build but are pinned: they wait for their build (POST /runs/{{id}}/upgrade moves one)",
+                build.pinned.len()
+            ));
+        }
+        for diverged in &build.diverged {
+            let d = &diverged.divergence;
+            let kind = |k: Option<siesta::OperationKind>| k.map_or("nothing", |k| k.as_str());
+            lines.push(format!(
+                "    run {} waits for its build: diverges at {} (journal {}, code {})",
+                diverged.run_id,
+                d.position,
+                kind(d.journal_kind),
+                kind(d.code_kind)
+            ));
+        }
+        for skipped in &build.skipped {
+            lines.push(format!(
+                "    run {} waits for its build: not checked ({})",
+                skipped.run_id, skipped.reason
+            ));
+        }
+    }
+    lines
 }
 
 #[cfg(test)]

@@ -57,6 +57,11 @@ pub struct DevOptions {
     /// Niceness of the threads the queue worker and the sweep run on (their own
     /// runtime, Linux); 0: they share the server's threads and priority.
     pub worker_nice: i32,
+    /// The [`UpgradePolicy`] of workflows whose registration sets none. Default:
+    /// [`UpgradePolicy::UpgradeWhenReplays`] — every edit is a new build, so at
+    /// start-up the runs of other builds whose journal replays on this one move to it,
+    /// and only the others wait for their build.
+    pub upgrade_policy: UpgradePolicy,
 }
 
 impl std::fmt::Debug for DevOptions {
@@ -82,6 +87,7 @@ impl std::fmt::Debug for DevOptions {
             .field("quotas", &self.quotas)
             .field("replay_cache_entries", &self.replay_cache_entries)
             .field("worker_nice", &self.worker_nice)
+            .field("upgrade_policy", &self.upgrade_policy)
             .finish_non_exhaustive()
     }
 }
@@ -106,6 +112,7 @@ impl DevOptions {
             quotas: siesta::Quotas::default(),
             replay_cache_entries: EngineConfig::default().replay_cache_entries,
             worker_nice: DEFAULT_WORKER_NICE,
+            upgrade_policy: UpgradePolicy::UpgradeWhenReplays,
         }
     }
 
@@ -135,6 +142,8 @@ pub struct DevServer {
     pub engine: Engine,
     /// Whether its worker and sweep loops still run (what `/healthz` reports).
     pub liveness: Liveness,
+    /// What it found at start-up of the runs other builds started, and did with them.
+    pub other_builds: Vec<OtherBuildAtStart>,
     tasks: Vec<JoinHandle<()>>,
     /// The worker's and the sweep's own runtime, when they run at a lower priority;
     /// dropping it drops their tasks.
@@ -165,6 +174,117 @@ fn background_runtime(nice: i32) -> Option<BackgroundRuntime> {
             None
         }
     }
+}
+
+/// The unfinished runs of one tenant on another build, as the dev server found them at
+/// start-up, and what it did with each.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OtherBuildAtStart {
+    /// The tenant whose runs these are.
+    pub tenant: TenantId,
+    /// The build they started on.
+    pub build_id: String,
+    /// How many were unfinished, by status, before any moved.
+    pub unfinished: std::collections::BTreeMap<RunStatus, u64>,
+    /// Runs whose journal replays on this build and whose workflow upgrades when it
+    /// replays: moved to this build, which serves them from now on.
+    pub upgraded: Vec<RunId>,
+    /// Runs whose journal replays on this build but whose workflow is pinned: they
+    /// wait for their build (or an upgrade asked for by hand).
+    pub pinned: Vec<RunId>,
+    /// Runs whose journal does not replay on this build: they wait for their build.
+    pub diverged: Vec<DivergedRun>,
+    /// Runs left for another reason (busy, storage): they wait for their build.
+    pub skipped: Vec<SkippedRun>,
+}
+
+/// The tenants the dev server serves: those its API keys map to, or `default`.
+fn tenants(options: &DevOptions) -> Vec<TenantId> {
+    let mut tenants: Vec<TenantId> = options.api_keys.values().cloned().collect();
+    if tenants.is_empty() {
+        tenants.push(TenantId::from("default"));
+    }
+    tenants.sort_by(|a, b| a.as_str().cmp(b.as_str()));
+    tenants.dedup();
+    tenants
+}
+
+/// For each tenant and each other build with unfinished runs: check every such run's
+/// journal on this build's code; move the ones that replay cleanly when their
+/// workflow's policy is [`UpgradePolicy::UpgradeWhenReplays`], leave the others to
+/// their build. A backend that cannot list builds (AWS, for now) is skipped with a
+/// warning: its runs wait for their build all the same.
+pub async fn other_builds_at_start(
+    engine: &Engine,
+    tenants: &[TenantId],
+) -> Vec<OtherBuildAtStart> {
+    let serving = engine.config().build_id.clone();
+    let mut found = Vec::new();
+    for tenant in tenants {
+        let builds = match engine.backend().store.builds(tenant).await {
+            Ok(builds) => builds,
+            Err(e) => {
+                tracing::warn!(tenant = %tenant, error = %e, "could not list the builds of the runs in flight");
+                continue;
+            }
+        };
+        for build in builds {
+            if build.build_id == serving || build.unfinished.is_empty() {
+                continue;
+            }
+            let mut report = OtherBuildAtStart {
+                tenant: tenant.clone(),
+                build_id: build.build_id.clone(),
+                unfinished: build.unfinished,
+                upgraded: Vec::new(),
+                pinned: Vec::new(),
+                diverged: Vec::new(),
+                skipped: Vec::new(),
+            };
+            let runs = match engine
+                .unfinished_runs_of(tenant, Some(&build.build_id))
+                .await
+            {
+                Ok(runs) => runs,
+                Err(e) => {
+                    tracing::warn!(tenant = %tenant, build = %build.build_id, error = %e, "could not list the runs of a build");
+                    found.push(report);
+                    continue;
+                }
+            };
+            for run in runs {
+                let id = run.id.clone();
+                let outcome =
+                    if engine.upgrade_policy(&run.workflow) == UpgradePolicy::UpgradeWhenReplays {
+                        engine.upgrade(tenant, &id, None).await.map(|_| None)
+                    } else {
+                        engine
+                            .check_replay(tenant, &id)
+                            .await
+                            .and_then(|check| match check {
+                                ReplayCheck::Clean { .. } => Ok(Some(())),
+                                ReplayCheck::Diverged(d) => Err(EngineError::Diverged(d)),
+                            })
+                    };
+                match outcome {
+                    Ok(None) => report.upgraded.push(id),
+                    Ok(Some(())) => report.pinned.push(id),
+                    Err(EngineError::Diverged(divergence)) => report.diverged.push(DivergedRun {
+                        run_id: id,
+                        divergence,
+                    }),
+                    // Finished meanwhile: nothing waits.
+                    Err(EngineError::AlreadyFinished(_) | EngineError::NotFound) => {}
+                    Err(e) => report.skipped.push(SkippedRun {
+                        run_id: id,
+                        reason: e.to_string(),
+                    }),
+                }
+            }
+            found.push(report);
+        }
+    }
+    found
 }
 
 /// Start the dev server on `listener` with `registry`'s workflows.
@@ -202,9 +322,14 @@ pub async fn start(
         build_id: options.build_id.clone(),
         quotas: options.quotas.clone(),
         replay_cache_entries: options.replay_cache_entries,
+        upgrade_policy: options.upgrade_policy,
+        // This process serves its own build only: other builds' runs wait for theirs.
+        sweep_other_builds: OtherBuilds::Leave,
         ..EngineConfig::default()
     };
     let engine = Engine::new(backend, clock, registry, config);
+    // Before the worker starts, so that the runs moved here are served at once.
+    let other_builds = other_builds_at_start(&engine, &tenants(&options)).await;
     let liveness = Liveness::new();
     let hooks =
         WebhookReceiver::new(options.max_webhook_body).with_sources(options.sources.clone());
@@ -266,6 +391,7 @@ pub async fn start(
         addr,
         engine,
         liveness,
+        other_builds,
         tasks: vec![server, worker, sweeper],
         background,
     })
