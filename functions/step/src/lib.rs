@@ -3,8 +3,10 @@
 //! schedules its own continuation), and only the failed messages reported back
 //! (`ReportBatchItemFailures`), so SQS redelivers those and no others.
 
+pub mod forward;
 mod runtime;
 
+pub use forward::{Forwarded, Forwarder};
 pub use runtime::run;
 
 use std::time::{Duration, Instant};
@@ -28,6 +30,24 @@ pub async fn handle(
     deadline_ms: u64,
     safety_margin: Duration,
 ) -> SqsBatchResponse {
+    handle_forwarding(engine, None, event, deadline_ms, safety_margin).await
+}
+
+/// [`handle`], with each wake-up for a run of another build
+/// ([`WakeOutcome::OtherBuild`]) forwarded by `forwarder` to that build's version: the
+/// record is reported failed (SQS redelivers it) unless that version handled it. A
+/// build no version serves is logged as an error and counted
+/// (`WakeupsForUnservedBuild`), and the record reported handled: the sweep re-sends
+/// the wake-up after its margin. A record that was itself forwarded is never forwarded
+/// again (no ping-pong between versions): if its run is still another build's, that is
+/// logged as an error and the record reported handled.
+pub async fn handle_forwarding(
+    engine: &Engine,
+    forwarder: Option<&Forwarder>,
+    event: SqsEvent,
+    deadline_ms: u64,
+    safety_margin: Duration,
+) -> SqsBatchResponse {
     let stop_at = Timestamp(siesta_lambda::stop_at(
         siesta_lambda::now_ms(),
         deadline_ms as i64,
@@ -36,9 +56,10 @@ pub async fn handle(
     let mut failed: Vec<String> = Vec::new();
     let mut wakes = Vec::new();
     let mut ids = Vec::new();
+    let mut records = Vec::new();
     let mut redelivered = 0usize;
     for record in event.records {
-        let id = record.message_id.unwrap_or_default();
+        let id = record.message_id.clone().unwrap_or_default();
         let receives = record
             .attributes
             .get("ApproximateReceiveCount")
@@ -51,6 +72,7 @@ pub async fn handle(
             Ok(wake) => {
                 wakes.push(wake);
                 ids.push(id);
+                records.push(record);
             }
             Err(e) => {
                 tracing::error!(message_id = %id, receives, error = %e, "not a wake-up; reported failed for the dead-letter queue");
@@ -59,14 +81,35 @@ pub async fn handle(
         }
     }
 
-    let handled = futures::future::join_all(wakes.iter().zip(&ids).map(|(wake, id)| {
+    let unserved = std::sync::atomic::AtomicUsize::new(0);
+    let forwarded = std::sync::atomic::AtomicUsize::new(0);
+    let handled = futures::future::join_all(wakes.iter().zip(&ids).zip(&records).map(|((wake, id), record)| {
         let span = tracing::info_span!("wake", tenant = %wake.tenant, run_id = %wake.run_id, reason = ?wake.reason, message_id = %id);
+        let (unserved, forwarded) = (&unserved, &forwarded);
         async move {
             let started = Instant::now();
-            let outcome = engine
+            let mut outcome = engine
                 .handle_wakeup_until(wake, Some(stop_at))
                 .await
                 .map_err(|e| e.to_string());
+            if let (Ok(WakeOutcome::OtherBuild { build_id }), Some(forwarder)) = (&outcome, forwarder) {
+                if forward::is_forwarded(record) {
+                    tracing::error!(build_id, "a forwarded wake-up's run is another build's here too; not forwarded again (reported handled)");
+                } else {
+                    let wait = Duration::from_millis((stop_at.0 - siesta_lambda::now_ms()).max(0) as u64);
+                    match forwarder.forward(build_id, record, wait).await {
+                        Forwarded::Handled => {
+                            forwarded.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            tracing::info!(build_id, "forwarded to its build's version");
+                        }
+                        Forwarded::Unserved => {
+                            unserved.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            tracing::error!(build_id, "no published version serves this run's build: the wake-up waits (the sweep re-sends it) until one is deployed or the run is upgraded");
+                        }
+                        Forwarded::Failed(why) => outcome = Err(format!("forwarding to build {build_id}: {why}")),
+                    }
+                }
+            }
             let ms = started.elapsed().as_secs_f64() * 1000.0;
             match &outcome {
                 Ok(WakeOutcome::Aborted(why)) => {
@@ -112,6 +155,16 @@ pub async fn handle(
                 &[count(|o| matches!(o, WakeOutcome::Aborted(_)))],
             ),
             ("Retries", Unit::Count, &[redelivered as f64]),
+            (
+                "Forwarded",
+                Unit::Count,
+                &[forwarded.load(std::sync::atomic::Ordering::Relaxed) as f64],
+            ),
+            (
+                "WakeupsForUnservedBuild",
+                Unit::Count,
+                &[unserved.load(std::sync::atomic::Ordering::Relaxed) as f64],
+            ),
             ("BatchItemFailures", Unit::Count, &[failed.len() as f64]),
         ],
     );

@@ -28,6 +28,7 @@ use siesta::ports::Backend;
 
 mod artifacts;
 pub mod bootstrap;
+pub mod builds;
 mod delivery;
 mod error;
 mod item;
@@ -123,6 +124,7 @@ pub struct AwsBackend {
     store: Arc<store::DynamoStore>,
     artifacts: Arc<artifacts::S3Artifacts>,
     queue: Arc<queue::SqsQueue>,
+    builds: builds::BuildRegistry,
 }
 
 impl AwsBackend {
@@ -148,6 +150,7 @@ impl AwsBackend {
         let s3 = s3_client(sdk, &options.interceptors);
         let sqs = aws_sdk_sqs::Client::from_conf(sqs.build());
         AwsBackend {
+            builds: builds::BuildRegistry::new(dynamodb.clone(), names.table.clone()),
             store: Arc::new(store::DynamoStore::new(
                 dynamodb,
                 names.table,
@@ -169,6 +172,11 @@ impl AwsBackend {
             write_units,
             read_units,
         }
+    }
+
+    /// The build registry on the runs table (which step version serves each build).
+    pub fn builds(&self) -> builds::BuildRegistry {
+        self.builds.clone()
     }
 
     /// The three ports over these resources.
