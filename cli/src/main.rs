@@ -183,6 +183,9 @@ enum RunsAction {
     /// List the dead letters: runs parked because a wake-up of theirs kept failing and
     /// was dead-lettered (the caller's tenant).
     DeadLetters,
+    /// List the builds the caller's runs started on: each with its unfinished runs by
+    /// status and first and last seen, the serving one marked (a drain you can see).
+    Builds,
     /// Redrive a dead letter (resume the run it parked), or all of them with `--all`.
     Redrive {
         /// The run the dead letter parked.
@@ -344,6 +347,7 @@ async fn main() -> anyhow::Result<()> {
                     remote.resolve(&id, &position, outcome, if_match).await
                 }
                 RunsAction::DeadLetters => remote.dead_letters().await,
+                RunsAction::Builds => remote.builds().await,
                 RunsAction::Redrive { id, if_match, .. } => {
                     remote.redrive(id.as_deref(), if_match).await
                 }

@@ -84,8 +84,13 @@ impl Remote {
             let now = chrono::Utc::now().timestamp_millis();
             for run in b["runs"].as_array().into_iter().flatten() {
                 let times = RunTimes::of(run);
+                // A run of another build: this server leaves it to its build.
+                let awaiting = run["awaiting_build"]
+                    .as_str()
+                    .map(|b| format!("  awaiting build {b}"))
+                    .unwrap_or_default();
                 println!(
-                    "{:<40} {:<12} {} {:<26} {:<26} {:>12} {:>7}",
+                    "{:<40} {:<12} {} {:<26} {:<26} {:>12} {:>7}{awaiting}",
                     run["id"].as_str().unwrap_or(""),
                     run["workflow"].as_str().unwrap_or(""),
                     paint_status(run["status"].as_str().unwrap_or("")),
@@ -112,6 +117,14 @@ impl Remote {
                 paint_status(b["status"].as_str().unwrap_or(""))
             );
             println!("version   {}", b["version"]);
+            if let Some(build) = b["build_id"].as_str() {
+                println!("build     {build}");
+            }
+            if let Some(build) = b["awaiting_build"].as_str() {
+                println!(
+                    "awaiting  build {build}: this server runs only its own build; the run goes on when {build} serves it, or when an upgrade moves it here"
+                );
+            }
             println!(
                 "web UI    {}{}",
                 self.url.trim_end_matches('/'),
@@ -152,6 +165,16 @@ impl Remote {
                 );
             }
         });
+        Ok(())
+    }
+
+    /// `runs builds`: the builds the caller's runs started on, each with its
+    /// unfinished runs by status.
+    pub async fn builds(&self) -> anyhow::Result<()> {
+        let body = self
+            .call(reqwest::Method::GET, "/builds", None, &[])
+            .await?;
+        self.print(&body, |b| print!("{}", builds_table(b)));
         Ok(())
     }
 
@@ -488,6 +511,38 @@ pub fn timeline_row(e: &siesta_api::TimelineEventView) -> String {
     )
 }
 
+/// `GET /builds` as a table: one line per build, the serving one marked `*`, its
+/// unfinished runs by status (`-` when none), first and last seen in local time.
+pub fn builds_table(body: &Value) -> String {
+    let mut out = format!(
+        "{:<44} {:<7} {:<32} {:<26} {:<26}\n",
+        "BUILD", "SERVING", "UNFINISHED", "FIRST SEEN", "LAST SEEN"
+    );
+    for build in body["builds"].as_array().into_iter().flatten() {
+        let unfinished: Vec<String> = build["unfinished"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(status, n)| format!("{n} {status}"))
+            .collect();
+        let unfinished = if unfinished.is_empty() {
+            "-".to_owned()
+        } else {
+            unfinished.join(", ")
+        };
+        let seen = |key: &str| api_time(&build[key]).map_or_else(|| "-".to_owned(), local_time);
+        out.push_str(&format!(
+            "{:<44} {:<7} {:<32} {:<26} {:<26}\n",
+            build["build_id"].as_str().unwrap_or(""),
+            if build["serving"] == true { "*" } else { "" },
+            unfinished,
+            seen("first_seen"),
+            seen("last_seen"),
+        ));
+    }
+    out
+}
+
 fn paint_status(status: &str) -> String {
     if !std::io::stdout().is_terminal() {
         return format!("{status:<10}");
@@ -532,6 +587,28 @@ mod tests {
         );
         assert_eq!(api_time(&json!("soon")), None);
         assert_eq!(api_time(&Value::Null), None);
+    }
+
+    #[test]
+    fn the_builds_table_marks_the_serving_build_and_counts_unfinished_runs_by_status() {
+        use serde_json::json;
+        let table = builds_table(&json!({
+            "serving": "shop@0.1.1+new",
+            "builds": [
+                {"build_id": "shop@0.1.1+new", "serving": true, "unfinished": {},
+                 "first_seen": null, "last_seen": null},
+                {"build_id": "shop@0.1.0+old", "serving": false,
+                 "unfinished": {"parked": 1, "waiting": 3},
+                 "first_seen": "2027-01-15T08:00:00.000Z", "last_seen": "2027-01-15T09:00:00.000Z"},
+            ]
+        }));
+        let lines: Vec<&str> = table.lines().collect();
+        assert_eq!(lines.len(), 3, "{table}");
+        assert!(lines[0].starts_with("BUILD"));
+        assert!(lines[1].starts_with("shop@0.1.1+new"), "{table}");
+        assert!(lines[1].contains(" * "), "{table}");
+        assert!(lines[2].contains("1 parked, 3 waiting"), "{table}");
+        assert!(lines[2].contains("2027-01-15"), "{table}");
     }
 
     #[test]

@@ -227,7 +227,7 @@ function runsTable(page, params) {
     const end = finishedAt(r);
     const took = (end ?? Date.now()) - instant(r.created_at);
     return `<tr data-run-id="${esc(r.id)}">
-      <td>${badge(r.status)}${r.cancel_requested ? ' <span class="muted">cancelling</span>' : ''}</td>
+      <td>${badge(r.status)}${r.cancel_requested ? ' <span class="muted">cancelling</span>' : ''}${r.awaiting_build ? ` <span class="muted" title="started on build ${esc(r.awaiting_build)}; this server runs only its own build">awaiting its build</span>` : ''}</td>
       <td>${esc(r.workflow)}</td>
       <td class="id">${runLink(r.id)}</td>
       ${showTenant ? `<td>${esc(r.tenant)}</td>` : ''}
@@ -428,6 +428,9 @@ function explain(view, model) {
     default: lines.push(`<p>${esc(view.status)}</p>`);
   }
   if (view.cancel_requested) lines.push('<p class="note">Cancellation was requested: it is honoured at the next step boundary.</p>');
+  if (view.awaiting_build) {
+    lines.push(`<p class="note">Waiting for its build <code>${esc(view.awaiting_build)}</code>: it started on that build, and this server runs only its own, so nothing here replays it on code it did not start on. It stays as it is — deliveries to it are recorded — until <code>${esc(view.awaiting_build)}</code> serves it again, or an upgrade moves it to this build (only if its journal replays here).</p>`);
+  }
   return lines.join('');
 }
 
