@@ -180,6 +180,31 @@ enum RunsAction {
         #[arg(long)]
         if_match: Option<u64>,
     },
+    /// Move a run to the build serving the API, only if its journal replays cleanly on
+    /// that build's code now; otherwise the server refuses (409) naming the position
+    /// and both operation kinds. Also takes a run parked for `NonDeterminism` once a
+    /// fixed build replays it. With `--all --build ID`, every unfinished run of that
+    /// build that replays; the others are listed with where they diverge.
+    Upgrade {
+        /// The run's id.
+        #[arg(required_unless_present = "all", conflicts_with = "all")]
+        id: Option<String>,
+        /// Every unfinished run of `--build`.
+        #[arg(long, requires = "build")]
+        all: bool,
+        /// The build whose runs `--all` moves (`-`: runs that recorded no build).
+        #[arg(long, value_name = "ID")]
+        build: Option<String>,
+        /// Only if the run is still at this version.
+        #[arg(long, requires = "id")]
+        if_match: Option<u64>,
+    },
+    /// Print a run and its history (journal and deliveries) as one JSON document: what
+    /// `myapp replay --history FILE` checks.
+    Export {
+        /// The run's id.
+        id: String,
+    },
     /// List the dead letters: runs parked because a wake-up of theirs kept failing and
     /// was dead-lettered (the caller's tenant).
     DeadLetters,
@@ -348,6 +373,16 @@ async fn main() -> anyhow::Result<()> {
                 }
                 RunsAction::DeadLetters => remote.dead_letters().await,
                 RunsAction::Builds => remote.builds().await,
+                RunsAction::Upgrade {
+                    id,
+                    build,
+                    if_match,
+                    ..
+                } => match id {
+                    Some(id) => remote.upgrade(&id, if_match).await,
+                    None => remote.upgrade_build(build.as_deref().unwrap_or("-")).await,
+                },
+                RunsAction::Export { id } => remote.export(&id).await,
                 RunsAction::Redrive { id, if_match, .. } => {
                     remote.redrive(id.as_deref(), if_match).await
                 }

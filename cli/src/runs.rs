@@ -212,6 +212,95 @@ impl Remote {
             .await
     }
 
+    /// `runs upgrade RUN`: `POST /runs/{id}/upgrade`.
+    pub async fn upgrade(&self, id: &str, if_match: Option<u64>) -> anyhow::Result<()> {
+        let headers: Vec<(&str, String)> = if_match
+            .map(|v| ("If-Match", format!("\"{v}\"")))
+            .into_iter()
+            .collect();
+        let body = self
+            .call(
+                reqwest::Method::POST,
+                &format!("/runs/{}/upgrade", path_segment(id)),
+                None,
+                &headers,
+            )
+            .await?;
+        self.print(&body, |b| {
+            println!(
+                "run {id} is on build {} and {}",
+                b["build_id"].as_str().unwrap_or("-"),
+                paint_status(b["status"].as_str().unwrap_or(""))
+            )
+        });
+        Ok(())
+    }
+
+    /// `runs upgrade --all --build ID`: `POST /builds/{build}/upgrade`; fails when a
+    /// run of the build does not replay (each is listed with where it diverges).
+    pub async fn upgrade_build(&self, build: &str) -> anyhow::Result<()> {
+        let body = self
+            .call(
+                reqwest::Method::POST,
+                &format!("/builds/{}/upgrade", path_segment(build)),
+                None,
+                &[],
+            )
+            .await?;
+        self.print(&body, |b| {
+            let list = |key: &str| b[key].as_array().cloned().unwrap_or_default();
+            println!(
+                "build {} → {}: {} upgraded, {} diverged, {} skipped",
+                b["from"].as_str().unwrap_or(build),
+                b["to"].as_str().unwrap_or("?"),
+                list("upgraded").len(),
+                list("diverged").len(),
+                list("skipped").len()
+            );
+            for id in list("upgraded") {
+                println!("  upgraded  {}", id.as_str().unwrap_or(""));
+            }
+            for d in list("diverged") {
+                let kind = |k: &Value| k.as_str().unwrap_or("nothing").to_owned();
+                println!(
+                    "  diverged  {} at {}: journal {} vs code {}",
+                    d["run_id"].as_str().unwrap_or(""),
+                    d["divergence"]["position"].as_str().unwrap_or(""),
+                    kind(&d["divergence"]["journal_kind"]),
+                    kind(&d["divergence"]["code_kind"])
+                );
+            }
+            for s in list("skipped") {
+                println!(
+                    "  skipped   {}: {}",
+                    s["run_id"].as_str().unwrap_or(""),
+                    s["reason"].as_str().unwrap_or("")
+                );
+            }
+        });
+        let diverged = body["diverged"].as_array().map_or(0, Vec::len);
+        if diverged > 0 {
+            bail!(
+                "{diverged} run(s) of build {build} do not replay on the new build and stay on it"
+            );
+        }
+        Ok(())
+    }
+
+    /// `runs export RUN`: the run and its history as JSON on stdout.
+    pub async fn export(&self, id: &str) -> anyhow::Result<()> {
+        let body = self
+            .call(
+                reqwest::Method::GET,
+                &format!("/runs/{}/export", path_segment(id)),
+                None,
+                &[],
+            )
+            .await?;
+        println!("{}", serde_json::to_string_pretty(&body)?);
+        Ok(())
+    }
+
     /// `POST path` (cancel, resume, redrive of run `id`) with an optional `If-Match`;
     /// prints the run's new status.
     async fn transition(&self, id: &str, path: &str, if_match: Option<u64>) -> anyhow::Result<()> {
@@ -790,6 +879,47 @@ mod tests {
             ("/dead-letters/redrive".to_owned(), None)
         );
         assert!(seen.try_recv().is_err(), "nothing else sent");
+    }
+
+    #[tokio::test]
+    async fn runs_upgrade_posts_one_run_or_a_whole_build_and_fails_when_runs_diverge() {
+        let (tx, mut seen) = tokio::sync::mpsc::unbounded_channel::<(String, Option<String>)>();
+        let app = axum::Router::new().fallback(move |request: axum::extract::Request| {
+            let tx = tx.clone();
+            async move {
+                let path = request.uri().path().to_owned();
+                let if_match = request
+                    .headers()
+                    .get("if-match")
+                    .map(|v| v.to_str().unwrap().to_owned());
+                tx.send((path.clone(), if_match)).unwrap();
+                axum::Json(if path.starts_with("/builds/") {
+                    serde_json::json!({"from": "app@a", "to": "app@b", "upgraded": ["run-1"],
+                        "diverged": [{"run_id": "run-2", "divergence": {"position": "triage#0",
+                            "journal_kind": "step", "code_kind": "step", "message": "..."}}],
+                        "skipped": []})
+                } else {
+                    serde_json::json!({"status": "waiting", "build_id": "app@b"})
+                })
+            }
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let remote = remote(url);
+
+        remote.upgrade("run-1", Some(4)).await.unwrap();
+        assert_eq!(
+            seen.try_recv().unwrap(),
+            ("/runs/run-1/upgrade".to_owned(), Some("\"4\"".to_owned()))
+        );
+        let e = remote.upgrade_build("app@0.1.0+abc").await.unwrap_err();
+        assert!(e.to_string().contains("1 run(s)"), "{e}");
+        assert_eq!(
+            seen.try_recv().unwrap().0,
+            "/builds/app%400.1.0%2Babc/upgrade",
+            "the build id is one encoded path segment"
+        );
     }
 
     #[test]

@@ -419,7 +419,9 @@ function explain(view, model) {
       lines.push(`<p><b>Parked</b>: it needs an operator; nothing runs until someone acts.</p><p class="error-box">${esc(errorText(view.error))}</p>`);
       lines.push(unknown.length
         ? '<p>A side-effecting tool call was found running after a crash and nothing could tell whether it happened. Resolve it (below), or cancel the run.</p>'
-        : '<p>Resume wakes it to replay from its journal — fix the cause first (e.g. deploy code that matches its journal), or it parks or fails again; cancel ends it.</p>');
+        : view.error && view.error.kind === 'NonDeterminism'
+          ? '<p>Its journal no longer matches the code. Once a build whose code replays it serves this page, <b>Upgrade to this build</b> checks that and resumes it in one step (refused, naming where it diverges, otherwise); cancel ends it.</p>'
+          : '<p>Resume wakes it to replay from its journal — fix the cause first (e.g. deploy code that matches its journal), or it parks or fails again; cancel ends it.</p>');
       break;
     }
     case 'completed': lines.push(`<p><b>Completed</b> at ${timeHtml(instant(view.updated_at))} after ${duration(took)}.</p>`); break;
@@ -506,6 +508,7 @@ function actionsHtml(view, model) {
       b.push(`<button type="button" data-action="resolve" data-op="${esc(op.id)}">Resolve ${esc(op.name)}…</button>`);
     }
   }
+  if (!done) b.push('<button type="button" data-action="upgrade">Upgrade to this build…</button>');
   if (!done) b.push(`<button type="button" class="danger" data-action="cancel" data-version="${view.version}">Cancel run…</button>`);
   if (!b.length) return '';
   return `<section class="card"><h2>Actions</h2><div class="buttons">${b.join('')}</div>
@@ -789,6 +792,12 @@ function actionSpec(state, button) {
       fields: [],
       danger: true,
       request: () => ({ method: 'POST', path: `/runs/${run}/cancel` }),
+    };
+    case 'upgrade': return {
+      title: 'Upgrade this run to this build',
+      what: `Moves the run${codeVersion(view) ? ` from build ${codeVersion(view)}` : ''} to the build serving this page, only if its journal replays cleanly on this build's code now (nothing runs for the check). Otherwise nothing changes and the error names the position and both operation kinds where it diverges. A run parked for NonDeterminism is resumed by it once this build replays it.`,
+      fields: [],
+      request: () => ({ method: 'POST', path: `/runs/${run}/upgrade` }),
     };
     case 'resume': return {
       title: 'Resume this parked run',
