@@ -1,0 +1,319 @@
+//! Pinned on AWS: two builds of one app on one table and queue. Build B's step function
+//! takes every wake-up (it is the alias now); a wake-up for a run started on build A is
+//! forwarded — a Lambda `Invoke` of A's version, here a stub Invoke endpoint that runs
+//! build A's step handler — and the run finishes on A's code. B's own runs run on B. An
+//! invoke that fails leaves the record failed (SQS redelivers it) and loses nothing.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use serde_json::{Value, json};
+use siesta::{Context, Engine, Payload, Registry, RunId, RunStatus, TenantId};
+use siesta_lambda::Settings;
+use siesta_step::Forwarder;
+
+const BUILD_A: &str = "shop@1.0.0+aaaa";
+const BUILD_B: &str = "shop@1.0.1+bbbb";
+
+/// `approval` as build A has it: draft, wait for the approval.
+fn build_a() -> Registry {
+    let mut reg = Registry::new();
+    reg.register("approval", |ctx: Context, _: Value| async move {
+        let draft: String = ctx
+            .step("draft", |_| async { Ok("draft".to_owned()) })
+            .await?;
+        let approved: bool = ctx.wait_for_event("approval").await?;
+        Ok(json!({"build": "a", "draft": draft, "approved": approved}))
+    });
+    reg
+}
+
+/// Build B: a `triage` step inserted before the draft — A's journals do not replay on it.
+fn build_b() -> Registry {
+    let mut reg = Registry::new();
+    reg.register("approval", |ctx: Context, _: Value| async move {
+        ctx.step("triage", |_| async { Ok(1u32) }).await?;
+        let draft: String = ctx
+            .step("draft", |_| async { Ok("draft".to_owned()) })
+            .await?;
+        let approved: bool = ctx.wait_for_event("approval").await?;
+        Ok(json!({"build": "b", "draft": draft, "approved": approved}))
+    });
+    reg
+}
+
+fn deadline() -> u64 {
+    siesta_lambda::now_ms() as u64 + 60_000
+}
+
+/// A stub of Lambda's Invoke API serving build A's step version.
+#[derive(Clone)]
+struct StubLambda {
+    engine: Engine,
+    fail: Arc<AtomicBool>,
+    invokes: Arc<AtomicUsize>,
+}
+
+async fn invoke(
+    State(stub): State<StubLambda>,
+    body: axum::body::Bytes,
+) -> axum::response::Response {
+    stub.invokes.fetch_add(1, Ordering::SeqCst);
+    if stub.fail.load(Ordering::SeqCst) {
+        return (
+            StatusCode::TOO_MANY_REQUESTS,
+            [("x-amzn-errortype", "TooManyRequestsException")],
+            r#"{"message":"Rate exceeded"}"#,
+        )
+            .into_response();
+    }
+    let event: SqsEvent = serde_json::from_slice(&body).expect("an SQS event");
+    assert!(
+        event.records.iter().all(siesta_step::forward::is_forwarded),
+        "forwarded records are marked"
+    );
+    let response: SqsBatchResponse =
+        siesta_step::handle(&stub.engine, event, deadline(), Duration::from_secs(2)).await;
+    axum::Json(response).into_response()
+}
+
+struct Deployment {
+    a: Engine,
+    b: Engine,
+    forwarder: Forwarder,
+    stub: StubLambda,
+    sqs: aws_sdk_sqs::Client,
+    queue_url: String,
+    tenant: TenantId,
+}
+
+async fn deployment() -> Option<Deployment> {
+    let env = siesta_aws::testing::emulators()
+        .await?
+        .with_own_table()
+        .await;
+    let names = env.names(5).await;
+    let settings = |build: &str| Settings {
+        resources: names.clone(),
+        tenant_claim: "tenant".into(),
+        callback_base_url: "https://a1b2c3d4e5.execute-api.us-east-1.amazonaws.com".into(),
+        lease_ttl: Duration::from_secs(30),
+        safety_margin: Duration::from_secs(2),
+        retention: Duration::from_secs(86_400),
+        sweep_page: 100,
+        webhook_sources: "[]".into(),
+        webhook_sources_parameter: None,
+        build_id: build.into(),
+        quotas: siesta::Quotas::default(),
+        quotas_parameter: None,
+    };
+    let a = settings(BUILD_A).engine(&env.sdk, build_a()).await;
+    let b = settings(BUILD_B).engine(&env.sdk, build_b()).await;
+    let stub = StubLambda {
+        engine: a.clone(),
+        fail: Arc::default(),
+        invokes: Arc::default(),
+    };
+    let app = axum::Router::new()
+        .route(
+            "/2015-03-31/functions/{name}/invocations",
+            axum::routing::post(invoke),
+        )
+        .with_state(stub.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+
+    // What AWS_ENDPOINT_URL_LAMBDA does, for this client only.
+    let lambda_sdk = env
+        .sdk
+        .to_builder()
+        .endpoint_url(format!("http://{addr}"))
+        .build();
+    let builds = siesta_aws::builds::BuildRegistry::from_sdk(&env.sdk, names.table.clone());
+    // Build A's version registered itself when it started cold.
+    builds
+        .register(BUILD_A, "shop-step:1", siesta_lambda::now_ms())
+        .await
+        .unwrap();
+    Some(Deployment {
+        a,
+        b,
+        forwarder: Forwarder::new(&lambda_sdk, builds),
+        stub,
+        sqs: aws_sdk_sqs::Client::new(&env.sdk),
+        queue_url: names.queue_url,
+        tenant: TenantId::from("acme"),
+    })
+}
+
+impl Deployment {
+    /// Receive what is on the queue and hand it to `engine`'s step function (forwarding
+    /// with this deployment's forwarder), deleting what it did not report failed, as
+    /// the event source mapping does.
+    async fn step(&self, engine: &Engine) -> SqsBatchResponse {
+        let out = self
+            .sqs
+            .receive_message()
+            .queue_url(&self.queue_url)
+            .max_number_of_messages(10)
+            .wait_time_seconds(1)
+            .visibility_timeout(1)
+            .send()
+            .await
+            .unwrap();
+        let records: Vec<Value> = out
+            .messages()
+            .iter()
+            .map(|m| {
+                json!({
+                    "messageId": m.message_id().unwrap(),
+                    "receiptHandle": m.receipt_handle().unwrap(),
+                    "body": m.body().unwrap(),
+                    "attributes": {"ApproximateReceiveCount": "1"},
+                    "messageAttributes": {},
+                    "eventSource": "aws:sqs",
+                })
+            })
+            .collect();
+        let event: SqsEvent = serde_json::from_value(json!({ "Records": records })).unwrap();
+        let response = siesta_step::handle_forwarding(
+            engine,
+            Some(&self.forwarder),
+            event,
+            deadline(),
+            Duration::from_secs(2),
+        )
+        .await;
+        for m in out.messages() {
+            let id = m.message_id().unwrap();
+            if !response
+                .batch_item_failures
+                .iter()
+                .any(|f| f.item_identifier == id)
+            {
+                self.sqs
+                    .delete_message()
+                    .queue_url(&self.queue_url)
+                    .receipt_handle(m.receipt_handle().unwrap())
+                    .send()
+                    .await
+                    .unwrap();
+            }
+        }
+        response
+    }
+
+    async fn status(&self, run: &RunId) -> RunStatus {
+        self.b.get_run(&self.tenant, run).await.unwrap().status
+    }
+
+    /// Step `engine` through the queue until `run` reaches `status`; every failure
+    /// reported on the way is returned.
+    async fn step_until(&self, engine: &Engine, run: &RunId, status: RunStatus) -> usize {
+        let mut failures = 0;
+        for _ in 0..40 {
+            failures += self.step(engine).await.batch_item_failures.len();
+            if self.status(run).await == status {
+                return failures;
+            }
+        }
+        panic!("run {run} never reached {status}");
+    }
+
+    async fn output(&self, run: &RunId) -> Value {
+        match self.b.get_run(&self.tenant, run).await.unwrap().output {
+            Some(Payload::Inline(v)) => v,
+            other => panic!("no inline output: {other:?}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_of_build_a_is_forwarded_by_build_b_to_as_version_and_finishes_on_as_code() {
+    let Some(d) = deployment().await else {
+        return;
+    };
+    let run_a =
+        d.a.start(&d.tenant, "approval", json!(null), None)
+            .await
+            .unwrap()
+            .id;
+    d.step_until(&d.a, &run_a, RunStatus::Waiting).await;
+
+    // B is deployed: its step function takes every wake-up from now on.
+    let run_b =
+        d.b.start(&d.tenant, "approval", json!(null), None)
+            .await
+            .unwrap()
+            .id;
+    assert_eq!(
+        d.step_until(&d.b, &run_b, RunStatus::Waiting).await,
+        0,
+        "B's own run needs no forward"
+    );
+    assert_eq!(d.stub.invokes.load(Ordering::SeqCst), 0);
+
+    d.b.deliver_event(&d.tenant, &run_a, "approval", json!(true), None)
+        .await
+        .unwrap();
+    assert_eq!(d.step_until(&d.b, &run_a, RunStatus::Completed).await, 0);
+    assert_eq!(
+        d.output(&run_a).await,
+        json!({"build": "a", "draft": "draft", "approved": true}),
+        "finished on the code it started on"
+    );
+    assert!(d.stub.invokes.load(Ordering::SeqCst) >= 1);
+
+    d.b.deliver_event(&d.tenant, &run_b, "approval", json!(true), None)
+        .await
+        .unwrap();
+    let before = d.stub.invokes.load(Ordering::SeqCst);
+    d.step_until(&d.b, &run_b, RunStatus::Completed).await;
+    assert_eq!(
+        d.output(&run_b).await,
+        json!({"build": "b", "draft": "draft", "approved": true})
+    );
+    assert_eq!(
+        d.stub.invokes.load(Ordering::SeqCst),
+        before,
+        "B's run ran on B"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_forward_leaves_the_wake_up_failed_for_sqs_to_redeliver_and_loses_nothing() {
+    let Some(d) = deployment().await else {
+        return;
+    };
+    let run =
+        d.a.start(&d.tenant, "approval", json!(null), None)
+            .await
+            .unwrap()
+            .id;
+    d.step_until(&d.a, &run, RunStatus::Waiting).await;
+    d.b.deliver_event(&d.tenant, &run, "approval", json!(true), None)
+        .await
+        .unwrap();
+
+    d.stub.fail.store(true, Ordering::SeqCst);
+    let mut failed = 0;
+    while failed == 0 {
+        failed = d.step(&d.b).await.batch_item_failures.len();
+    }
+    assert_eq!(failed, 1, "the forwarded record is reported failed");
+    assert_eq!(d.status(&run).await, RunStatus::Waiting, "nothing written");
+
+    // The invoke works again: the redelivered wake-up finishes the run on A.
+    d.stub.fail.store(false, Ordering::SeqCst);
+    d.step_until(&d.b, &run, RunStatus::Completed).await;
+    assert_eq!(
+        d.output(&run).await,
+        json!({"build": "a", "draft": "draft", "approved": true})
+    );
+}
