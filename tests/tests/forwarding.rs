@@ -93,6 +93,11 @@ struct Deployment {
 }
 
 async fn deployment() -> Option<Deployment> {
+    deployment_with(true).await
+}
+
+/// A deployment; `a_registered`: whether build A's version registered itself.
+async fn deployment_with(a_registered: bool) -> Option<Deployment> {
     let env = siesta_aws::testing::emulators()
         .await?
         .with_own_table()
@@ -137,10 +142,12 @@ async fn deployment() -> Option<Deployment> {
         .build();
     let builds = siesta_aws::builds::BuildRegistry::from_sdk(&env.sdk, names.table.clone());
     // Build A's version registered itself when it started cold.
-    builds
-        .register(BUILD_A, "shop-step:1", siesta_lambda::now_ms())
-        .await
-        .unwrap();
+    if a_registered {
+        builds
+            .register(BUILD_A, "shop-step:1", siesta_lambda::now_ms())
+            .await
+            .unwrap();
+    }
     Some(Deployment {
         a,
         b,
@@ -316,4 +323,71 @@ async fn a_failed_forward_leaves_the_wake_up_failed_for_sqs_to_redeliver_and_los
         d.output(&run).await,
         json!({"build": "a", "draft": "draft", "approved": true})
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wake_up_for_a_build_no_version_serves_is_reported_handled_and_changes_nothing() {
+    let Some(d) = deployment_with(false).await else {
+        return;
+    };
+    let run =
+        d.a.start(&d.tenant, "approval", json!(null), None)
+            .await
+            .unwrap()
+            .id;
+    d.step_until(&d.a, &run, RunStatus::Waiting).await;
+    d.b.deliver_event(&d.tenant, &run, "approval", json!(true), None)
+        .await
+        .unwrap();
+    let before = d.b.get_run(&d.tenant, &run).await.unwrap();
+
+    let response = d.step(&d.b).await;
+    assert!(response.batch_item_failures.is_empty(), "{response:?}");
+    assert_eq!(
+        d.stub.invokes.load(Ordering::SeqCst),
+        0,
+        "nothing to invoke"
+    );
+    let after = d.b.get_run(&d.tenant, &run).await.unwrap();
+    assert_eq!(after.status, RunStatus::Waiting);
+    assert_eq!(after.version, before.version, "nothing written");
+    assert_eq!(after.inbox_seq, 1, "the approval is still recorded");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forwarded_wake_up_whose_run_is_another_builds_here_too_is_never_forwarded_again() {
+    let Some(d) = deployment().await else {
+        return;
+    };
+    let run =
+        d.a.start(&d.tenant, "approval", json!(null), None)
+            .await
+            .unwrap()
+            .id;
+    d.step_until(&d.a, &run, RunStatus::Waiting).await;
+    let wake = siesta::ports::WakeUp::new(
+        d.tenant.clone(),
+        run.clone(),
+        siesta::ports::WakeReason::Delivery,
+    );
+    let event: SqsEvent = serde_json::from_value(json!({"Records": [{
+        "messageId": "m-1",
+        "receiptHandle": "r-1",
+        "body": serde_json::to_string(&wake).unwrap(),
+        "attributes": {"ApproximateReceiveCount": "1"},
+        "messageAttributes": {siesta_step::forward::FORWARDED: {"stringValue": "true", "dataType": "String"}},
+        "eventSource": "aws:sqs",
+    }]}))
+    .unwrap();
+    let response = siesta_step::handle_forwarding(
+        &d.b,
+        Some(&d.forwarder),
+        event,
+        deadline(),
+        Duration::from_secs(2),
+    )
+    .await;
+    assert!(response.batch_item_failures.is_empty(), "{response:?}");
+    assert_eq!(d.stub.invokes.load(Ordering::SeqCst), 0, "no ping-pong");
+    assert_eq!(d.status(&run).await, RunStatus::Waiting);
 }
