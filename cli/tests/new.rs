@@ -70,7 +70,7 @@ async fn a_new_app_builds_passes_its_tests_and_serves_hello_in_dev() {
         .lines()
         .skip_while(|l| !l.starts_with("```"))
         .skip(1)
-        .take(4)
+        .take(5)
         .map(|l| l.split('#').next().unwrap().trim())
         .collect();
     assert_eq!(
@@ -78,6 +78,7 @@ async fn a_new_app_builds_passes_its_tests_and_serves_hello_in_dev() {
         [
             "cargo run -- dev",
             "cargo test",
+            "cargo run -- replay --backend aws",
             "sam build -t infra/template.yaml --beta-features",
             "sam deploy --guided"
         ]
@@ -131,4 +132,17 @@ async fn a_new_app_builds_passes_its_tests_and_serves_hello_in_dev() {
     assert_eq!(run["status"], "completed", "{run}");
     assert_eq!(run["output"], "Hello, Ada!", "{run}");
     drop(server);
+
+    // The check before a deploy, as the README shows it: the finished run replays.
+    let replayed = Command::new(&binary)
+        .args(["replay", "--all", "--data-dir"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&replayed.stdout);
+    assert!(replayed.status.success(), "{out}");
+    assert!(
+        out.contains("1 run(s) checked") && out.contains("1 clean"),
+        "{out}"
+    );
 }
