@@ -90,8 +90,9 @@ pub async fn check(
         aws,
     } = args;
     if !history.is_empty() {
-        // The check needs a backend only to read offloaded values, which an export
-        // refers to but does not hold: an empty one in a scratch directory.
+        // An export holds its offloaded values inline, so the check reads nothing from
+        // a backend; an engine needs one all the same: an empty one, in a scratch
+        // directory.
         let scratch = std::env::temp_dir().join(format!(
             "siesta-replay-{}-{}",
             std::process::id(),

@@ -268,3 +268,59 @@ async fn an_exported_history_is_checked_without_the_store() {
             .is_clean()
     );
 }
+
+#[tokio::test]
+async fn an_export_carries_offloaded_values_inline_so_it_replays_on_an_empty_store() {
+    let registry = || {
+        let mut reg = Registry::new();
+        reg.register("big", |ctx: Context, _: Value| async move {
+            let text: String = ctx
+                .step("draft", |_| async { Ok("x".repeat(4096)) })
+                .await?;
+            let approved: bool = ctx.wait_for_event("approval").await?;
+            Ok(json!({"len": text.len(), "approved": approved}))
+        });
+        reg
+    };
+    let small = EngineConfig {
+        inline_limit: 256,
+        ..siesta_testing::default_engine_config()
+    };
+    let w = siesta_testing::TestEnv::builder(registry())
+        .tenant("acme")
+        .engine_config(small)
+        .build();
+    let id = w.start("big", json!(null)).await;
+    let draft = w.entry(&id, "draft#0").await.unwrap();
+    assert!(
+        matches!(
+            draft.state,
+            EntryState::Succeeded {
+                value: Payload::Artifact(_),
+                ..
+            }
+        ),
+        "the step's result is offloaded: {:?}",
+        draft.state
+    );
+
+    let export = w.engine().export_run(w.tenant(), &id).await.unwrap();
+    let document = serde_json::to_string(&export).unwrap();
+    let export: RunExport = serde_json::from_str(&document).unwrap();
+    assert!(matches!(
+        &export.journal.iter().find(|e| e.position.as_str() == "draft#0").unwrap().state,
+        EntryState::Succeeded { value: Payload::Inline(v), .. } if v.as_str().unwrap().len() == 4096
+    ));
+
+    // Another store, which has none of the run's artifacts.
+    let elsewhere = world(registry());
+    let (run, history) = export.into_parts();
+    assert_eq!(
+        elsewhere
+            .engine()
+            .check_replay_history(run, history)
+            .await
+            .unwrap(),
+        ReplayCheck::Clean { replayed: 2 }
+    );
+}

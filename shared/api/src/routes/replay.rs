@@ -21,7 +21,8 @@ use crate::state::AppState;
 use crate::view::{RunView, run_answer};
 
 /// The run and its history (journal and deliveries) as one JSON document, in the core's
-/// own serialization: save it to a file and check it with `myapp replay --history FILE`.
+/// own serialization, with values offloaded to the artifact store put inline: save it
+/// to a file and check it with `myapp replay --history FILE`.
 #[utoipa::path(
     get, path = "/runs/{id}/export", operation_id = "exportRun", tag = "runs",
     security(("bearer" = [])),

@@ -115,15 +115,51 @@ impl RunExport {
 }
 
 impl Engine {
-    /// The run (of this tenant) and its history as one document.
+    /// The run (of this tenant) and its history as one document. Values offloaded to
+    /// the artifact store (the input, step results, delivered payloads...) are read
+    /// and put inline, so the document replays with no access to the store.
     pub async fn export_run(
         &self,
         tenant: &TenantId,
         run_id: &RunId,
     ) -> Result<RunExport, EngineError> {
-        let run = self.get_run(tenant, run_id).await?;
-        let history = self.backend.store.load_history(tenant, run_id).await?;
+        let mut run = self.get_run(tenant, run_id).await?;
+        let mut history = self.backend.store.load_history(tenant, run_id).await?;
+        self.inline(&mut run.input).await?;
+        if let Some(output) = &mut run.output {
+            self.inline(output).await?;
+        }
+        for entry in &mut history.journal {
+            match &mut entry.state {
+                EntryState::Succeeded { value, .. } => self.inline(value).await?,
+                EntryState::Polling { state, .. } => self.inline(state).await?,
+                _ => {}
+            }
+        }
+        for delivery in &mut history.deliveries {
+            match &mut delivery.body {
+                DeliveryBody::CallbackSucceeded { value, .. }
+                | DeliveryBody::Event { value, .. }
+                | DeliveryBody::Message { value } => self.inline(value).await?,
+                DeliveryBody::ChildFinished {
+                    outcome: Ok(value), ..
+                } => self.inline(value).await?,
+                _ => {}
+            }
+        }
         Ok(RunExport::new(run, history))
+    }
+
+    /// Replace an offloaded value by its content: replay decodes both the same way.
+    async fn inline(&self, payload: &mut Payload) -> Result<(), EngineError> {
+        if let Payload::Artifact(_) = payload {
+            let value: serde_json::Value =
+                decode_payload(&self.backend, payload).await.map_err(|e| {
+                    EngineError::Store(crate::ports::StoreError::Unavailable(e.to_string()))
+                })?;
+            *payload = Payload::Inline(value);
+        }
+        Ok(())
     }
 
     /// Check that the run's journal replays on this engine's code, with no side effect
