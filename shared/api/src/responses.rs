@@ -191,6 +191,17 @@ error_set!(
 );
 
 error_set!(
+    /// `POST /builds/{build}/upgrade`: runs that do not replay are reported in the
+    /// answer, not refused.
+    BuildUpgradeErrors {
+        400 => MALFORMED,
+        401 => UNAUTHORIZED,
+        500 => INTERNAL,
+        503 => UNAVAILABLE,
+    }
+);
+
+error_set!(
     /// `POST /runs/{id}/resume`.
     ResumeErrors {
         400 => MALFORMED,

@@ -136,7 +136,7 @@ pub(crate) async fn upgrade_run(
     params(("build" = String, Path, description = "The build whose runs to move (`-`: runs with no build)")),
     responses(
         (status = 200, description = "What moved and what did not", body = UpgradeReportSchema),
-        ReadRunErrors,
+        BuildUpgradeErrors,
     )
 )]
 pub(crate) async fn upgrade_build(
