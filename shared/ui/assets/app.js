@@ -798,6 +798,13 @@ function actionSpec(state, button) {
       what: `Moves the run${codeVersion(view) ? ` from build ${codeVersion(view)}` : ''} to the build serving this page, only if its journal replays cleanly on this build's code now (nothing runs for the check). Otherwise nothing changes and the error names the position and both operation kinds where it diverges. A run parked for NonDeterminism is resumed by it once this build replays it.`,
       fields: [],
       request: () => ({ method: 'POST', path: `/runs/${run}/upgrade` }),
+      // The same check the upgrade makes, shown before the person confirms.
+      preview: async () => {
+        const { data } = await api('GET', `/runs/${run}/replay-check`);
+        if (data.result === 'clean') return `Replay check on build ${data.build_id}: clean (${data.replayed} journal entries replayed) — the upgrade will move it.`;
+        const d = data.divergence || {};
+        return `Replay check on build ${data.build_id}: diverges at ${d.position} (journal ${d.journal_kind || 'nothing'} vs code ${d.code_kind || 'nothing'}) — the upgrade will be refused.\n${d.message || ''}`;
+      },
     };
     case 'resume': return {
       title: 'Resume this parked run',
@@ -838,7 +845,7 @@ function openAction(state, button) {
     return `<label>${esc(f.label)}</label>${input}`;
   }).join('');
   dialog.innerHTML = `<form method="dialog" data-action="${esc(button.dataset.action)}"><h2>${esc(spec.title)}</h2><p>${esc(spec.what)}</p>
-    <div class="what" id="what"></div>${fields}<p class="error-box" id="action-error"></p>
+    ${spec.preview ? '<p class="note" id="preview">Checking…</p>' : ''}<div class="what" id="what"></div>${fields}<p class="error-box" id="action-error"></p>
     <menu><button type="button" value="cancel" id="dialog-cancel">Back</button>
     <button type="submit" value="confirm" class="${spec.danger ? 'danger' : 'primary'}" id="dialog-confirm">Confirm</button></menu></form>`;
   const form = dialog.querySelector('form');
@@ -878,6 +885,14 @@ function openAction(state, button) {
     }
   };
   dialog.showModal();
+  const preview = form.querySelector('#preview');
+  if (spec.preview && preview) {
+    // Written into this dialog's own element: a dialog closed or replaced meanwhile
+    // is left alone.
+    spec.preview()
+      .then((text) => { preview.textContent = text; })
+      .catch((e) => { preview.textContent = 'Replay check failed: ' + e; });
+  }
 }
 
 renderAuth();
