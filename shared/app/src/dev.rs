@@ -212,7 +212,7 @@ fn tenants(options: &DevOptions) -> Vec<TenantId> {
 /// For each tenant and each other build with unfinished runs: check every such run's
 /// journal on this build's code; move the ones that replay cleanly when their
 /// workflow's policy is [`UpgradePolicy::UpgradeWhenReplays`], leave the others to
-/// their build. A backend that cannot list builds (AWS, for now) is skipped with a
+/// their build. A backend that cannot list builds is skipped with a
 /// warning: its runs wait for their build all the same.
 pub async fn other_builds_at_start(
     engine: &Engine,

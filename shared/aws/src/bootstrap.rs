@@ -1014,7 +1014,21 @@ mod tests {
             ]
         );
         assert_eq!(by_tenant.projection, "KEYS_ONLY");
-        assert_eq!(plan.table.indexes.len(), 2);
+        let by_build = plan
+            .table
+            .indexes
+            .iter()
+            .find(|i| i.name == BUILD_INDEX)
+            .unwrap();
+        assert_eq!(
+            by_build.keys,
+            vec![
+                (BUILD_KEY.into(), "HASH".into()),
+                (CREATED_KEY.into(), "RANGE".into())
+            ]
+        );
+        assert_eq!(by_build.projection, "KEYS_ONLY");
+        assert_eq!(plan.table.indexes.len(), 3);
         for (attr, kind) in [
             (PK, "S"),
             (SK, "S"),
@@ -1022,6 +1036,7 @@ mod tests {
             (SWEEP_AT, "N"),
             (TENANT, "S"),
             (CREATED_KEY, "S"),
+            (BUILD_KEY, "S"),
         ] {
             assert!(
                 plan.table

@@ -140,6 +140,8 @@ pub(crate) fn run_item(run: &Run, retention: Duration) -> Result<Item, StoreErro
     }
     if run.status.is_finished() {
         item.insert(EXPIRES_AT.into(), expiry(run.updated_at, retention));
+    } else if let Some(build) = &run.build_id {
+        item.insert(BUILD_KEY.into(), s(build_key(&run.tenant, build)));
     }
     let body = RunBody {
         input: run.input.clone(),
@@ -302,6 +304,16 @@ pub(crate) fn tool_call_item(record: &ToolCallRecord) -> Result<Item, StoreError
 /// The tool-call record stored in `item`.
 pub(crate) fn tool_call_from_item(item: &Item) -> Result<ToolCallRecord, StoreError> {
     from_json(item, "tool call")
+}
+
+/// A tenant's build record: the build id, its first and last seen.
+pub(crate) fn build_from_item(item: &Item) -> Result<(String, Timestamp, Timestamp), StoreError> {
+    const WHAT: &str = "build record";
+    Ok((
+        get_s(item, SK, WHAT)?.to_owned(),
+        Timestamp(get_n(item, FIRST_SEEN, WHAT)?),
+        Timestamp(get_n(item, LAST_SEEN, WHAT)?),
+    ))
 }
 
 /// A due-index entry, as the index projects it.

@@ -49,6 +49,17 @@ pub const TENANT: &str = "tenant";
 /// The tenant index's sort key: creation time and run id ([`created_key`]).
 pub const CREATED_KEY: &str = "created_key";
 
+/// The sparse index of unfinished runs by tenant and build, keys only: a run is in it
+/// from its creation until the checkpoint that finishes it, so a checkpoint that only
+/// changes its status or body costs the index nothing.
+pub const BUILD_INDEX: &str = "by_build";
+/// The build index's partition key ([`build_key`]); its sort key is [`CREATED_KEY`].
+pub const BUILD_KEY: &str = "build_key";
+/// A build record's attribute: when the tenant's earliest run on the build was created.
+pub const FIRST_SEEN: &str = "first_seen";
+/// A build record's attribute: when the tenant's latest run on the build was created.
+pub const LAST_SEEN: &str = "last_seen";
+
 /// The TTL attribute (seconds since the epoch), set on finished runs and closed records.
 pub const EXPIRES_AT: &str = "expires_at";
 
@@ -86,6 +97,17 @@ pub fn callback_pk(id: &CallbackId) -> String {
 /// [`RECORD_SK`]), kept by the transactions that create and finish runs.
 pub fn quota_pk(tenant: &TenantId) -> String {
     format!("Q#{}", escape(tenant.as_str()))
+}
+
+/// The partition of a tenant's build records, one per build its runs were on (its sort
+/// key is the build id), with [`FIRST_SEEN`] and [`LAST_SEEN`].
+pub fn builds_pk(tenant: &TenantId) -> String {
+    format!("B#{}", escape(tenant.as_str()))
+}
+
+/// The build index's partition of the tenant's unfinished runs on `build`.
+pub fn build_key(tenant: &TenantId, build: &str) -> String {
+    format!("{}#{}", escape(tenant.as_str()), escape(build))
 }
 
 /// The counter item's attribute: the tenant's unfinished runs.

@@ -506,6 +506,9 @@ impl DynamoStore {
         started: &TimelineEvent,
         max_unfinished: Option<u64>,
     ) -> Result<(), StoreError> {
+        // Before the run, so that every run's build is listed (a create that then
+        // fails leaves a build record that counts no run).
+        self.note_build(run).await?;
         let mut tx = Tx::default();
         tx.insert(&self.table, Role::Run, run_item(run, self.retention)?)?;
         tx.insert(
@@ -552,6 +555,88 @@ impl DynamoStore {
             None => false,
         };
         Ok(children - i64::from(finishes))
+    }
+
+    /// Record that `run` is on its build, for [`RunStore::builds`]: the tenant's record
+    /// of the build gets the run's creation time as its last seen (when later) and its
+    /// first seen (when earlier, or new). One conditional `UpdateItem` for a run later
+    /// than any before it (a start), a second only for an earlier one (an upgraded or
+    /// late-written run); no write for a run that records no build.
+    async fn note_build(&self, run: &Run) -> Result<(), StoreError> {
+        let Some(build) = &run.build_id else {
+            return Ok(());
+        };
+        let record = key(builds_pk(&run.tenant), build);
+        let at = n(run.created_at.0);
+        for (update, condition) in [
+            (
+                "SET #first = if_not_exists(#first, :at), #last = :at",
+                "attribute_not_exists(#last) OR #last < :at",
+            ),
+            (
+                "SET #first = :at",
+                "attribute_exists(#last) AND #first > :at",
+            ),
+        ] {
+            let result = self
+                .client
+                .update_item()
+                .table_name(&self.table)
+                .set_key(Some(record.clone()))
+                .update_expression(update)
+                .condition_expression(condition)
+                .set_expression_attribute_names(Some(names(&[
+                    ("#first", FIRST_SEEN),
+                    ("#last", LAST_SEEN),
+                ])))
+                .expression_attribute_values(":at", at.clone())
+                .return_consumed_capacity(ReturnConsumedCapacity::Total)
+                .send()
+                .await;
+            match result {
+                Ok(out) => {
+                    if let Some(c) = out.consumed_capacity() {
+                        self.capacity.add(true, std::slice::from_ref(c));
+                    }
+                    return Ok(());
+                }
+                Err(e) => match e.as_service_error() {
+                    // Not later than the last seen: try it as an earlier first seen.
+                    Some(UpdateItemError::ConditionalCheckFailedException(_)) => {}
+                    _ => return Err(sdk("note_build", e)),
+                },
+            }
+        }
+        Ok(())
+    }
+
+    /// Every item a `Query` finds, page after page; `shape` gives the query its key
+    /// condition (and index).
+    async fn query_all(
+        &self,
+        op: &str,
+        shape: impl Fn(
+            aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder,
+        ) -> aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder,
+    ) -> Result<Vec<Item>, StoreError> {
+        let mut items = Vec::new();
+        let mut start = None;
+        loop {
+            let out = shape(self.client.query().table_name(&self.table))
+                .set_exclusive_start_key(start)
+                .return_consumed_capacity(ReturnConsumedCapacity::Total)
+                .send()
+                .await
+                .map_err(|e| sdk(op, e))?;
+            if let Some(c) = out.consumed_capacity() {
+                self.capacity.add(false, std::slice::from_ref(c));
+            }
+            items.extend(out.items.unwrap_or_default());
+            match out.last_evaluated_key {
+                Some(next) if !next.is_empty() => start = Some(next),
+                _ => return Ok(items),
+            }
+        }
     }
 
     async fn current_run(&self, tenant: &TenantId, run_id: &RunId) -> Result<Run, StoreError> {
@@ -612,10 +697,50 @@ impl RunStore for DynamoStore {
         Ok(unfinished_of(item.as_ref()))
     }
 
-    async fn builds(&self, _tenant: &TenantId) -> Result<Vec<BuildSummary>, StoreError> {
-        Err(StoreError::Unsupported(
-            "listing builds is not implemented on DynamoDB yet".to_owned(),
-        ))
+    async fn builds(&self, tenant: &TenantId) -> Result<Vec<BuildSummary>, StoreError> {
+        let pk = builds_pk(tenant);
+        let records = self
+            .query_all("builds", |q| {
+                q.key_condition_expression("#pk = :pk")
+                    .expression_attribute_names("#pk", PK)
+                    .expression_attribute_values(":pk", s(&pk))
+            })
+            .await?;
+        let mut builds = Vec::with_capacity(records.len());
+        for record in records {
+            let (build_id, first_seen, last_seen) = build_from_item(&record)?;
+            // The index holds keys only; the runs' statuses come from batch reads.
+            let bk = build_key(tenant, &build_id);
+            let entries = self
+                .query_all("builds", |q| {
+                    q.index_name(BUILD_INDEX)
+                        .key_condition_expression("#bk = :bk")
+                        .expression_attribute_names("#bk", BUILD_KEY)
+                        .expression_attribute_values(":bk", s(&bk))
+                })
+                .await?;
+            let mut unfinished = std::collections::BTreeMap::new();
+            for chunk in entries.chunks(100) {
+                let keys: Vec<Item> = chunk
+                    .iter()
+                    .map(|e| item_key(e).map(|(pk, sk)| key(pk, sk)))
+                    .collect::<Result<_, _>>()?;
+                for item in self.batch_get("builds", keys).await?.into_values() {
+                    let run = run_from_item(&item)?;
+                    // The index is eventually consistent: the run as read decides.
+                    if !run.status.is_finished() && run.build_id.as_deref() == Some(&build_id) {
+                        *unfinished.entry(run.status).or_insert(0) += 1;
+                    }
+                }
+            }
+            builds.push(BuildSummary {
+                build_id,
+                first_seen,
+                last_seen,
+                unfinished,
+            });
+        }
+        Ok(builds)
     }
 
     async fn get_run(&self, tenant: &TenantId, run_id: &RunId) -> Result<Option<Run>, StoreError> {
@@ -757,6 +882,18 @@ impl RunStore for DynamoStore {
 
     async fn checkpoint(&self, cp: &Checkpoint) -> Result<(), StoreError> {
         let (tenant, run_id) = (&cp.run.tenant, &cp.run.id);
+        // A run moved to another build (an upgrade) and child runs are on builds the
+        // tenant's records must list.
+        if cp
+            .timeline
+            .iter()
+            .any(|e| e.event_type == EventType::RunUpgraded)
+        {
+            self.note_build(&cp.run).await?;
+        }
+        for (child, _) in &cp.child_runs {
+            self.note_build(child).await?;
+        }
         let unfinished = self.unfinished_delta(cp).await?;
         for _ in 0..RACE_ATTEMPTS {
             let mut tx = Tx::default();

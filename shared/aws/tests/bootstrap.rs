@@ -58,6 +58,11 @@ async fn bootstrap_creates_the_template_resources_and_is_idempotent() {
         indexes,
         [
             (
+                "by_build".to_owned(),
+                vec!["build_key HASH".to_owned(), "created_key RANGE".to_owned()],
+                "KEYS_ONLY".to_owned()
+            ),
+            (
                 "by_tenant".to_owned(),
                 vec!["tenant HASH".to_owned(), "created_key RANGE".to_owned()],
                 "KEYS_ONLY".to_owned()

@@ -374,7 +374,10 @@ pub trait RunStore: Send + Sync + 'static {
     /// never another tenant's; an operator's view of a deployment asks per tenant.
     /// Costs what the tenant's builds and unfinished runs number, never what its
     /// finished runs do: a record per tenant and build, and an index of unfinished
-    /// runs by build (on DynamoDB a query, never a scan).
+    /// runs by build (on DynamoDB a query, never a scan). A run counts on the build it
+    /// records; a checkpoint that moves it to another (an upgrade) carries a
+    /// [`EventType::RunUpgraded`] event, which tells a store that keeps a record per
+    /// build to note the new one.
     async fn builds(&self, tenant: &TenantId) -> Result<Vec<BuildSummary>, StoreError>;
 
     /// Runs the sweep should look at by `before`: their `due_at` and, when a wake-up was

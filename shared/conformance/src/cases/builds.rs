@@ -28,7 +28,8 @@ fn counts(of: &[(RunStatus, u64)]) -> BTreeMap<RunStatus, u64> {
 /// Each build that started a run of the tenant is listed once, by build id, with its
 /// unfinished runs by status (finished ones not counted, a parked one counted) and the
 /// creation times of its first and latest run; runs that record no build and other
-/// tenants' runs are left out; a run moved to another build (an upgrade) counts there,
+/// tenants' runs are left out; a run moved to another build (an upgrade: a checkpoint
+/// that changes its build and carries `RunUpgraded`) counts there,
 /// and a build whose runs all finished is still listed, with none.
 pub async fn builds_count_unfinished_runs_by_status_per_build(h: Harness) {
     let (tenant, other) = (tenant(), tenant());
@@ -76,7 +77,8 @@ pub async fn builds_count_unfinished_runs_by_status_per_build(h: Harness) {
     );
 
     // An upgrade moves the first run to v2, the waiting one finishes: v1 has none left.
-    let cp = checkpoint_over(&h, &first, None, |r| r.build_id = Some(v2.clone()));
+    let mut cp = checkpoint_over(&h, &first, None, |r| r.build_id = Some(v2.clone()));
+    push_event(&mut cp, event(0, h.now(), EventType::RunUpgraded));
     write(&h, &cp).await;
     finish(&h, &waiting, RunStatus::Failed).await;
     let after = builds(&h, &tenant).await;
