@@ -324,6 +324,40 @@ mod tests {
         dev.options().await.expect("valid options")
     }
 
+    #[test]
+    fn dev_says_per_other_build_what_moved_and_where_each_waiting_run_diverges() {
+        use siesta::{DivergedRun, Divergence, OperationKind, Position, RunId, RunStatus};
+        let found = crate::dev::OtherBuildAtStart {
+            tenant: siesta::TenantId::from("default"),
+            build_id: "shop@0.1.0+old".into(),
+            unfinished: [(RunStatus::Waiting, 3)].into(),
+            upgraded: vec![RunId::from("r1")],
+            pinned: vec![RunId::from("r2")],
+            diverged: vec![DivergedRun {
+                run_id: RunId::from("r3"),
+                divergence: Divergence {
+                    position: Position::from("triage#0"),
+                    journal_kind: Some(OperationKind::Step),
+                    code_kind: Some(OperationKind::Step),
+                    message: "non-determinism".into(),
+                },
+            }],
+            skipped: Vec::new(),
+        };
+        let lines = other_builds_lines(&[found]);
+        assert_eq!(lines[1], "  shop@0.1.0+old (tenant default): 3 waiting");
+        assert_eq!(
+            lines[2],
+            "    1 replay cleanly on this build and moved to it"
+        );
+        assert!(lines[3].starts_with("    1 replay cleanly on this build but are pinned"));
+        assert_eq!(
+            lines[4],
+            "    run r3 waits for its build: diverges at triage#0 (journal step, code step)"
+        );
+        assert!(other_builds_lines(&[]).is_empty(), "nothing said when none");
+    }
+
     #[tokio::test]
     async fn the_worker_runs_at_the_default_niceness_unless_told() {
         assert_eq!(

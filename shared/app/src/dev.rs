@@ -378,6 +378,7 @@ pub async fn start(
                         woken = report.woken,
                         lost_wakeups = report.lost_wakeups,
                         already_queued = report.already_queued,
+                        other_builds = report.other_builds,
                         dead_letters = report.dead_letters,
                         "sweep"
                     ),
