@@ -225,6 +225,63 @@ async fn a_run_whose_workflow_upgrades_when_it_replays_still_waits_for_its_build
     assert_eq!(w.status(&run_a).await, RunStatus::Waiting);
 }
 
+/// Build C: build A's `approval` with a step appended after the refund — a journal
+/// of build A replays on it.
+fn build_c() -> Registry {
+    let mut reg = Registry::new();
+    reg.register("approval", |ctx: Context, _: Value| async move {
+        let draft: String = ctx
+            .step("draft", |_| async { Ok("draft".to_owned()) })
+            .await?;
+        let approved: bool = ctx.wait_for_event("approval").await?;
+        let refund: String = ctx
+            .step("refund", |_| async { Ok("refunded".to_owned()) })
+            .await?;
+        ctx.step("receipt", |_| async { Ok(()) }).await?;
+        Ok(json!({"build": "c", "draft": draft, "approved": approved, "refund": refund}))
+    });
+    reg.upgrade_policy("approval", UpgradePolicy::UpgradeWhenReplays);
+    reg
+}
+
+#[tokio::test]
+async fn a_run_upgraded_to_the_serving_build_runs_there_and_one_that_diverges_is_refused() {
+    let (w, (a, _), (b, _)) = two_builds();
+    let (c, _) = w.engine_with(build_c(), config("shop@1.0.2+cccc", OtherBuilds::Leave));
+    let run = start(&w, &a).await;
+    c.deliver_event(w.tenant(), &run, "approval", json!(true), None)
+        .await
+        .unwrap();
+    settle(&c).await;
+    assert_eq!(
+        w.status(&run).await,
+        RunStatus::Waiting,
+        "not run before its upgrade"
+    );
+
+    // B inserted a step: its upgrade is refused, naming where the journal and the code
+    // part ways, and the run stays on A.
+    let refused = b.upgrade(w.tenant(), &run, None).await;
+    assert!(
+        matches!(&refused, Err(EngineError::Diverged(d)) if d.position.to_string().contains("#0")),
+        "{refused:?}"
+    );
+    assert_eq!(w.run(&run).await.build_id.as_deref(), Some(BUILD_A));
+
+    // C only appended one: the upgrade moves the run, and C runs it to its end.
+    let upgraded = c.upgrade(w.tenant(), &run, None).await.unwrap();
+    assert_eq!(upgraded.build_id.as_deref(), Some("shop@1.0.2+cccc"));
+    settle(&c).await;
+    let done = w.run(&run).await;
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    assert_eq!(output(&done)["build"], json!("c"));
+    assert_eq!(
+        a.awaiting_build(&done),
+        None,
+        "a finished run waits for nothing"
+    );
+}
+
 #[test]
 fn the_engine_default_upgrade_policy_is_pinned_and_a_workflow_may_set_its_own() {
     assert_eq!(
