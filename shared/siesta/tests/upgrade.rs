@@ -184,3 +184,35 @@ async fn upgrading_a_build_moves_the_runs_that_replay_and_reports_the_others() {
     assert_eq!(w.run(&a).await.build_id.as_deref(), Some("app@2"));
     assert_eq!(w.run(&b).await.build_id.as_deref(), Some(old.as_str()));
 }
+
+#[tokio::test]
+async fn a_run_an_invocation_holds_is_not_upgraded_under_it() {
+    let w = world(v1());
+    let id = w.start("agent", json!(null)).await;
+    // Another process claims the run (a delivery woke it) and works on it.
+    let now = w.now();
+    w.backend()
+        .store
+        .claim(
+            w.tenant(),
+            &id,
+            &siesta::ports::Claim {
+                owner: "elsewhere".into(),
+                now,
+                expires_at: now.plus(std::time::Duration::from_secs(60)),
+            },
+        )
+        .await
+        .unwrap();
+    let before = w.run(&id).await;
+    let b = build(&w, appended_step(), "agent@2");
+    assert!(matches!(
+        b.upgrade(w.tenant(), &id, None).await,
+        Err(EngineError::Leased)
+    ));
+    let after = w.run(&id).await;
+    assert_eq!(
+        (after.version, after.build_id),
+        (before.version, before.build_id)
+    );
+}
