@@ -150,6 +150,7 @@ function route() {
   delete document.body.dataset.painted;
   const m = location.pathname.match(/^\/ui\/runs\/([^/]+)$/);
   if (m) return showRun(decodeURIComponent(m[1]));
+  if (location.pathname === '/ui/builds') return showBuilds();
   return showList(new URLSearchParams(location.search));
 }
 function navigate(url) { history.pushState(null, '', url); route(); }
@@ -180,6 +181,7 @@ async function showList(params) {
       <label>Workflow <input type="text" name="workflow" value="${esc(workflow)}" placeholder="any" size="14"></label>
       <button>Filter</button>
       <span class="spacer"></span>
+      <a href="/ui/builds" data-nav title="Each build, its unfinished runs by status">Builds</a>
       <label title="Refresh every 2 s"><input type="checkbox" id="live" checked> Live</label>
       <span class="muted" id="refreshed"></span>
     </form>
@@ -244,6 +246,37 @@ function runsTable(page, params) {
     ${showCode ? '<th>Code version</th>' : ''}<th>Version</th></tr></thead><tbody>${rows}</tbody></table>
     <div class="pager">${params.get('cursor') ? `<a href="${esc(q(null))}" data-nav>← Newest</a>` : ''}
     ${next ? `<a href="${esc(q(next))}" data-nav id="older">Older →</a>` : '<span class="muted">End of list</span>'}</div>`;
+}
+
+// ---------- builds ----------
+/** GET /builds: each build, the serving one first, with its unfinished runs by status. */
+async function showBuilds() {
+  const gen = generation;
+  document.getElementById('crumbs').innerHTML = '<a href="/" data-nav>Runs</a> › Builds';
+  document.title = 'Builds · Siesta';
+  main.innerHTML = '<h1>Builds</h1><section class="card"><div id="builds"><p class="muted">Loading…</p></div></section>';
+  let page;
+  try {
+    page = await authed(() => api('GET', '/builds'));
+  } catch (e) {
+    if (gen === generation) document.getElementById('builds').innerHTML = `<p class="error-box">${esc(String(e))}</p>`;
+    return;
+  }
+  if (!page || gen !== generation) return;
+  const rows = (page.data.builds || []).map((b) => {
+    const counts = Object.entries(b.unfinished || {});
+    const unfinished = counts.length
+      ? counts.map(([status, n]) => `${n} ${badge(status)}`).join(' ')
+      : '<span class="muted">none</span>';
+    return `<tr data-build="${esc(b.build_id)}">
+      <td class="mono">${esc(b.build_id)}</td>
+      <td>${b.serving ? '<b>serving</b>' : (counts.length ? '<span class="muted">its runs wait for it</span>' : '')}</td>
+      <td>${unfinished}</td>
+      <td>${timeHtml(instant(b.first_seen))}</td>
+      <td>${timeHtml(instant(b.last_seen))}</td></tr>`;
+  }).join('');
+  document.getElementById('builds').innerHTML = `<p class="muted">A run is replayed only on the build it started on: the runs of a build that is not serving wait for it (or for an upgrade that moves them, when their journal replays here).</p>
+    <table class="runs"><thead><tr><th>Build</th><th></th><th>Unfinished runs</th><th>First seen</th><th>Last seen</th></tr></thead><tbody>${rows}</tbody></table>`;
 }
 
 // ---------- a run: the model behind the waterfall ----------

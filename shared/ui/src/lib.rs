@@ -11,7 +11,8 @@
 //! bearer — so the UI sees exactly what the caller's tenant may see, and its asset
 //! routes need no auth.
 //!
-//! Paths: `/` (the runs list), `/ui/runs/{id}` (a run's page) and `/ui/*` for the
+//! Paths: `/` (the runs list), `/ui/runs/{id}` (a run's page), `/ui/builds` (the
+//! builds and their unfinished runs) and `/ui/*` for the
 //! assets. None of them is an API path, so merging cannot shadow the API.
 
 use std::sync::LazyLock;
@@ -75,6 +76,7 @@ pub fn router<S: Clone + Send + Sync + 'static>() -> Router<S> {
         .route("/ui", get(index))
         .route("/ui/", get(index))
         .route("/ui/runs/{id}", get(index))
+        .route("/ui/builds", get(index))
         .route("/ui/app.js", get(|h: HeaderMap| asset(h, &APP_JS)))
         .route("/ui/app.css", get(|h: HeaderMap| asset(h, &APP_CSS)))
         .route(
@@ -150,8 +152,8 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn the_list_and_a_run_page_serve_the_same_document_with_a_strict_csp() {
-        for path in ["/", "/ui/runs/01a2-some-run"] {
+    async fn the_list_a_run_page_and_the_builds_page_serve_the_same_document_with_a_strict_csp() {
+        for path in ["/", "/ui/runs/01a2-some-run", "/ui/builds"] {
             let response = get_path(path).await;
             assert_eq!(response.status(), StatusCode::OK, "{path}");
             assert_eq!(
