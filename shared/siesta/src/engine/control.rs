@@ -7,6 +7,7 @@ use super::{Engine, EngineError, ToolCallResolution, inline_detail};
 use crate::lifecycle::{LifecycleEvent, decide};
 use crate::model::*;
 use crate::ports::*;
+use crate::time::Timestamp;
 
 impl Engine {
     /// Cancel a run: at once when it is not running, at its next operation boundary when
@@ -216,19 +217,35 @@ impl Engine {
         if_match: Option<u64>,
     ) -> Result<Run, EngineError> {
         let run = self.parked_run(tenant, run_id, if_match).await?;
-        let status = decide(run.status, LifecycleEvent::Resume)
-            .map_err(|e| EngineError::Gone(e.to_string()))?;
         let now = self.clock.now();
         let mut next = run.clone();
-        next.status = status;
         next.version += 1;
         next.updated_at = now;
+        let mut resumed = self.resume_parked(&run, &mut next, now)?;
+        next.timeline_seq += 1;
+        resumed.seq = next.timeline_seq;
+        let mut checkpoint = Checkpoint::new(next.clone(), run.version, None);
+        checkpoint.timeline.push(resumed);
+        self.write_and_wake(tenant, run_id, &checkpoint, next).await
+    }
+
+    /// `next`, a copy of the parked `run`, resumed at `now` — the status `decide` gives
+    /// it, due now with the wake-up's resend mark, its error cleared — and the
+    /// `RunResumed` event naming what it was parked for (its `seq` left for the caller).
+    /// Shared by `resume` and an upgrade that fixes a run parked for its code.
+    pub(super) fn resume_parked(
+        &self,
+        run: &Run,
+        next: &mut Run,
+        now: Timestamp,
+    ) -> Result<TimelineEvent, EngineError> {
+        next.status = decide(run.status, LifecycleEvent::Resume)
+            .map_err(|e| EngineError::Gone(e.to_string()))?;
         next.due_at = Some(now);
         next.resend_after = self.resend_after(now);
-        next.timeline_seq += 1;
-        let mut checkpoint = Checkpoint::new(next.clone(), run.version, None);
-        checkpoint.timeline.push(TimelineEvent {
-            seq: next.timeline_seq,
+        next.error = None;
+        Ok(TimelineEvent {
+            seq: 0,
             at: now,
             event_type: EventType::RunResumed,
             sub_type: None,
@@ -236,10 +253,7 @@ impl Engine {
             parent_id: None,
             name: Some(run.workflow.clone()),
             details: serde_json::json!({"ParkedFor": run.error}),
-        });
-        next.error = None;
-        checkpoint.run = next.clone();
-        self.write_and_wake(tenant, run_id, &checkpoint, next).await
+        })
     }
 
     /// Write an operator's change to a parked run (`resume`, `resolve_tool_call`): a

@@ -14,7 +14,6 @@ use serde::{Deserialize, Serialize};
 use super::replay_check::{Divergence, ReplayCheck};
 use super::{Engine, EngineError};
 use crate::error::PANICKED;
-use crate::lifecycle::{LifecycleEvent, decide};
 use crate::model::*;
 use crate::ports::*;
 
@@ -111,21 +110,7 @@ impl Engine {
                 details: serde_json::json!({"From": run.build_id, "To": to, "Replayed": replayed}),
             }];
             if resume {
-                next.status = decide(run.status, LifecycleEvent::Resume)
-                    .map_err(|e| EngineError::Gone(e.to_string()))?;
-                next.due_at = Some(now);
-                next.resend_after = self.resend_after(now);
-                next.error = None;
-                timeline.push(TimelineEvent {
-                    seq: 0,
-                    at: now,
-                    event_type: EventType::RunResumed,
-                    sub_type: None,
-                    id: None,
-                    parent_id: None,
-                    name: Some(run.workflow.clone()),
-                    details: serde_json::json!({"ParkedFor": run.error}),
-                });
+                timeline.push(self.resume_parked(&run, &mut next, now)?);
             }
             for event in &mut timeline {
                 next.timeline_seq += 1;
