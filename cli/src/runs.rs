@@ -600,12 +600,13 @@ pub fn timeline_row(e: &siesta_api::TimelineEventView) -> String {
     )
 }
 
-/// `GET /builds` as a table: one line per build, the serving one marked `*`, its
-/// unfinished runs by status (`-` when none), first and last seen in local time.
+/// `GET /builds` as a table: one line per build, the serving one marked `*`, whether it
+/// is still deployed (`yes`, `no`, `?` when unknown), its unfinished runs by status (`-`
+/// when none), first and last seen in local time.
 pub fn builds_table(body: &Value) -> String {
     let mut out = format!(
-        "{:<44} {:<7} {:<32} {:<26} {:<26}\n",
-        "BUILD", "SERVING", "UNFINISHED", "FIRST SEEN", "LAST SEEN"
+        "{:<44} {:<7} {:<8} {:<32} {:<26} {:<26}\n",
+        "BUILD", "SERVING", "DEPLOYED", "UNFINISHED", "FIRST SEEN", "LAST SEEN"
     );
     for build in body["builds"].as_array().into_iter().flatten() {
         let unfinished: Vec<String> = build["unfinished"]
@@ -620,10 +621,16 @@ pub fn builds_table(body: &Value) -> String {
             unfinished.join(", ")
         };
         let seen = |key: &str| api_time(&build[key]).map_or_else(|| "-".to_owned(), local_time);
+        let deployed = match build["deployed"].as_bool() {
+            Some(true) => "yes",
+            Some(false) => "no",
+            None => "?",
+        };
         out.push_str(&format!(
-            "{:<44} {:<7} {:<32} {:<26} {:<26}\n",
+            "{:<44} {:<7} {:<8} {:<32} {:<26} {:<26}\n",
             build["build_id"].as_str().unwrap_or(""),
             if build["serving"] == true { "*" } else { "" },
+            deployed,
             unfinished,
             seen("first_seen"),
             seen("last_seen"),
@@ -684,9 +691,9 @@ mod tests {
         let table = builds_table(&json!({
             "serving": "shop@0.1.1+new",
             "builds": [
-                {"build_id": "shop@0.1.1+new", "serving": true, "unfinished": {},
-                 "first_seen": null, "last_seen": null},
-                {"build_id": "shop@0.1.0+old", "serving": false,
+                {"build_id": "shop@0.1.1+new", "serving": true, "deployed": true,
+                 "unfinished": {}, "first_seen": null, "last_seen": null},
+                {"build_id": "shop@0.1.0+old", "serving": false, "deployed": false,
                  "unfinished": {"parked": 1, "waiting": 3},
                  "first_seen": "2027-01-15T08:00:00.000Z", "last_seen": "2027-01-15T09:00:00.000Z"},
             ]
@@ -696,6 +703,8 @@ mod tests {
         assert!(lines[0].starts_with("BUILD"));
         assert!(lines[1].starts_with("shop@0.1.1+new"), "{table}");
         assert!(lines[1].contains(" * "), "{table}");
+        assert!(lines[1].contains(" yes "), "{table}");
+        assert!(lines[2].contains(" no "), "{table}");
         assert!(lines[2].contains("1 parked, 3 waiting"), "{table}");
         assert!(lines[2].contains("2027-01-15"), "{table}");
     }

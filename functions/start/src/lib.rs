@@ -13,7 +13,7 @@ use axum::middleware::{self, Next};
 use axum::response::Response;
 use lambda_http::{Body, Request, RequestExt};
 use siesta::Engine;
-use siesta_api::{ControlApi, MaxWait};
+use siesta_api::{ControlApi, Deployments, MaxWait};
 use siesta_lambda::http::{JwtClaim, answer};
 use siesta_lambda::metrics::{Unit, emit};
 
@@ -38,10 +38,28 @@ pub struct Start {
 }
 
 impl Start {
-    /// Over `engine`, reading the tenant from the JWT claim `tenant_claim`.
+    /// Over `engine`, reading the tenant from the JWT claim `tenant_claim`; `GET
+    /// /builds` says only the serving build is deployed.
     pub fn new(engine: Engine, tenant_claim: impl Into<String>) -> Self {
-        let router = ControlApi::new(engine)
-            .authenticate(JwtClaim::new(tenant_claim))
+        Self::from_api(ControlApi::new(engine).authenticate(JwtClaim::new(tenant_claim)))
+    }
+
+    /// As [`Start::new`], with `GET /builds` asking `deployments` which builds are
+    /// still deployed (on Lambda, the build registry).
+    pub fn with_deployments(
+        engine: Engine,
+        tenant_claim: impl Into<String>,
+        deployments: impl Deployments,
+    ) -> Self {
+        Self::from_api(
+            ControlApi::new(engine)
+                .authenticate(JwtClaim::new(tenant_claim))
+                .deployments(deployments),
+        )
+    }
+
+    fn from_api(api: ControlApi) -> Self {
+        let router = api
             .router()
             .layer(middleware::map_response(count_replays))
             .layer(middleware::from_fn(cap_wait));

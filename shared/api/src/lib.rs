@@ -86,6 +86,20 @@ impl HealthCheck for siesta::Liveness {
     }
 }
 
+/// Which builds are still deployed, asked by `GET /builds` for the builds it lists
+/// (the serving build always is). Without one — the dev server, which serves only its
+/// own build — no other build is. On Lambda the build registry answers (a build is
+/// deployed while a published version of the step function serves it).
+#[async_trait::async_trait]
+pub trait Deployments: Send + Sync + 'static {
+    /// Of `builds`, which are deployed; a build the answer leaves out is shown as unknown
+    /// (`null`), and so is every build when this fails (the reason is logged).
+    async fn deployed(
+        &self,
+        builds: &[String],
+    ) -> Result<std::collections::HashMap<String, bool>, String>;
+}
+
 /// A request extension: hold this request for `Prefer: wait` at most this long (under
 /// [`MAX_WAIT`] and the router's own cap) — behind API Gateway, the time the invocation
 /// has left.
@@ -105,6 +119,7 @@ pub struct ControlApi {
     hooks: WebhookReceiver,
     auth: Arc<dyn Authenticate>,
     health: Option<Arc<dyn HealthCheck>>,
+    deployments: Option<Arc<dyn Deployments>>,
     max_body: usize,
     max_wait: Duration,
     extra: Vec<Router>,
@@ -120,6 +135,7 @@ impl ControlApi {
             engine,
             auth: Arc::new(auth::NoCallers),
             health: None,
+            deployments: None,
             max_body: DEFAULT_MAX_API_BODY,
             max_wait: MAX_WAIT,
             extra: Vec::new(),
@@ -146,6 +162,13 @@ impl ControlApi {
     /// Let `/healthz` ask `check`.
     pub fn health(mut self, check: impl HealthCheck) -> Self {
         self.health = Some(Arc::new(check));
+        self
+    }
+
+    /// Let `GET /builds` ask `deployments` which builds are still deployed (by default
+    /// only the serving one is).
+    pub fn deployments(mut self, deployments: impl Deployments) -> Self {
+        self.deployments = Some(Arc::new(deployments));
         self
     }
 
@@ -182,6 +205,7 @@ impl ControlApi {
             hooks: self.hooks,
             auth: self.auth,
             health: self.health,
+            deployments: self.deployments,
             max_body: self.max_body,
             max_wait: self.max_wait,
         };

@@ -10,7 +10,7 @@ use siesta::*;
 use crate::auth::Authenticate;
 use crate::error::ApiError;
 use crate::view::RunView;
-use crate::{HealthCheck, WebhookReceiver};
+use crate::{Deployments, HealthCheck, WebhookReceiver};
 
 /// What every handler shares.
 #[derive(Clone)]
@@ -19,6 +19,7 @@ pub(crate) struct AppState {
     pub(crate) hooks: WebhookReceiver,
     pub(crate) auth: Arc<dyn Authenticate>,
     pub(crate) health: Option<Arc<dyn HealthCheck>>,
+    pub(crate) deployments: Option<Arc<dyn Deployments>>,
     pub(crate) max_body: usize,
     pub(crate) max_wait: Duration,
 }

@@ -2,12 +2,15 @@
 //!
 //! A run is pinned to the build it started on. On Lambda each deploy publishes an
 //! immutable version of the step function (`AutoPublishAlias`), and each version,
-//! once per cold start, records itself here: one item per build, `pk` =
-//! `BUILD#<build id>`, `sk` = `BUILD`, holding the qualified ARN of the version that
-//! serves it and when it was first and last seen (ms since the epoch, the table's
+//! once per cold start, records itself here: one item per build, all in one partition
+//! (`pk` = `BUILDS`, `sk` = the build id), holding the qualified ARN of the version
+//! that serves it and when it was first and last seen (ms since the epoch, the table's
 //! convention). A wake-up for a run of another build is forwarded to the version found
-//! here (`siesta-step`). The items carry neither a due shard nor a tenant, so neither
-//! index sees them.
+//! here (`siesta-step`). One partition, so the whole registry is one `Query`
+//! ([`BuildRegistry::all`]: `GET /builds` says which builds are deployed, `builds
+//! prune` and the sweep's drain metric read it); it holds one item per deployed build,
+//! and `builds prune` removes a build's item with its versions, so it stays small. The
+//! items carry neither a due shard nor a tenant, so neither index sees them.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -19,16 +22,24 @@ use siesta::ports::StoreError;
 use crate::error::sdk;
 use crate::keys::{PK, SK};
 
-/// The sort key of a build's item.
-const BUILD_SK: &str = "BUILD";
+/// The partition of the registry: every build's item, sorted by build id.
+pub const REGISTRY_PK: &str = "BUILDS";
 /// The qualified ARN of the step function's version serving the build.
 const STEP_VERSION: &str = "step_version";
 const FIRST_SEEN: &str = "first_seen";
 const LAST_SEEN: &str = "last_seen";
 
-/// The partition key of a build's item.
-pub fn build_pk(build_id: &str) -> String {
-    format!("BUILD#{}", build_id.replace('%', "%25").replace('#', "%23"))
+/// A build's item in the registry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RegisteredBuild {
+    /// The build id.
+    pub build_id: String,
+    /// The qualified ARN (or `NAME:VERSION`) of the step function's version serving it.
+    pub step_version: String,
+    /// When a version of it first registered (ms since the epoch).
+    pub first_seen: i64,
+    /// When a version of it last registered, at a cold start (ms since the epoch).
+    pub last_seen: i64,
 }
 
 /// The build registry on the runs table, with an in-process cache of lookups.
@@ -66,8 +77,8 @@ impl BuildRegistry {
         self.client
             .update_item()
             .table_name(&self.table)
-            .key(PK, AttributeValue::S(build_pk(build_id)))
-            .key(SK, AttributeValue::S(BUILD_SK.into()))
+            .key(PK, AttributeValue::S(REGISTRY_PK.into()))
+            .key(SK, AttributeValue::S(build_id.into()))
             .update_expression(
                 "SET #v = :v, #l = :now, #f = if_not_exists(#f, :now), build_id = :b",
             )
@@ -103,8 +114,8 @@ impl BuildRegistry {
             .client
             .get_item()
             .table_name(&self.table)
-            .key(PK, AttributeValue::S(build_pk(build_id)))
-            .key(SK, AttributeValue::S(BUILD_SK.into()))
+            .key(PK, AttributeValue::S(REGISTRY_PK.into()))
+            .key(SK, AttributeValue::S(build_id.into()))
             .consistent_read(true)
             .send()
             .await
@@ -122,6 +133,93 @@ impl BuildRegistry {
                 .insert(build_id.to_owned(), v.clone());
         }
         Ok(version)
+    }
+
+    /// Every build in the registry, by build id: one `Query` of its partition (paged),
+    /// strongly consistent.
+    pub async fn all(&self) -> Result<Vec<RegisteredBuild>, StoreError> {
+        let mut builds = Vec::new();
+        let mut start = None;
+        loop {
+            let page = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .key_condition_expression("#pk = :pk")
+                .expression_attribute_names("#pk", PK)
+                .expression_attribute_values(":pk", AttributeValue::S(REGISTRY_PK.into()))
+                .consistent_read(true)
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(|e| sdk("list builds", e))?;
+            for item in page.items() {
+                let text = |name: &str| item.get(name).and_then(|v| v.as_s().ok()).cloned();
+                let number = |name: &str| {
+                    item.get(name)
+                        .and_then(|v| v.as_n().ok())
+                        .and_then(|n| n.parse::<i64>().ok())
+                        .unwrap_or(0)
+                };
+                // An item without a version is no registration (none is written so).
+                let (Some(build_id), Some(step_version)) = (text(SK), text(STEP_VERSION)) else {
+                    continue;
+                };
+                builds.push(RegisteredBuild {
+                    build_id,
+                    step_version,
+                    first_seen: number(FIRST_SEEN),
+                    last_seen: number(LAST_SEEN),
+                });
+            }
+            match page.last_evaluated_key {
+                Some(key) if !key.is_empty() => start = Some(key),
+                _ => return Ok(builds),
+            }
+        }
+    }
+
+    /// Of `builds`, which are deployed: a build is when the registry holds a version
+    /// serving it (every published version registers at its cold start; `builds prune`
+    /// removes the item with the versions). One [`BuildRegistry::all`].
+    pub async fn deployed(&self, builds: &[String]) -> Result<HashMap<String, bool>, StoreError> {
+        let registered: std::collections::HashSet<String> =
+            self.all().await?.into_iter().map(|b| b.build_id).collect();
+        Ok(builds
+            .iter()
+            .map(|b| (b.clone(), registered.contains(b)))
+            .collect())
+    }
+
+    /// Remove `build_id`'s item, only if it still names `step_version` (a version of the
+    /// build that registered since — a redeploy of the same code — keeps it), and
+    /// forget it in this process. Whether it was removed.
+    pub async fn remove(&self, build_id: &str, step_version: &str) -> Result<bool, StoreError> {
+        let result = self
+            .client
+            .delete_item()
+            .table_name(&self.table)
+            .key(PK, AttributeValue::S(REGISTRY_PK.into()))
+            .key(SK, AttributeValue::S(build_id.into()))
+            .condition_expression("#v = :v")
+            .expression_attribute_names("#v", STEP_VERSION)
+            .expression_attribute_values(":v", AttributeValue::S(step_version.into()))
+            .send()
+            .await;
+        self.cache
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(build_id);
+        match result {
+            Ok(_) => Ok(true),
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
+            {
+                Ok(false)
+            }
+            Err(e) => Err(sdk("remove build", e)),
+        }
     }
 }
 
@@ -156,10 +254,5 @@ mod tests {
             super::qualified("app-step", "7").as_deref(),
             Some("app-step:7")
         );
-    }
-
-    #[test]
-    fn build_ids_are_escaped_into_their_key() {
-        assert_eq!(super::build_pk("app@1.0#x"), "BUILD#app@1.0%23x");
     }
 }

@@ -75,3 +75,18 @@ pub async fn answer(router: &Router, request: Request) -> Response<Body> {
     };
     response.into_response().await
 }
+
+/// `GET /builds`'s answer to which builds are still deployed, on Lambda: the build
+/// registry's (a build is while a published step function version serves it).
+#[derive(Clone)]
+pub struct RegistryDeployments(pub siesta_aws::builds::BuildRegistry);
+
+#[async_trait::async_trait]
+impl siesta_api::Deployments for RegistryDeployments {
+    async fn deployed(
+        &self,
+        builds: &[String],
+    ) -> Result<std::collections::HashMap<String, bool>, String> {
+        self.0.deployed(builds).await.map_err(|e| e.to_string())
+    }
+}

@@ -271,12 +271,24 @@ async function showBuilds() {
     return `<tr data-build="${esc(b.build_id)}">
       <td class="mono">${esc(b.build_id)}</td>
       <td>${b.serving ? '<b>serving</b>' : (counts.length ? '<span class="muted">its runs wait for it</span>' : '')}</td>
+      <td>${deployedHtml(b, counts.length > 0)}</td>
       <td>${unfinished}</td>
       <td>${timeHtml(instant(b.first_seen))}</td>
       <td>${timeHtml(instant(b.last_seen))}</td></tr>`;
   }).join('');
   document.getElementById('builds').innerHTML = `<p class="muted">A run is replayed only on the build it started on: the runs of a build that is not serving wait for it (or for an upgrade that moves them, when their journal replays here).</p>
-    <table class="runs"><thead><tr><th>Build</th><th></th><th>Unfinished runs</th><th>First seen</th><th>Last seen</th></tr></thead><tbody>${rows}</tbody></table>`;
+    <table class="runs"><thead><tr><th>Build</th><th></th><th>Deployed</th><th>Unfinished runs</th><th>First seen</th><th>Last seen</th></tr></thead><tbody>${rows}</tbody></table>`;
+}
+
+/** Whether a build is still deployed (`null`: unknown); flagged when runs wait for a build that is not. */
+function deployedHtml(b, hasRuns) {
+  if (b.deployed === true) return 'yes';
+  if (b.deployed === false) {
+    return hasRuns
+      ? '<span class="undeployed" title="Its unfinished runs wait until it is deployed again or they are upgraded">no</span>'
+      : '<span class="muted">no</span>';
+  }
+  return '<span class="muted" title="Could not be told">unknown</span>';
 }
 
 // ---------- a run: the model behind the waterfall ----------

@@ -24,6 +24,13 @@ pub struct BuildView {
     /// Whether it is the build serving this API. A run of another build that is not
     /// finished waits for its build (its view says `awaiting_build`).
     pub serving: bool,
+    /// Whether it is still deployed: the serving build is; on the dev server no other
+    /// build is (it serves only its own); on Lambda, a build whose step function
+    /// version is still in the build registry (`builds prune` removes it with the
+    /// versions). `null` where that cannot be known (the registry could not be read).
+    /// An unfinished run of a build that is not deployed waits until its build is
+    /// deployed again or the run is upgraded.
+    pub deployed: Option<bool>,
     /// Its unfinished runs by status (`{"waiting": 3, "parked": 1}`); empty when all
     /// of them finished.
     #[schema(value_type = BTreeMap<String, u64>)]
@@ -64,10 +71,35 @@ pub(crate) async fn list_builds(
             .cmp(&a.last_seen)
             .then(a.build_id.cmp(&b.build_id))
     });
+    let others: Vec<String> = known
+        .iter()
+        .map(|b| b.build_id.clone())
+        .filter(|b| *b != serving)
+        .collect();
+    let found = match &app.deployments {
+        // The dev server serves only its own build: no other is deployed.
+        None => Some(others.iter().map(|b| (b.clone(), false)).collect()),
+        Some(port) => match port.deployed(&others).await {
+            Ok(found) => Some(found),
+            Err(e) => {
+                tracing::warn!(error = %e, "could not tell which builds are deployed");
+                None
+            }
+        },
+    };
+    let deployed_of = |build: &str| -> Option<bool> {
+        if build == serving {
+            return Some(true);
+        }
+        found
+            .as_ref()
+            .and_then(|f: &std::collections::HashMap<String, bool>| f.get(build).copied())
+    };
     let mut builds: Vec<BuildView> = known
         .into_iter()
         .map(|b| BuildView {
             serving: b.build_id == serving,
+            deployed: deployed_of(&b.build_id),
             build_id: b.build_id,
             unfinished: b.unfinished,
             first_seen: Some(b.first_seen.into()),
@@ -84,6 +116,7 @@ pub(crate) async fn list_builds(
             BuildView {
                 build_id: serving.clone(),
                 serving: true,
+                deployed: Some(true),
                 unfinished: BTreeMap::new(),
                 first_seen: None,
                 last_seen: None,
