@@ -1,6 +1,8 @@
-//! The `siesta` command's library: the client for `siesta runs`, `siesta bench`, and
+//! The `siesta` command's library: the client for `siesta runs`, `siesta builds prune`,
+//! `siesta bench`, and
 //! what `siesta new` writes.
 
 pub mod bench;
+pub mod builds;
 pub mod new;
 pub mod runs;

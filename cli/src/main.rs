@@ -58,6 +58,22 @@ enum Command {
         #[command(subcommand)]
         action: RunsAction,
     },
+    /// The builds of a server's runs, each with its unfinished runs by status and whether
+    /// it is still deployed (`GET /builds`, as `runs builds`); `builds prune` deletes the
+    /// Lambda versions no unfinished run needs.
+    Builds {
+        /// The server's URL.
+        #[arg(long, env = "SIESTA_URL", default_value = "http://127.0.0.1:8080")]
+        url: String,
+        /// API key (when the server has keys configured).
+        #[arg(long, env = "SIESTA_API_KEY")]
+        api_key: Option<String>,
+        /// Print JSON.
+        #[arg(long, global = true)]
+        json: bool,
+        #[command(subcommand)]
+        action: Option<BuildsAction>,
+    },
     /// Create the AWS backend's table, bucket, queue and dead-letter queue from
     /// infra/template.yaml (idempotent), where the AWS configuration points (the
     /// emulators or an account), and print the `SIESTA_*` settings that name them.
@@ -116,6 +132,31 @@ enum Command {
         /// Keep the data here (default: a temporary directory).
         #[arg(long)]
         data_dir: Option<PathBuf>,
+    },
+}
+
+#[derive(Subcommand)]
+enum BuildsAction {
+    /// On AWS: delete the Lambda versions of the stack's functions that no unfinished
+    /// run needs — a step version whose build has no unfinished run in any tenant (and
+    /// its build registry item), never one whose build has; never the version the alias
+    /// points at nor a newer one; the other functions' versions older than the alias.
+    /// Prints each version, deleted or kept, and why. Reads every unfinished run's key
+    /// (a scan of the sparse `by_build` index: as many items as unfinished runs). AWS
+    /// configuration from the environment.
+    Prune {
+        /// The stack: its functions are `<stack>-step`, `-start`, `-webhook`, `-sweep`.
+        #[arg(long, env = "SIESTA_STACK")]
+        stack: String,
+        /// The runs table (default `<stack>-runs`, as the template names it).
+        #[arg(long, env = "SIESTA_TABLE")]
+        table: Option<String>,
+        /// The alias every event source invokes.
+        #[arg(long, default_value = "live")]
+        alias: String,
+        /// Say what would be deleted; delete nothing.
+        #[arg(long)]
+        dry_run: bool,
     },
 }
 
@@ -209,7 +250,8 @@ enum RunsAction {
     /// was dead-lettered (the caller's tenant).
     DeadLetters,
     /// List the builds the caller's runs started on: each with its unfinished runs by
-    /// status and first and last seen, the serving one marked (a drain you can see).
+    /// status, first and last seen and whether it is still deployed, the serving one
+    /// marked (a drain you can see). The same as `siesta builds`.
     Builds,
     /// Redrive a dead letter (resume the run it parked), or all of them with `--all`.
     Redrive {
@@ -343,6 +385,37 @@ async fn main() -> anyhow::Result<()> {
             println!("export SIESTA_DLQ_URL={}", created.dead_letter_queue_url);
             Ok(())
         }
+        Command::Builds {
+            url,
+            api_key,
+            json,
+            action,
+        } => match action {
+            None => {
+                siesta_cli::runs::Remote { url, api_key, json }
+                    .builds()
+                    .await
+            }
+            Some(BuildsAction::Prune {
+                stack,
+                table,
+                alias,
+                dry_run,
+            }) => {
+                let sdk = siesta_aws::sdk_config_from_env().await;
+                siesta_cli::builds::prune(
+                    siesta_cli::builds::PruneOptions {
+                        stack,
+                        table,
+                        alias,
+                        dry_run,
+                        json,
+                    },
+                    &sdk,
+                )
+                .await
+            }
+        },
         Command::Runs {
             url,
             api_key,

@@ -191,6 +191,46 @@ impl BuildRegistry {
             .collect())
     }
 
+    /// The unfinished runs of every tenant, counted by build: a `Scan` of the sparse
+    /// `by_build` index (keys only), which holds a run from its creation until the
+    /// checkpoint that finishes it — so it reads as many items as there are unfinished
+    /// runs, never the table. Eventually consistent: a run that just finished may still
+    /// be counted (a count errs high, never low for a run that existed before the scan).
+    /// Runs that recorded no build are not in the index.
+    pub async fn unfinished_runs_by_build(
+        &self,
+    ) -> Result<std::collections::BTreeMap<String, u64>, StoreError> {
+        let mut counts = std::collections::BTreeMap::new();
+        let mut start = None;
+        loop {
+            let page = self
+                .client
+                .scan()
+                .table_name(&self.table)
+                .index_name(crate::keys::BUILD_INDEX)
+                .projection_expression("#bk")
+                .expression_attribute_names("#bk", crate::keys::BUILD_KEY)
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(|e| sdk("count unfinished runs by build", e))?;
+            for item in page.items() {
+                let Some(build) = item
+                    .get(crate::keys::BUILD_KEY)
+                    .and_then(|v| v.as_s().ok())
+                    .and_then(|k| crate::keys::build_of_build_key(k))
+                else {
+                    continue;
+                };
+                *counts.entry(build).or_insert(0) += 1;
+            }
+            match page.last_evaluated_key {
+                Some(key) if !key.is_empty() => start = Some(key),
+                _ => return Ok(counts),
+            }
+        }
+    }
+
     /// Remove `build_id`'s item, only if it still names `step_version` (a version of the
     /// build that registered since — a redeploy of the same code — keeps it), and
     /// forget it in this process. Whether it was removed.

@@ -110,6 +110,35 @@ pub fn build_key(tenant: &TenantId, build: &str) -> String {
     format!("{}#{}", escape(tenant.as_str()), escape(build))
 }
 
+/// The build of a [`build_key`]: what follows the escaped tenant, unescaped; `None`
+/// for a key not made by [`build_key`].
+pub fn build_of_build_key(key: &str) -> Option<String> {
+    // The escaped tenant holds no `#`: the first one ends it.
+    let (_, build) = key.split_once('#')?;
+    unescape(build)
+}
+
+/// The inverse of `escape`: `%23` → `#`, `%25` → `%`, read left to right; `None` for
+/// anything `escape` cannot have made.
+fn unescape(component: &str) -> Option<String> {
+    let mut out = String::with_capacity(component.len());
+    let mut rest = component;
+    while let Some(i) = rest.find(['%', '#']) {
+        out.push_str(&rest[..i]);
+        let tail = &rest[i..];
+        if tail.starts_with("%23") {
+            out.push('#');
+        } else if tail.starts_with("%25") {
+            out.push('%');
+        } else {
+            return None;
+        }
+        rest = &tail[3..];
+    }
+    out.push_str(rest);
+    Some(out)
+}
+
 /// The counter item's attribute: the tenant's unfinished runs.
 pub const UNFINISHED: &str = "unfinished";
 
@@ -139,6 +168,23 @@ pub fn created_key(created_at_ms: i64, run_id: &RunId) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_build_key_gives_back_its_build_whatever_the_tenant_and_build_hold() {
+        for (tenant, build) in [
+            ("acme", "shop@1.0.0+aaaa"),
+            ("a#b%c", "x%23#y%25"),
+            ("", "%"),
+        ] {
+            let key = super::build_key(&siesta::TenantId::from(tenant), build);
+            assert_eq!(
+                super::build_of_build_key(&key).as_deref(),
+                Some(build),
+                "{key}"
+            );
+        }
+        assert_eq!(super::build_of_build_key("no-separator"), None);
+    }
+
     use super::*;
     use proptest::prelude::*;
 

@@ -33,6 +33,7 @@ mod delivery;
 mod error;
 mod item;
 pub mod keys;
+pub mod prune;
 mod queue;
 mod requests;
 mod store;
