@@ -200,6 +200,8 @@ macro_rules! conformance_suite {
             parent_delivery_is_applied_inside_the_checkpoint
             parent_delivery_is_skipped_when_duplicate_or_parent_gone
             load_history_returns_journal_and_deliveries_in_order
+            // the engine on the backend
+            a_wait_a_race_dropped_takes_no_delivery
             // quotas
             unfinished_runs_are_counted_and_released_once
             concurrent_creates_for_the_last_slot_exactly_one_wins
@@ -252,6 +254,7 @@ mod tests {
             include_str!("cases/leases.rs"),
             include_str!("cases/checkpoints.rs"),
             include_str!("cases/deliveries.rs"),
+            include_str!("cases/engine.rs"),
             include_str!("cases/reading.rs"),
             include_str!("cases/artifacts.rs"),
             include_str!("cases/queue.rs"),

@@ -12,6 +12,7 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+use super::claim::Scoped;
 use super::{BlockGuard, BranchGuard, Context, Delta, Op};
 use crate::error::{Error, ErrorKind};
 use crate::model::*;
@@ -491,14 +492,22 @@ async fn run_batch<T: Serialize + DeserializeOwned + Send + 'static>(
             };
             let guard = BranchGuard::new(&ctx.shared);
             let scope = scope.clone();
-            running.push(async move {
-                let _guard = guard;
-                (index, run_context(&scope, &bop, branch_sub, true, f).await)
-            });
+            // In a scope of its own: a branch still running when the batch completes
+            // is dropped and gives back the deliveries it took (see `claim`).
+            let shared = scope.shared.clone();
+            running.push(Scoped::new(
+                &shared,
+                Box::pin(async move {
+                    let _guard = guard;
+                    (index, run_context(&scope, &bop, branch_sub, true, f).await)
+                }),
+            ));
         }
-        let Some((index, result)) = running.next().await else {
+        let Some(((index, result), took)) = running.next().await else {
             break;
         };
+        // Every finished branch's outcome is reported.
+        took.keep();
         match &result {
             Ok(_) => succeeded += 1,
             Err(_) => failed += 1,

@@ -14,16 +14,22 @@
 //! When a combinator settles early (the first success, the first settled, the first
 //! failure of `try_join_all`) the other futures are dropped: they are never polled
 //! again, what they journaled stays, and what they left open (a callback, a timer)
-//! stays open until its own deadline or the run's end.
+//! stays open until its own deadline or the run's end. What they took from the inbox
+//! (an event, a callback outcome, messages) they give back, as do the finished futures
+//! whose outcome the combinator discards: replay never polls them, so the workflow must
+//! not have lost those deliveries to them (see `claim`).
 
 use std::future::IntoFuture;
+use std::pin::Pin;
+use std::sync::Arc;
 use std::task::Poll;
 
 use futures::future::BoxFuture;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use super::{BlockGuard, BranchGuard, Context, Delta, Op};
+use super::claim::{Kept, Scoped};
+use super::{BlockGuard, BranchGuard, Context, Delta, Op, Shared};
 use crate::error::{Error, ErrorKind};
 use crate::model::*;
 
@@ -222,8 +228,16 @@ enum Decision<T> {
 }
 
 /// Poll every unfinished future in order until `rule` is decided. Of the futures found
-/// finished in one round, the first in order counts first.
-async fn decide<T>(rule: Rule, name: &str, futures: Vec<DurableFuture<T>>) -> Decision<T> {
+/// finished in one round, the first in order counts first. Each future runs in a scope
+/// of its own ([`Scoped`]): the deliveries of the futures whose outcome the decision
+/// passes on are kept, those of the others (dropped unfinished, or finished and
+/// discarded) are given back for the waits live after it.
+async fn decide<T>(
+    shared: &Arc<Shared>,
+    rule: Rule,
+    name: &str,
+    futures: Vec<DurableFuture<T>>,
+) -> Decision<T> {
     let total = futures.len();
     if total == 0 {
         return match rule {
@@ -239,22 +253,29 @@ async fn decide<T>(rule: Rule, name: &str, futures: Vec<DurableFuture<T>>) -> De
             ),
         };
     }
-    let mut slots: Vec<Option<DurableFuture<T>>> = futures.into_iter().map(Some).collect();
+    let mut slots: Vec<Option<Scoped<DurableFuture<T>>>> = futures
+        .into_iter()
+        .map(|f| Some(Scoped::new(shared, f)))
+        .collect();
     let mut outcomes: Vec<Option<Result<T, Error>>> = (0..total).map(|_| None).collect();
+    // What the finished futures took, until the decision says whose outcome counts.
+    let mut kept: Vec<Option<Kept>> = (0..total).map(|_| None).collect();
     std::future::poll_fn(move |cx| {
         for index in 0..total {
             let Some(future) = slots[index].as_mut() else {
                 continue;
             };
-            let Poll::Ready(outcome) = future.as_mut().poll(cx) else {
+            let Poll::Ready((outcome, took)) = Pin::new(future).poll(cx) else {
                 continue;
             };
             slots[index] = None;
             match (rule, outcome) {
                 (Rule::Race, Ok(value)) | (Rule::SelectOk, Ok(value)) => {
+                    took.keep();
                     return Poll::Ready(Decision::Winner(index, value));
                 }
                 (Rule::Race, Err(e)) => {
+                    took.keep();
                     return Poll::Ready(Decision::Failed(
                         Some(index),
                         Error::new(
@@ -265,6 +286,7 @@ async fn decide<T>(rule: Rule, name: &str, futures: Vec<DurableFuture<T>>) -> De
                     ));
                 }
                 (Rule::TryJoinAll, Err(e)) => {
+                    took.keep();
                     return Poll::Ready(Decision::Failed(
                         Some(index),
                         Error::new(
@@ -274,11 +296,18 @@ async fn decide<T>(rule: Rule, name: &str, futures: Vec<DurableFuture<T>>) -> De
                         ),
                     ));
                 }
-                (_, outcome) => outcomes[index] = Some(outcome),
+                (_, outcome) => {
+                    outcomes[index] = Some(outcome);
+                    kept[index] = Some(took);
+                }
             }
         }
         if slots.iter().any(Option::is_some) {
             return Poll::Pending;
+        }
+        // Every future finished and every outcome is passed on.
+        for took in kept.iter_mut().filter_map(Option::take) {
+            took.keep();
         }
         let all: Vec<Result<T, Error>> = outcomes
             .iter_mut()
@@ -374,7 +403,7 @@ where
                 }) as DurableFuture<T>
             })
             .collect();
-        decide(rule, &op.name, futures).await
+        decide(&ctx.shared, rule, &op.name, futures).await
     };
     // A loser polled in an earlier invocation may not have been polled in this one.
     ctx.reached_before(&op);

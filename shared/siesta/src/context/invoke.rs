@@ -120,8 +120,16 @@ where
                     .await;
                 }
             }
-            let finished = ctx.take_delivery(|b| matches!(b, DeliveryBody::ChildFinished { position, .. } if *position == op.position));
-            let Some(delivery) = finished else {
+            let before = ctx
+                .shared
+                .state()
+                .journal
+                .get(&op.position)
+                .map(|e| e.state.clone());
+            // Claimed until the result is handed back: dropped before (a combinator's
+            // loser), the invoke gives it back (see `claim`).
+            let finished = ctx.take_delivery(&op, before, |b| matches!(b, DeliveryBody::ChildFinished { position, .. } if *position == op.position));
+            let Some((delivery, claim)) = finished else {
                 return ctx.suspend(None).await;
             };
             ctx.go_live();
@@ -156,6 +164,7 @@ where
                 ..Delta::default()
             })
             .await;
+            claim.keep();
             result
         })
     }

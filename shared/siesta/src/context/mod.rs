@@ -21,6 +21,7 @@
 //!   a lost lease stops the invocation.
 
 mod batch;
+mod claim;
 mod coalesce;
 mod combinator;
 mod invoke;
@@ -53,6 +54,7 @@ pub use wait::{
 use crate::error::{Error, ErrorKind};
 use crate::model::*;
 use crate::time::Timestamp;
+use claim::Claim;
 pub(crate) use payload::{decode_payload, encode_payload};
 pub(crate) use state::{
     BlockGuard, BranchGuard, CommitError, ContextConfig, Delta, ExecState, LeaseWatch,
@@ -238,7 +240,13 @@ impl Context {
     /// call, oldest first. Deterministic on replay: the journal records at which step
     /// each message was drained.
     pub fn messages<T: DeserializeOwned>(&self) -> Result<Vec<T>, Error> {
-        let payloads: Vec<Payload> = self.shared.state().messages.drain(..).collect();
+        let payloads: Vec<Payload> = self
+            .shared
+            .state()
+            .messages
+            .drain(..)
+            .map(|(_, p)| p)
+            .collect();
         payloads
             .into_iter()
             .map(|p| match p {
@@ -361,12 +369,14 @@ impl Context {
             match st.journal.get(&op.position).cloned() {
                 Some(entry) if entry.kind == op.kind => {
                     if st.visited.insert(op.position.clone()) && !entry.consumed.is_empty() {
-                        let drained: Vec<Payload> = st
+                        let drained: Vec<(DeliveryId, Payload)> = st
                             .deliveries
                             .iter()
                             .filter(|d| entry.consumed.contains(&d.id))
                             .filter_map(|d| match &d.body {
-                                DeliveryBody::Message { value } => Some(value.clone()),
+                                DeliveryBody::Message { value } => {
+                                    Some((d.id.clone(), value.clone()))
+                                }
                                 _ => None,
                             })
                             .collect();
@@ -580,40 +590,62 @@ impl Context {
         decode_payload(&self.shared.backend, payload).await
     }
 
-    /// The earliest delivery not yet consumed that `pick` accepts; marked consumed.
-    pub(crate) fn take_delivery(&self, pick: impl Fn(&DeliveryBody) -> bool) -> Option<Delivery> {
-        let mut st = self.shared.state();
-        let found = st
-            .deliveries
-            .iter()
-            .find(|d| !st.consumed.contains(&d.id) && pick(&d.body))
-            .cloned();
-        if let Some(d) = &found {
-            st.consumed.insert(d.id.clone());
-        }
-        found
+    /// The earliest delivery not yet consumed that `pick` accepts, marked consumed and
+    /// claimed by `op`: keep the claim once the outcome is handed to the workflow;
+    /// dropped before (a combinator's loser), it releases the delivery, and if `op`'s
+    /// taking was journaled by then, writes `op` back as `reverts_to` (see `claim`).
+    pub(crate) fn take_delivery(
+        &self,
+        op: &Op,
+        reverts_to: Option<EntryState>,
+        pick: impl Fn(&DeliveryBody) -> bool,
+    ) -> Option<(Delivery, Claim)> {
+        let found = {
+            let mut st = self.shared.state();
+            let found = st
+                .deliveries
+                .iter()
+                .find(|d| !st.consumed.contains(&d.id) && pick(&d.body))
+                .cloned();
+            if let Some(d) = &found {
+                st.consumed.insert(d.id.clone());
+            }
+            found
+        }?;
+        let claim = Claim::new(
+            &self.shared,
+            &op.position,
+            vec![found.id.clone()],
+            reverts_to,
+        );
+        Some((found, claim))
     }
 
-    /// Drain injected messages at a step boundary; returns their ids to journal.
-    pub(crate) fn drain_messages(&self) -> Vec<DeliveryId> {
-        let mut st = self.shared.state();
-        let fresh: Vec<Delivery> = st
-            .deliveries
-            .iter()
-            .filter(|d| {
-                !st.consumed.contains(&d.id) && matches!(d.body, DeliveryBody::Message { .. })
-            })
-            .cloned()
-            .collect();
-        let mut ids = Vec::with_capacity(fresh.len());
-        for d in fresh {
-            st.consumed.insert(d.id.clone());
-            if let DeliveryBody::Message { value } = d.body {
-                st.messages.push_back(value);
+    /// Drain injected messages at `op`'s boundary; returns their ids to journal and
+    /// `op`'s claim on them (kept once `op` returns; see [`Context::take_delivery`]).
+    pub(crate) fn drain_messages(&self, op: &Op) -> (Vec<DeliveryId>, Claim) {
+        let ids = {
+            let mut st = self.shared.state();
+            let fresh: Vec<Delivery> = st
+                .deliveries
+                .iter()
+                .filter(|d| {
+                    !st.consumed.contains(&d.id) && matches!(d.body, DeliveryBody::Message { .. })
+                })
+                .cloned()
+                .collect();
+            let mut ids = Vec::with_capacity(fresh.len());
+            for d in fresh {
+                st.consumed.insert(d.id.clone());
+                if let DeliveryBody::Message { value } = d.body {
+                    st.messages.push_back((d.id.clone(), value));
+                }
+                ids.push(d.id);
             }
-            ids.push(d.id);
-        }
-        ids
+            ids
+        };
+        let claim = Claim::new(&self.shared, &op.position, ids.clone(), None);
+        (ids, claim)
     }
 
     pub(crate) fn deliveries_for(&self, pick: impl Fn(&Delivery) -> bool) -> Vec<Delivery> {

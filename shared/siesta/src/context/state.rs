@@ -63,7 +63,14 @@ pub(crate) struct ExecState {
     pub continue_now: bool,
     pub stop: Option<Stop>,
     pub visited: HashSet<Position>,
-    pub(super) messages: VecDeque<Payload>,
+    /// Messages drained and not yet read by the workflow, with their delivery ids.
+    pub(super) messages: VecDeque<(DeliveryId, Payload)>,
+    /// Deliveries dropped operations gave back, to undo in the journal with the next
+    /// checkpoint (see `claim`).
+    pub(super) releases: Vec<super::claim::Release>,
+    /// What the operations of each combinator future being polled kept, innermost
+    /// last (see `claim::Scoped`).
+    pub(super) scopes: Vec<Vec<super::claim::Release>>,
     pub budget_deadline: Timestamp,
     /// Outstanding wake-ups to send after the checkpoint that made them necessary.
     pub inbox_loaded: u64,
@@ -200,6 +207,8 @@ impl Shared {
                 stop: None,
                 visited: HashSet::new(),
                 messages: VecDeque::new(),
+                releases: Vec::new(),
+                scopes: Vec::new(),
                 budget_deadline,
                 inbox_loaded,
                 detached_starts: Vec::new(),
@@ -320,8 +329,15 @@ impl Shared {
                 "the replay check stops here".to_owned(),
             ));
         }
-        let detached = std::mem::take(&mut self.state().detached_starts);
-        delta.starts.extend(detached);
+        {
+            let mut st = self.state();
+            delta.starts.extend(std::mem::take(&mut st.detached_starts));
+            // What dropped operations took and gave back: their entries as if they had
+            // not taken it (see `claim`).
+            let releases = std::mem::take(&mut st.releases);
+            let undone = super::claim::reverted(&st.journal, releases, &delta.journal);
+            delta.journal.extend(undone);
+        }
         delta.take_starts();
         let now = self.now();
         for entry in &mut delta.journal {

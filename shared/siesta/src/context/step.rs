@@ -458,7 +458,9 @@ where
     };
     ctx.go_live();
     ctx.boundary().await;
-    let drained = ctx.drain_messages();
+    // Claimed until the step returns: dropped before (a combinator's loser), it gives
+    // the messages back to the next boundary (see `claim`).
+    let (drained, claim) = ctx.drain_messages(&op);
     let mut started_event_written = false;
     if semantics == StepSemantics::AtMostOncePerRetry && !started {
         let mut entry = op.entry(EntryState::Started {
@@ -491,7 +493,7 @@ where
         tenant: ctx.shared.tenant.clone(),
         run_id: ctx.shared.run_id.clone(),
     };
-    match attempt_catching_panics(f, step_ctx).await {
+    let result = match attempt_catching_panics(f, step_ctx).await {
         Ok(value) => {
             settle_success(
                 &ctx,
@@ -523,7 +525,9 @@ where
             )
             .await
         }
-    }
+    };
+    claim.keep();
+    result
 }
 
 /// Run one attempt of a step's closure; a panic in it (in the closure or in its

@@ -229,7 +229,17 @@ impl<T: DeserializeOwned + Send + 'static> Callback<T> {
                 ));
             }
         };
-        while let Some(delivery) = ctx.take_delivery(|b| {
+        let waiting = EntryState::Waiting(Wait {
+            kind: WaitKind::Callback {
+                callback_id: id.clone(),
+                heartbeat_timeout_ms: heartbeat_ms,
+            },
+            deadline,
+            started_at,
+        });
+        // The outcome taken is claimed until the wait returns: dropped before (a
+        // combinator's loser), the wait gives it back (see `claim`).
+        while let Some((delivery, claim)) = ctx.take_delivery(&op, Some(waiting.clone()), |b| {
             matches!(b, DeliveryBody::CallbackSucceeded { callback_id, .. } | DeliveryBody::CallbackFailed { callback_id, .. } if *callback_id == id)
         }) {
             ctx.go_live();
@@ -254,6 +264,7 @@ impl<T: DeserializeOwned + Send + 'static> Callback<T> {
                         };
                         set_aside(&ctx, &op, SubType::Callback, &delivery.id, e, vec![reopened])
                             .await;
+                        claim.keep();
                         continue;
                     }
                     (
@@ -296,6 +307,7 @@ impl<T: DeserializeOwned + Send + 'static> Callback<T> {
                 ..Delta::default()
             })
             .await;
+            claim.keep();
             return result;
         }
         let now = ctx.shared.now();

@@ -105,7 +105,11 @@ impl<T: DeserializeOwned + Send + 'static> IntoFuture for EventBuilder<T> {
                 deadline,
                 started_at,
             };
-            while let Some(delivery) = ctx.take_delivery(
+            // Each delivery taken is claimed until the wait returns: dropped before (a
+            // combinator's loser), the wait gives it back for the wait live then.
+            while let Some((delivery, claim)) = ctx.take_delivery(
+                &op,
+                Some(EntryState::Waiting(waiting())),
                 |b| matches!(b, DeliveryBody::Event { name, .. } if *name == event_name),
             ) {
                 ctx.go_live();
@@ -133,6 +137,7 @@ impl<T: DeserializeOwned + Send + 'static> IntoFuture for EventBuilder<T> {
                         Vec::new(),
                     )
                     .await;
+                    claim.keep();
                     continue;
                 }
                 let mut entry = op.entry(EntryState::Succeeded { value, attempt: 0 });
@@ -154,6 +159,7 @@ impl<T: DeserializeOwned + Send + 'static> IntoFuture for EventBuilder<T> {
                     ..Delta::default()
                 })
                 .await;
+                claim.keep();
                 return result;
             }
             if let Some(deadline) = deadline.filter(|d| now >= *d) {
