@@ -22,6 +22,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::model::ErrorInfo;
 
+/// The longest wait a `Retry-After` may impose on a step's next attempt: a server that
+/// asks for more is waited on this long, then asked again.
+pub const MAX_RETRY_AFTER: std::time::Duration = std::time::Duration::from_secs(3600);
+
 /// An error returned by a step's closure, classified retryable or fatal.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StepError(pub(crate) ErrorInfo);
@@ -69,6 +73,21 @@ impl StepError {
     pub fn from_http_status(status: u16, message: impl Into<String>) -> Self {
         let retryable = status == 408 || status == 429 || (500..600).contains(&status);
         StepError::new(format!("http_{status}"), message, retryable)
+    }
+
+    /// The far side asked to be left alone for `delay` (an HTTP `Retry-After`): if
+    /// the step's policy retries this error, the next attempt waits `delay` (at most
+    /// [`MAX_RETRY_AFTER`]) instead of the policy's backoff. It still counts as an
+    /// attempt.
+    pub fn retry_after(mut self, delay: std::time::Duration) -> Self {
+        let ms = delay.min(MAX_RETRY_AFTER).as_millis();
+        self.0.retry_after_ms = Some(u64::try_from(ms).unwrap_or(u64::MAX));
+        self
+    }
+
+    /// The delay the far side asked for, if any ([`StepError::retry_after`]).
+    pub fn retry_after_hint(&self) -> Option<std::time::Duration> {
+        self.0.retry_after_ms.map(std::time::Duration::from_millis)
     }
 
     /// The error's kind.
@@ -255,6 +274,7 @@ impl Error {
             message: self.message.clone(),
             retryable: false,
             cause: self.cause.clone().map(Box::new),
+            retry_after_ms: None,
         }
     }
 

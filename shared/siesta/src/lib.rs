@@ -131,7 +131,7 @@ pub use engine::{
     OtherBuilds, ReplayCheck, RunExport, SkippedRun, SweepReport, ToolCallResolution,
     UpgradeReport, WakeOutcome,
 };
-pub use error::{Error, ErrorKind, PANICKED, StepError, StepResultExt};
+pub use error::{Error, ErrorKind, MAX_RETRY_AFTER, PANICKED, StepError, StepResultExt};
 pub use liveness::{Liveness, LoopGuard};
 pub use model::*;
 pub use notify::RunWatch;

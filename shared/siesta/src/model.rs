@@ -204,6 +204,11 @@ pub struct ErrorInfo {
     /// The error underneath, e.g. the last attempt's error of a failed step.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cause: Option<Box<ErrorInfo>>,
+    /// How long the far side asked to be left alone before the next attempt (an HTTP
+    /// `Retry-After`), in milliseconds: a retried step waits that long instead of its
+    /// policy's backoff.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_after_ms: Option<u64>,
 }
 
 impl ErrorInfo {
@@ -214,6 +219,7 @@ impl ErrorInfo {
             message: message.into(),
             retryable,
             cause: None,
+            retry_after_ms: None,
         }
     }
 }
@@ -897,4 +903,7 @@ pub enum SubType {
     MapIteration,
     ChainedInvoke,
     Patch,
+    /// A call to a language model (`siesta-ai`): a step whose result is the model's
+    /// reply with its usage.
+    ModelCall,
 }

@@ -393,7 +393,7 @@ function waterfall(model, view) {
     const end = op.end ?? (live ? null : (run.end ?? t1));
     const took = (op.end ?? (live ? Date.now() : t1)) - op.start;
     const state = op.state === 'open' ? (live ? 'in progress' : 'unfinished') : op.state === 'ok' ? 'succeeded' : op.state;
-    const title = `${op.name} (${op.sub || 'operation'}) · ${state} · ${duration(took)}` +
+    const title = `${op.name} (${op.sub || 'operation'}${modelCallLabel(op)}) · ${state} · ${duration(took)}` +
       (op.attempts.length > 1 ? ` · ${op.attempts.length} attempts` : '');
     let bars;
     if (kind === 'work' && op.attempts.length) {
@@ -409,7 +409,7 @@ function waterfall(model, view) {
     }
     const child = op.child ? ` · ${runLink(op.child, 'child run')}` : '';
     out.push(`<div class="wf-row" data-op="${esc(op.id)}" data-state="${esc(op.state)}" data-depth="${depth}" title="${esc(title)}">
-      <span class="label" style="padding-left:${depth * 16}px">${esc(op.name)}<span class="sub">${esc(op.sub || '')} · ${duration(took)}</span>${child}</span>
+      <span class="label" style="padding-left:${depth * 16}px">${esc(op.name)}<span class="sub">${esc(op.sub || '')}${modelCallLabel(op)} · ${duration(took)}</span>${child}</span>
       <span class="track">${bars}</span></div>`);
     if (op.attempts.length > 1) {
       for (const a of op.attempts) {
@@ -508,6 +508,33 @@ function heartbeatDeadline(w, model) {
   if (!ms) return null;
   const last = model.run.heartbeats.get(w.callback_id);
   return Math.max(op.start, last ?? 0) + ms;
+}
+
+// A model call (siesta-ai) is a step whose result records the model, its token usage,
+// finish reason and latency, and the messages it was asked beyond the earlier calls'.
+function modelCall(op) {
+  const r = op.sub === 'ModelCall' && op.details && op.details.Result;
+  return r && typeof r === 'object' && r.usage ? r : null;
+}
+
+function modelCallLabel(op) {
+  const r = modelCall(op);
+  if (!r) return '';
+  return ` · ${r.model} · ${r.usage.input_tokens}→${r.usage.output_tokens} tokens · ${r.finish_reason || '—'} · ${duration(r.latency_ms)}`;
+}
+
+function modelCallsHtml(model) {
+  const calls = [];
+  for (const op of model.ops.values()) { const r = modelCall(op); if (r) calls.push([op, r]); }
+  if (!calls.length) return '';
+  const said = (m) => `<div class="msg msg-${esc(m.role)}"><b>${esc(m.role)}</b> ${esc(m.content || '')}` +
+    (m.tool_calls || []).map((c) => ` <span class="mono">→ ${esc(c.name)}(${esc(json(c.arguments))})</span>`).join('') + '</div>';
+  const rows = calls.map(([op, r]) => `<tr data-model-call="${esc(op.id)}"><td class="mono">${esc(op.id)}</td><td>${esc(r.model)}</td>
+    <td>${r.usage.input_tokens}</td><td>${r.usage.output_tokens}</td><td>${esc(r.finish_reason || '')}</td><td>${duration(r.latency_ms)}</td>
+    <td>${((r.asked && r.asked.messages) || []).map(said).join('')}</td><td>${said(r.reply)}</td></tr>`).join('');
+  return `<section class="card" id="model-calls"><h2>Model calls <span class="muted">(${calls.length})</span></h2>
+    <div class="table-wrap"><table><thead><tr><th>Operation</th><th>Model</th><th>Input tokens</th><th>Output tokens</th><th>Finish</th><th>Latency</th><th>Asked (new since the last call)</th><th>Reply</th></tr></thead>
+    <tbody>${rows}</tbody></table></div></section>`;
 }
 
 function unknownToolCalls(model) {
@@ -728,6 +755,7 @@ function renderRun(state, timelinePending = false) {
     ${waitsHtml(view, model)}
     ${actionsHtml(view, model)}
     <section class="card"><h2>Timeline</h2><div class="wf" id="waterfall">${wf.rows.slice(0, FIRST_ROWS).join('')}<div id="wf-more"></div>${wf.legend}</div></section>
+    ${timelinePending ? '' : modelCallsHtml(model)}
     <section class="card io">${valueHtml('Input', view.input)}${valueHtml('Output', view.output)}${view.error ? valueHtml('Error', view.error) : ''}</section>
     <section class="card"><h2>Events <span class="muted">(${timelinePending ? '…' : events.length})</span></h2>
       <div class="table-wrap"><table class="events"><thead><tr><th>Seq</th><th>Time</th><th>Event</th><th>Sub-type</th><th>Operation</th><th>Parent</th><th>Details</th></tr></thead>

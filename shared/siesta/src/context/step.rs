@@ -12,6 +12,7 @@
 //!   without one the call is marked `unknown` and the run parked. Never blindly repeated.
 
 use std::future::{Future, IntoFuture};
+use std::time::Duration;
 
 use futures::future::BoxFuture;
 use serde::Serialize;
@@ -105,6 +106,8 @@ struct StepSpec<T> {
     mode: Mode<T>,
     retry: RetryStrategy,
     park_on_exhaustion: bool,
+    /// The label of its timeline events when not the mode's own (a model call).
+    sub_type: Option<SubType>,
 }
 
 /// A step being configured; `.await` it at once (replay relies on creation order).
@@ -137,6 +140,7 @@ impl Context {
                 mode: Mode::Step(StepSemantics::default()),
                 retry: RetryStrategy::default(),
                 park_on_exhaustion: false,
+                sub_type: None,
             },
         }
     }
@@ -168,6 +172,7 @@ impl Context {
                 mode: Mode::Tool { key, lookup: None },
                 retry: RetryStrategy::default(),
                 park_on_exhaustion: false,
+                sub_type: None,
             },
         })
     }
@@ -177,6 +182,14 @@ impl<T, F> StepBuilder<T, F> {
     /// Use this retry strategy (default: 6 attempts, 5 s, ×2, 60 s cap, full jitter).
     pub fn retry(mut self, strategy: RetryStrategy) -> Self {
         self.spec.retry = strategy;
+        self
+    }
+
+    /// Label the step's timeline events with `sub_type` instead of `Step`, for
+    /// libraries whose operations are steps underneath (a model call is a step
+    /// labelled [`SubType::ModelCall`]). The journal and replay are a step's.
+    pub fn sub_type(mut self, sub_type: SubType) -> Self {
+        self.spec.sub_type = Some(sub_type);
         self
     }
 
@@ -320,9 +333,10 @@ where
         mode,
         retry,
         park_on_exhaustion,
+        sub_type: label,
     } = spec;
     let is_tool = matches!(mode, Mode::Tool { .. });
-    let sub = sub_type(is_tool);
+    let sub = label.unwrap_or_else(|| sub_type(is_tool));
     let (key, mut lookup, semantics) = match mode {
         Mode::Tool { key, lookup } => (Some(key), lookup, StepSemantics::AtMostOncePerRetry),
         Mode::Step(s) => (None, None, s),
@@ -638,7 +652,11 @@ async fn settle_failure<T>(
         ));
     }
     if retry.should_retry(attempt, &error) {
-        let delay = retry.delay(attempt, rand::random::<f64>());
+        // A server that said when to come back (Retry-After) is taken at its word.
+        let delay = match error.retry_after_ms {
+            Some(ms) => Duration::from_millis(ms).min(crate::error::MAX_RETRY_AFTER),
+            None => retry.delay(attempt, rand::random::<f64>()),
+        };
         let retry_at = ctx.shared.now().plus(delay);
         timeline.push(ctx.event(
             EventType::StepFailed,
