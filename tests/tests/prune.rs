@@ -3,6 +3,8 @@
 //! a step version whose build has an unfinished run is kept, one whose build has none is
 //! deleted with its build registry item, the alias's version and newer ones are kept,
 //! the other functions' versions older than the alias go; `--dry-run` deletes nothing.
+//! And the sweep's drain check, which counts the unfinished runs of builds no longer
+//! deployed.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -368,4 +370,80 @@ fn report_of(done: &[(siesta_aws::prune::Decision, Done)]) -> String {
     done.iter()
         .map(|(d, o)| format!("{}:{} {o:?} {}\n", d.function, d.version, d.reason))
         .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_drain_check_counts_unfinished_runs_of_builds_no_version_serves() {
+    let Some(env) = siesta_aws::testing::emulators().await else {
+        return;
+    };
+    let env = env.with_own_table().await;
+    let names = env.names(5).await;
+    let settings = |build: &str| Settings {
+        resources: names.clone(),
+        tenant_claim: "tenant".into(),
+        callback_base_url: "https://a1b2c3d4e5.execute-api.us-east-1.amazonaws.com".into(),
+        lease_ttl: Duration::from_secs(30),
+        safety_margin: Duration::from_secs(2),
+        retention: Duration::from_secs(86_400),
+        sweep_page: 100,
+        webhook_sources: "[]".into(),
+        webhook_sources_parameter: None,
+        build_id: build.into(),
+        quotas: siesta::Quotas::default(),
+        quotas_parameter: None,
+    };
+    let sqs = aws_sdk_sqs::Client::new(&env.sdk);
+    let a = settings(BUILD_A).engine(&env.sdk, registry()).await;
+    let b = settings(BUILD_B).engine(&env.sdk, registry()).await;
+    let mut waiting = Vec::new();
+    for tenant in [TenantId::from("acme"), TenantId::from("globex")] {
+        let run = a
+            .start(&tenant, "approval", json!(null), None)
+            .await
+            .unwrap()
+            .id;
+        step_until(
+            &sqs,
+            &names.queue_url,
+            &a,
+            &tenant,
+            &run,
+            RunStatus::Waiting,
+        )
+        .await;
+        waiting.push(run);
+    }
+    let tenant = TenantId::from("acme");
+    let own = b
+        .start(&tenant, "approval", json!(null), None)
+        .await
+        .unwrap()
+        .id;
+    step_until(
+        &sqs,
+        &names.queue_url,
+        &b,
+        &tenant,
+        &own,
+        RunStatus::Waiting,
+    )
+    .await;
+    let builds = BuildRegistry::from_sdk(&env.sdk, names.table.clone());
+
+    // B serves (its step version need not have registered yet); A is registered by none.
+    let counts = siesta_sweep::check_builds(&builds, BUILD_B).await.unwrap();
+    assert_eq!(counts["runs_on_undeployed_builds"], 2, "{counts}");
+    assert_eq!(counts["undeployed"], json!({BUILD_A: 2}), "{counts}");
+    assert_eq!(
+        counts["unfinished_by_build"],
+        json!({BUILD_A: 2, BUILD_B: 1}),
+        "every tenant's runs: {counts}"
+    );
+
+    // A's version registers (its code deployed again): nothing is undeployed.
+    builds.register(BUILD_A, "shop-step:7", 7).await.unwrap();
+    let counts = siesta_sweep::check_builds(&builds, BUILD_B).await.unwrap();
+    assert_eq!(counts["runs_on_undeployed_builds"], 0, "{counts}");
+    assert_eq!(counts["undeployed"], json!({}), "{counts}");
 }

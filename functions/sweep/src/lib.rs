@@ -6,13 +6,24 @@
 //! One page, not several in a row: [`Engine::sweep`] returns the earliest due runs, and
 //! a run stays due until the step function has handled its wake-up, so a second page
 //! taken at once would be the first page again — the same wake-ups sent twice.
+//!
+//! On a schedule of its own (every five minutes, its event `{"check": "builds"}`), the
+//! same function makes the **drain check** instead ([`check_builds`]): the unfinished
+//! runs of every tenant by build, and of those the runs whose build is no longer
+//! deployed (no step version in the build registry serves it, and it is not this
+//! build) — `RunsOnUndeployedBuilds`, which the template's alarm watches. Such runs do
+//! not move until their build is deployed again or they are upgraded.
 
 mod runtime;
 
 pub use runtime::run;
 
+use std::collections::{BTreeMap, BTreeSet};
+
 use serde_json::{Value, json};
+use siesta::ports::StoreError;
 use siesta::{Engine, EngineError};
+use siesta_aws::builds::BuildRegistry;
 use siesta_lambda::metrics::{Unit, emit};
 use tracing::Instrument;
 
@@ -63,4 +74,86 @@ pub async fn handle(engine: &Engine, event: &Value, page: usize) -> Result<Value
     }
     .instrument(span)
     .await
+}
+
+/// Whether `event` is the drain check's schedule (`{"check": "builds"}`) rather than
+/// the sweep's.
+pub fn is_builds_check(event: &Value) -> bool {
+    event["check"] == "builds"
+}
+
+/// Of `unfinished` (runs by build), the builds not deployed and their runs: neither
+/// `serving` (this build, deployed even before its step version registers) nor in
+/// `registered`.
+pub fn undeployed(
+    unfinished: &BTreeMap<String, u64>,
+    registered: &BTreeSet<String>,
+    serving: &str,
+) -> BTreeMap<String, u64> {
+    unfinished
+        .iter()
+        .filter(|(build, n)| **n > 0 && build.as_str() != serving && !registered.contains(*build))
+        .map(|(b, n)| (b.clone(), *n))
+        .collect()
+}
+
+/// The drain check: count every tenant's unfinished runs by build (a keys-only `Scan`
+/// of the sparse `by_build` index: as many items as unfinished runs), read the build
+/// registry (one `Query`), and emit `RunsOnUndeployedBuilds` and `UndeployedBuilds`
+/// (each build is logged, with its runs). The counts, as logged.
+pub async fn check_builds(registry: &BuildRegistry, serving: &str) -> Result<Value, StoreError> {
+    let unfinished = registry.unfinished_runs_by_build().await?;
+    let registered: BTreeSet<String> = registry
+        .all()
+        .await?
+        .into_iter()
+        .map(|b| b.build_id)
+        .collect();
+    let undeployed = undeployed(&unfinished, &registered, serving);
+    let runs: u64 = undeployed.values().sum();
+    for (build, n) in &undeployed {
+        tracing::warn!(build_id = %build, unfinished = n, "unfinished runs of a build that is no longer deployed: they wait until it is deployed again or they are upgraded");
+    }
+    emit(
+        "sweep",
+        &[
+            ("RunsOnUndeployedBuilds", Unit::Count, &[runs as f64]),
+            ("UndeployedBuilds", Unit::Count, &[undeployed.len() as f64]),
+        ],
+    );
+    let counts = json!({
+        "unfinished_by_build": unfinished,
+        "undeployed": undeployed,
+        "runs_on_undeployed_builds": runs,
+    });
+    tracing::info!(counts = %counts, "builds checked");
+    Ok(counts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runs_of_a_build_neither_serving_nor_registered_are_on_an_undeployed_build() {
+        let unfinished = BTreeMap::from([
+            ("a".to_owned(), 2),
+            ("b".to_owned(), 1),
+            ("c".to_owned(), 3),
+            ("d".to_owned(), 0),
+        ]);
+        let registered = BTreeSet::from(["b".to_owned()]);
+        assert_eq!(
+            undeployed(&unfinished, &registered, "c"),
+            BTreeMap::from([("a".to_owned(), 2)])
+        );
+    }
+
+    #[test]
+    fn only_the_drain_checks_schedule_asks_for_it() {
+        assert!(is_builds_check(&json!({"check": "builds"})));
+        assert!(!is_builds_check(
+            &json!({"id": "e-1", "time": "2026-11-26T10:00:00Z"})
+        ));
+    }
 }

@@ -5,12 +5,24 @@ use siesta::Engine;
 use siesta_lambda::Settings;
 
 /// Sweep with [`handle`](crate::handle) over `engine` at every scheduled event, at most
-/// the settings' page of due runs each, until the Lambda runtime stops.
+/// the settings' page of due runs each, until the Lambda runtime stops; an event of
+/// the drain check's schedule makes [`check_builds`](crate::check_builds) instead.
 pub async fn run(engine: Engine, settings: &Settings) -> Result<(), Error> {
     let page = settings.sweep_page;
+    let sdk = siesta_aws::sdk_config_from_env().await;
+    let registry =
+        siesta_aws::builds::BuildRegistry::from_sdk(&sdk, settings.resources.table.clone());
+    let serving = settings.build_id.clone();
     lambda_runtime::run(service_fn(move |event: LambdaEvent<serde_json::Value>| {
         let engine = engine.clone();
-        async move { Ok::<_, Error>(crate::handle(&engine, &event.payload, page).await?) }
+        let registry = registry.clone();
+        let serving = serving.clone();
+        async move {
+            if crate::is_builds_check(&event.payload) {
+                return Ok::<_, Error>(crate::check_builds(&registry, &serving).await?);
+            }
+            Ok::<_, Error>(crate::handle(&engine, &event.payload, page).await?)
+        }
     }))
     .await
 }

@@ -11,10 +11,12 @@
 //! | step | `Aborted` | count | invocations that lost their lease or storage mid-run |
 //! | step | `Retries` | count | records SQS delivered again (`ApproximateReceiveCount` > 1) |
 //! | step | `BatchItemFailures` | count | records reported failed (incl. poison messages) |
+//! | step | `Forwarded`, `WakeupsForUnservedBuild` | count | wake-ups forwarded to their build's version; wake-ups for a build no version serves |
 //! | start | `IdempotentReplays` | count | a request answered from its `Idempotency-Key` |
 //! | webhook | `WebhookDuplicates` | count | a delivery already received |
 //! | webhook | `WebhooksRefused` | count | a non-2xx answer (bad signature, unknown source…) |
 //! | sweep | `SweepWoken`, `SweepExpiredLeases`, `SweepDueWaits`, `SweepLostWakeUps`, `SweepDeadLetters`, `SweepParkedDeadLetters` | count | what the sweep did |
+//! | sweep | `RunsOnUndeployedBuilds`, `UndeployedBuilds` | count | the drain check (every 5 min): unfinished runs whose build no step version serves any more, and those builds |
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
