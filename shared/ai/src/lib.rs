@@ -14,17 +14,27 @@
 //! let call = chat.ask(&ctx, &model).await?;
 //! ```
 //!
+//! An [`Agent`] runs the loop: model calls, typed [`Tool`]s (each call a journaled
+//! `tool_call`, behind a person's [`Approval`] where needed; a refusal goes back to
+//! the model), a turn budget and a token budget.
+//!
 //! Models: [`OpenAiCompatible`] for any OpenAI-compatible endpoint (`OPENAI_BASE_URL`,
 //! `OPENAI_API_KEY`: OpenAI, vLLM, Ollama…), [`ScriptedModel`] for tests and demos.
 
+mod agent;
 mod call;
 mod message;
 mod model;
 mod openai;
 mod scripted;
+mod tool;
 
+pub use agent::{
+    APPROVAL_EVENT, APPROVAL_TIMEOUT, Agent, AgentAnswer, Approval, BUDGET_SPENT, ToolCallOutcome,
+};
 pub use call::{Asked, Conversation, ModelCall, prompts};
 pub use message::{Message, Role, ToolCallRequest, ToolSpec, Usage};
 pub use model::{Model, ModelError, ModelReply, ModelRequest, TokenSink};
 pub use openai::{OPENAI_BASE_URL, OpenAiCompatible};
 pub use scripted::{ScriptedModel, text_reply, tool_reply};
+pub use tool::Tool;
