@@ -29,7 +29,6 @@ use siesta::ports::Backend;
 mod artifacts;
 pub mod bootstrap;
 pub mod builds;
-mod delivery;
 mod error;
 mod item;
 pub mod keys;

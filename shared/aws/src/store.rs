@@ -24,10 +24,10 @@ use aws_sdk_dynamodb::types::{
     ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update,
 };
 use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
+use siesta::delivery::{Accepted, CallbackChange, Decision};
 use siesta::ports::*;
 use siesta::*;
 
-use crate::delivery::{DeliveryPlan, Planned, plan_delivery};
 use crate::error::{corrupt, sdk};
 use crate::item::*;
 use crate::keys::*;
@@ -219,10 +219,13 @@ impl Tx {
         Ok(())
     }
 
+    /// The writes of an accepted delivery (see [`siesta::delivery`]): the delivery, its
+    /// event, the run under the version read, and the callback record only if the
+    /// delivery changes it — else a check that it is still as read.
     fn delivery(
         &mut self,
         table: &str,
-        plan: &DeliveryPlan,
+        plan: &Accepted,
         retention: Duration,
     ) -> Result<(), StoreError> {
         self.insert(table, Role::DeliveryRecord, delivery_item(&plan.delivery)?)?;
@@ -238,10 +241,11 @@ impl Tx {
             plan.read_version,
             None,
         )?;
-        if let Some((record, closes)) = &plan.callback {
+        if let Some(change) = &plan.callback {
             // Open, and neither its deadline nor its heartbeat deadline passed when the
             // delivery was received: a completion or heartbeat after either is refused
-            // even if the run has not yet recorded the timeout.
+            // even if the run has not yet recorded the timeout. The decision was made on
+            // a read outside this transaction, so the write checks it again.
             let open = (
                 "#callback_status = :open AND (attribute_not_exists(#callback_deadline) OR #callback_deadline > :received) AND (attribute_not_exists(#heartbeat_deadline) OR #heartbeat_deadline > :received)",
                 names(&[
@@ -257,23 +261,25 @@ impl Tx {
                     ),
                 ]),
             );
-            // A heartbeat moves a heartbeat deadline: the record is written then too.
-            if *closes || record.heartbeat.is_some() {
-                let item = callback_item(record, plan.delivery.received_at, retention)?;
-                self.put(table, Role::DeliveryCallback, item, Some(open))?;
-            } else {
-                let check = ConditionCheck::builder()
-                    .table_name(table)
-                    .set_key(Some(key(callback_pk(&record.callback_id), RECORD_SK)))
-                    .condition_expression(open.0)
-                    .set_expression_attribute_names(Some(open.1))
-                    .set_expression_attribute_values(Some(open.2));
-                self.items.push(
-                    TransactWriteItem::builder()
-                        .condition_check(build(check.build())?)
-                        .build(),
-                );
-                self.roles.push(Role::DeliveryCallback);
+            match change {
+                CallbackChange::Write(record) => {
+                    let item = callback_item(record, plan.delivery.received_at, retention)?;
+                    self.put(table, Role::DeliveryCallback, item, Some(open))?;
+                }
+                CallbackChange::RequireOpen(record) => {
+                    let check = ConditionCheck::builder()
+                        .table_name(table)
+                        .set_key(Some(key(callback_pk(&record.callback_id), RECORD_SK)))
+                        .condition_expression(open.0)
+                        .set_expression_attribute_names(Some(open.1))
+                        .set_expression_attribute_values(Some(open.2));
+                    self.items.push(
+                        TransactWriteItem::builder()
+                            .condition_check(build(check.build())?)
+                            .build(),
+                    );
+                    self.roles.push(Role::DeliveryCallback);
+                }
             }
         }
         Ok(())
@@ -415,8 +421,8 @@ impl DynamoStore {
     }
 
     /// Read what a delivery decides on, in one request: the run, the dedup record and
-    /// the callback record.
-    async fn plan(&self, d: &NewDelivery) -> Result<Planned, StoreError> {
+    /// the callback record; then decide ([`siesta::delivery::decide`]).
+    async fn plan(&self, d: &NewDelivery) -> Result<Decision, StoreError> {
         let run_key = key(run_pk(&d.tenant, &d.run_id), RUN_SK);
         let dedup_key = key(run_pk(&d.tenant, &d.run_id), delivery_sk(&d.id));
         let mut keys = vec![run_key.clone(), dedup_key.clone()];
@@ -438,7 +444,7 @@ impl DynamoStore {
                 .transpose()?,
             None => None,
         };
-        plan_delivery(d, run, stored, callback)
+        siesta::delivery::decide(d, run, stored, callback)
     }
 
     async fn query_pages(
@@ -944,8 +950,10 @@ impl RunStore for DynamoStore {
             if let Some(delivery) = &cp.parent_delivery {
                 // A missing or finished parent, or a duplicate, skips the delivery.
                 match self.plan(delivery).await {
-                    Ok(Planned::Apply(plan)) => tx.delivery(&self.table, &plan, self.retention)?,
-                    Ok(Planned::Duplicate)
+                    Ok(Decision::Accept(plan)) => {
+                        tx.delivery(&self.table, &plan, self.retention)?
+                    }
+                    Ok(Decision::Duplicate)
                     | Err(StoreError::NotFound)
                     | Err(StoreError::Gone(_)) => {}
                     Err(e) => return Err(e),
@@ -983,8 +991,8 @@ impl RunStore for DynamoStore {
     async fn deliver(&self, delivery: &NewDelivery) -> Result<DeliverOutcome, StoreError> {
         for _ in 0..RACE_ATTEMPTS {
             let plan = match self.plan(delivery).await? {
-                Planned::Duplicate => return Ok(DeliverOutcome::Duplicate),
-                Planned::Apply(plan) => plan,
+                Decision::Duplicate => return Ok(DeliverOutcome::Duplicate),
+                Decision::Accept(plan) => plan,
             };
             let mut tx = Tx::default();
             tx.delivery(&self.table, &plan, self.retention)?;

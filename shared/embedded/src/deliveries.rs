@@ -1,20 +1,24 @@
-//! Deliveries inside the writer's transaction: [`apply_delivery`] (the rules of
-//! [`RunStore::deliver`]) and the callback records it and a checkpoint write.
+//! Deliveries inside the writer's transaction: [`apply_delivery`] reads what the rules
+//! of [`RunStore::deliver`] decide on, lets the core decide ([`siesta::delivery`]) and
+//! writes what it says; and the callback records it and a checkpoint write.
 
 use rusqlite::{Connection, OptionalExtension, params};
+use siesta::delivery::{CallbackChange, Decision};
 use siesta::ports::*;
 use siesta::*;
 
 use crate::store::{Indexed, get_keyed_run, insert_event, update_run};
 use crate::{from_json, sql, to_json};
 
-/// Apply a delivery inside a transaction, with the rules of [`RunStore::deliver`].
+/// Apply a delivery inside a transaction: read the run, whether the id is stored and
+/// the callback record, decide, write. The read is inside the write's transaction, so
+/// a callback the delivery only needs open ([`CallbackChange::RequireOpen`]) is not
+/// written.
 pub(crate) fn apply_delivery(
     tx: &Connection,
     d: &NewDelivery,
 ) -> Result<DeliverOutcome, StoreError> {
-    let (key, mut run) =
-        get_keyed_run(tx, &d.tenant.0, &d.run_id.0)?.ok_or(StoreError::NotFound)?;
+    let (key, run) = get_keyed_run(tx, &d.tenant.0, &d.run_id.0)?.ok_or(StoreError::NotFound)?;
     let stored = Indexed::of(&run);
     let duplicate: Option<i64> = tx
         .prepare_cached("SELECT seq FROM deliveries WHERE run = ?1 AND id = ?2")
@@ -22,65 +26,29 @@ pub(crate) fn apply_delivery(
         .query_row(params![key, d.id.0], |r| r.get(0))
         .optional()
         .map_err(sql)?;
-    if duplicate.is_some() {
-        return Ok(DeliverOutcome::Duplicate);
-    }
-    if run.status.is_finished() {
-        return Err(StoreError::Gone(format!(
-            "run {} is {}",
-            run.id, run.status
-        )));
-    }
-    if let Some(callback_id) = d.body.callback_id() {
-        let mut record = get_callback(tx, callback_id)?
-            .filter(|r| r.tenant == d.tenant && r.run_id == d.run_id)
-            .ok_or(StoreError::NotFound)?;
-        if record.status != CallbackStatus::Open {
-            return Err(StoreError::Gone(format!(
-                "callback {callback_id} is closed"
-            )));
-        }
-        if let Some(why) = record.too_late(d.received_at) {
-            return Err(StoreError::Gone(why));
-        }
-        if !matches!(d.body, DeliveryBody::CallbackHeartbeat { .. }) {
-            record.status = CallbackStatus::Completed;
-            put_callback(tx, &record)?;
-        } else if record.heartbeat.is_some() {
-            record.heartbeat_received(d.received_at);
-            put_callback(tx, &record)?;
-        }
-    }
-    run.inbox_seq += 1;
-    run.timeline_seq += 1;
-    run.version += 1;
-    run.updated_at = d.received_at;
-    if run.status == RunStatus::Waiting {
-        run.due_at = Some(d.received_at);
-        run.resend_after = d.resend_after;
-    }
-    let delivery = Delivery {
-        id: d.id.clone(),
-        tenant: d.tenant.clone(),
-        run_id: d.run_id.clone(),
-        seq: run.inbox_seq,
-        body: d.body.clone(),
-        received_at: d.received_at,
+    let callback = match d.body.callback_id() {
+        Some(id) if duplicate.is_none() && !run.status.is_finished() => get_callback(tx, id)?,
+        _ => None,
     };
+    let accepted = match siesta::delivery::decide(d, Some(run), duplicate.is_some(), callback)? {
+        Decision::Duplicate => return Ok(DeliverOutcome::Duplicate),
+        Decision::Accept(accepted) => accepted,
+    };
+    if let Some(CallbackChange::Write(record)) = &accepted.callback {
+        put_callback(tx, record)?;
+    }
     tx.prepare_cached("INSERT INTO deliveries (run, id, seq, body) VALUES (?1, ?2, ?3, ?4)")
         .map_err(sql)?
         .execute(params![
             key,
-            d.id.0,
-            delivery.seq as i64,
-            to_json(&delivery)?
+            accepted.delivery.id.0,
+            accepted.delivery.seq as i64,
+            to_json(&accepted.delivery)?
         ])
         .map_err(sql)?;
-    let mut event = d.event.clone();
-    event.seq = run.timeline_seq;
-    insert_event(tx, key, &run, &event)?;
-    update_run(tx, stored, &run)?;
-    Ok(DeliverOutcome::Accepted(Box::new(run)))
+    insert_event(tx, key, &accepted.run, &accepted.event)?;
+    update_run(tx, stored, &accepted.run)?;
+    Ok(DeliverOutcome::Accepted(Box::new(accepted.run)))
 }
 
 pub(crate) fn get_callback(

@@ -84,6 +84,7 @@
 pub mod accepts;
 pub mod context;
 pub mod cursor;
+pub mod delivery;
 pub mod engine;
 pub mod error;
 pub mod lifecycle;
