@@ -2,10 +2,12 @@
 //! takes every wake-up (it is the alias now); a wake-up for a run started on build A is
 //! forwarded — a Lambda `Invoke` of A's version, here a stub Invoke endpoint that runs
 //! build A's step handler — and the run finishes on A's code. B's own runs run on B. An
-//! invoke that fails leaves the record failed (SQS redelivers it) and loses nothing.
+//! invoke that fails leaves the record failed (SQS redelivers it) and loses nothing; a
+//! forward interrupted while A's version is mid-step (the forwarding invocation dies,
+//! the record comes back) loses nothing and makes no side effect twice.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
@@ -51,12 +53,25 @@ fn deadline() -> u64 {
     siesta_lambda::now_ms() as u64 + 60_000
 }
 
-/// A stub of Lambda's Invoke API serving build A's step version.
+/// A stub of Lambda's Invoke API serving build A's step version. As on Lambda, an
+/// invocation runs to its end even when its caller goes away: each runs in a task of
+/// its own, kept in `running`.
 #[derive(Clone)]
 struct StubLambda {
     engine: Engine,
     fail: Arc<AtomicBool>,
     invokes: Arc<AtomicUsize>,
+    running: Arc<Mutex<Vec<tokio::task::JoinHandle<()>>>>,
+}
+
+impl StubLambda {
+    /// Wait until every invocation started so far has ended.
+    async fn settled(&self) {
+        let running: Vec<_> = std::mem::take(&mut *self.running.lock().unwrap());
+        for task in running {
+            task.await.unwrap();
+        }
+    }
 }
 
 async fn invoke(
@@ -77,9 +92,18 @@ async fn invoke(
         event.records.iter().all(siesta_step::forward::is_forwarded),
         "forwarded records are marked"
     );
-    let response: SqsBatchResponse =
-        siesta_step::handle(&stub.engine, event, deadline(), Duration::from_secs(2)).await;
-    axum::Json(response).into_response()
+    let (tx, rx) = tokio::sync::oneshot::channel::<SqsBatchResponse>();
+    let engine = stub.engine.clone();
+    stub.running.lock().unwrap().push(tokio::spawn(async move {
+        let response =
+            siesta_step::handle(&engine, event, deadline(), Duration::from_secs(2)).await;
+        // The caller may be gone (the forwarding invocation died): the work stands.
+        let _ = tx.send(response);
+    }));
+    match rx.await {
+        Ok(response) => axum::Json(response).into_response(),
+        Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+    }
 }
 
 struct Deployment {
@@ -98,6 +122,11 @@ async fn deployment() -> Option<Deployment> {
 
 /// A deployment; `a_registered`: whether build A's version registered itself.
 async fn deployment_with(a_registered: bool) -> Option<Deployment> {
+    deployment_of(build_a(), a_registered).await
+}
+
+/// A deployment whose build A has `a_code`.
+async fn deployment_of(a_code: Registry, a_registered: bool) -> Option<Deployment> {
     let env = siesta_aws::testing::emulators()
         .await?
         .with_own_table()
@@ -117,12 +146,13 @@ async fn deployment_with(a_registered: bool) -> Option<Deployment> {
         quotas: siesta::Quotas::default(),
         quotas_parameter: None,
     };
-    let a = settings(BUILD_A).engine(&env.sdk, build_a()).await;
+    let a = settings(BUILD_A).engine(&env.sdk, a_code).await;
     let b = settings(BUILD_B).engine(&env.sdk, build_b()).await;
     let stub = StubLambda {
         engine: a.clone(),
         fail: Arc::default(),
         invokes: Arc::default(),
+        running: Arc::default(),
     };
     let app = axum::Router::new()
         .route(
@@ -164,6 +194,11 @@ impl Deployment {
     /// with this deployment's forwarder), deleting what it did not report failed, as
     /// the event source mapping does.
     async fn step(&self, engine: &Engine) -> SqsBatchResponse {
+        self.step_records(engine).await.0
+    }
+
+    /// [`Deployment::step`], and how many records it received.
+    async fn step_records(&self, engine: &Engine) -> (SqsBatchResponse, usize) {
         let out = self
             .sqs
             .receive_message()
@@ -213,7 +248,7 @@ impl Deployment {
                     .unwrap();
             }
         }
-        response
+        (response, out.messages().len())
     }
 
     async fn status(&self, run: &RunId) -> RunStatus {
@@ -390,4 +425,113 @@ async fn a_forwarded_wake_up_whose_run_is_another_builds_here_too_is_never_forwa
     assert!(response.batch_item_failures.is_empty(), "{response:?}");
     assert_eq!(d.stub.invokes.load(Ordering::SeqCst), 0, "no ping-pong");
     assert_eq!(d.status(&run).await, RunStatus::Waiting);
+}
+
+/// A side effect after the approval, held mid-step until the test lifts it.
+#[derive(Clone)]
+struct Charge {
+    /// How many times the charge was made.
+    calls: Arc<AtomicUsize>,
+    /// Told when a charge starts.
+    started: Arc<tokio::sync::Notify>,
+    /// Set to let charges finish.
+    release: Arc<tokio::sync::watch::Sender<bool>>,
+}
+
+impl Charge {
+    fn new() -> Self {
+        Charge {
+            calls: Arc::default(),
+            started: Arc::default(),
+            release: Arc::new(tokio::sync::watch::channel(false).0),
+        }
+    }
+
+    /// Build A, charging after the approval.
+    fn build_a(&self) -> Registry {
+        let mut reg = Registry::new();
+        let charge = self.clone();
+        reg.register("approval", move |ctx: Context, _: Value| {
+            let charge = charge.clone();
+            async move {
+                let draft: String = ctx
+                    .step("draft", |_| async { Ok("draft".to_owned()) })
+                    .await?;
+                let approved: bool = ctx.wait_for_event("approval").await?;
+                let calls: usize = ctx
+                    .step("charge", move |_| async move {
+                        charge.started.notify_one();
+                        let _ = charge.release.subscribe().wait_for(|go| *go).await;
+                        Ok(charge.calls.fetch_add(1, Ordering::SeqCst) + 1)
+                    })
+                    .await?;
+                Ok(json!({"build": "a", "draft": draft, "approved": approved, "charges": calls}))
+            }
+        });
+        reg
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forward_interrupted_while_as_version_is_mid_step_loses_nothing_and_charges_once() {
+    let charge = Charge::new();
+    let Some(d) = deployment_of(charge.build_a(), true).await else {
+        return;
+    };
+    let run =
+        d.a.start(&d.tenant, "approval", json!(null), None)
+            .await
+            .unwrap()
+            .id;
+    d.step_until(&d.a, &run, RunStatus::Waiting).await;
+    d.b.deliver_event(&d.tenant, &run, "approval", json!(true), None)
+        .await
+        .unwrap();
+
+    // B forwards the wake-up; while A's version is inside the charge, the forwarding
+    // invocation dies (its future dropped: the Invoke was sent, no answer awaited, the
+    // record neither deleted nor reported).
+    let forwarding = async {
+        loop {
+            d.step(&d.b).await;
+        }
+    };
+    tokio::select! {
+        _ = forwarding => unreachable!(),
+        _ = charge.started.notified() => {}
+    }
+    assert_eq!(d.stub.invokes.load(Ordering::SeqCst), 1);
+    assert_eq!(charge.calls.load(Ordering::SeqCst), 0, "held mid-step");
+
+    // SQS redelivers the record (its visibility timeout passed) while A still holds the
+    // run: B sees the lease and leaves it to its holder.
+    let mut received = 0;
+    for _ in 0..20 {
+        let (response, records) = d.step_records(&d.b).await;
+        assert!(
+            response.batch_item_failures.is_empty(),
+            "the holder finishes the run: {response:?}"
+        );
+        received += records;
+        if received > 0 {
+            break;
+        }
+    }
+    assert!(received > 0, "the record came back");
+
+    // The charge finishes, once; the run completes on A's code with the approval.
+    charge.release.send_replace(true);
+    d.stub.settled().await;
+    assert_eq!(d.status(&run).await, RunStatus::Completed);
+    assert_eq!(
+        d.output(&run).await,
+        json!({"build": "a", "draft": "draft", "approved": true, "charges": 1})
+    );
+    // Whatever is still queued for the run is handled without a second charge.
+    for _ in 0..3 {
+        let response = d.step(&d.b).await;
+        assert!(response.batch_item_failures.is_empty(), "{response:?}");
+    }
+    d.stub.settled().await;
+    assert_eq!(charge.calls.load(Ordering::SeqCst), 1, "charged once");
 }
