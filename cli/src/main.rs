@@ -129,6 +129,11 @@ enum Command {
     /// as it unfolds; this process plays the payment provider, whose webhooks are signed
     /// (Standard Webhooks) and verified by the server.
     Demo {
+        /// Which example: `order` (the payment webhook) or `agent` (the support agent:
+        /// a model, tools, an approval; the built-in fake model unless
+        /// OPENAI_BASE_URL/OPENAI_API_KEY name an endpoint).
+        #[arg(default_value = "order", value_parser = ["order", "agent"])]
+        example: String,
         /// Keep the data here (default: a temporary directory).
         #[arg(long)]
         data_dir: Option<PathBuf>,
@@ -326,7 +331,8 @@ async fn main() -> anyhow::Result<()> {
             };
             siesta_cli::new::scaffold(&dir, &source)
         }
-        Command::Demo { data_dir } => demo(data_dir).await,
+        Command::Demo { example, data_dir } if example == "agent" => demo_agent(data_dir).await,
+        Command::Demo { data_dir, .. } => demo(data_dir).await,
         Command::Bench {
             rounds,
             concurrency,
@@ -556,6 +562,102 @@ async fn demo(data_dir: Option<PathBuf>) -> anyhow::Result<()> {
                     &view["output"]
                 }
             );
+            server.stop();
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    bail!("the demo run did not finish in time")
+}
+
+/// `siesta demo agent`: the support agent on the embedded backend. This process plays
+/// the customer (who starts the run) and the operator (who approves the refund the
+/// agent asks for); the run's timeline and the agent's answer are printed.
+async fn demo_agent(data_dir: Option<PathBuf>) -> anyhow::Result<()> {
+    let temp = tempfile::tempdir()?;
+    let dir = data_dir.unwrap_or_else(|| temp.path().to_owned());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let options = siesta_app::dev::DevOptions::new(dir.clone());
+    let server = siesta_app::dev::start(listener, options, siesta_workflows::registry()).await?;
+    let base = format!("http://{}", server.addr);
+    let http = reqwest::Client::new();
+    let model = if siesta_ai::OpenAiCompatible::from_env().is_some() {
+        "the OpenAI-compatible endpoint OPENAI_BASE_URL names"
+    } else {
+        "the built-in fake model (set OPENAI_BASE_URL / OPENAI_API_KEY for a real one)"
+    };
+    println!(
+        "siesta dev stack on {base} (embedded backend, data in {}); the agent talks to {model}",
+        dir.display()
+    );
+    let input = serde_json::json!({"customer": "Ada", "message": "My espresso machine arrived broken. I want my money back."});
+    let run: serde_json::Value = http
+        .post(format!("{base}/runs"))
+        .json(&serde_json::json!({"workflow": "agent", "input": input}))
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?;
+    let id = run["id"].as_str().context("run id")?.to_owned();
+    println!("POST /runs → run {id} of workflow `agent` with {input}");
+    println!("(watch it at {base}/ui/runs/{id})\n");
+    println!("{}", siesta_cli::runs::TIMELINE_HEADER);
+    let mut after = 0u64;
+    let mut approved = false;
+    for _ in 0..1000 {
+        let page: serde_json::Value = http
+            .get(format!("{base}/runs/{id}/timeline?after={after}"))
+            .send()
+            .await?
+            .json()
+            .await?;
+        for event in page["events"].as_array().into_iter().flatten() {
+            let event: siesta_api::TimelineEventView = serde_json::from_value(event.clone())?;
+            after = event.seq;
+            println!("{}", siesta_cli::runs::timeline_row(&event));
+        }
+        let view: serde_json::Value = http
+            .get(format!("{base}/runs/{id}"))
+            .send()
+            .await?
+            .json()
+            .await?;
+        let waits_for_approval = view["waits"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|w| w["event"] == siesta_ai::APPROVAL_EVENT);
+        if !approved && waits_for_approval {
+            approved = true;
+            let decision = serde_json::json!({"approved": true, "by": "demo-operator", "comment": "photos look broken"});
+            println!(
+                "\n→ the operator approves the refund: POST /runs/{id}/events/approval {decision}\n"
+            );
+            http.post(format!("{base}/runs/{id}/events/approval"))
+                .json(&decision)
+                .send()
+                .await?
+                .error_for_status()?;
+        }
+        if matches!(
+            view["status"].as_str(),
+            Some("completed" | "failed" | "cancelled" | "parked")
+        ) {
+            let status = view["status"].as_str().unwrap_or("");
+            match view["output"]["answer"].as_str() {
+                Some(answer) => println!(
+                    "\nrun {id} is {status}. The agent answered, in {} model calls and {} tokens:\n  {answer}",
+                    view["output"]["turns"],
+                    view["output"]["usage"]["input_tokens"]
+                        .as_u64()
+                        .unwrap_or(0)
+                        + view["output"]["usage"]["output_tokens"]
+                            .as_u64()
+                            .unwrap_or(0)
+                ),
+                None => println!("\nrun {id} is {status}: {}", view["error"]),
+            }
             server.stop();
             return Ok(());
         }

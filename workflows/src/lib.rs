@@ -8,11 +8,16 @@
 //!   real side effect that a crash never repeats).
 //! - [`approval`](approval::approval) — plan a change, wait up to three days for a
 //!   human decision, then execute the plan step by step or park the run on rejection.
+//! - [`agent`](agent::agent_with) — a support agent: looks the customer's order up,
+//!   asks for a refund that waits for a person's approval, answers; its model's words
+//!   streamed on `tokens`. A built-in fake model unless an OpenAI-compatible endpoint
+//!   is configured.
 //! - [`chain`](chain::chain) — `N` sequential steps, step `i` returning `i`, the sum as
 //!   output: the shape benchmarks use.
 //! - [`timer`](timer::timer) — sleep on one durable timer until an instant (RFC 3339) or
 //!   for `sleep_ms`: the shape of `siesta bench --timers N`.
 
+pub mod agent;
 pub mod approval;
 pub mod chain;
 pub mod order;
@@ -21,6 +26,7 @@ pub mod timer;
 
 use siesta::prelude::*;
 
+pub use agent::{AgentInput, SupportDemoModel, agent_with, configured_model};
 pub use approval::{ApprovalInput, ApprovalOutcome, Decision, ExecutedStep, approval};
 pub use chain::chain;
 pub use order::{OrderInput, OrderOutcome, PaymentEvent, order};
@@ -43,6 +49,7 @@ pub fn registry() -> Registry {
         }),
     };
     registry.register("approval", approval);
+    registry.register("agent", agent_with(configured_model()));
     registry.register("chain", chain);
     registry.register("timer", timer);
     registry
