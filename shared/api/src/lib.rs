@@ -55,7 +55,8 @@ pub use error::{ApiError, ErrorBody, ErrorDetail, RETRY_AFTER_SECS};
 pub use extract::MAX_WAIT;
 pub use openapi::openapi;
 pub use routes::{
-    BuildList, BuildView, DeadLetterPage, DeadLetterView, Redriven, idempotent_run_id,
+    BuildList, BuildView, DeadLetterPage, DeadLetterView, Redriven, StreamChunkView,
+    StreamPageView, idempotent_run_id,
 };
 pub use time::{NotATime, Rfc3339};
 pub use values::{VALUE_REF, ValueRef, value_path};

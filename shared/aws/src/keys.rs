@@ -22,6 +22,8 @@ pub const JOURNAL_PREFIX: &str = "H#J#";
 pub const DELIVERY_PREFIX: &str = "H#D#";
 /// The sort-key prefix of timeline events.
 pub const TIMELINE_PREFIX: &str = "T#";
+/// The sort-key prefix of stream chunks.
+pub const STREAM_PREFIX: &str = "S#";
 /// The sort key of a callback's index record and of a tool-call record.
 pub const RECORD_SK: &str = "REC";
 
@@ -86,6 +88,17 @@ pub fn delivery_sk(id: &DeliveryId) -> String {
 /// the sort key orders events by `seq`.
 pub fn timeline_sk(seq: u64) -> String {
     format!("{TIMELINE_PREFIX}{seq:020}")
+}
+
+/// The sort-key prefix of stream `name`'s chunks (in the run's partition).
+pub fn stream_prefix(name: &str) -> String {
+    format!("{STREAM_PREFIX}{}#", escape(name))
+}
+
+/// The sort key of stream `name`'s chunk at `offset`; zero-padded so that the sort key
+/// orders chunks by offset.
+pub fn stream_sk(name: &str, offset: u64) -> String {
+    format!("{}{offset:020}", stream_prefix(name))
 }
 
 /// The partition of a callback's index record (the callback id is the webhook token).
@@ -199,6 +212,14 @@ mod tests {
     fn timeline_keys_sort_by_sequence() {
         assert!(timeline_sk(9) < timeline_sk(10));
         assert!(timeline_sk(99_999) < timeline_sk(100_000));
+    }
+
+    #[test]
+    fn stream_keys_sort_by_offset_and_streams_never_share_a_prefix() {
+        assert!(stream_sk("tokens", 9) < stream_sk("tokens", 10));
+        assert!(stream_sk("tokens", 10) < stream_sk("tokens", u64::MAX));
+        assert!(!stream_sk("tokens.x", 0).starts_with(&stream_prefix("tokens")));
+        assert!(!stream_sk("a#b", 0).starts_with(&stream_prefix("a")));
     }
 
     #[test]

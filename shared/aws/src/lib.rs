@@ -7,6 +7,8 @@
 //!   the tenant's prefix, created with `If-None-Match: *`, encrypted at rest.
 //! - [`WakeQueue`](siesta::ports::WakeQueue) on SQS with a redrive policy to a
 //!   dead-letter queue.
+//! - [`StreamStore`](siesta::ports::StreamStore) on the same table: a chunk is an item
+//!   in its run's partition, put conditioned on its offset being free.
 //!
 //! The engine cannot tell this backend from the embedded one; the conformance suite
 //! runs unchanged against both. No SDK type leaves this crate: every SDK error is mapped
@@ -36,6 +38,7 @@ pub mod prune;
 mod queue;
 mod requests;
 mod store;
+mod streams;
 pub mod testing;
 
 pub use error::ConfigError;
@@ -124,6 +127,7 @@ pub struct AwsBackend {
     store: Arc<store::DynamoStore>,
     artifacts: Arc<artifacts::S3Artifacts>,
     queue: Arc<queue::SqsQueue>,
+    streams: Arc<streams::DynamoStreams>,
     builds: builds::BuildRegistry,
 }
 
@@ -149,13 +153,19 @@ impl AwsBackend {
         let dynamodb = aws_sdk_dynamodb::Client::from_conf(dynamodb.build());
         let s3 = s3_client(sdk, &options.interceptors);
         let sqs = aws_sdk_sqs::Client::from_conf(sqs.build());
+        let store = Arc::new(store::DynamoStore::new(
+            dynamodb.clone(),
+            names.table.clone(),
+            options.retention,
+        ));
         AwsBackend {
             builds: builds::BuildRegistry::new(dynamodb.clone(), names.table.clone()),
-            store: Arc::new(store::DynamoStore::new(
+            streams: Arc::new(streams::DynamoStreams::new(
                 dynamodb,
                 names.table,
-                options.retention,
+                store.capacity.clone(),
             )),
+            store,
             artifacts: Arc::new(artifacts::S3Artifacts::new(s3, names.bucket)),
             queue: Arc::new(queue::SqsQueue::new(
                 sqs,
@@ -179,12 +189,13 @@ impl AwsBackend {
         self.builds.clone()
     }
 
-    /// The three ports over these resources.
+    /// The four ports over these resources.
     pub fn backend(&self) -> Backend {
         Backend {
             store: self.store.clone(),
             artifacts: self.artifacts.clone(),
             queue: self.queue.clone(),
+            streams: self.streams.clone(),
         }
     }
 }

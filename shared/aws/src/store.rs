@@ -46,7 +46,7 @@ pub(crate) struct CapacityMeter {
 }
 
 impl CapacityMeter {
-    fn add(&self, write: bool, consumed: &[ConsumedCapacity]) {
+    pub(crate) fn add(&self, write: bool, consumed: &[ConsumedCapacity]) {
         let units: f64 = consumed.iter().filter_map(|c| c.capacity_units()).sum();
         let milli = (units * 1000.0).round() as u64;
         let counter = if write {

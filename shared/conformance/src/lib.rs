@@ -214,6 +214,12 @@ macro_rules! conformance_suite {
             due_runs_leave_out_runs_whose_wake_up_is_on_its_way
             // builds
             builds_count_unfinished_runs_by_status_per_build
+            // streams
+            stream_appends_get_gapless_offsets_from_zero
+            stream_reads_from_any_offset_with_a_limit
+            concurrent_stream_appends_never_share_an_offset
+            an_ended_stream_takes_no_more_chunks
+            streams_are_per_tenant_run_and_name
             // artifacts
             artifact_put_get_round_trip
             artifact_of_one_mebibyte_round_trips
@@ -260,6 +266,7 @@ mod tests {
             include_str!("cases/queue.rs"),
             include_str!("cases/quotas.rs"),
             include_str!("cases/builds.rs"),
+            include_str!("cases/streams.rs"),
         ];
         let mut defined: Vec<&str> = sources
             .iter()

@@ -41,6 +41,7 @@ async fn main() {
         store: probe.clone(),
         artifacts: base.artifacts,
         queue: base.queue,
+        streams: base.streams,
     };
     let engine = Engine::new(backend, clock, registry(), EngineConfig::default());
     let tenant = TenantId::from("bench");

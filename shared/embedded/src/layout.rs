@@ -209,11 +209,18 @@ struct Migration {
 
 /// The schema's numbered steps, in order, on top of the tables above; a file records
 /// the last one it has as `PRAGMA user_version` (0: none).
-const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    schema: crate::builds::SCHEMA,
-    backfill: crate::builds::BACKFILL,
-}];
+const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        schema: crate::builds::SCHEMA,
+        backfill: crate::builds::BACKFILL,
+    },
+    Migration {
+        version: 2,
+        schema: crate::streams::SCHEMA,
+        backfill: crate::streams::BACKFILL,
+    },
+];
 
 /// Apply the numbered steps the file lacks, in the transaction of [`open`]; the rows of
 /// a file that is not `new` are brought up to each.

@@ -41,6 +41,7 @@ mod queue;
 mod recovery;
 mod store;
 mod stored;
+mod streams;
 mod unfinished;
 mod writer;
 mod writer_profile;
@@ -208,13 +209,14 @@ impl EmbeddedBackend {
         })
     }
 
-    /// The three ports over this file.
+    /// The four ports over this file.
     pub fn backend(&self) -> Backend {
         let me = Arc::new(self.clone());
         Backend {
             store: me.clone(),
             artifacts: me.clone(),
-            queue: me,
+            queue: me.clone(),
+            streams: me,
         }
     }
 

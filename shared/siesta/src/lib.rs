@@ -126,6 +126,7 @@ macro_rules! build_id {
         }
     };
 }
+pub use engine::streams::{StreamPage, visible};
 pub use engine::worker::WorkerConfig;
 pub use engine::{
     BatchReport, DeadLetterReport, DivergedRun, Divergence, Engine, EngineConfig, EngineError,

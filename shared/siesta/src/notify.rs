@@ -20,7 +20,9 @@ use async_trait::async_trait;
 use tokio::sync::Notify;
 
 use crate::model::{RunId, TenantId};
-use crate::ports::{DeadLetter, ReceivedWakeUp, StoreError, WakeQueue, WakeUp};
+use crate::ports::{
+    DeadLetter, NewChunk, ReceivedWakeUp, StoreError, StreamChunk, StreamStore, WakeQueue, WakeUp,
+};
 use crate::time::{Clock, Timestamp};
 
 /// Most delayed sends remembered; beyond that the worker's idle look finds them.
@@ -131,6 +133,39 @@ impl WakeQueue for SignallingQueue {
         due_at: Timestamp,
     ) -> Result<Option<bool>, StoreError> {
         self.inner.holds(tenant, run_id, due_at).await
+    }
+}
+
+/// The engine's streams: the backend's, plus a notification to this process's readers
+/// of the run's streams on every append.
+pub(crate) struct SignallingStreams {
+    pub(crate) inner: Arc<dyn StreamStore>,
+    pub(crate) watchers: Arc<RunWatchers>,
+}
+
+#[async_trait]
+impl StreamStore for SignallingStreams {
+    async fn append(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+        stream: &str,
+        chunks: &[NewChunk],
+    ) -> Result<u64, StoreError> {
+        let first = self.inner.append(tenant, run_id, stream, chunks).await?;
+        self.watchers.changed(tenant, run_id);
+        Ok(first)
+    }
+
+    async fn read(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+        stream: &str,
+        from: u64,
+        limit: usize,
+    ) -> Result<Vec<StreamChunk>, StoreError> {
+        self.inner.read(tenant, run_id, stream, from, limit).await
     }
 }
 

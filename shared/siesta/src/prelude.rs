@@ -17,7 +17,7 @@
 //! ```
 //!
 //! The [`Context`] and the types its operations take and return (their builders, the
-//! step's [`StepContext`], callbacks, condition checks, batches and combinators), the
+//! step's [`StepContext`], the streams a run publishes to ([`Stream`], [`StepStream`]), callbacks, condition checks, batches and combinators), the
 //! errors of workflows and steps with [`StepResultExt`]'s `.fatal()`, the [`Registry`],
 //! the [`RetryStrategy`], [`Duration`] (every timer and timeout takes one) and the
 //! derives a payload type needs: serde's `Serialize`/`Deserialize` (the crate depends on
@@ -35,7 +35,7 @@ pub use crate::context::{
     BatchBuilder, BatchItem, BatchOutcome, BatchResult, Branch, Callback, CallbackBuilder,
     Combinator, CompletionConfig, CompletionReason, ConditionBuilder, ConditionCheck, Context,
     DurableFuture, EventBuilder, InvokeBuilder, StepBuilder, StepContext, StepSemantics,
-    ToolCallBuilder, WaitBuilder, WaitForCallbackBuilder, WaitStrategy, branch,
+    StepStream, Stream, ToolCallBuilder, WaitBuilder, WaitForCallbackBuilder, WaitStrategy, branch,
 };
 pub use crate::error::{Error, ErrorKind, StepError, StepResultExt};
 pub use crate::model::{ArtifactRef, CallbackId, RunId, TenantId};

@@ -218,6 +218,7 @@ async fn the_check_writes_nothing_sends_nothing_and_runs_no_step() {
             store: probe.clone(),
             artifacts: base.artifacts.clone(),
             queue: queue.clone(),
+            streams: base.streams.clone(),
         },
         w.clock().clone(),
         reg,

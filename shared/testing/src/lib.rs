@@ -197,6 +197,7 @@ impl TestEnv {
             store: probe.clone(),
             artifacts: base.artifacts,
             queue: base.queue,
+            streams: base.streams,
         };
         let config = EngineConfig {
             owner: format!("{owner}-{generation}"),
@@ -617,6 +618,26 @@ impl TestEnv {
             .find(|e| e.position.as_str() == position)
     }
 
+    /// Every chunk of the run's stream `name`, in offset order (read from the store,
+    /// not through the probe). [`siesta::visible`] gives what a reader shows of them.
+    pub async fn stream(&self, run_id: &RunId, name: &str) -> Vec<siesta::ports::StreamChunk> {
+        self.embedded
+            .backend()
+            .streams
+            .read(&self.tenant, run_id, name, 0, usize::MAX)
+            .await
+            .expect("reading a stream")
+    }
+
+    /// The data of the chunks a reader shows of the run's stream `name`
+    /// ([`siesta::visible`]: a failed attempt's chunks dropped).
+    pub async fn stream_data(&self, run_id: &RunId, name: &str) -> Vec<serde_json::Value> {
+        siesta::visible(&self.stream(run_id, name).await)
+            .into_iter()
+            .map(|c| c.chunk.data)
+            .collect()
+    }
+
     /// The run's whole timeline, in order.
     pub async fn timeline(&self, run_id: &RunId) -> Vec<TimelineEvent> {
         self.backend()
@@ -688,6 +709,7 @@ impl TestEnv {
             store: probe.clone(),
             artifacts: base.artifacts,
             queue: base.queue,
+            streams: base.streams,
         };
         (
             Engine::new(backend, self.clock.clone(), registry, config),

@@ -10,6 +10,7 @@ mod deliveries;
 mod meta;
 mod replay;
 mod runs;
+mod streams;
 mod values;
 mod webhooks;
 
@@ -24,12 +25,14 @@ use deliveries::*;
 use meta::*;
 use replay::*;
 use runs::*;
+use streams::*;
 use values::*;
 use webhooks::*;
 
 pub use builds::{BuildList, BuildView};
 pub use dead_letters::{DeadLetterPage, DeadLetterView, Redriven};
 pub use runs::idempotent_run_id;
+pub use streams::{StreamChunkView, StreamPageView};
 
 /// Every route of the API, described, on top of `base` (the document's info and
 /// components).
@@ -39,6 +42,7 @@ pub(crate) fn table(base: utoipa::openapi::OpenApi) -> OpenApiRouter<AppState> {
         .routes(routes!(get_run))
         .routes(routes!(get_run_result))
         .routes(routes!(get_run_timeline))
+        .routes(routes!(get_run_stream))
         .routes(routes!(get_run_value))
         .routes(routes!(cancel_run))
         .routes(routes!(resume_run))

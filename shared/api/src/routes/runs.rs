@@ -92,6 +92,7 @@ pub(crate) struct TimelineQuery {
                 ("GetRun" = (operation_id = "getRun", parameters(("id" = "$response.body#/id")))),
                 ("GetRunResult" = (operation_id = "getRunResult", parameters(("id" = "$response.body#/id")))),
                 ("GetRunTimeline" = (operation_id = "getRunTimeline", parameters(("id" = "$response.body#/id")))),
+                ("GetRunStream" = (operation_id = "getRunStream", parameters(("id" = "$response.body#/id")))),
                 ("CancelRun" = (operation_id = "cancelRun", parameters(("id" = "$response.body#/id")))),
                 ("ResumeRun" = (operation_id = "resumeRun", parameters(("id" = "$response.body#/id")))),
                 ("ResolveOperation" = (operation_id = "resolveOperation", parameters(("id" = "$response.body#/id")))),

@@ -12,6 +12,7 @@ mod queue;
 mod quotas;
 mod reading;
 mod runs;
+mod streams;
 
 pub use artifacts::*;
 pub use builds::*;
@@ -23,3 +24,4 @@ pub use queue::*;
 pub use quotas::*;
 pub use reading::*;
 pub use runs::*;
+pub use streams::*;

@@ -29,6 +29,7 @@ mod patch;
 mod payload;
 mod state;
 mod step;
+mod stream;
 mod wait;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -45,6 +46,7 @@ pub use batch::{
 pub use combinator::{Combinator, DurableFuture};
 pub use invoke::{InvokeBuilder, child_run_id};
 pub use step::{StepBuilder, StepContext, StepSemantics, ToolCallBuilder, idempotency_key};
+pub use stream::{StepStream, Stream};
 pub(crate) use wait::expire_callbacks;
 pub use wait::{
     Callback, CallbackBuilder, ConditionBuilder, ConditionCheck, EventBuilder, WaitBuilder,

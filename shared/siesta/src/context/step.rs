@@ -19,6 +19,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use sha2::{Digest, Sha256};
 
+use super::stream::{AttemptStreams, StepStream};
 use super::{Context, Delta, Op, Stop};
 use crate::error::{Error, ErrorKind, StepError};
 use crate::model::*;
@@ -43,9 +44,25 @@ pub struct StepContext {
     pub(super) key: Option<IdempotencyKey>,
     pub(super) tenant: TenantId,
     pub(super) run_id: RunId,
+    pub(super) streams: AttemptStreams,
 }
 
 impl StepContext {
+    /// The run's stream `name`, to publish chunks from this attempt (a model's tokens):
+    /// each is tagged with the step and the attempt, and a failed attempt's chunks are
+    /// marked void (see [`StepStream::publish`]).
+    ///
+    /// ```ignore
+    /// ctx.step("answer", |step| async move {
+    ///     let tokens = step.stream("tokens");
+    ///     for token in ["Hel", "lo"] { tokens.publish(token).await?; }
+    ///     Ok("Hello".to_owned())
+    /// }).await?;
+    /// ```
+    pub fn stream(&self, name: &str) -> StepStream {
+        StepStream::new(self.streams.clone(), name)
+    }
+
     /// The attempt number, from 1.
     pub fn attempt(&self) -> u32 {
         self.attempt
@@ -500,14 +517,22 @@ where
         ctx.commit_or_suspend(delta).await;
         started_event_written = true;
     }
+    let streams = AttemptStreams::new(&ctx, &op.position, attempt);
     let step_ctx = StepContext {
         attempt,
         position: op.position.clone(),
         key: key.clone(),
         tenant: ctx.shared.tenant.clone(),
         run_id: ctx.shared.run_id.clone(),
+        streams: streams.clone(),
     };
-    let result = match attempt_catching_panics(f, step_ctx).await {
+    let outcome = attempt_catching_panics(f, step_ctx).await;
+    if outcome.is_err() {
+        // Before the failure is journaled: once the journal says the attempt failed,
+        // its chunks are marked void.
+        streams.attempt_failed().await;
+    }
+    let result = match outcome {
         Ok(value) => {
             settle_success(
                 &ctx,

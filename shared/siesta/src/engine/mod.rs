@@ -25,7 +25,7 @@ use std::time::Duration;
 use crate::context::{ContextConfig, encode_payload};
 use crate::error::ErrorKind;
 use crate::model::*;
-use crate::notify::{QueueSignal, RunWatch, RunWatchers, SignallingQueue};
+use crate::notify::{QueueSignal, RunWatch, RunWatchers, SignallingQueue, SignallingStreams};
 use crate::ports::*;
 use crate::quota::{QuotaExceeded, StartRate};
 use crate::registry::{Registry, UpgradePolicy};
@@ -39,6 +39,7 @@ mod finish;
 mod lease;
 mod replay_check;
 mod start;
+pub mod streams;
 mod sweep;
 mod upgrade;
 mod wakeup;
@@ -272,6 +273,7 @@ pub struct Engine {
     invocations: Arc<AtomicU64>,
     queue_signal: Arc<QueueSignal>,
     watchers: Arc<RunWatchers>,
+    stream_watchers: Arc<RunWatchers>,
     replay_cache: Arc<ReplayCache>,
     start_rate: Arc<StartRate>,
 }
@@ -287,11 +289,17 @@ impl Engine {
         // Every send through the engine (and the contexts it runs) tells this process's
         // worker to look at the queue at once.
         let queue_signal = Arc::new(QueueSignal::default());
+        // Every append through the engine tells this process's stream readers.
+        let stream_watchers = Arc::new(RunWatchers::default());
         let backend = Backend {
             queue: Arc::new(SignallingQueue {
                 inner: backend.queue,
                 signal: queue_signal.clone(),
                 clock: clock.clone(),
+            }),
+            streams: Arc::new(SignallingStreams {
+                inner: backend.streams,
+                watchers: stream_watchers.clone(),
             }),
             ..backend
         };
@@ -307,6 +315,7 @@ impl Engine {
             invocations: Arc::new(AtomicU64::new(0)),
             queue_signal,
             watchers: Arc::new(RunWatchers::default()),
+            stream_watchers,
             start_rate: Arc::new(StartRate::default()),
         }
     }

@@ -159,14 +159,20 @@ where
                 &op,
                 serde_json::json!({"Attempt": attempt}),
             );
+            let streams = crate::context::stream::AttemptStreams::new(&ctx, &op.position, attempt);
             let step_ctx = StepContext {
                 attempt,
                 position: op.position.clone(),
                 key: None,
                 tenant: ctx.shared.tenant.clone(),
                 run_id: ctx.shared.run_id.clone(),
+                streams: streams.clone(),
             };
-            let (done, next_state) = match check(state, step_ctx).await {
+            let checked = check(state, step_ctx).await;
+            if checked.is_err() {
+                streams.attempt_failed().await;
+            }
+            let (done, next_state) = match checked {
                 Ok(ConditionCheck::Done(s)) => (true, ctx.encode(&s).await?),
                 Ok(ConditionCheck::Continue(s)) => (false, ctx.encode(&s).await?),
                 // A check error is a failed attempt, as in a step: the retry policy
