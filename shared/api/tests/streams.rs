@@ -281,6 +281,36 @@ async fn an_open_event_stream_delivers_what_comes_and_ends_with_the_run() {
 }
 
 #[tokio::test]
+async fn behind_api_gateway_an_event_stream_ends_without_end_when_its_time_is_spent() {
+    // GIVEN a waiting run, and a request that carries the time its invocation has left
+    let w = World::new();
+    let id = w.waiting_run().await;
+    let mut request = w.get(
+        "acme",
+        &format!("/runs/{id}/streams/tokens"),
+        &[("accept", "text/event-stream")],
+    );
+    request
+        .extensions_mut()
+        .insert(siesta_api::MaxWait(Duration::ZERO));
+    // WHEN it reads the stream as events
+    let (status, _, body) = w.send(request).await;
+    // THEN it gets what is there, and the stream ends open: no `end` event, so the
+    // client reconnects from the last id
+    assert_eq!(status, StatusCode::OK);
+    let events = parse_sse(&body);
+    let ids: Vec<Option<String>> = events.iter().map(|e| e.id.clone()).collect();
+    assert_eq!(
+        ids,
+        vec![Some("0".into()), Some("1".into()), Some("2".into())]
+    );
+    assert!(
+        events.iter().all(|e| e.event.as_deref() != Some("end")),
+        "{body}"
+    );
+}
+
+#[tokio::test]
 async fn a_long_poll_answers_with_the_next_chunk_as_soon_as_it_is_there() {
     let w = Arc::new(World::new());
     let id = w.waiting_run().await;

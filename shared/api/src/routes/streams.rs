@@ -8,7 +8,9 @@
 //! every chunk once, in order, and then the end. In a process that runs the workflows
 //! (the dev server) an append or the run's end wakes a waiting reader at once; where
 //! another process runs them (Lambda) the reader re-reads on a backoff from 25 ms to
-//! 500 ms.
+//! 500 ms, and an event stream ends before the invocation's deadline (API Gateway
+//! sends nothing until the response ends; the `EventSource` reconnects with its
+//! `Last-Event-ID`).
 
 use std::convert::Infallible;
 use std::time::{Duration, Instant};
@@ -217,8 +219,9 @@ fn event(chunk: StreamChunkView) -> Event {
 
 /// A run's stream, from an offset: Server-Sent Events with `Accept: text/event-stream`
 /// (each chunk's offset its event `id`; `discard` and `end` chunks as named events; a
-/// last `end` event when the stream has ended), otherwise a JSON page that waits up to
-/// `wait` seconds for a chunk.
+/// last `end` event when the stream has ended; behind API Gateway the event stream
+/// ends, without `end`, when the invocation's time is nearly spent, and the client
+/// reconnects), otherwise a JSON page that waits up to `wait` seconds for a chunk.
 #[utoipa::path(
     get, path = "/runs/{id}/streams/{name}", operation_id = "getRunStream", tag = "runs",
     security(("bearer" = [])),
@@ -266,19 +269,30 @@ pub(crate) async fn get_run_stream(
         })
         .into_response());
     }
+    // Behind API Gateway (a request that carries a `MaxWait`), which buffers the answer
+    // until it ends, the event stream ends before the invocation must: the client gets
+    // what came by then and reconnects from its last id. Elsewhere it stays open.
+    let until = cap.map(|c| Instant::now() + c.0.0.min(app.max_wait));
     // The first page before the answer: a missing run or a bad name is a JSON error,
     // not an event stream that ends at once.
     let first = reader.page(Some(Instant::now())).await?;
     let events = futures::stream::unfold(
         (reader, Some(first), false),
-        |(mut reader, pending, done)| async move {
+        move |(mut reader, pending, done)| async move {
             if done {
                 return None;
             }
             let page = match pending {
                 Some(page) => page,
                 // A failed read ends the stream; the client reconnects from its last id.
-                None => reader.page(None).await.ok()?,
+                None => {
+                    let page = reader.page(until).await.ok()?;
+                    if page.chunks.is_empty() && !page.closed {
+                        // Its time is spent (`until`).
+                        return None;
+                    }
+                    page
+                }
             };
             // An `end` chunk is the stream's `end` event already (with its offset).
             let end_chunk = page
