@@ -274,7 +274,7 @@ impl TestEnv {
     }
 
     /// Start a run and [`drive`](TestEnv::drive) it: the whole run, timers skipped, in
-    /// one call. What the run ended as is returned (completed, failed, cancelled,
+    /// one call, up to a wait for an event or a callback. What the run ended as is returned (completed, failed, cancelled,
     /// parked, or waiting for a delivery).
     pub async fn execute(&self, workflow: &str, input: impl Serialize) -> Run {
         let id = self.start(workflow, input).await;
@@ -373,9 +373,22 @@ impl TestEnv {
     }
 
     /// Work the run until it finishes, is parked, or waits for something only the test
-    /// can deliver, skipping time to each timer, deadline, backoff or lease expiry on
-    /// the way. Returns the run as it then is. Other runs move with it.
+    /// can deliver — an event or a callback, **even one with a timeout**: `drive` does
+    /// not skip time to a delivery's deadline, since a test that means to deliver it
+    /// would find it timed out. Time is skipped to each timer, backoff or lease expiry
+    /// on the way. Returns the run as it then is. Other runs move with it. To let a
+    /// wait time out, say so: [`TestEnv::drive_through_timeouts`].
     pub async fn drive(&self, run_id: &RunId) -> Run {
+        self.drive_until(run_id, false).await
+    }
+
+    /// [`TestEnv::drive`], but time is skipped to the deadlines of waits for events and
+    /// callbacks too, so a run waiting for a delivery that never comes times out.
+    pub async fn drive_through_timeouts(&self, run_id: &RunId) -> Run {
+        self.drive_until(run_id, true).await
+    }
+
+    async fn drive_until(&self, run_id: &RunId, through_timeouts: bool) -> Run {
         self.run_until_idle().await;
         for _ in 0..MAX_SKIPS {
             let run = self.run(run_id).await;
@@ -388,11 +401,41 @@ impl TestEnv {
             if run.due_at.is_none() && !self.waits_on_child_run(run_id).await {
                 return run;
             }
+            // The next instant due is a deadline of a wait a delivery may end: skipping
+            // to it times that wait out, which is for the test to ask. (A timer or a
+            // backoff due before it is skipped to as ever.)
+            if !through_timeouts
+                && run.status == RunStatus::Waiting
+                && let Some(due) = run.due_at
+                && self
+                    .delivery_deadlines(run_id)
+                    .await
+                    .iter()
+                    .any(|deadline| *deadline <= due)
+            {
+                return run;
+            }
             if self.skip_to_next_timer().await.is_none() {
                 return run;
             }
         }
         panic!("run {run_id} kept falling due for {MAX_SKIPS} timer skips without finishing")
+    }
+
+    /// The deadlines of the run's open waits that a delivery ends (events, callbacks).
+    async fn delivery_deadlines(&self, run_id: &RunId) -> Vec<Timestamp> {
+        self.journal(run_id)
+            .await
+            .into_iter()
+            .filter_map(|e| match e.state {
+                EntryState::Waiting(Wait {
+                    kind: WaitKind::Event { .. } | WaitKind::Callback { .. },
+                    deadline,
+                    ..
+                }) => deadline,
+                _ => None,
+            })
+            .collect()
     }
 
     async fn waits_on_child_run(&self, run_id: &RunId) -> bool {

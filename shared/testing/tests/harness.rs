@@ -68,9 +68,18 @@ async fn a_three_day_event_wait_and_a_one_hour_sleep_complete_without_waiting() 
 }
 
 #[tokio::test]
-async fn driving_a_run_whose_event_never_comes_skips_to_its_timeout() {
+async fn drive_stops_at_an_event_wait_even_with_a_timeout_and_times_it_out_only_when_asked() {
     let env = TestEnv::new(registry());
+    // The obvious test — start, drive, deliver the approval — finds the wait open.
     let run = env.execute("approval", "Ada").await;
+    assert_eq!(run.status, RunStatus::Waiting);
+    assert_eq!(
+        env.now(),
+        run.created_at,
+        "no time was skipped towards the deadline"
+    );
+    // Letting it time out is said in so many words.
+    let run = env.drive_through_timeouts(&run.id).await;
     assert_eq!(run.status, RunStatus::Failed);
     assert_eq!(run.error.unwrap().kind, ErrorKind::EventTimedOut.as_str());
     assert_eq!(
