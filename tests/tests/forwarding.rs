@@ -60,6 +60,8 @@ fn deadline() -> u64 {
 struct StubLambda {
     engine: Engine,
     fail: Arc<AtomicBool>,
+    /// Answer that the version does not exist (it was deleted).
+    gone: Arc<AtomicBool>,
     invokes: Arc<AtomicUsize>,
     running: Arc<Mutex<Vec<tokio::task::JoinHandle<()>>>>,
 }
@@ -79,6 +81,14 @@ async fn invoke(
     body: axum::body::Bytes,
 ) -> axum::response::Response {
     stub.invokes.fetch_add(1, Ordering::SeqCst);
+    if stub.gone.load(Ordering::SeqCst) {
+        return (
+            StatusCode::NOT_FOUND,
+            [("x-amzn-errortype", "ResourceNotFoundException")],
+            r#"{"Type":"User","Message":"Function not found: shop-step:1"}"#,
+        )
+            .into_response();
+    }
     if stub.fail.load(Ordering::SeqCst) {
         return (
             StatusCode::TOO_MANY_REQUESTS,
@@ -110,6 +120,7 @@ struct Deployment {
     a: Engine,
     b: Engine,
     forwarder: Forwarder,
+    builds: siesta_aws::builds::BuildRegistry,
     stub: StubLambda,
     sqs: aws_sdk_sqs::Client,
     queue_url: String,
@@ -151,6 +162,7 @@ async fn deployment_of(a_code: Registry, a_registered: bool) -> Option<Deploymen
     let stub = StubLambda {
         engine: a.clone(),
         fail: Arc::default(),
+        gone: Arc::default(),
         invokes: Arc::default(),
         running: Arc::default(),
     };
@@ -181,7 +193,8 @@ async fn deployment_of(a_code: Registry, a_registered: bool) -> Option<Deploymen
     Some(Deployment {
         a,
         b,
-        forwarder: Forwarder::new(&lambda_sdk, builds),
+        forwarder: Forwarder::new(&lambda_sdk, builds.clone()),
+        builds,
         stub,
         sqs: aws_sdk_sqs::Client::new(&env.sdk),
         queue_url: names.queue_url,
@@ -387,6 +400,40 @@ async fn a_wake_up_for_a_build_no_version_serves_is_reported_handled_and_changes
     assert_eq!(after.status, RunStatus::Waiting);
     assert_eq!(after.version, before.version, "nothing written");
     assert_eq!(after.inbox_seq, 1, "the approval is still recorded");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wake_up_for_a_build_whose_version_was_deleted_is_unserved_and_unregisters_it() {
+    let Some(d) = deployment().await else {
+        return;
+    };
+    let run =
+        d.a.start(&d.tenant, "approval", json!(null), None)
+            .await
+            .unwrap()
+            .id;
+    d.step_until(&d.a, &run, RunStatus::Waiting).await;
+    d.b.deliver_event(&d.tenant, &run, "approval", json!(true), None)
+        .await
+        .unwrap();
+    let before = d.b.get_run(&d.tenant, &run).await.unwrap();
+
+    // A's version was deleted by hand, its registry item left behind.
+    d.stub.gone.store(true, Ordering::SeqCst);
+    let response = d.step(&d.b).await;
+    assert!(
+        response.batch_item_failures.is_empty(),
+        "reported handled, as for any build no version serves: {response:?}"
+    );
+    assert_eq!(d.stub.invokes.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        d.builds.step_version(BUILD_A).await.unwrap(),
+        None,
+        "the build is no longer deployed"
+    );
+    let after = d.b.get_run(&d.tenant, &run).await.unwrap();
+    assert_eq!(after.status, RunStatus::Waiting);
+    assert_eq!(after.version, before.version, "nothing written");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -22,8 +22,9 @@ pub const FORWARDED: &str = "siesta-forwarded";
 pub enum Forwarded {
     /// The build's version handled it.
     Handled,
-    /// No version serves the build (never published, or its registry item removed):
-    /// nothing to forward to. Reported handled; the sweep re-sends the wake-up later.
+    /// No version serves the build (never published, its registry item removed, or its
+    /// version deleted — then its item is removed too): nothing to forward to. Reported
+    /// handled; the sweep re-sends the wake-up later.
     Unserved,
     /// The invoke failed, timed out, or the version reported the record failed: SQS
     /// must redeliver it.
@@ -112,6 +113,19 @@ impl Forwarder {
         let out = match tokio::time::timeout(wait, call).await {
             Err(_) => {
                 return Forwarded::Failed(format!("invoking {version}: no answer in {wait:?}"));
+            }
+            Ok(Err(e))
+                if e.as_service_error()
+                    .is_some_and(|e| e.is_resource_not_found_exception()) =>
+            {
+                // The version was deleted (by hand: `builds prune` keeps every version
+                // with an unfinished run): the build is no longer deployed. Its item
+                // goes, so `GET /builds` and the drain check say so, unless the build
+                // registered another version since.
+                if let Err(e) = self.builds.remove(build_id, &version).await {
+                    tracing::warn!(build_id, version, error = %e, "removing the registry item of a deleted version failed");
+                }
+                return Forwarded::Unserved;
             }
             Ok(Err(e)) => {
                 return Forwarded::Failed(format!(
