@@ -980,3 +980,61 @@ async fn one_binary_serves_the_four_roles_an_order_runs_through_all_of_them() {
     assert_eq!(done["status"], "completed", "{done}");
     assert_eq!(done["output"]["transaction_id"], "txn_roles", "{done}");
 }
+
+/// `GET /builds` through the start function as `siesta_start::run` builds it: a build is
+/// deployed while the build registry holds a step version serving it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn get_builds_on_lambda_says_which_builds_the_registry_still_serves() {
+    let mut registry = Registry::new();
+    registry.register("approval", |ctx: siesta::Context, _: Value| async move {
+        let ok: bool = ctx.wait_for_event("approval").await?;
+        Ok(ok)
+    });
+    let Some(s) = stack(registry.clone(), Duration::from_secs(30)).await else {
+        return;
+    };
+    let sdk = siesta_aws::sdk_config_from_env().await;
+    let tenant = siesta::TenantId::from(s.tenant.as_str());
+    for build in ["shop@1.0.0+registered", "shop@0.9.0+pruned"] {
+        let mut settings = s.settings.clone();
+        settings.build_id = build.into();
+        let engine = settings.engine(&sdk, registry.clone()).await;
+        engine
+            .start(&tenant, "approval", json!(null), None)
+            .await
+            .unwrap();
+    }
+    let builds =
+        siesta_aws::builds::BuildRegistry::from_sdk(&sdk, s.settings.resources.table.clone());
+    builds
+        .register("shop@1.0.0+registered", "shop-step:4", 1)
+        .await
+        .unwrap();
+    let start = siesta_start::Start::with_deployments(
+        s.engine.clone(),
+        "tenant",
+        siesta_lambda::http::RegistryDeployments(builds),
+    );
+    let req = http_event(
+        "http-api-v2-get-run.json",
+        &[
+            ("TENANT", &s.tenant),
+            ("/runs/RUN_ID", "/builds"),
+            ("GET /runs/{id}", "GET /builds"),
+        ],
+    );
+    let (status, body) = json_of(start.handle(req).await);
+    assert_eq!(status, 200, "{body}");
+    let deployed = |build: &str| {
+        body["builds"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|b| b["build_id"] == build)
+            .unwrap_or_else(|| panic!("{build} in {body}"))["deployed"]
+            .clone()
+    };
+    assert_eq!(deployed("lambda-test@1"), true, "the serving build");
+    assert_eq!(deployed("shop@1.0.0+registered"), true);
+    assert_eq!(deployed("shop@0.9.0+pruned"), false);
+}
