@@ -128,6 +128,7 @@ async fn agent(
         )
         .max_turns(8)
         .token_budget(50_000)
+        .stream_to(TOKENS_STREAM)
         .run(&ctx, &model)
         .await
 }

@@ -67,6 +67,7 @@ pub struct Agent {
     approval_event: String,
     approval_timeout: Duration,
     tokens: Option<TokenSink>,
+    stream: Option<String>,
 }
 
 impl Agent {
@@ -81,6 +82,7 @@ impl Agent {
             approval_event: APPROVAL_EVENT.to_owned(),
             approval_timeout: APPROVAL_TIMEOUT,
             tokens: None,
+            stream: None,
         }
     }
 
@@ -117,6 +119,13 @@ impl Agent {
         self
     }
 
+    /// Publish the model's text on the run's stream `name` as it is produced (see
+    /// [`Conversation::stream_to`]).
+    pub fn stream_to(mut self, name: impl Into<String>) -> Self {
+        self.stream = Some(name.into());
+        self
+    }
+
     /// Run the loop until the model answers without calling a tool.
     pub async fn run(self, ctx: &Context, model: &Arc<dyn Model>) -> Result<AgentAnswer, Error> {
         let Agent {
@@ -127,8 +136,10 @@ impl Agent {
             approval_event,
             approval_timeout,
             tokens,
+            stream,
         } = self;
         let mut chat = chat.tools(tools.iter().map(|t| t.spec().clone()).collect());
+        chat.set_stream(stream);
         let mut outcomes = Vec::new();
         loop {
             if chat.calls() >= max_turns {

@@ -66,6 +66,8 @@ pub struct Conversation {
     retry: RetryStrategy,
     usage: Usage,
     calls: u32,
+    /// The run's stream the replies' text is published on as it is produced.
+    stream: Option<String>,
 }
 
 impl Conversation {
@@ -83,6 +85,7 @@ impl Conversation {
             retry: RetryStrategy::default(),
             usage: Usage::default(),
             calls: 0,
+            stream: None,
         }
     }
 
@@ -114,6 +117,20 @@ impl Conversation {
     pub fn retry(mut self, strategy: RetryStrategy) -> Self {
         self.retry = strategy;
         self
+    }
+
+    /// Publish each reply's text, as the model produces it, on the run's stream
+    /// `name` (a chunk per piece of text, tagged with the call's step and attempt, so a
+    /// reader drops a failed attempt's partial text). A replayed call publishes nothing.
+    pub fn stream_to(mut self, name: impl Into<String>) -> Self {
+        self.stream = Some(name.into());
+        self
+    }
+
+    pub(crate) fn set_stream(&mut self, name: Option<String>) {
+        if name.is_some() {
+            self.stream = name;
+        }
     }
 
     /// Add a message (the user's, a tool's result).
@@ -175,13 +192,17 @@ impl Conversation {
             temperature: self.temperature,
         };
         let model = Arc::clone(model);
+        let stream = self.stream.clone();
         let call: ModelCall = ctx
-            .step(&self.name, move |_| async move {
+            .step(&self.name, move |step| async move {
                 let started = Instant::now();
-                let reply = model
-                    .complete(&request, tokens)
-                    .await
-                    .map_err(|e| e.into_step_error())?;
+                let reply = match stream {
+                    None => model.complete(&request, tokens).await,
+                    Some(name) => {
+                        complete_publishing(&*model, &request, tokens, step.stream(&name)).await?
+                    }
+                }
+                .map_err(|e| e.into_step_error())?;
                 Ok(ModelCall {
                     asked,
                     reply: reply.message,
@@ -200,6 +221,41 @@ impl Conversation {
         self.calls += 1;
         Ok(call)
     }
+}
+
+/// Call `model`, publishing each piece of text on `stream` in order as it arrives (and
+/// handing it to `tokens` too). The model's sink is synchronous, so pieces go through
+/// a channel to the publisher running beside the call.
+async fn complete_publishing(
+    model: &dyn Model,
+    request: &ModelRequest,
+    tokens: Option<TokenSink>,
+    stream: siesta::context::StepStream,
+) -> Result<Result<crate::model::ModelReply, crate::model::ModelError>, siesta::StepError> {
+    use futures::StreamExt;
+    let (tx, mut rx) = futures::channel::mpsc::unbounded::<String>();
+    let sink: TokenSink = Arc::new(move |text: &str| {
+        if let Some(also) = &tokens {
+            also(text);
+        }
+        // Closed only once the publisher failed; its error is returned below.
+        let _ = tx.unbounded_send(text.to_owned());
+    });
+    let publish = async {
+        while let Some(text) = rx.next().await {
+            stream.publish(&text).await?;
+        }
+        Ok::<(), siesta::StepError>(())
+    };
+    let call = async move {
+        let reply = model.complete(request, Some(sink)).await;
+        // The sink (and so the channel's sender) is dropped with the call: the
+        // publisher drains what is left and ends.
+        reply
+    };
+    let (reply, published) = futures::join!(call, publish);
+    published?;
+    Ok(reply)
 }
 
 /// The prompt of each call, rebuilt from the calls' records in order (as a reader of

@@ -246,3 +246,84 @@ async fn the_journal_grows_by_each_turns_new_messages_not_the_whole_prompt() {
             .len()
     );
 }
+
+/// A model that streams its text, then fails its first call after the text went out.
+struct FailsAfterStreaming {
+    inner: ScriptedModel,
+    failed: std::sync::atomic::AtomicBool,
+}
+
+#[async_trait::async_trait]
+impl Model for FailsAfterStreaming {
+    async fn complete(
+        &self,
+        request: &ModelRequest,
+        tokens: Option<TokenSink>,
+    ) -> Result<ModelReply, ModelError> {
+        let reply = self.inner.complete(request, tokens).await?;
+        if !self.failed.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            return Err(ModelError::status(
+                503,
+                Some(Duration::from_secs(1)),
+                "dropped mid-stream",
+            ));
+        }
+        Ok(reply)
+    }
+}
+
+fn streaming(model: Arc<dyn Model>) -> Registry {
+    let mut r = Registry::new();
+    r.register("streamer", move |ctx: Context, _: Value| {
+        let model = model.clone();
+        async move {
+            let mut chat = Conversation::new("llm", "test-model").stream_to("tokens");
+            chat.push(Message::user("Say hello"));
+            let call = chat.ask(&ctx, &model).await?;
+            let _: Value = ctx.wait_for_event("done").await?;
+            Ok(call.reply.content)
+        }
+    });
+    r
+}
+
+#[tokio::test]
+async fn a_calls_text_is_streamed_once_and_a_failed_attempts_text_is_voided() {
+    let model = Arc::new(FailsAfterStreaming {
+        inner: ScriptedModel::new(vec![text_reply("Hello there, Ada.")]),
+        failed: Default::default(),
+    });
+    let w = TestEnv::new(streaming(model.clone()));
+    let id = w.start("streamer", json!({})).await;
+    // Attempt 1 streamed its text, then failed: its chunks are still there, voided.
+    let raw = w.stream(&id, "tokens").await;
+    assert!(
+        raw.iter()
+            .any(|c| c.chunk.attempt == Some(1) && c.chunk.data == json!("Hello "))
+    );
+    assert!(
+        w.stream_data(&id, "tokens").await.is_empty(),
+        "attempt 1's text is void"
+    );
+
+    w.advance(Duration::from_secs(1)).await;
+    assert_eq!(w.status(&id).await, RunStatus::Waiting);
+    assert_eq!(
+        w.stream_data(&id, "tokens").await,
+        [json!("Hello "), json!("there, "), json!("Ada.")],
+        "the text of the attempt that succeeded, once"
+    );
+    let before = w.stream(&id, "tokens").await.len();
+    // A replay of the call publishes nothing more.
+    w.engine()
+        .deliver_event(w.tenant(), &id, "done", json!({}), None)
+        .await
+        .unwrap();
+    w.run_until_idle().await;
+    assert_eq!(w.status(&id).await, RunStatus::Completed);
+    assert_eq!(
+        w.stream(&id, "tokens").await.len(),
+        before,
+        "the replay published nothing"
+    );
+}
