@@ -186,6 +186,17 @@ enum RunsAction {
         /// The run's id.
         id: String,
     },
+    /// Follow a run's stream (what it publishes: a model's tokens, progress) until it
+    /// ends.
+    Stream {
+        /// The run's id.
+        id: String,
+        /// The stream's name.
+        name: String,
+        /// The first offset to read.
+        #[arg(long, default_value_t = 0)]
+        from: u64,
+    },
     /// Cancel a run.
     Cancel {
         /// The run's id.
@@ -433,6 +444,7 @@ async fn main() -> anyhow::Result<()> {
                 RunsAction::List { status, workflow } => remote.list(status, workflow).await,
                 RunsAction::Show { id } => remote.show(&id).await,
                 RunsAction::Timeline { id } => remote.timeline(&id).await,
+                RunsAction::Stream { id, name, from } => remote.stream(&id, &name, from).await,
                 RunsAction::Cancel { id, if_match } => remote.cancel(&id, if_match).await,
                 RunsAction::Resume { id, if_match } => remote.resume(&id, if_match).await,
                 RunsAction::Resolve {

@@ -200,6 +200,55 @@ impl Remote {
         Ok(())
     }
 
+    /// `runs stream`: follow a run's stream from `from` until it ends, a long-poll page
+    /// at a time (what works through API Gateway too). Text chunks are printed as they
+    /// come, without a line break (a model's tokens read as text), other values one a
+    /// line; a `discard` (a failed attempt's chunks are void) is noted on stderr. With
+    /// `--json`, each chunk is one JSON line.
+    pub async fn stream(&self, id: &str, name: &str, from: u64) -> anyhow::Result<()> {
+        use std::io::Write as _;
+        let mut next = from;
+        loop {
+            let page = self
+                .call(
+                    reqwest::Method::GET,
+                    &format!(
+                        "/runs/{}/streams/{}?from={next}&wait=20&limit=1000",
+                        path_segment(id),
+                        path_segment(name)
+                    ),
+                    None,
+                    &[],
+                )
+                .await?;
+            let mut out = std::io::stdout().lock();
+            for chunk in page["chunks"].as_array().into_iter().flatten() {
+                if self.json {
+                    writeln!(out, "{chunk}")?;
+                    continue;
+                }
+                match (chunk["kind"].as_str(), &chunk["data"]) {
+                    (Some("data"), Value::String(text)) => write!(out, "{text}")?,
+                    (Some("data"), value) => writeln!(out, "{value}")?,
+                    (Some("discard"), _) => eprintln!(
+                        "\n[{} attempt {}: what it published before is void]",
+                        chunk["step"].as_str().unwrap_or("?"),
+                        chunk["attempt"]
+                    ),
+                    _ => {}
+                }
+            }
+            out.flush()?;
+            next = page["next"].as_u64().unwrap_or(next);
+            if page["closed"].as_bool().unwrap_or(true) {
+                if !self.json {
+                    writeln!(out)?;
+                }
+                return Ok(());
+            }
+        }
+    }
+
     /// `runs cancel`.
     pub async fn cancel(&self, id: &str, if_match: Option<u64>) -> anyhow::Result<()> {
         self.transition(id, &format!("/runs/{id}/cancel"), if_match)
@@ -756,8 +805,12 @@ mod tests {
                 let bytes = axum::body::to_bytes(request.into_body(), usize::MAX)
                     .await
                     .unwrap();
-                tx.send((path, if_match, serde_json::from_slice(&bytes).unwrap()))
-                    .unwrap();
+                tx.send((
+                    path,
+                    if_match,
+                    serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+                ))
+                .unwrap();
                 (
                     axum::http::StatusCode::from_u16(status).unwrap(),
                     axum::Json(answer),
@@ -776,6 +829,22 @@ mod tests {
             api_key: None,
             json: true,
         }
+    }
+
+    #[tokio::test]
+    async fn runs_stream_reads_pages_from_the_offset_asked_until_the_stream_is_closed() {
+        let (url, mut seen) = recording_server(
+            200,
+            serde_json::json!({"chunks": [{"offset": 4, "kind": "data", "data": "lo"}], "next": 5, "closed": true}),
+        )
+        .await;
+        remote(url).stream("run/1", "tokens", 4).await.unwrap();
+        let (path, _, _) = seen.recv().await.unwrap();
+        assert_eq!(path, "/runs/run%2F1/streams/tokens");
+        assert!(
+            seen.try_recv().is_err(),
+            "a closed stream is not read again"
+        );
     }
 
     #[tokio::test]
