@@ -523,18 +523,81 @@ function modelCallLabel(op) {
   return ` · ${r.model} · ${r.usage.input_tokens}→${r.usage.output_tokens} tokens · ${r.finish_reason || '—'} · ${duration(r.latency_ms)}`;
 }
 
-function modelCallsHtml(model) {
+// An agent run read as a conversation: each model call's newly asked messages, then
+// its reply (text and tool calls); a tool's result arrives as the next call's asked
+// message. A wait for an approval event shows Approve and Refuse beside the tool call
+// it holds back.
+// The live text of the model call in progress, read from the run's stream `tokens` by
+// long-poll pages (an EventSource cannot send the API key). One reader per run page;
+// it survives the page's re-renders and stops when the page is left or the stream ends.
+// At a `discard` chunk a step's earlier text is dropped (a failed attempt's words).
+const tokens = { run: null, gen: -1, from: 0, text: new Map(), last: null, closed: false };
+
+function followTokens(runId) {
+  if (tokens.run === runId && tokens.gen === generation) return;
+  Object.assign(tokens, { run: runId, gen: generation, from: 0, text: new Map(), last: null, closed: false });
+  const gen = generation;
+  const poll = async () => {
+    while (gen === generation && !tokens.closed) {
+      let page;
+      try {
+        page = (await api('GET', `/runs/${encodeURIComponent(runId)}/streams/tokens?from=${tokens.from}&wait=10`)).data;
+      } catch {
+        await new Promise((r) => setTimeout(r, 2000));
+        continue;
+      }
+      if (gen !== generation) return;
+      for (const c of page.chunks || []) {
+        const step = c.step || '';
+        if (c.kind === 'discard') tokens.text.set(step, '');
+        else if (c.kind === 'data' && typeof c.data === 'string') {
+          tokens.text.set(step, (tokens.text.get(step) || '') + c.data);
+          tokens.last = step;
+        }
+      }
+      tokens.from = page.next;
+      tokens.closed = !!page.closed;
+      showTokens();
+    }
+  };
+  poll();
+}
+
+// Shows the streamed text of the newest call whose reply is not in the conversation yet.
+function showTokens() {
+  const el = document.getElementById('live-tokens');
+  if (!el) return;
+  const shown = new Set([...document.querySelectorAll('[data-model-call]')].map((t) => t.dataset.modelCall));
+  const text = tokens.last && !shown.has(tokens.last) ? tokens.text.get(tokens.last) : '';
+  el.hidden = !text;
+  el.innerHTML = text ? `<b>assistant</b> ${esc(text)}` : '';
+}
+
+function conversationHtml(view, model) {
   const calls = [];
   for (const op of model.ops.values()) { const r = modelCall(op); if (r) calls.push([op, r]); }
   if (!calls.length) return '';
-  const said = (m) => `<div class="msg msg-${esc(m.role)}"><b>${esc(m.role)}</b> ${esc(m.content || '')}` +
-    (m.tool_calls || []).map((c) => ` <span class="mono">→ ${esc(c.name)}(${esc(json(c.arguments))})</span>`).join('') + '</div>';
-  const rows = calls.map(([op, r]) => `<tr data-model-call="${esc(op.id)}"><td class="mono">${esc(op.id)}</td><td>${esc(r.model)}</td>
-    <td>${r.usage.input_tokens}</td><td>${r.usage.output_tokens}</td><td>${esc(r.finish_reason || '')}</td><td>${duration(r.latency_ms)}</td>
-    <td>${((r.asked && r.asked.messages) || []).map(said).join('')}</td><td>${said(r.reply)}</td></tr>`).join('');
-  return `<section class="card" id="model-calls"><h2>Model calls <span class="muted">(${calls.length})</span></h2>
-    <div class="table-wrap"><table><thead><tr><th>Operation</th><th>Model</th><th>Input tokens</th><th>Output tokens</th><th>Finish</th><th>Latency</th><th>Asked (new since the last call)</th><th>Reply</th></tr></thead>
-    <tbody>${rows}</tbody></table></div></section>`;
+  const toolNames = new Map();
+  const said = (m) => {
+    if (m.role === 'tool') {
+      const name = toolNames.get(m.tool_call_id) || 'tool';
+      return `<div class="msg msg-tool"><b>${esc(name)} →</b> <span class="mono">${esc(m.content || '')}</span></div>`;
+    }
+    const calls = (m.tool_calls || []).map((c) => {
+      toolNames.set(c.id, c.name);
+      return `<div class="tool-call" data-tool-call="${esc(c.id)}"><b>calls ${esc(c.name)}</b> <span class="mono">${esc(json(c.arguments))}</span></div>`;
+    }).join('');
+    return `<div class="msg msg-${esc(m.role)}"><b>${esc(m.role)}</b> ${esc(m.content || '')}${calls}</div>`;
+  };
+  const rows = calls.map(([op, r]) => `<div class="turn" data-model-call="${esc(op.id)}">
+    ${((r.asked && r.asked.messages) || []).map(said).join('')}${said(r.reply)}
+    <div class="muted call-meta">${esc(op.id)} · ${esc(r.model)} · ${r.usage.input_tokens}→${r.usage.output_tokens} tokens · ${esc(r.finish_reason || '—')} · ${duration(r.latency_ms)}</div></div>`).join('');
+  const approval = (view.waits || []).find((w) => w.kind === 'event' && /approv/i.test(w.event || ''));
+  const pending = approval ? `<div class="pending-approval" id="pending-approval"><b>Waiting for a person</b> to approve the tool call above (event <code>${esc(approval.event)}</code>).
+    <div class="buttons"><button type="button" class="primary" data-action="approve" data-event="${esc(approval.event)}">Approve…</button>
+    <button type="button" class="danger" data-action="refuse" data-event="${esc(approval.event)}">Refuse…</button></div></div>` : '';
+  const live = FINISHED.includes(view.status) ? '' : '<div class="msg msg-assistant live" id="live-tokens" hidden></div>';
+  return `<section class="card conversation" id="conversation"><h2>Conversation <span class="muted">(${calls.length} model calls)</span></h2>${rows}${live}${pending}</section>`;
 }
 
 function unknownToolCalls(model) {
@@ -755,7 +818,7 @@ function renderRun(state, timelinePending = false) {
     ${waitsHtml(view, model)}
     ${actionsHtml(view, model)}
     <section class="card"><h2>Timeline</h2><div class="wf" id="waterfall">${wf.rows.slice(0, FIRST_ROWS).join('')}<div id="wf-more"></div>${wf.legend}</div></section>
-    ${timelinePending ? '' : modelCallsHtml(model)}
+    ${timelinePending ? '' : conversationHtml(view, model)}
     <section class="card io">${valueHtml('Input', view.input)}${valueHtml('Output', view.output)}${view.error ? valueHtml('Error', view.error) : ''}</section>
     <section class="card"><h2>Events <span class="muted">(${timelinePending ? '…' : events.length})</span></h2>
       <div class="table-wrap"><table class="events"><thead><tr><th>Seq</th><th>Time</th><th>Event</th><th>Sub-type</th><th>Operation</th><th>Parent</th><th>Details</th></tr></thead>
@@ -776,6 +839,7 @@ function renderRun(state, timelinePending = false) {
   for (const seq of state.open) toggleEvent(state, seq);
   main.querySelectorAll('[data-copy]').forEach((b) => { b.onclick = () => copy(b); });
   main.querySelectorAll('[data-action]').forEach((b) => { b.onclick = () => openAction(state, b); });
+  if (document.getElementById('conversation') && !FINISHED.includes(view.status)) { followTokens(view.id); showTokens(); }
   document.getElementById('events').onclick = (ev) => {
     const tr = ev.target.closest('tr.ev');
     if (!tr) return;
@@ -853,6 +917,19 @@ function actionSpec(state, button) {
         { name: 'body', label: 'Payload (JSON)', json: true, value: '{}' }],
       request: (f) => ({ method: 'POST', path: `/runs/${run}/events/${encodeURIComponent(f.name)}`, body: f.body }),
     };
+    case 'approve': case 'refuse': {
+      const approved = button.dataset.action === 'approve';
+      const event = button.dataset.event || 'approval';
+      return {
+        title: approved ? 'Approve the tool call' : 'Refuse the tool call',
+        what: approved ? 'The tool call the agent waits on runs, once.'
+          : 'The tool call is not made; the model is told who refused it and why.',
+        fields: [{ name: 'by', label: 'Your name', value: 'operator' },
+          { name: 'comment', label: 'Comment (optional)', value: '', optional: true }],
+        request: (f) => ({ method: 'POST', path: `/runs/${run}/events/${encodeURIComponent(event)}`,
+          body: JSON.stringify(Object.assign({ approved, by: f.by }, f.comment ? { comment: f.comment } : {})) }),
+      };
+    }
     case 'message': return {
       title: 'Inject a message',
       what: 'The run drains it at its next step boundary.',
@@ -914,7 +991,7 @@ function openAction(state, button) {
     const input = f.options
       ? `<select name="${f.name}">${f.options.map((o) => `<option>${o}</option>`).join('')}</select>`
       : f.json ? `<textarea name="${f.name}" spellcheck="false">${esc(f.value)}</textarea>`
-        : `<input type="text" name="${f.name}" value="${esc(f.value)}" required>`;
+        : `<input type="text" name="${f.name}" value="${esc(f.value)}"${f.optional ? '' : ' required'}>`;
     return `<label>${esc(f.label)}</label>${input}`;
   }).join('');
   dialog.innerHTML = `<form method="dialog" data-action="${esc(button.dataset.action)}"><h2>${esc(spec.title)}</h2><p>${esc(spec.what)}</p>
