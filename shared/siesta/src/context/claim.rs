@@ -167,6 +167,27 @@ impl Drop for Kept {
     }
 }
 
+/// The scope of one poll of a [`Scoped`] future: pushed on entry, popped on exit into
+/// the future's kept deliveries — also when the poll unwinds (a panicking workflow).
+struct ScopeGuard<'a> {
+    shared: &'a Shared,
+    into: &'a mut Vec<Release>,
+}
+
+impl<'a> ScopeGuard<'a> {
+    fn enter(shared: &'a Shared, into: &'a mut Vec<Release>) -> ScopeGuard<'a> {
+        shared.state().scopes.push(Vec::new());
+        ScopeGuard { shared, into }
+    }
+}
+
+impl Drop for ScopeGuard<'_> {
+    fn drop(&mut self) {
+        let taken = self.shared.state().scopes.pop().unwrap_or_default();
+        self.into.extend(taken);
+    }
+}
+
 impl<F> Scoped<F> {
     pub(crate) fn new(shared: &Arc<Shared>, inner: F) -> Scoped<F> {
         Scoped {
@@ -184,10 +205,11 @@ impl<F: Future + Unpin> Future for Scoped<F> {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = &mut *self;
-        this.kept.shared.state().scopes.push(Vec::new());
-        let polled = Pin::new(&mut this.inner).poll(cx);
-        let taken = this.kept.shared.state().scopes.pop().unwrap_or_default();
-        this.kept.releases.extend(taken);
+        let polled = {
+            let Kept { shared, releases } = &mut this.kept;
+            let _scope = ScopeGuard::enter(shared, releases);
+            Pin::new(&mut this.inner).poll(cx)
+        };
         polled.map(|output| {
             let kept = Kept {
                 shared: this.kept.shared.clone(),
