@@ -886,6 +886,39 @@ impl RunStore for DynamoStore {
         Ok(history)
     }
 
+    async fn load_journal(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+    ) -> Result<Vec<JournalEntry>, StoreError> {
+        let pk = run_pk(tenant, run_id);
+        let items = self
+            .query_pages(
+                "load_journal",
+                |q| {
+                    q.key_condition_expression("pk = :pk AND begins_with(sk, :journal)")
+                        .expression_attribute_values(":pk", s(&pk))
+                        .expression_attribute_values(":journal", s(JOURNAL_PREFIX))
+                        .consistent_read(true)
+                },
+                None,
+            )
+            .await?;
+        let mut journal = Vec::with_capacity(items.len());
+        for item in &items {
+            match history_from_item(item)? {
+                HistoryItem::Journal(entry) => journal.push(entry),
+                HistoryItem::Delivery(_) => {
+                    return Err(corrupt(
+                        "load_journal",
+                        "a delivery under the journal's keys",
+                    ));
+                }
+            }
+        }
+        Ok(journal)
+    }
+
     async fn checkpoint(&self, cp: &Checkpoint) -> Result<(), StoreError> {
         let (tenant, run_id) = (&cp.run.tenant, &cp.run.id);
         // A run moved to another build (an upgrade) and child runs are on builds the

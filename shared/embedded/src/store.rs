@@ -289,6 +289,36 @@ fn conflict(current: Run) -> StoreError {
     StoreError::Conflict(Some(Box::new(current)))
 }
 
+/// A run's journal entries, with their event waits' schemas.
+fn read_journal(
+    tx: &rusqlite::Connection,
+    tenant: &str,
+    run_id: &str,
+) -> Result<Vec<JournalEntry>, StoreError> {
+    let mut stmt = tx
+        .prepare_cached(
+            "SELECT journal.position, journal.body, schemas.body FROM runs JOIN journal ON journal.run = runs.key
+               LEFT JOIN schemas ON schemas.id = journal.accepts
+              WHERE runs.tenant = ?1 AND runs.run_id = ?2",
+        )
+        .map_err(sql)?;
+    let mut journal = Vec::new();
+    for row in stmt
+        .query_map(params![tenant, run_id], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, Option<String>>(2)?,
+            ))
+        })
+        .map_err(sql)?
+    {
+        let (position, body, schema) = row.map_err(sql)?;
+        journal.push(stored::entry(&position, &body, schema.as_deref())?);
+    }
+    Ok(journal)
+}
+
 #[async_trait]
 impl RunStore for EmbeddedBackend {
     async fn create_run(&self, run: &Run, started: &TimelineEvent) -> Result<(), StoreError> {
@@ -399,29 +429,10 @@ impl RunStore for EmbeddedBackend {
     async fn load_history(&self, tenant: &TenantId, run_id: &RunId) -> Result<History, StoreError> {
         let (tenant, run_id) = (tenant.0.clone(), run_id.0.clone());
         self.read(move |tx| {
-            let mut history = History::default();
-            let mut stmt = tx
-                .prepare_cached(
-                    "SELECT journal.position, journal.body, schemas.body FROM runs JOIN journal ON journal.run = runs.key
-                       LEFT JOIN schemas ON schemas.id = journal.accepts
-                      WHERE runs.tenant = ?1 AND runs.run_id = ?2",
-                )
-                .map_err(sql)?;
-            for row in stmt
-                .query_map(params![tenant, run_id], |r| {
-                    Ok((
-                        r.get::<_, String>(0)?,
-                        r.get::<_, String>(1)?,
-                        r.get::<_, Option<String>>(2)?,
-                    ))
-                })
-                .map_err(sql)?
-            {
-                let (position, body, schema) = row.map_err(sql)?;
-                history
-                    .journal
-                    .push(stored::entry(&position, &body, schema.as_deref())?);
-            }
+            let mut history = History {
+                journal: read_journal(tx, &tenant, &run_id)?,
+                ..History::default()
+            };
             let mut stmt = tx
                 .prepare_cached(
                     "SELECT deliveries.body FROM runs JOIN deliveries ON deliveries.run = runs.key
@@ -437,6 +448,16 @@ impl RunStore for EmbeddedBackend {
             Ok(history)
         })
         .await
+    }
+
+    async fn load_journal(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+    ) -> Result<Vec<JournalEntry>, StoreError> {
+        let (tenant, run_id) = (tenant.0.clone(), run_id.0.clone());
+        self.read(move |tx| read_journal(tx, &tenant, &run_id))
+            .await
     }
 
     async fn checkpoint(&self, checkpoint: &Checkpoint) -> Result<(), StoreError> {

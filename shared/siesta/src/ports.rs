@@ -307,6 +307,17 @@ pub trait RunStore: Send + Sync + 'static {
     /// The run's journal and deliveries. One `Query` (paged).
     async fn load_history(&self, tenant: &TenantId, run_id: &RunId) -> Result<History, StoreError>;
 
+    /// The run's journal alone, without its deliveries (which grow with every event
+    /// and message): what an event delivery checks its payload against. One `Query`
+    /// (paged) of the journal's keys. Default: [`RunStore::load_history`]'s journal.
+    async fn load_journal(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+    ) -> Result<Vec<JournalEntry>, StoreError> {
+        Ok(self.load_history(tenant, run_id).await?.journal)
+    }
+
     /// Write a checkpoint atomically; see [`Checkpoint`]. [`StoreError::Conflict`] with
     /// the current run when the version or epoch condition fails or a timeline `seq`
     /// exists already, [`StoreError::AlreadyExists`] when a child run exists already;

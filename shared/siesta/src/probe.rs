@@ -24,6 +24,8 @@ pub struct ProbeStore {
     pub bytes_written: AtomicU64,
     /// Checkpoints applied.
     pub checkpoints: AtomicU64,
+    /// Whole histories (journal and deliveries) read.
+    pub history_loads: AtomicU64,
     crash_after: AtomicI64,
     crash_before: AtomicBool,
     dead: AtomicBool,
@@ -38,6 +40,7 @@ impl ProbeStore {
             writes: AtomicU64::new(0),
             bytes_written: AtomicU64::new(0),
             checkpoints: AtomicU64::new(0),
+            history_loads: AtomicU64::new(0),
             crash_after: AtomicI64::new(-1),
             crash_before: AtomicBool::new(false),
             dead: AtomicBool::new(false),
@@ -141,7 +144,16 @@ impl RunStore for ProbeStore {
     }
     async fn load_history(&self, tenant: &TenantId, run_id: &RunId) -> Result<History, StoreError> {
         self.read()?;
+        self.history_loads.fetch_add(1, Ordering::SeqCst);
         self.inner.load_history(tenant, run_id).await
+    }
+    async fn load_journal(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+    ) -> Result<Vec<JournalEntry>, StoreError> {
+        self.read()?;
+        self.inner.load_journal(tenant, run_id).await
     }
     async fn checkpoint(&self, checkpoint: &Checkpoint) -> Result<(), StoreError> {
         self.check()?;

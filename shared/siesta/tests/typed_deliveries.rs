@@ -192,3 +192,50 @@ async fn an_event_is_checked_while_the_run_waits_for_it_and_set_aside_if_it_came
     let run = w.run(&early).await;
     assert_eq!(output(&run), json!({"txn": "txn_3"}));
 }
+
+#[tokio::test]
+async fn an_event_delivery_checks_the_journal_and_never_loads_the_runs_deliveries() {
+    let w = world(registry());
+    let tenant = w.tenant().clone();
+    let id = support::create(&w, "event", json!(null)).await;
+    w.run_until_idle().await;
+    // Deliveries the run keeps (messages it never drains) must not be read per event.
+    for i in 0..5 {
+        w.engine()
+            .inject_message(&tenant, &id, json!({"n": i}), None)
+            .await
+            .unwrap();
+    }
+    w.run_until_idle().await;
+    let probe = w.probe();
+    let before = probe
+        .history_loads
+        .load(std::sync::atomic::Ordering::SeqCst);
+    let refused = w
+        .engine()
+        .deliver_event(&tenant, &id, "paid", json!({"status": "x"}), None)
+        .await;
+    assert!(
+        matches!(refused, Err(EngineError::DeliveryRejected(_))),
+        "the journal's typed wait judged it: {refused:?}"
+    );
+    w.engine()
+        .deliver_event(
+            &tenant,
+            &id,
+            "paid",
+            json!({"status": "COMPLETED", "transaction_id": "txn_9"}),
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        probe
+            .history_loads
+            .load(std::sync::atomic::Ordering::SeqCst),
+        before,
+        "no event delivery loaded the run's history"
+    );
+    w.run_until_idle().await;
+    assert_eq!(output(&w.run(&id).await), json!({"txn": "txn_9"}));
+}

@@ -800,7 +800,8 @@ pub async fn parent_delivery_is_skipped_when_duplicate_or_parent_gone(h: Harness
     );
 }
 
-/// `load_history` returns every journal entry and every delivery, in `seq` order.
+/// `load_history` returns every journal entry and every delivery, in `seq` order;
+/// `load_journal` the same journal alone.
 pub async fn load_history_returns_journal_and_deliveries_in_order(h: Harness) {
     let tenant = tenant();
     let run = create(&h, &tenant).await;
@@ -850,6 +851,17 @@ pub async fn load_history_returns_journal_and_deliveries_in_order(h: Harness) {
     let mut written = cp.journal;
     written.sort_by(|a, b| a.position.cmp(&b.position));
     assert_eq!(journal, written, "every journal entry");
+    let mut alone = h
+        .backend
+        .store
+        .load_journal(&tenant, &run.id)
+        .await
+        .expect("load_journal");
+    alone.sort_by(|a, b| a.position.cmp(&b.position));
+    assert_eq!(
+        alone, written,
+        "load_journal: every journal entry, no delivery"
+    );
 }
 
 /// A callback outcome or heartbeat received at or after the callback's deadline is

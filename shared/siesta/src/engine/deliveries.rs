@@ -45,6 +45,7 @@ impl Engine {
     /// Refuse an event whose payload matches none of the typed waits for it the run has
     /// registered. An event that comes before any wait for it is kept unchecked (the
     /// run may never ask for a type); if it then does not decode, the wait sets it aside.
+    /// Reads the run and its journal, not its deliveries.
     async fn check_event(
         &self,
         tenant: &TenantId,
@@ -61,9 +62,8 @@ impl Engine {
         if run.status.is_finished() {
             return Ok(()); // the store answers: gone
         }
-        let history = self.backend.store.load_history(tenant, run_id).await?;
-        let schemas: Vec<&serde_json::Value> = history
-            .journal
+        let journal = self.backend.store.load_journal(tenant, run_id).await?;
+        let schemas: Vec<&serde_json::Value> = journal
             .iter()
             .filter_map(|e| match &e.state {
                 EntryState::Waiting(Wait {
