@@ -35,6 +35,23 @@ fn registry() -> Registry {
         ctx.stream("tokens").publish("!").await?;
         Ok(())
     });
+    let attempts = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    reg.register("flaky", move |ctx: Context, _: Value| {
+        let attempts = attempts.clone();
+        async move {
+            ctx.step("llm", move |step| async move {
+                let n = attempts.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+                let tokens = step.stream("tokens");
+                tokens.publish(&format!("try {n}")).await?;
+                if n == 1 {
+                    return Err(StepError::new("rate_limited", "429", true));
+                }
+                Ok(())
+            })
+            .retry(RetryStrategy::fixed(2, Duration::ZERO))
+            .await
+        }
+    });
     reg
 }
 
@@ -239,6 +256,55 @@ async fn events_from_every_offset_give_every_chunk_once_then_end() {
                 assert_eq!(e.event.as_deref(), named, "data chunks are unnamed events");
             }
         }
+    }
+}
+
+#[tokio::test]
+async fn across_a_retried_attempt_events_from_every_offset_show_the_failed_attempt_voided() {
+    let w = World::new();
+    let run = w
+        .engine
+        .start(&TenantId::from("acme"), "flaky", json!(null), None)
+        .await
+        .unwrap();
+    w.settle().await;
+    let id = run.id;
+    let all = w.page(&format!("/runs/{id}/streams/tokens")).await;
+    assert_eq!(all["closed"], true, "the run finished");
+    let all = all["chunks"].as_array().unwrap().clone();
+    let shape: Vec<(String, Value, Value)> = all
+        .iter()
+        .map(|c| {
+            (
+                c["kind"].as_str().unwrap().to_owned(),
+                c["data"].clone(),
+                c["attempt"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        shape,
+        vec![
+            ("discard".to_owned(), Value::Null, json!(1)),
+            ("data".to_owned(), json!("try 1"), json!(1)),
+            ("discard".to_owned(), Value::Null, json!(1)),
+            ("discard".to_owned(), Value::Null, json!(2)),
+            ("data".to_owned(), json!("try 2"), json!(2)),
+        ]
+    );
+    for from in 0..=all.len() {
+        let (_, _, body) = w
+            .send(w.get(
+                "acme",
+                &format!("/runs/{id}/streams/tokens?from={from}"),
+                &[("accept", "text/event-stream")],
+            ))
+            .await;
+        let events = parse_sse(&body);
+        let (end, chunks) = events.split_last().unwrap();
+        assert_eq!(end.event.as_deref(), Some("end"));
+        let got: Vec<Value> = chunks.iter().map(|e| e.data.clone()).collect();
+        assert_eq!(got, all[from..].to_vec(), "from {from}");
     }
 }
 
