@@ -237,6 +237,7 @@ fn event(chunk: StreamChunkView) -> Event {
                 (StreamPageView = "application/json"),
                 (String = "text/event-stream"),
             )),
+        (status = 204, description = "Events only: a reconnect (`Last-Event-ID`) to a stream that ended with nothing after that id; an `EventSource` stops reconnecting"),
         ReadRunErrors,
     )
 )]
@@ -276,6 +277,12 @@ pub(crate) async fn get_run_stream(
     // The first page before the answer: a missing run or a bad name is a JSON error,
     // not an event stream that ends at once.
     let first = reader.page(Some(Instant::now())).await?;
+    if first.closed && first.chunks.is_empty() && headers.contains_key("last-event-id") {
+        // An `EventSource` reconnecting to a stream that ended after what it has: 204
+        // is what tells it to stop reconnecting (an event stream would end at once and
+        // it would come back, again and again).
+        return Ok(http::StatusCode::NO_CONTENT.into_response());
+    }
     let events = futures::stream::unfold(
         (reader, Some(first), false),
         move |(mut reader, pending, done)| async move {
