@@ -12,6 +12,7 @@
 
 mod replay;
 pub mod sleeping;
+pub mod streams;
 pub mod timers;
 pub mod ui;
 

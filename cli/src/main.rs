@@ -124,6 +124,10 @@ enum Command {
         /// (docs/performance-wakeups.md).
         #[arg(long, value_name = "N")]
         timers: Option<usize>,
+        /// Instead: one `ticker` run per round publishes N chunks on a stream, read
+        /// over Server-Sent Events — chunks/s and publish → read latency p50/p99.
+        #[arg(long, value_name = "N")]
+        streams: Option<u32>,
     },
     /// Run the `order` example end to end on the embedded backend and print its timeline
     /// as it unfolds; this process plays the payment provider, whose webhooks are signed
@@ -355,7 +359,18 @@ async fn main() -> anyhow::Result<()> {
             sleeping,
             data_dir,
             timers,
+            streams,
         } => {
+            if let Some(chunks) = streams {
+                return siesta_cli::bench::streams::run(
+                    siesta_cli::bench::streams::StreamsOptions {
+                        chunks: chunks.max(1),
+                        rounds,
+                        durability,
+                    },
+                )
+                .await;
+            }
             if let Some(timers) = timers {
                 return siesta_cli::bench::timers::run(siesta_cli::bench::timers::TimersOptions {
                     timers: timers.max(1),

@@ -14,6 +14,8 @@
 //!   is configured.
 //! - [`chain`](chain::chain) — `N` sequential steps, step `i` returning `i`, the sum as
 //!   output: the shape benchmarks use.
+//! - [`ticker`](ticker::ticker) — publish `N` stamped chunks on the stream `ticks`: the
+//!   shape of `siesta bench --streams N`.
 //! - [`timer`](timer::timer) — sleep on one durable timer until an instant (RFC 3339) or
 //!   for `sleep_ms`: the shape of `siesta bench --timers N`.
 
@@ -22,6 +24,7 @@ pub mod approval;
 pub mod chain;
 pub mod order;
 pub mod report;
+pub mod ticker;
 pub mod timer;
 
 use siesta::prelude::*;
@@ -33,6 +36,7 @@ pub use order::{OrderInput, OrderOutcome, PaymentEvent, order};
 pub use report::{
     Notice, Notification, NotifyTargets, ReportInput, ReportOutcome, report, report_with,
 };
+pub use ticker::{TickerInput, ticker};
 pub use timer::{TimerInput, TimerOutcome, timer};
 
 /// Every workflow this deployment runs, by name.
@@ -52,5 +56,6 @@ pub fn registry() -> Registry {
     registry.register("agent", agent_with(configured_model()));
     registry.register("chain", chain);
     registry.register("timer", timer);
+    registry.register("ticker", ticker);
     registry
 }
