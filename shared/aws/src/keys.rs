@@ -101,6 +101,13 @@ pub fn stream_sk(name: &str, offset: u64) -> String {
     format!("{}{offset:020}", stream_prefix(name))
 }
 
+/// The sort key of the record that stream `name` holds the keyed chunk `key` (in the
+/// run's partition, with the chunk's offset); outside [`stream_prefix`], so neither a
+/// read of the chunks nor the look for the stream's end meets it.
+pub fn stream_key_sk(name: &str, key: &str) -> String {
+    format!("SK#{}#{}", escape(name), escape(key))
+}
+
 /// The partition of a callback's index record (the callback id is the webhook token).
 pub fn callback_pk(id: &CallbackId) -> String {
     format!("C#{}", escape(id.as_str()))
@@ -220,6 +227,8 @@ mod tests {
         assert!(stream_sk("tokens", 10) < stream_sk("tokens", u64::MAX));
         assert!(!stream_sk("tokens.x", 0).starts_with(&stream_prefix("tokens")));
         assert!(!stream_sk("a#b", 0).starts_with(&stream_prefix("a")));
+        assert!(!stream_key_sk("tokens", "#0").starts_with(&stream_prefix("tokens")));
+        assert!(!stream_key_sk("tokens", "#0").starts_with(STREAM_PREFIX));
     }
 
     #[test]

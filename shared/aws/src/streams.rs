@@ -14,6 +14,11 @@
 //! SDK and then fails its condition on its own item: each append carries a token the
 //! failed condition returns (`ALL_OLD`), and a match is the earlier success. A
 //! transaction's retry is answered as the original through its `ClientRequestToken`.
+//!
+//! A keyed chunk (a workflow body's, which a replay may publish again) is written in
+//! one `TransactWriteItems` with a record of its key (`SK#<stream>#<key>`, holding the
+//! offset), conditioned on the key being new: 4 WCU, and a second publish of the same
+//! key writes nothing and answers the offset of the first.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -255,6 +260,163 @@ impl DynamoStreams {
     }
 }
 
+/// What a keyed append found.
+enum Keyed {
+    Written,
+    /// The stream holds the key already, its chunk at this offset.
+    Duplicate(u64),
+    /// Another writer took the offset.
+    Taken,
+}
+
+impl DynamoStreams {
+    /// Write the keyed `chunk` at `offset` with its key's record, in one transaction.
+    async fn write_keyed(
+        &self,
+        pk: &str,
+        stream: &str,
+        offset: u64,
+        chunk: &NewChunk,
+        key: &str,
+    ) -> Result<Keyed, StoreError> {
+        let writer = uuid::Uuid::new_v4().to_string();
+        let record: Item = HashMap::from([
+            (PK.to_owned(), s(pk)),
+            (SK.to_owned(), s(stream_key_sk(stream, key))),
+            (OFFSET.to_owned(), n(offset)),
+        ]);
+        let build = |item: Item, old: bool| {
+            let mut put = Put::builder()
+                .table_name(&self.table)
+                .set_item(Some(item))
+                .condition_expression("attribute_not_exists(pk)");
+            if old {
+                put = put.return_values_on_condition_check_failure(
+                    ReturnValuesOnConditionCheckFailure::AllOld,
+                );
+            }
+            put.build()
+                .map(|p| TransactWriteItem::builder().put(p).build())
+                .map_err(|e| StoreError::Invalid(format!("building a DynamoDB request: {e}")))
+        };
+        let items = vec![
+            build(record, true)?,
+            build(chunk_item(pk, stream, offset, chunk, &writer)?, false)?,
+        ];
+        let result = self
+            .client
+            .transact_write_items()
+            .set_transact_items(Some(items))
+            .client_request_token(writer)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await;
+        match result {
+            Ok(out) => {
+                self.capacity.add(true, out.consumed_capacity());
+                Ok(Keyed::Written)
+            }
+            Err(e) => {
+                let reasons = match e.as_service_error() {
+                    Some(TransactWriteItemsError::TransactionCanceledException(c)) => {
+                        c.cancellation_reasons().to_vec()
+                    }
+                    _ => return Err(sdk("stream_append", e)),
+                };
+                let failed = |i: usize| {
+                    reasons.get(i).and_then(|r| r.code()) == Some("ConditionalCheckFailed")
+                };
+                if failed(0) {
+                    let stored = reasons[0].item().and_then(|old| match old.get(OFFSET) {
+                        Some(AttributeValue::N(v)) => v.parse().ok(),
+                        _ => None,
+                    });
+                    return match stored {
+                        Some(offset) => Ok(Keyed::Duplicate(offset)),
+                        None => self
+                            .stored_key(pk, stream, key)
+                            .await
+                            .map(|o| Keyed::Duplicate(o.unwrap_or(offset))),
+                    };
+                }
+                if failed(1) {
+                    return Ok(Keyed::Taken);
+                }
+                Err(StoreError::Unavailable(format!(
+                    "stream_append: transaction cancelled: {:?}",
+                    reasons.iter().map(|r| r.code()).collect::<Vec<_>>()
+                )))
+            }
+        }
+    }
+
+    /// The offset the stream holds keyed chunk `key` at, if it does (one `GetItem`).
+    async fn stored_key(
+        &self,
+        pk: &str,
+        stream: &str,
+        key: &str,
+    ) -> Result<Option<u64>, StoreError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key(PK, s(pk))
+            .key(SK, s(stream_key_sk(stream, key)))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| sdk("stream_key", e))?;
+        Ok(out.item().and_then(|item| match item.get(OFFSET) {
+            Some(AttributeValue::N(v)) => v.parse().ok(),
+            _ => None,
+        }))
+    }
+
+    async fn append_keyed(
+        &self,
+        pk: &str,
+        stream: &str,
+        chunk: &NewChunk,
+        key: &str,
+    ) -> Result<u64, StoreError> {
+        let mut next = self.remembered(pk, stream);
+        for _ in 0..RACE_ATTEMPTS {
+            let first = match next {
+                Some(first) => first,
+                None => match self.end(pk, stream).await {
+                    Ok(end) => end,
+                    // An ended stream may hold this very chunk from before its end.
+                    Err(StoreError::Gone(m)) => {
+                        return match self.stored_key(pk, stream, key).await? {
+                            Some(offset) => Ok(offset),
+                            None => Err(StoreError::Gone(m)),
+                        };
+                    }
+                    Err(e) => return Err(e),
+                },
+            };
+            match self.write_keyed(pk, stream, first, chunk, key).await {
+                Ok(Keyed::Written) => {
+                    let ended = chunk.kind == ChunkKind::End;
+                    self.remember(pk, stream, (!ended).then_some(first + 1));
+                    return Ok(first);
+                }
+                Ok(Keyed::Duplicate(offset)) => return Ok(offset),
+                Ok(Keyed::Taken) => next = None,
+                Err(e) => {
+                    self.remember(pk, stream, None);
+                    return Err(e);
+                }
+            }
+        }
+        self.remember(pk, stream, None);
+        Err(StoreError::Unavailable(format!(
+            "stream_append: lost the race for stream '{stream}' {RACE_ATTEMPTS} times"
+        )))
+    }
+}
+
 #[async_trait]
 impl StreamStore for DynamoStreams {
     async fn append(
@@ -266,6 +428,11 @@ impl StreamStore for DynamoStreams {
     ) -> Result<u64, StoreError> {
         check_append(stream, chunks)?;
         let pk = run_pk(tenant, run_id);
+        if let [chunk] = chunks
+            && let Some(key) = &chunk.key
+        {
+            return self.append_keyed(&pk, stream, chunk, key).await;
+        }
         let mut next = self.remembered(&pk, stream);
         for _ in 0..RACE_ATTEMPTS {
             let first = match next {
@@ -353,6 +520,7 @@ mod tests {
             step: Some(Position::from("llm#0")),
             attempt: Some(2),
             at: Timestamp(1_700_000_000_000),
+            key: None,
         }
     }
 

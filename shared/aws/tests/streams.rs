@@ -16,6 +16,7 @@ fn chunk(v: serde_json::Value) -> NewChunk {
         step: Some(Position::from("llm#0")),
         attempt: Some(1),
         at: Timestamp(1_800_000_000_000),
+        key: None,
     }
 }
 
@@ -167,4 +168,41 @@ async fn on_aws_two_processes_writing_one_stream_keep_its_offsets_gapless() {
         .append(&tenant, &run, "tokens", &[chunk(json!("late"))])
         .await;
     assert!(matches!(late, Err(StoreError::Gone(_))), "{late:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_aws_a_keyed_chunk_is_one_transaction_and_its_second_publish_writes_nothing() {
+    let Some(env) = support::emulators().await else {
+        return;
+    };
+    let (backend, counter) = counted(&env).await;
+    let (tenant, run) = fresh();
+    let keyed = NewChunk {
+        key: Some("#0".into()),
+        step: None,
+        attempt: None,
+        ..chunk(json!("started"))
+    };
+    let first = backend
+        .streams
+        .append(&tenant, &run, "progress", std::slice::from_ref(&keyed))
+        .await
+        .unwrap();
+    assert_eq!(first, 0);
+    assert_eq!(counter.total("dynamodb", Some("TransactWriteItems")), 1);
+    counter.reset();
+    // A replay publishes it again: the key's record refuses it, nothing is written.
+    let again = backend
+        .streams
+        .append(&tenant, &run, "progress", &[keyed])
+        .await
+        .unwrap();
+    assert_eq!(again, 0);
+    assert_eq!(counter.total("dynamodb", Some("TransactWriteItems")), 1);
+    let all = backend
+        .streams
+        .read(&tenant, &run, "progress", 0, 100)
+        .await
+        .unwrap();
+    assert_eq!(all.len(), 1, "stored once");
 }

@@ -220,6 +220,7 @@ macro_rules! conformance_suite {
             concurrent_stream_appends_never_share_an_offset
             an_ended_stream_takes_no_more_chunks
             streams_are_per_tenant_run_and_name
+            a_keyed_chunk_is_appended_once
             // artifacts
             artifact_put_get_round_trip
             artifact_of_one_mebibyte_round_trips

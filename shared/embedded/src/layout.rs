@@ -220,6 +220,11 @@ const MIGRATIONS: &[Migration] = &[
         schema: crate::streams::SCHEMA,
         backfill: crate::streams::BACKFILL,
     },
+    Migration {
+        version: 3,
+        schema: crate::streams::KEYS_SCHEMA,
+        backfill: crate::streams::BACKFILL,
+    },
 ];
 
 /// Apply the numbered steps the file lacks, in the transaction of [`open`]; the rows of

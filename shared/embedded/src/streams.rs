@@ -23,6 +23,14 @@ CREATE TABLE IF NOT EXISTS stream_chunks (
 /// What a file that holds runs needs for version 2: nothing, no run has streams yet.
 pub(crate) const BACKFILL: &str = "";
 
+/// Schema version 3: the keys of keyed chunks (a workflow body's), each with the
+/// offset its chunk was stored at.
+pub(crate) const KEYS_SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS stream_keys (
+    run INTEGER NOT NULL, stream TEXT NOT NULL, key TEXT NOT NULL, offset INTEGER NOT NULL,
+    PRIMARY KEY (run, stream, key)) WITHOUT ROWID;
+";
+
 #[async_trait]
 impl StreamStore for EmbeddedBackend {
     async fn append(
@@ -34,13 +42,14 @@ impl StreamStore for EmbeddedBackend {
     ) -> Result<u64, StoreError> {
         check_append(stream, chunks)?;
         let bodies = chunks.iter().map(to_json).collect::<Result<Vec<_>, _>>()?;
+        let keys: Vec<Option<String>> = chunks.iter().map(|c| c.key.clone()).collect();
         let (tenant, run_id, stream) = (
             tenant.as_str().to_owned(),
             run_id.as_str().to_owned(),
             stream.to_owned(),
         );
         self.tx_of(tenant.clone(), move |tx, _| {
-            let key: i64 = tx
+            let run_key: i64 = tx
                 .query_row(
                     "SELECT key FROM runs WHERE tenant = ?1 AND run_id = ?2",
                     params![tenant, run_id],
@@ -55,10 +64,22 @@ impl StreamStore for EmbeddedBackend {
                      ORDER BY offset DESC LIMIT 1",
                 )
                 .and_then(|mut s| {
-                    s.query_row(params![key, stream], |r| Ok((r.get(0)?, r.get(1)?)))
+                    s.query_row(params![run_key, stream], |r| Ok((r.get(0)?, r.get(1)?)))
                         .optional()
                 })
                 .map_err(sql)?;
+            let key = keys.first().cloned().flatten();
+            if let Some(key) = &key {
+                let stored: Option<i64> = tx
+                    .prepare_cached(
+                        "SELECT offset FROM stream_keys WHERE run = ?1 AND stream = ?2 AND key = ?3",
+                    )
+                    .and_then(|mut s| s.query_row(params![run_key, stream, key], |r| r.get(0)).optional())
+                    .map_err(sql)?;
+                if let Some(offset) = stored {
+                    return Ok(offset as u64);
+                }
+            }
             let first = match last {
                 None => 0,
                 Some((offset, body)) => {
@@ -76,8 +97,15 @@ impl StreamStore for EmbeddedBackend {
                 .map_err(sql)?;
             for (i, body) in bodies.iter().enumerate() {
                 insert
-                    .execute(params![key, stream, first + i as i64, body])
+                    .execute(params![run_key, stream, first + i as i64, body])
                     .map_err(sql)?;
+            }
+            if let Some(key) = &key {
+                tx.prepare_cached(
+                    "INSERT INTO stream_keys (run, stream, key, offset) VALUES (?1, ?2, ?3, ?4)",
+                )
+                .and_then(|mut s| s.execute(params![run_key, stream, key, first]))
+                .map_err(sql)?;
             }
             Ok(first as u64)
         })

@@ -626,6 +626,11 @@ pub struct NewChunk {
     pub attempt: Option<u32>,
     /// When it was published.
     pub at: Timestamp,
+    /// Its key, for a chunk that may be appended again (a workflow body's publish,
+    /// re-run when its pass is replayed): a chunk whose key the stream holds already is
+    /// not appended a second time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
 }
 
 /// A stored chunk: what was appended, at its offset.
@@ -652,10 +657,13 @@ pub struct StreamChunk {
 pub trait StreamStore: Send + Sync + 'static {
     /// Append `chunks` (1 to [`MAX_CHUNKS_PER_APPEND`], each at most
     /// [`MAX_CHUNK_BYTES`] of data) at the end of the stream, all or none; returns the
-    /// offset of the first. [`StoreError::Gone`] if the stream has ended,
-    /// [`StoreError::Invalid`] if the request is too large or the name invalid. On
-    /// DynamoDB one conditional `PutItem` for one chunk, one `TransactWriteItems` for
-    /// more, each item conditioned on its offset being free (a lost race re-reads the
+    /// offset of the first. A chunk with a [`NewChunk::key`] is appended alone; when the
+    /// stream holds its key already nothing is written and the answer is the offset it
+    /// was stored at. [`StoreError::Gone`] if the stream has ended,
+    /// [`StoreError::Invalid`] if the request is too large, a keyed chunk is not alone,
+    /// or the name is invalid. On DynamoDB one conditional `PutItem` for one chunk, one
+    /// `TransactWriteItems` for more or for a keyed chunk (with its key's item), each
+    /// item conditioned on its key being free (a lost race for an offset re-reads the
     /// end and tries again).
     async fn append(
         &self,
@@ -690,6 +698,11 @@ pub fn check_append(stream: &str, chunks: &[NewChunk]) -> Result<(), StoreError>
             "an append carries 1 to {MAX_CHUNKS_PER_APPEND} chunks, not {}",
             chunks.len()
         )));
+    }
+    if chunks.len() > 1 && chunks.iter().any(|c| c.key.is_some()) {
+        return Err(StoreError::Invalid(
+            "a keyed chunk is appended alone".to_owned(),
+        ));
     }
     for chunk in chunks {
         let size = serde_json::to_vec(&chunk.data).map_or(usize::MAX, |v| v.len());

@@ -155,9 +155,20 @@ async fn finish_through_crashes(w: &TestEnv, id: &RunId) -> bool {
 }
 
 #[tokio::test]
-async fn a_crash_at_any_write_never_doubles_a_chunk_and_the_shown_text_is_the_last_attempts() {
-    // For every write of the run, a crash right after it: the run is finished by a
-    // new engine, and what a reader shows is what a run without a crash shows.
+async fn a_crash_after_any_write_never_doubles_a_chunk_and_the_shown_text_is_the_last_attempts() {
+    crash_at_every_write(false).await;
+}
+
+#[tokio::test]
+async fn a_crash_before_any_write_never_doubles_a_chunk_and_the_shown_text_is_the_last_attempts() {
+    crash_at_every_write(true).await;
+}
+
+/// For every checkpoint of the run, a crash right before or after it: the run is
+/// finished by a new engine, and what a reader shows is what a run without a crash
+/// shows, less at most a body chunk lost.
+async fn crash_at_every_write(before: bool) {
+    let when = if before { "before" } else { "after" };
     let expected = [
         json!("started"),
         json!({"answered": "Hello"}),
@@ -179,17 +190,21 @@ async fn a_crash_at_any_write_never_doubles_a_chunk_and_the_shown_text_is_the_la
             )
             .await
             .unwrap();
-        w.probe().crash_after(i64::from(n));
+        if before {
+            w.probe().crash_before(i64::from(n));
+        } else {
+            w.probe().crash_after(i64::from(n));
+        }
         let crashed = finish_through_crashes(&w, &id).await;
         assert_eq!(
             w.status(&id).await,
             RunStatus::Completed,
-            "crash after write {n}"
+            "crash {when} write {n}"
         );
         assert_eq!(
             w.stream_data(&id, "tokens").await,
             vec![json!("Hel"), json!("lo")],
-            "crash after write {n}: the text shown"
+            "crash {when} write {n}: the text shown"
         );
         let progress = data(&w.stream(&id, "progress").await);
         // A crash may lose a body publish (at most once), never double or reorder one.
@@ -197,7 +212,7 @@ async fn a_crash_at_any_write_never_doubles_a_chunk_and_the_shown_text_is_the_la
         for p in &progress {
             assert!(
                 rest.any(|e| e == p),
-                "crash after write {n}: doubled or out of order: {progress:?}"
+                "crash {when} write {n}: doubled or out of order: {progress:?}"
             );
         }
         if !crashed {

@@ -15,6 +15,7 @@ fn data(h: &Harness, v: serde_json::Value) -> NewChunk {
         step: None,
         attempt: None,
         at: h.now(),
+        key: None,
     }
 }
 
@@ -25,6 +26,7 @@ fn of_step(h: &Harness, kind: ChunkKind, v: serde_json::Value, attempt: u32) -> 
         step: Some(Position::from("llm#0")),
         attempt: Some(attempt),
         at: h.now(),
+        key: None,
     }
 }
 
@@ -273,5 +275,110 @@ pub async fn streams_are_per_tenant_run_and_name(h: Harness) {
         read_all(&h, &a, &run.id, "tokens").await.len(),
         1,
         "refused appends wrote nothing"
+    );
+}
+
+/// A keyed chunk (a workflow body's, which a replay may publish again) is stored once:
+/// appending its key again writes nothing and answers the offset it holds, even after
+/// the stream ended; a keyed chunk is appended alone.
+pub async fn a_keyed_chunk_is_appended_once(h: Harness) {
+    let tenant = tenant();
+    let run = create(&h, &tenant).await;
+    let streams = &h.backend.streams;
+    let keyed = |v: serde_json::Value, key: &str| NewChunk {
+        key: Some(key.to_owned()),
+        ..data(&h, v)
+    };
+    assert_eq!(
+        streams
+            .append(
+                &tenant,
+                &run.id,
+                "progress",
+                &[keyed(serde_json::json!("started"), "#0")]
+            )
+            .await
+            .expect("a keyed append"),
+        0
+    );
+    streams
+        .append(
+            &tenant,
+            &run.id,
+            "progress",
+            &[data(&h, serde_json::json!("other"))],
+        )
+        .await
+        .expect("an append");
+    let again = streams
+        .append(
+            &tenant,
+            &run.id,
+            "progress",
+            &[keyed(serde_json::json!("started"), "#0")],
+        )
+        .await;
+    assert_eq!(
+        again.ok(),
+        Some(0),
+        "the same key answers where it is stored"
+    );
+    assert_eq!(
+        streams
+            .append(
+                &tenant,
+                &run.id,
+                "progress",
+                &[keyed(serde_json::json!("next"), "#1")]
+            )
+            .await
+            .ok(),
+        Some(2),
+        "another key is appended"
+    );
+    let pair = [
+        keyed(serde_json::json!(1), "#2"),
+        data(&h, serde_json::json!(2)),
+    ];
+    let pair = streams.append(&tenant, &run.id, "progress", &pair).await;
+    assert!(
+        matches!(pair, Err(StoreError::Invalid(_))),
+        "a keyed chunk with another: {pair:?}"
+    );
+    let end = NewChunk {
+        kind: ChunkKind::End,
+        ..keyed(serde_json::Value::Null, "#3")
+    };
+    streams
+        .append(&tenant, &run.id, "progress", &[end])
+        .await
+        .expect("a keyed end");
+    let after_end = streams
+        .append(
+            &tenant,
+            &run.id,
+            "progress",
+            &[keyed(serde_json::json!("next"), "#1")],
+        )
+        .await;
+    assert_eq!(
+        after_end.ok(),
+        Some(2),
+        "a stored key answers even after the end"
+    );
+    let data: Vec<serde_json::Value> = read_all(&h, &tenant, &run.id, "progress")
+        .await
+        .into_iter()
+        .map(|c| c.chunk.data)
+        .collect();
+    assert_eq!(
+        data,
+        vec![
+            serde_json::json!("started"),
+            serde_json::json!("other"),
+            serde_json::json!("next"),
+            serde_json::Value::Null
+        ],
+        "each key stored once"
     );
 }

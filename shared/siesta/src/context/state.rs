@@ -55,6 +55,9 @@ pub(crate) struct ExecState {
     pub deliveries: Vec<Delivery>,
     pub consumed: HashSet<DeliveryId>,
     pub(super) counters: HashMap<(String, String), u32>,
+    /// Publishes from the body so far, by (branch path, stream), skipped ones included:
+    /// what keys a body's chunk, the same on every replay (see `stream`).
+    pub(super) stream_publishes: HashMap<(String, String), u32>,
     pub(super) indexes: HashMap<String, u32>,
     /// Branches that are not durably blocked. After a poll of the workflow returns
     /// pending, zero means every branch waits on something outside the process.
@@ -200,6 +203,7 @@ impl Shared {
                 deliveries: history.deliveries,
                 consumed,
                 counters: HashMap::new(),
+                stream_publishes: HashMap::new(),
                 indexes: HashMap::new(),
                 running: 1,
                 next_due: None,

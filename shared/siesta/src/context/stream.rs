@@ -4,9 +4,13 @@
 //! Invariants this module keeps, and why:
 //! - **A chunk is never published twice by a replay.** The workflow's body runs again
 //!   on every replay, so a publish from the body is skipped while its branch replays
-//!   what the journal holds (the rule of [`Context::log`]); a step's closure runs only
-//!   for a live attempt, never on replay. The price, at a crash between a body's
-//!   publish and the next journaled operation: the chunk may be lost, never doubled.
+//!   what the journal holds (the rule of [`Context::log`]), and the chunks it does
+//!   append carry a key — the branch and the publish's place in it, the same on every
+//!   replay — that the store appends once: a branch that crashed before its first
+//!   checkpoint runs its publishes again, and the store drops the ones it has. A step's
+//!   closure runs only for a live attempt, never on replay. The price, at a crash
+//!   between a body's publish and the next journaled operation: the chunk may be lost
+//!   (the replay skips it), never doubled.
 //! - **A failed attempt's chunks are marked void, not removed.** Streams are append-
 //!   only and offsets never move, so a reader that has shown them can be told. Every
 //!   execution of a step's closure opens each stream it writes with a
@@ -100,6 +104,23 @@ impl Stream {
     async fn append(&self, kind: ChunkKind, data: serde_json::Value) -> Result<(), Error> {
         checked_name(&self.name)?;
         let shared = &self.ctx.shared;
+        // The publish's place in its branch, counted whether or not it is skipped: the
+        // same on every replay, so it keys the chunk.
+        let path = self
+            .ctx
+            .path
+            .as_ref()
+            .map(|p| p.0.clone())
+            .unwrap_or_default();
+        let n = {
+            let mut st = shared.state();
+            let n = st
+                .stream_publishes
+                .entry((path.clone(), self.name.clone()))
+                .or_insert(0);
+            *n += 1;
+            *n - 1
+        };
         if self.ctx.is_replaying() || shared.checking {
             return Ok(());
         }
@@ -109,6 +130,7 @@ impl Stream {
             step: None,
             attempt: None,
             at: shared.now(),
+            key: Some(format!("{path}#{n}")),
         };
         shared
             .backend
@@ -163,6 +185,7 @@ impl AttemptStreams {
             step: Some(self.step.clone()),
             attempt: Some(self.attempt),
             at: self.clock.now(),
+            key: None,
         }
     }
 
