@@ -11,7 +11,7 @@
 //! - **Suspension never reaches user code.** An operation that cannot complete yet
 //!   records what it waits for and parks; the engine notices that every branch is
 //!   blocked and checkpoints. It then either drops the workflow future or keeps it as a
-//!   continuation (see `crate::continuation`): the next invocation re-arms [`Shared`]
+//!   continuation (see `crate::continuation`): the next invocation re-arms `Shared`
 //!   and every parked branch re-evaluates what it waits for, exactly as a replay would
 //!   from the journal. A branch that cannot re-evaluate (a stop, a failed checkpoint, a
 //!   wait that does not loop) blocks for good and marks the pass as not continuable.

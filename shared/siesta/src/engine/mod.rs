@@ -78,7 +78,7 @@ pub struct EngineConfig {
     pub replay_cache_entries: usize,
     /// Most suspended runs whose workflow the replay cache keeps whole, so their next
     /// wake-up in this process continues where they stopped instead of replaying from
-    /// the top (a [continuation](crate::replay_cache)); their journals count towards
+    /// the top (a continuation, see the replay cache); their journals count towards
     /// `replay_cache_entries`, and 0 (or a `replay_cache_entries` of 0) turns it off.
     /// Default: 256.
     pub max_continuations: usize,

@@ -96,7 +96,7 @@ impl Engine {
     ///
     /// A start answered with [`EngineError::AlreadyExists`] may be the retry of one whose
     /// process died between its write and its send: its run would wait for the sweep
-    /// ([`EngineConfig::start_resend_margin`]) though the retry was answered. Sending
+    /// ([`EngineConfig::start_resend_margin`](super::EngineConfig::start_resend_margin)) though the retry was answered. Sending
     /// again costs one wake-up (`SendMessage`) per retry of a start that has not begun,
     /// nothing for one that has; a duplicate is harmless (the claim's lease and the run's
     /// version make it a no-op). A failed send is left to the sweep, as a start's is.
