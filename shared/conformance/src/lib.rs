@@ -221,6 +221,9 @@ macro_rules! conformance_suite {
             an_ended_stream_takes_no_more_chunks
             streams_are_per_tenant_run_and_name
             a_keyed_chunk_is_appended_once
+            // retention
+            reaping_removes_a_finished_run_past_its_retention_and_nothing_else
+            reaping_pages_oldest_first
             // artifacts
             artifact_put_get_round_trip
             artifact_of_one_mebibyte_round_trips
@@ -268,6 +271,7 @@ mod tests {
             include_str!("cases/quotas.rs"),
             include_str!("cases/builds.rs"),
             include_str!("cases/streams.rs"),
+            include_str!("cases/retention.rs"),
         ];
         let mut defined: Vec<&str> = sources
             .iter()

@@ -35,7 +35,7 @@ pub(crate) fn apply_delivery(
         Decision::Accept(accepted) => accepted,
     };
     if let Some(CallbackChange::Write(record)) = &accepted.callback {
-        put_callback(tx, record)?;
+        put_callback_as(tx, &record.callback_id, &to_json(record)?, Some(key))?;
     }
     tx.prepare_cached("INSERT INTO deliveries (run, id, seq, body) VALUES (?1, ?2, ?3, ?4)")
         .map_err(sql)?
@@ -66,19 +66,18 @@ pub(crate) fn get_callback(
     body.map(|b| from_json(&b)).transpose()
 }
 
-fn put_callback(tx: &Connection, record: &CallbackRecord) -> Result<(), StoreError> {
-    put_callback_as(tx, &record.callback_id, &to_json(record)?)
-}
-
-/// [`put_callback`] with the record already encoded as `body`.
+/// Store the callback record `id`, encoded as `body`, of the run whose key is `run`.
 pub(crate) fn put_callback_as(
     tx: &Connection,
     id: &CallbackId,
     body: &str,
+    run: Option<i64>,
 ) -> Result<(), StoreError> {
-    tx.prepare_cached("INSERT OR REPLACE INTO callbacks (callback_id, body) VALUES (?1, ?2)")
-        .map_err(sql)?
-        .execute(params![id.0, body])
-        .map_err(sql)?;
+    tx.prepare_cached(
+        "INSERT OR REPLACE INTO callbacks (callback_id, body, run) VALUES (?1, ?2, ?3)",
+    )
+    .map_err(sql)?
+    .execute(params![id.0, body, run])
+    .map_err(sql)?;
     Ok(())
 }

@@ -152,18 +152,34 @@ pub(crate) enum Found {
 /// one transaction, decided inside it, so two processes opening one old file at once
 /// migrate it once.
 pub(crate) fn open(conn: &Connection) -> Result<Found, StoreError> {
+    // Takes effect on a new file at once (before its first table); an older file keeps
+    // its mode until the `VACUUM` below.
+    conn.execute_batch("PRAGMA auto_vacuum = INCREMENTAL")
+        .map_err(sql)?;
     conn.execute_batch("BEGIN IMMEDIATE").map_err(sql)?;
     let found = bring_up_to_date(conn);
     let end = if found.is_ok() { "COMMIT" } else { "ROLLBACK" };
     conn.execute_batch(end).map_err(sql)?;
-    if matches!(found, Ok(Found::Migrated)) {
-        // The old tables' pages are free now but still in the file (which would stay
-        // at its old size plus the new tables' until new runs filled them): give them
-        // back. Once, after the rebuild has committed.
-        conn.execute_batch("VACUUM").map_err(sql)?;
+    let found = found?;
+    let incremental: i64 = conn
+        .query_row("PRAGMA auto_vacuum", [], |r| r.get(0))
+        .map_err(sql)?;
+    if found == Found::Migrated || incremental != AUTO_VACUUM_INCREMENTAL {
+        // Once per file, after its migration committed: a file made before schema
+        // version 4 becomes incremental (SQLite switches an existing file's mode only
+        // by rebuilding it), so that removed runs' pages can leave it
+        // (`retention`); and a file rebuilt to run keys gives back the old tables'
+        // pages, which would otherwise keep it at its old size plus the new tables'.
+        // Decided by the file's mode, not its version, so a process killed before the
+        // `VACUUM` finished does it at the next open.
+        conn.execute_batch("PRAGMA auto_vacuum = INCREMENTAL; VACUUM")
+            .map_err(sql)?;
     }
-    found
+    Ok(found)
 }
+
+/// `PRAGMA auto_vacuum`'s answer for `INCREMENTAL`.
+const AUTO_VACUUM_INCREMENTAL: i64 = 2;
 
 fn bring_up_to_date(conn: &Connection) -> Result<Found, StoreError> {
     conn.execute_batch(QUEUE_AND_RECORDS).map_err(sql)?;
@@ -224,6 +240,12 @@ const MIGRATIONS: &[Migration] = &[
         version: 3,
         schema: crate::streams::KEYS_SCHEMA,
         backfill: crate::streams::BACKFILL,
+    },
+    // With it the file becomes `auto_vacuum = INCREMENTAL` (see [`open`]).
+    Migration {
+        version: 4,
+        schema: crate::retention::SCHEMA,
+        backfill: crate::retention::BACKFILL,
     },
 ];
 

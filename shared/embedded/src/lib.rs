@@ -39,6 +39,7 @@ mod layout;
 mod query_plans;
 mod queue;
 mod recovery;
+mod retention;
 mod store;
 mod stored;
 mod streams;

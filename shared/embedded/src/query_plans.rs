@@ -68,7 +68,13 @@ const EXPECTED: &[&str] = &[
     "FROM dead_letter_queue WHERE visible_at",
     "DELETE FROM dead_letter_queue WHERE receipt",
     "DELETE FROM dead_letter_queue WHERE id",
-    "UPDATE runs SET body = ?3, status = ?4 WHERE",
+    "UPDATE runs SET body = ?3, status = ?4, finished_at = ?5 WHERE",
+    "INDEXED BY runs_finished\n",
+    "INDEXED BY runs_finished_by_workflow",
+    "DELETE FROM journal WHERE run",
+    "DELETE FROM callbacks WHERE run",
+    "DELETE FROM artifacts WHERE location",
+    "DELETE FROM runs WHERE key",
     "SELECT runs FROM tenant_unfinished WHERE tenant",
     "INSERT OR REPLACE INTO tool_calls",
     "FROM tenant_builds WHERE tenant",
@@ -84,6 +90,7 @@ const NOT_RUN: &[&str] = &[
     "INSERT INTO wake_queue (tenant, run_id, lane, body, visible_at, receive_count, receipt) SELECT",
     "DELETE FROM tenant_unfinished; INSERT INTO tenant_unfinished (tenant, runs) SELECT",
     "UPDATE runs SET build = json_extract(body, '$.build_id')",
+    "UPDATE runs SET finished_at = json_extract(body, '$.updated_at')",
 ];
 
 /// The SQL statements written in the embedded backend's source (string literals that
@@ -104,6 +111,7 @@ fn statements_in_source() -> Vec<String> {
         include_str!("writer.rs"),
         include_str!("unfinished.rs"),
         include_str!("builds.rs"),
+        include_str!("retention.rs"),
     ] {
         // A module's unit tests build their own fixtures; they are not the backend's.
         let source = source
@@ -366,6 +374,20 @@ async fn workload(backend: &crate::EmbeddedBackend, clock: &Arc<ManualClock>) {
     // their re-send margin).
     clock.advance(Duration::from_secs(120) + siesta::EngineConfig::default().resend_margin);
     engine.sweep(500).await.unwrap();
+
+    // Retention: the finished runs (the cancelled one) removed, of one workflow and of
+    // any.
+    let now = clock.now();
+    ports
+        .store
+        .reap_finished(Some("other"), now, 10)
+        .await
+        .unwrap();
+    let removed = ports.store.reap_finished(None, now, 10).await.unwrap();
+    assert!(
+        removed.iter().any(|r| r.run_id == runs[2].id),
+        "{removed:?}"
+    );
 }
 
 /// A wake-up dead-lettered and handled, on a file of its own (its statements are

@@ -10,7 +10,7 @@ use siesta::*;
 use crate::cursors::ListPosition;
 use crate::deliveries::{apply_delivery, get_callback, put_callback_as};
 use crate::{EmbeddedBackend, from_json, is_constraint, sql, to_json};
-use crate::{builds, stored, unfinished};
+use crate::{builds, retention, stored, unfinished};
 
 /// A page of a tenant's runs, newest first, after the cursor `(?4, ?5)` (its creation
 /// time and run key).
@@ -64,10 +64,10 @@ pub(crate) fn get_keyed_run(
 /// Insert `run`; its key.
 fn put_run(tx: &Connection, run: &Run) -> Result<i64, StoreError> {
     tx.prepare_cached(
-        "INSERT INTO runs (tenant, run_id, status, workflow, created_at, due_at, body, sweep_at, build) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+        "INSERT INTO runs (tenant, run_id, status, workflow, created_at, due_at, body, sweep_at, build, finished_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
     )
     .map_err(sql)?
-    .execute(params![run.tenant.0, run.id.0, run.status.as_str(), run.workflow, run.created_at.0, run.due_at.map(|d| d.0), stored::run_body(run)?, run.sweep_at().map(|d| d.0), run.build_id])
+    .execute(params![run.tenant.0, run.id.0, run.status.as_str(), run.workflow, run.created_at.0, run.due_at.map(|d| d.0), stored::run_body(run)?, run.sweep_at().map(|d| d.0), run.build_id, retention::finished_at(run)])
     .map_err(sql)?;
     Ok(tx.last_insert_rowid())
 }
@@ -112,10 +112,10 @@ fn update_run_as(tx: &Connection, old: Indexed, run: &Run, body: &str) -> Result
             .execute(params![run.tenant.0, run.id.0, body]),
         (true, false) => tx
             .prepare_cached(
-                "UPDATE runs SET body = ?3, status = ?4 WHERE tenant = ?1 AND run_id = ?2",
+                "UPDATE runs SET body = ?3, status = ?4, finished_at = ?5 WHERE tenant = ?1 AND run_id = ?2",
             )
             .map_err(sql)?
-            .execute(params![run.tenant.0, run.id.0, body, run.status.as_str()]),
+            .execute(params![run.tenant.0, run.id.0, body, run.status.as_str(), retention::finished_at(run)]),
         (false, true) => tx
             .prepare_cached(
                 "UPDATE runs SET body = ?3, due_at = ?4, sweep_at = ?5 WHERE tenant = ?1 AND run_id = ?2",
@@ -124,7 +124,7 @@ fn update_run_as(tx: &Connection, old: Indexed, run: &Run, body: &str) -> Result
             .execute(params![run.tenant.0, run.id.0, body, run.due_at.map(|d| d.0), sweep_at]),
         (true, true) => tx
             .prepare_cached(
-                "UPDATE runs SET body = ?3, status = ?4, due_at = ?5, sweep_at = ?6 WHERE tenant = ?1 AND run_id = ?2",
+                "UPDATE runs SET body = ?3, status = ?4, due_at = ?5, sweep_at = ?6, finished_at = ?7 WHERE tenant = ?1 AND run_id = ?2",
             )
             .map_err(sql)?
             .execute(params![
@@ -133,7 +133,8 @@ fn update_run_as(tx: &Connection, old: Indexed, run: &Run, body: &str) -> Result
                 body,
                 run.status.as_str(),
                 run.due_at.map(|d| d.0),
-                sweep_at
+                sweep_at,
+                retention::finished_at(run)
             ]),
     }
     .map_err(sql)?;
@@ -283,6 +284,22 @@ fn schema_id(tx: &Connection, schema: &stored::Schema) -> Result<i64, StoreError
         .execute(params![schema.sha256, schema.body])
         .map_err(sql)?;
     Ok(tx.last_insert_rowid())
+}
+
+/// The key of the run a record of `tenant`'s `run_id` belongs to: `key`, the key of
+/// `run`, when it is that run's (as a checkpoint's records are), else looked up;
+/// `None` when no such run exists.
+fn run_key(
+    tx: &Connection,
+    key: i64,
+    run: &Run,
+    tenant: &TenantId,
+    run_id: &RunId,
+) -> Result<Option<i64>, StoreError> {
+    if run.tenant == *tenant && run.id == *run_id {
+        return Ok(Some(key));
+    }
+    Ok(get_keyed_run(tx, &tenant.0, &run_id.0)?.map(|(key, _)| key))
 }
 
 fn conflict(current: Run) -> StoreError {
@@ -484,14 +501,16 @@ impl RunStore for EmbeddedBackend {
                     })?;
                 }
                 for (record, body) in cp.callbacks.iter().zip(&encoded.callbacks) {
-                    put_callback_as(tx, &record.callback_id, body)?;
+                    let owner = run_key(tx, key, &cp.run, &record.tenant, &record.run_id)?;
+                    put_callback_as(tx, &record.callback_id, body, owner)?;
                 }
                 for (record, body) in cp.tool_calls.iter().zip(&encoded.tool_calls) {
+                    let owner = run_key(tx, key, &cp.run, &record.tenant, &record.run_id)?;
                     tx.prepare_cached(
-                        "INSERT OR REPLACE INTO tool_calls (tenant, key, body) VALUES (?1, ?2, ?3)",
+                        "INSERT OR REPLACE INTO tool_calls (tenant, key, body, run) VALUES (?1, ?2, ?3, ?4)",
                     )
                     .map_err(sql)?
-                    .execute(params![record.tenant.0, record.key.0, body])
+                    .execute(params![record.tenant.0, record.key.0, body, owner])
                     .map_err(sql)?;
                 }
                 for (child, started) in &cp.child_runs {
@@ -654,6 +673,17 @@ impl RunStore for EmbeddedBackend {
                     .map_err(sql)?;
                 rows.map(|r| r.map_err(sql)).collect()
             })
+            .await
+    }
+
+    async fn reap_finished(
+        &self,
+        workflow: Option<&str>,
+        finished_before: Timestamp,
+        limit: usize,
+    ) -> Result<Vec<ReapedRun>, StoreError> {
+        let workflow = workflow.map(str::to_owned);
+        self.tx(move |tx, _| retention::reap(tx, workflow.as_deref(), finished_before.0, limit))
             .await
     }
 

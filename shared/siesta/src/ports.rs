@@ -245,6 +245,17 @@ pub struct BuildSummary {
     pub unfinished: std::collections::BTreeMap<RunStatus, u64>,
 }
 
+/// A finished run [`RunStore::reap_finished`] removed for good.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReapedRun {
+    /// The owning tenant.
+    pub tenant: TenantId,
+    /// The run.
+    pub run_id: RunId,
+    /// The workflow it ran.
+    pub workflow: String,
+}
+
 /// Durable storage of runs and everything that belongs to them.
 #[async_trait]
 pub trait RunStore: Send + Sync + 'static {
@@ -411,6 +422,37 @@ pub trait RunStore: Send + Sync + 'static {
         due_at: Timestamp,
         resend_after: Option<Timestamp>,
     ) -> Result<(), StoreError>;
+
+    /// Remove for good up to `limit` finished runs (completed, failed, cancelled) that
+    /// finished at or before `finished_before` — of `workflow` only, when given —
+    /// oldest first, each with everything that is its own: the run (and so its
+    /// `Idempotency-Key`, which names it), its journal, timeline, deliveries and their
+    /// dedup records, callback and tool-call records, stream chunks, queued wake-ups
+    /// and the artifacts stored under it. Returns the runs removed; fewer than `limit`
+    /// means none is left to remove now.
+    ///
+    /// What it never touches: a run that is not finished (pending, running, waiting
+    /// or parked), however old; and a finished child run whose parent still exists —
+    /// the parent may still read the child's outcome and the values it offloaded, so
+    /// the child goes once its parent has. Each run goes in one atomic write, whole or
+    /// not at all, so a caller stopped half-way (a crash, a dropped future) leaves no
+    /// run half-removed and the next call goes on with what is left: the oldest due
+    /// run first. Bounded: one call reads and removes at most `limit` runs, never a
+    /// scan of the runs that are not due.
+    ///
+    /// Default: [`StoreError::Unsupported`] (a backend that cannot remove runs yet;
+    /// the DynamoDB one expires items by TTL instead).
+    async fn reap_finished(
+        &self,
+        workflow: Option<&str>,
+        finished_before: Timestamp,
+        limit: usize,
+    ) -> Result<Vec<ReapedRun>, StoreError> {
+        let _ = (workflow, finished_before, limit);
+        Err(StoreError::Unsupported(
+            "removing finished runs past their retention".to_owned(),
+        ))
+    }
 }
 
 /// Blob storage for artifacts and large values, content-addressed by SHA-256.

@@ -11,6 +11,7 @@ mod leases;
 mod queue;
 mod quotas;
 mod reading;
+mod retention;
 mod runs;
 mod streams;
 
@@ -23,5 +24,6 @@ pub use leases::*;
 pub use queue::*;
 pub use quotas::*;
 pub use reading::*;
+pub use retention::*;
 pub use runs::*;
 pub use streams::*;

@@ -37,6 +37,7 @@ pub mod dead_letters;
 mod deliveries;
 mod finish;
 mod lease;
+mod reap;
 mod replay_check;
 mod start;
 pub mod streams;
