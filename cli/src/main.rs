@@ -547,8 +547,42 @@ async fn demo(data_dir: Option<PathBuf>) -> anyhow::Result<()> {
     println!("POST /runs → run {id} of workflow `order` with {input}\n");
     println!("{}", siesta_cli::runs::TIMELINE_HEADER);
 
-    let mut after = 0u64;
     let mut paid = false;
+    let view = follow_run(&http, &base, &id, |view| {
+        if let (false, Some(callback_id)) = (paid, view["waits"][0]["callback_id"].as_str()) {
+            paid = true;
+            tokio::spawn(pay(
+                http.clone(),
+                base.clone(),
+                callback_id.to_owned(),
+                secret.clone(),
+            ));
+        }
+    })
+    .await?;
+    println!(
+        "\nrun {id} is {}: {}",
+        view["status"].as_str().unwrap_or(""),
+        if view["output"].is_null() {
+            &view["error"]
+        } else {
+            &view["output"]
+        }
+    );
+    server.stop();
+    Ok(())
+}
+
+/// Print the run's timeline as it unfolds, calling `on_view` with the run after each
+/// page, until the run has ended (completed, failed, cancelled or parked); the run as
+/// it ended.
+async fn follow_run(
+    http: &reqwest::Client,
+    base: &str,
+    id: &str,
+    mut on_view: impl FnMut(&serde_json::Value),
+) -> anyhow::Result<serde_json::Value> {
+    let mut after = 0u64;
     for _ in 0..1000 {
         let page: serde_json::Value = http
             .get(format!("{base}/runs/{id}/timeline?after={after}"))
@@ -567,30 +601,12 @@ async fn demo(data_dir: Option<PathBuf>) -> anyhow::Result<()> {
             .await?
             .json()
             .await?;
-        if let (false, Some(callback_id)) = (paid, view["waits"][0]["callback_id"].as_str()) {
-            paid = true;
-            tokio::spawn(pay(
-                http.clone(),
-                base.clone(),
-                callback_id.to_owned(),
-                secret.clone(),
-            ));
-        }
+        on_view(&view);
         if matches!(
             view["status"].as_str(),
-            Some("completed" | "failed" | "cancelled")
+            Some("completed" | "failed" | "cancelled" | "parked")
         ) {
-            println!(
-                "\nrun {id} is {}: {}",
-                view["status"].as_str().unwrap_or(""),
-                if view["output"].is_null() {
-                    &view["error"]
-                } else {
-                    &view["output"]
-                }
-            );
-            server.stop();
-            return Ok(());
+            return Ok(view);
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -630,26 +646,8 @@ async fn demo_agent(data_dir: Option<PathBuf>) -> anyhow::Result<()> {
     println!("POST /runs → run {id} of workflow `agent` with {input}");
     println!("(watch it at {base}/ui/runs/{id})\n");
     println!("{}", siesta_cli::runs::TIMELINE_HEADER);
-    let mut after = 0u64;
     let mut approved = false;
-    for _ in 0..1000 {
-        let page: serde_json::Value = http
-            .get(format!("{base}/runs/{id}/timeline?after={after}"))
-            .send()
-            .await?
-            .json()
-            .await?;
-        for event in page["events"].as_array().into_iter().flatten() {
-            let event: siesta_api::TimelineEventView = serde_json::from_value(event.clone())?;
-            after = event.seq;
-            println!("{}", siesta_cli::runs::timeline_row(&event));
-        }
-        let view: serde_json::Value = http
-            .get(format!("{base}/runs/{id}"))
-            .send()
-            .await?
-            .json()
-            .await?;
+    let view = follow_run(&http, &base, &id, |view| {
         let waits_for_approval = view["waits"]
             .as_array()
             .into_iter()
@@ -658,39 +656,32 @@ async fn demo_agent(data_dir: Option<PathBuf>) -> anyhow::Result<()> {
         if !approved && waits_for_approval {
             approved = true;
             let decision = serde_json::json!({"approved": true, "by": "demo-operator", "comment": "photos look broken"});
-            println!(
-                "\n→ the operator approves the refund: POST /runs/{id}/events/approval {decision}\n"
-            );
-            http.post(format!("{base}/runs/{id}/events/approval"))
-                .json(&decision)
-                .send()
-                .await?
-                .error_for_status()?;
+            println!("\n→ the operator approves the refund: POST /runs/{id}/events/approval {decision}\n");
+            let (http, url) = (http.clone(), format!("{base}/runs/{id}/events/approval"));
+            tokio::spawn(async move {
+                if let Err(e) = http.post(url).json(&decision).send().await.and_then(|r| r.error_for_status()) {
+                    eprintln!("approving the refund failed: {e}");
+                }
+            });
         }
-        if matches!(
-            view["status"].as_str(),
-            Some("completed" | "failed" | "cancelled" | "parked")
-        ) {
-            let status = view["status"].as_str().unwrap_or("");
-            match view["output"]["answer"].as_str() {
-                Some(answer) => println!(
-                    "\nrun {id} is {status}. The agent answered, in {} model calls and {} tokens:\n  {answer}",
-                    view["output"]["turns"],
-                    view["output"]["usage"]["input_tokens"]
-                        .as_u64()
-                        .unwrap_or(0)
-                        + view["output"]["usage"]["output_tokens"]
-                            .as_u64()
-                            .unwrap_or(0)
-                ),
-                None => println!("\nrun {id} is {status}: {}", view["error"]),
-            }
-            server.stop();
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+    })
+    .await?;
+    let status = view["status"].as_str().unwrap_or("");
+    match view["output"]["answer"].as_str() {
+        Some(answer) => println!(
+            "\nrun {id} is {status}. The agent answered, in {} model calls and {} tokens:\n  {answer}",
+            view["output"]["turns"],
+            view["output"]["usage"]["input_tokens"]
+                .as_u64()
+                .unwrap_or(0)
+                + view["output"]["usage"]["output_tokens"]
+                    .as_u64()
+                    .unwrap_or(0)
+        ),
+        None => println!("\nrun {id} is {status}: {}", view["error"]),
     }
-    bail!("the demo run did not finish in time")
+    server.stop();
+    Ok(())
 }
 
 /// The webhook source the demo's payment provider posts to.

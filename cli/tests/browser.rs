@@ -15,11 +15,15 @@ use fantoccini::{Client, ClientBuilder, Locator};
 use futures::FutureExt as _;
 use serde_json::{Value, json};
 use siesta::{Context, Error, Registry, RetryStrategy, RunStatus, StepError};
+use siesta_ai::{Model, ModelError, ModelReply, ModelRequest, Role, TokenSink};
 use siesta_api::{ApiKeys, ControlApi};
 use siesta_app::dev::{DevOptions, DevServer, start};
 use siesta_testing::{LEASE_TTL, TestEnv};
+use siesta_workflows::{SupportDemoModel, agent_with};
+use std::sync::Arc;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
+use tokio::sync::Semaphore;
 
 const CHROMIUM: &str = "/usr/bin/chromium";
 const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
@@ -827,6 +831,107 @@ async fn an_unknown_tool_call_is_resolved_through_the_ui() {
         let page = find(client, "main").await.text().await.unwrap();
         assert!(page.contains("charged by hand"), "the output is shown");
         server.abort();
+    })
+    .await;
+}
+
+/// The example's fake model, whose second reply (after the order lookup) goes out one
+/// word per permit of `gate`.
+struct Gated {
+    gate: Arc<Semaphore>,
+}
+
+#[async_trait::async_trait]
+impl Model for Gated {
+    async fn complete(
+        &self,
+        request: &ModelRequest,
+        tokens: Option<TokenSink>,
+    ) -> Result<ModelReply, ModelError> {
+        let reply = SupportDemoModel.complete(request, None).await?;
+        let turn = request
+            .messages
+            .iter()
+            .filter(|m| m.role == Role::Assistant)
+            .count();
+        if let Some(sink) = tokens {
+            for word in reply.message.content.split_inclusive(' ') {
+                if turn == 1 {
+                    self.gate
+                        .acquire()
+                        .await
+                        .expect("the gate stays open")
+                        .forget();
+                }
+                sink(word);
+            }
+        }
+        Ok(reply)
+    }
+}
+
+/// Waits until the element with id `id` shows text containing `wanted`; its text.
+async fn shows(client: &Client, id: &str, wanted: &str) -> String {
+    let xpath = format!("//*[@id='{id}'][contains(., '{wanted}')]");
+    client
+        .wait()
+        .at_most(PATIENCE)
+        .for_element(Locator::XPath(&xpath))
+        .await
+        .unwrap_or_else(|e| panic!("#{id} shows {wanted:?}: {e}"))
+        .text()
+        .await
+        .unwrap()
+}
+
+/// The `agent` example's model's words arrive live on the run page while its call is in
+/// progress, and the refund it asks for is approved there. The model is the example's
+/// built-in fake, held back word by word by the test ([`Gated`]), so the page shows text
+/// the journal does not hold yet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_models_words_arrive_live_and_the_refund_is_approved_on_the_run_page() {
+    with_browser(|client| async move {
+        let gate = Arc::new(Semaphore::new(0));
+        let mut registry = Registry::new();
+        registry.register("agent", agent_with(Arc::new(Gated { gate: gate.clone() })));
+        let dir = tempfile::tempdir().unwrap();
+        let mut options = DevOptions::new(dir.path().to_owned());
+        options.sweep_every = Duration::from_millis(200);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let server = start(listener, options, registry).await.unwrap();
+        let base = format!("http://{}", server.addr);
+
+        let client = &client;
+        let run: serde_json::Value = reqwest::Client::new()
+            .post(format!("{base}/runs"))
+            .json(&json!({"workflow": "agent", "input": {"customer": "Ada", "message": "It arrived broken, refund please."}}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let id = run["id"].as_str().unwrap().to_owned();
+        client.goto(&format!("{base}/ui/runs/{id}")).await.unwrap();
+        // The first call (the lookup's sentence) is in the conversation; the second is
+        // held back by the gate.
+        shows(client, "conversation", "Let me look up your latest order.").await;
+        gate.add_permits(3);
+        let live = shows(client, "live-tokens", "I found order").await;
+        assert!(!live.contains("refund of"), "only the words let out so far: {live}");
+        gate.add_permits(100);
+        // The call ends and the run waits for a person: Approve is offered.
+        find(client, r#"#pending-approval button[data-action="approve"]"#).await.click().await.unwrap();
+        let by = find(client, r#"#dialog input[name="by"]"#).await;
+        by.clear().await.unwrap();
+        by.send_keys("alice").await.unwrap();
+        let what = find(client, "#dialog #what").await.text().await.unwrap();
+        assert!(what.contains(&format!("POST /runs/{id}/events/approval")), "{what}");
+        assert!(what.contains(r#"{"approved":true,"by":"alice"}"#), "{what}");
+        find(client, "#dialog-confirm").await.click().await.unwrap();
+        find(client, r#"h1 .badge[data-status="completed"]"#).await;
+        shows(client, "conversation", "Your refund of $249").await;
+        server.stop();
     })
     .await;
 }
