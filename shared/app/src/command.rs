@@ -102,6 +102,11 @@ pub struct DevArgs {
     /// `{"default": {"max_unfinished_runs": 100}, "tenants": {"acme": {...}}}`.
     #[arg(long, env = "SIESTA_QUOTAS_FILE")]
     pub quotas: Option<PathBuf>,
+    /// How long finished runs (completed, failed, cancelled) are kept before they
+    /// and everything they own are removed: `30d` (default), `12h`, `15m`, `3s`;
+    /// `0` keeps everything. Runs not finished — waiting, parked — are never removed.
+    #[arg(long, env = "SIESTA_RETENTION", default_value = "30d")]
+    pub retention: String,
     /// Where the AWS backend's resources are.
     #[command(flatten)]
     pub aws: AwsArgs,
@@ -174,6 +179,10 @@ impl DevArgs {
             DurabilityKind::Full => siesta_embedded::Durability::Full,
             DurabilityKind::Relaxed => siesta_embedded::Durability::Relaxed,
         };
+        options.retention = siesta::RetentionPolicy::keep_for(
+            siesta::parse_retention(&self.retention)
+                .map_err(|e| anyhow::anyhow!("--retention: {e}"))?,
+        );
         options.sources = siesta_api::WebhookSource::parse_all(&self.webhook_sources)
             .map_err(anyhow::Error::msg)?;
         if let Some(path) = &self.quotas {
@@ -385,5 +394,30 @@ mod tests {
             Cli::try_parse_from(["app", "dev", "--replay-cache-entries", "lots"]).is_err(),
             "a size that is not a number is refused"
         );
+    }
+
+    #[tokio::test]
+    async fn finished_runs_are_kept_thirty_days_unless_a_retention_is_given() {
+        use std::time::Duration;
+        let kept = |options: DevOptions| options.retention.of("any");
+        assert_eq!(
+            kept(dev_options(&[]).await),
+            Some(Duration::from_secs(30 * 86_400))
+        );
+        assert_eq!(
+            kept(dev_options(&["--retention", "12h"]).await),
+            Some(Duration::from_secs(12 * 3600))
+        );
+        assert_eq!(
+            kept(dev_options(&["--retention", "3s"]).await),
+            Some(Duration::from_secs(3))
+        );
+        assert_eq!(kept(dev_options(&["--retention", "0"]).await), None);
+        let cli = Cli::try_parse_from(["app", "dev", "--retention", "a while"]).expect("parses");
+        let Command::Dev(dev) = cli.command else {
+            panic!("not dev")
+        };
+        let refused = dev.options().await.expect_err("a retention without a unit");
+        assert!(refused.to_string().contains("--retention"), "{refused}");
     }
 }

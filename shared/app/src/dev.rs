@@ -62,6 +62,13 @@ pub struct DevOptions {
     /// start-up the runs of other builds whose journal replays on this one move to it,
     /// and only the others wait for their build.
     pub upgrade_policy: UpgradePolicy,
+    /// How long finished runs are kept before the reaper removes them, with
+    /// everything they own (default: [`siesta::retention::DEFAULT_RETENTION`], 30
+    /// days, for every workflow). A run that is not finished is never removed.
+    pub retention: RetentionPolicy,
+    /// How often the reaper looks for finished runs past their retention (default:
+    /// every 30 s, so a run goes within a minute of its retention passing).
+    pub reap_every: Duration,
 }
 
 impl std::fmt::Debug for DevOptions {
@@ -88,6 +95,8 @@ impl std::fmt::Debug for DevOptions {
             .field("replay_cache_entries", &self.replay_cache_entries)
             .field("worker_nice", &self.worker_nice)
             .field("upgrade_policy", &self.upgrade_policy)
+            .field("retention", &self.retention)
+            .field("reap_every", &self.reap_every)
             .finish_non_exhaustive()
     }
 }
@@ -113,6 +122,8 @@ impl DevOptions {
             replay_cache_entries: EngineConfig::default().replay_cache_entries,
             worker_nice: DEFAULT_WORKER_NICE,
             upgrade_policy: UpgradePolicy::UpgradeWhenReplays,
+            retention: RetentionPolicy::default(),
+            reap_every: Duration::from_secs(30),
         }
     }
 
@@ -388,12 +399,57 @@ pub async fn start(
             }
         })
     };
+    let reaper = spawner.spawn(reap(
+        engine.clone(),
+        options.retention.clone(),
+        options.reap_every,
+    ));
     Ok(DevServer {
         addr,
         engine,
         liveness,
         other_builds,
-        tasks: vec![server, worker, sweeper],
+        tasks: vec![server, worker, sweeper, reaper],
         background,
     })
+}
+
+/// Runs removed per page: each page is one write of the embedded backend's writer, so
+/// live writes wait behind one page at most, however large the backlog.
+const REAP_PAGE: usize = 100;
+
+/// The reaper: every `every`, remove the finished runs past their retention, a page
+/// at a time until none is left. Stops, saying so, on a backend that cannot remove
+/// runs (the AWS one expires them by TTL instead).
+async fn reap(engine: Engine, policy: RetentionPolicy, every: Duration) {
+    loop {
+        tokio::time::sleep(every).await;
+        let mut removed = 0;
+        loop {
+            match engine.reap(&policy, REAP_PAGE).await {
+                Ok(report) => {
+                    removed += report.removed.len();
+                    if !report.more {
+                        break;
+                    }
+                }
+                Err(EngineError::Store(siesta::ports::StoreError::Unsupported(why))) => {
+                    tracing::info!(%why, "retention: this backend does not remove finished runs; the reaper stops");
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "retention");
+                    break;
+                }
+            }
+            // Between pages, the writer serves what waits.
+            tokio::task::yield_now().await;
+        }
+        if removed > 0 {
+            tracing::info!(
+                removed,
+                "retention: finished runs past their retention removed"
+            );
+        }
+    }
 }
