@@ -157,7 +157,12 @@ pub(crate) fn reap(
         });
     }
     if !removed.is_empty() {
-        tx.execute_batch("PRAGMA incremental_vacuum").map_err(sql)?;
+        // The pragma frees one page per step of its statement: step it to the end.
+        let mut vacuum = tx
+            .prepare_cached("PRAGMA incremental_vacuum")
+            .map_err(sql)?;
+        let mut steps = vacuum.raw_query();
+        while steps.next().map_err(sql)?.is_some() {}
     }
     Ok(removed)
 }

@@ -109,6 +109,16 @@ async fn a_file_written_before_run_keys_opens_and_its_runs_go_on() {
 
     let backend = EmbeddedBackend::open(&path, clock.clone()).expect("open the old file");
     let ports = backend.backend();
+    // It is brought up to the last schema version, and frees pages incrementally.
+    {
+        let conn = Connection::open(&path).expect("read the file");
+        let pragma = |name: &str| -> i64 {
+            conn.query_row(&format!("PRAGMA {name}"), [], |r| r.get(0))
+                .expect(name)
+        };
+        assert_eq!(pragma("auto_vacuum"), 2, "incremental");
+        assert!(pragma("user_version") >= 4, "schema version");
+    }
     // The file had no counter of unfinished runs: its runs are counted when it opens.
     let unfinished = |runs: &[Run]| {
         runs.iter()
