@@ -45,17 +45,28 @@ fn event(at: Timestamp, event_type: EventType) -> TimelineEvent {
 /// chunk, an artifact of `big` bytes and a queued wake-up — left waiting, or finished
 /// (completed) when `finish`.
 async fn full_run(ports: &Backend, clock: &ManualClock, finish: bool, big: usize) -> Run {
+    full_run_of(ports, clock, "approval", finish, big).await
+}
+
+/// [`full_run`] of `workflow`.
+async fn full_run_of(
+    ports: &Backend,
+    clock: &ManualClock,
+    workflow: &str,
+    finish: bool,
+    big: usize,
+) -> Run {
     let now = clock.now();
     let tenant = TenantId::from("acme");
     let mut run = Run::new(
         tenant.clone(),
         RunId::generate(),
-        "approval",
+        workflow,
         Payload::Inline(serde_json::json!({"order": 1})),
         now,
     );
     run.timeline_seq = 1;
-    let started = TimelineEvent::execution_started(now, "approval", serde_json::Value::Null);
+    let started = TimelineEvent::execution_started(now, workflow, serde_json::Value::Null);
     ports
         .store
         .create_run(&run, &started)
@@ -516,4 +527,51 @@ async fn a_file_made_before_incremental_vacuum_is_switched_once_and_keeps_its_ru
         ports.store.get_run(&run.tenant, &run.id).await.unwrap(),
         Some(run)
     );
+}
+
+#[tokio::test]
+async fn each_workflow_is_kept_for_its_own_retention_and_a_run_still_waiting_for_ever() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("siesta.db");
+    let clock = Arc::new(ManualClock::default());
+    let ports = open(&path, &clock);
+    let mut registry = Registry::new();
+    for name in ["approval", "ping"] {
+        registry.register(name, |_: Context, _: serde_json::Value| async move {
+            Ok(serde_json::json!(null))
+        });
+    }
+    let engine = Engine::new(
+        ports.clone(),
+        clock.clone(),
+        registry,
+        EngineConfig::default(),
+    );
+    let policy = RetentionPolicy::default().with_workflow("ping", Some(HOUR));
+    let approval = full_run_of(&ports, &clock, "approval", true, 100).await;
+    let ping = full_run_of(&ports, &clock, "ping", true, 100).await;
+    let waiting = full_run_of(&ports, &clock, "ping", false, 100).await;
+    let exists = |run: &Run| {
+        let (store, run) = (ports.store.clone(), run.clone());
+        async move { store.get_run(&run.tenant, &run.id).await.unwrap().is_some() }
+    };
+
+    clock.advance(HOUR * 2);
+    let report = engine.reap(&policy, 100).await.expect("reap");
+    assert_eq!(
+        report.removed.iter().map(|r| &r.run_id).collect::<Vec<_>>(),
+        [&ping.id],
+        "after two hours, the ping run alone"
+    );
+    assert!(exists(&approval).await && exists(&waiting).await);
+
+    clock.advance(HOUR * 24 * 30);
+    let report = engine.reap(&policy, 100).await.expect("reap");
+    assert_eq!(
+        report.removed.iter().map(|r| &r.run_id).collect::<Vec<_>>(),
+        [&approval.id],
+        "after thirty days, the approval run"
+    );
+    assert!(exists(&waiting).await, "a waiting run is never removed");
+    assert!(!report.more);
 }
