@@ -99,6 +99,7 @@ pub mod registry;
 mod replay_cache;
 pub mod retention;
 pub mod retry;
+pub mod telemetry;
 pub mod time;
 
 pub use context::Context;

@@ -526,45 +526,71 @@ where
         run_id: ctx.shared.run_id.clone(),
         streams: streams.clone(),
     };
-    let outcome = attempt_catching_panics(f, step_ctx).await;
+    // Only here, where an attempt runs, is a span opened: replay returns above, so a
+    // replayed step is never reported again as if it ran (docs/telemetry.md).
+    let span = tracing::info_span!(
+        "durable_operation",
+        operationId = %op.position,
+        name = %op.name,
+        kind = op.kind.as_str(),
+        subType = ?sub,
+        attempt,
+        isReplay = false,
+        outcome = tracing::field::Empty,
+        "error.kind" = tracing::field::Empty,
+    );
+    let outcome =
+        tracing::Instrument::instrument(attempt_catching_panics(f, step_ctx), span.clone()).await;
+    match &outcome {
+        Ok(_) => span.record("outcome", "succeeded"),
+        Err(e) => span
+            .record("outcome", "failed")
+            .record("error.kind", e.info().kind.as_str()),
+    };
     if outcome.is_err() {
         // Before the failure is journaled: once the journal says the attempt failed,
         // its chunks are marked void.
         streams.attempt_failed().await;
     }
-    let result = match outcome {
-        Ok(value) => {
-            settle_success(
-                &ctx,
-                &op,
-                sub,
-                attempt,
-                key,
-                value,
-                if started_event_written {
-                    Vec::new()
-                } else {
-                    drained
-                },
-                !started_event_written && !started,
-            )
-            .await
-        }
-        Err(e) => {
-            settle_failure(
-                &ctx,
-                &op,
-                sub,
-                &retry,
-                park_on_exhaustion,
-                attempt,
-                e.info().clone(),
-                key,
-                !started_event_written && !started,
-            )
-            .await
-        }
-    };
+    let result = tracing::Instrument::instrument(
+        async move {
+            match outcome {
+                Ok(value) => {
+                    settle_success(
+                        &ctx,
+                        &op,
+                        sub,
+                        attempt,
+                        key,
+                        value,
+                        if started_event_written {
+                            Vec::new()
+                        } else {
+                            drained
+                        },
+                        !started_event_written && !started,
+                    )
+                    .await
+                }
+                Err(e) => {
+                    settle_failure(
+                        &ctx,
+                        &op,
+                        sub,
+                        &retry,
+                        park_on_exhaustion,
+                        attempt,
+                        e.info().clone(),
+                        key,
+                        !started_event_written && !started,
+                    )
+                    .await
+                }
+            }
+        },
+        span,
+    )
+    .await;
     claim.keep();
     result
 }

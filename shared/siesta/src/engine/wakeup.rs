@@ -92,8 +92,21 @@ impl Engine {
             self.config.lease_ttl,
             watch.clone(),
         )));
-        let span = tracing::info_span!("invocation", tenant = %run.tenant, run_id = %run.id, epoch = epoch.0);
-        tracing::Instrument::instrument(self.advance(run, budget, &watch), span).await
+        // Named and shaped after AWS's durable-execution SDK: one span per wake-up, in the
+        // run's own trace (see `crate::telemetry`).
+        let span = tracing::info_span!(
+            "durable_execution",
+            tenant = %run.tenant,
+            run_id = %run.id,
+            workflow = %run.workflow,
+            epoch = epoch.0,
+            "siesta.trace_id" = %crate::telemetry::trace_id_hex(&run.tenant, &run.id),
+            outcome = tracing::field::Empty,
+        );
+        let outcome =
+            tracing::Instrument::instrument(self.advance(run, budget, &watch), span.clone()).await;
+        span.record("outcome", wake_outcome_name(&outcome));
+        outcome
     }
 
     async fn advance(
@@ -276,6 +289,16 @@ impl Engine {
             budget,
             watch.clone(),
         ))
+    }
+}
+
+/// What a wake-up came to, as its span records it.
+fn wake_outcome_name(outcome: &Result<WakeOutcome, EngineError>) -> &'static str {
+    match outcome {
+        Ok(WakeOutcome::Advanced(status)) => status.as_str(),
+        Ok(WakeOutcome::Aborted(_)) => "aborted",
+        Ok(_) => "skipped",
+        Err(_) => "error",
     }
 }
 
