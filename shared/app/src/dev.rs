@@ -453,3 +453,79 @@ async fn reap(engine: Engine, policy: RetentionPolicy, every: Duration) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Poll `check` until it holds: the reaper is a background task on its own tick,
+    /// with nothing to await; time in the runs is the manual clock's.
+    async fn eventually(what: &str, mut check: impl AsyncFnMut() -> bool) {
+        for _ in 0..1000 {
+            if check().await {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("never: {what}");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_reaper_removes_a_finished_run_once_its_retention_passes_and_keeps_a_waiting_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = Arc::new(ManualClock::default());
+        let mut options = DevOptions::new(dir.path().to_path_buf());
+        options.clock = Some(clock.clone());
+        options.retention = RetentionPolicy::keep_for(Some(Duration::from_secs(3600)));
+        options.reap_every = Duration::from_millis(20);
+        options.worker_nice = 0;
+        let mut registry = Registry::new();
+        registry.register("quick", |_: Context, _: serde_json::Value| async move {
+            Ok(serde_json::json!("done"))
+        });
+        registry.register("patient", |ctx: Context, _: serde_json::Value| async move {
+            ctx.wait_for_event::<serde_json::Value>("go").await
+        });
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let server = start(listener, options, registry).await.unwrap();
+        let engine = server.engine.clone();
+        let tenant = TenantId::from("default");
+        let quick = engine
+            .start(&tenant, "quick", serde_json::json!({}), None)
+            .await
+            .unwrap();
+        let patient = engine
+            .start(&tenant, "patient", serde_json::json!({}), None)
+            .await
+            .unwrap();
+        let status = |id: RunId| {
+            let (engine, tenant) = (engine.clone(), tenant.clone());
+            async move {
+                engine
+                    .backend()
+                    .store
+                    .get_run(&tenant, &id)
+                    .await
+                    .unwrap()
+                    .map(|r| r.status)
+            }
+        };
+        eventually("both runs went as far as they go", async || {
+            status(quick.id.clone()).await == Some(RunStatus::Completed)
+                && status(patient.id.clone()).await == Some(RunStatus::Waiting)
+        })
+        .await;
+
+        clock.advance(Duration::from_secs(2 * 3600));
+        eventually("the finished run is removed", async || {
+            status(quick.id.clone()).await.is_none()
+        })
+        .await;
+        assert_eq!(
+            status(patient.id.clone()).await,
+            Some(RunStatus::Waiting),
+            "a waiting run is never removed"
+        );
+        server.stop();
+    }
+}

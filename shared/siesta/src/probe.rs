@@ -258,4 +258,17 @@ impl RunStore for ProbeStore {
             .set_resend_after(tenant, run_id, due_at, resend_after)
             .await
     }
+
+    async fn reap_finished(
+        &self,
+        workflow: Option<&str>,
+        finished_before: Timestamp,
+        limit: usize,
+    ) -> Result<Vec<ReapedRun>, StoreError> {
+        self.check()?;
+        self.wrote(0);
+        self.inner
+            .reap_finished(workflow, finished_before, limit)
+            .await
+    }
 }
