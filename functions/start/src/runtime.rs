@@ -16,5 +16,9 @@ pub async fn run(engine: Engine, settings: &Settings) -> Result<(), Error> {
         &settings.tenant_claim,
         siesta_lambda::http::RegistryDeployments(registry),
     );
-    lambda_http::run(start.router()).await
+    // Spans are sent before each invocation returns: a frozen container sends nothing.
+    let router = start.router().layer(axum::middleware::map_response(
+        siesta_lambda::otel::flush_after,
+    ));
+    lambda_http::run(router).await
 }

@@ -24,16 +24,17 @@ pub async fn run(engine: Engine, settings: &Settings) -> Result<(), Error> {
         let forwarder = forwarder.clone();
         async move {
             let deadline = event.context.deadline;
-            Ok::<_, Error>(
-                crate::handle_forwarding(
-                    &engine,
-                    Some(&forwarder),
-                    event.payload,
-                    deadline,
-                    margin,
-                )
-                .await,
+            let response = crate::handle_forwarding(
+                &engine,
+                Some(&forwarder),
+                event.payload,
+                deadline,
+                margin,
             )
+            .await;
+            // Before the invocation returns: a frozen container sends nothing.
+            siesta_lambda::otel::flush().await;
+            Ok::<_, Error>(response)
         }
     }))
     .await

@@ -21,7 +21,10 @@ pub async fn run(engine: Engine, settings: &Settings) -> Result<(), Error> {
             if crate::is_builds_check(&event.payload) {
                 return Ok::<_, Error>(crate::check_builds(&registry, &serving).await?);
             }
-            Ok::<_, Error>(crate::handle(&engine, &event.payload, page).await?)
+            let report = crate::handle(&engine, &event.payload, page).await;
+            // Before the invocation returns: a frozen container sends nothing.
+            siesta_lambda::otel::flush().await;
+            Ok::<_, Error>(report?)
         }
     }))
     .await

@@ -13,5 +13,9 @@ pub async fn run(
     sdk: aws_config::SdkConfig,
 ) -> Result<(), Error> {
     let webhook = crate::Webhook::new(engine, settings, sdk).await?;
-    lambda_http::run(webhook.router()).await
+    // Spans are sent before each invocation returns: a frozen container sends nothing.
+    let router = webhook.router().layer(axum::middleware::map_response(
+        siesta_lambda::otel::flush_after,
+    ));
+    lambda_http::run(router).await
 }

@@ -205,15 +205,25 @@ impl DevArgs {
 }
 
 /// Log human-readable lines on stderr at the level `SIESTA_LOG` names (default `warn`),
-/// unless a subscriber is set up already.
+/// unless a subscriber is set up already; with `OTEL_EXPORTER_OTLP_ENDPOINT` set, export
+/// the spans at info level and above whatever the log level
+/// ([`siesta_lambda::otel`]).
 pub(crate) fn init_dev_logging() {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("SIESTA_LOG")
-                .unwrap_or_else(|_| "warn".into()),
+    use tracing_subscriber::Layer;
+    use tracing_subscriber::layer::SubscriberExt;
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_env("SIESTA_LOG").unwrap_or_else(|_| "warn".into());
+    let subscriber = tracing_subscriber::registry()
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_filter(filter),
         )
-        .with_writer(std::io::stderr)
-        .try_init();
+        .with(
+            siesta_lambda::otel::layer_from_env("siesta-dev")
+                .with_filter(tracing_subscriber::filter::LevelFilter::INFO),
+        );
+    let _ = tracing::subscriber::set_global_default(subscriber);
 }
 
 /// `dev`: serve until Ctrl-C. The first line printed names the URL (tests and scripts

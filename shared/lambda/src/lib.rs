@@ -6,10 +6,12 @@
 //! - [`http`]: the tenant from the JWT authorizer's claim, for `siesta_api`'s router
 //!   served through `lambda_http`;
 //! - [`metrics`]: CloudWatch Embedded Metric Format lines;
-//! - [`init_logging`]: `tracing` as JSON lines.
+//! - [`init_logging`]: `tracing` as JSON lines, and spans to OpenTelemetry when the
+//!   standard settings ask for it ([`otel`]).
 
 pub mod http;
 pub mod metrics;
+pub mod otel;
 mod settings;
 
 pub use settings::{Settings, SetupError};
@@ -18,11 +20,22 @@ pub use settings::{Settings, SetupError};
 /// level `RUST_LOG` names, else the function's log level (`AWS_LAMBDA_LOG_LEVEL`, set by
 /// Lambda's logging configuration), else `info`. The innermost span's fields — the tenant and
 /// run id of the wake-up, request or invocation being handled — are on every line inside
-/// it, as `span.tenant` and `span.run_id`.
+/// it, as `span.tenant` and `span.run_id`. With `OTEL_EXPORTER_OTLP_ENDPOINT` set, the
+/// spans at info level and above are exported too, whatever the log level ([`otel`]);
+/// call [`otel::flush`] before an invocation returns.
 pub fn init_logging() {
+    use tracing_subscriber::Layer;
+    use tracing_subscriber::layer::SubscriberExt;
     let filter =
         tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
-    let _ = tracing::subscriber::set_global_default(json_subscriber(std::io::stdout, filter));
+    let service = std::env::var("AWS_LAMBDA_FUNCTION_NAME").unwrap_or_else(|_| "siesta".to_owned());
+    let subscriber = tracing_subscriber::registry()
+        .with(json_layer(std::io::stdout).with_filter(filter))
+        .with(
+            otel::layer_from_env(&service)
+                .with_filter(tracing_subscriber::filter::LevelFilter::INFO),
+        );
+    let _ = tracing::subscriber::set_global_default(subscriber);
 }
 
 /// When to stop taking new work: `margin` before the deadline — but never in the first
@@ -40,6 +53,21 @@ pub fn now_ms() -> i64 {
         .map_or(0, |d| d.as_millis() as i64)
 }
 
+fn json_layer<W, S>(writer: W) -> impl tracing_subscriber::Layer<S> + Send + Sync
+where
+    W: for<'w> tracing_subscriber::fmt::MakeWriter<'w> + Send + Sync + 'static,
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+{
+    tracing_subscriber::fmt::layer()
+        .json()
+        .with_current_span(true)
+        .with_span_list(false)
+        .with_target(false)
+        .without_time()
+        .with_writer(writer)
+}
+
+#[cfg(test)]
 fn json_subscriber<W>(
     writer: W,
     filter: tracing_subscriber::EnvFilter,
@@ -47,15 +75,9 @@ fn json_subscriber<W>(
 where
     W: for<'w> tracing_subscriber::fmt::MakeWriter<'w> + Send + Sync + 'static,
 {
-    tracing_subscriber::fmt()
-        .json()
-        .with_current_span(true)
-        .with_span_list(false)
-        .with_target(false)
-        .without_time()
-        .with_writer(writer)
-        .with_env_filter(filter)
-        .finish()
+    use tracing_subscriber::Layer;
+    use tracing_subscriber::layer::SubscriberExt;
+    tracing_subscriber::registry().with(json_layer(writer).with_filter(filter))
 }
 
 #[cfg(test)]

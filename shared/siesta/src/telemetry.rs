@@ -26,18 +26,58 @@ pub const TRACE_ID_FIELD: &str = "siesta.trace_id";
 /// (each length-prefixed, so no two pairs collide by shifting a boundary). Never all
 /// zeros, which W3C Trace Context forbids.
 pub fn trace_id_for(tenant: &TenantId, run_id: &RunId) -> [u8; 16] {
-    let mut hash = Sha256::new();
-    for part in [tenant.as_str(), run_id.as_str()] {
-        hash.update((part.len() as u64).to_be_bytes());
-        hash.update(part.as_bytes());
-    }
-    let digest = hash.finalize();
+    let digest = run_digest(tenant, run_id);
     let mut id = [0u8; 16];
     id.copy_from_slice(&digest[..16]);
     if id == [0; 16] {
         id[15] = 1;
     }
     id
+}
+
+/// The span id of the run's virtual root: the parent every [`EXECUTION_SPAN`] of the run
+/// names (bytes 16 to 24 of the same hash), so a backend groups the wake-ups under one
+/// parent. Never all zeros.
+pub fn root_span_id_for(tenant: &TenantId, run_id: &RunId) -> [u8; 8] {
+    let digest = run_digest(tenant, run_id);
+    let mut id = [0u8; 8];
+    id.copy_from_slice(&digest[16..24]);
+    if id == [0; 8] {
+        id[7] = 1;
+    }
+    id
+}
+
+/// Called with each new [`EXECUTION_SPAN`], its run's trace id and root span id; an
+/// exporter installs one to put the span in the run's trace (the core depends on no
+/// exporter).
+pub type ExecutionSpanHook = fn(&tracing::Span, [u8; 16], [u8; 8]);
+
+static HOOK: std::sync::OnceLock<ExecutionSpanHook> = std::sync::OnceLock::new();
+
+/// Install the [`ExecutionSpanHook`], once per process; false if one was installed
+/// already (the first stays).
+pub fn set_execution_span_hook(hook: ExecutionSpanHook) -> bool {
+    HOOK.set(hook).is_ok()
+}
+
+pub(crate) fn on_execution_span(span: &tracing::Span, tenant: &TenantId, run_id: &RunId) {
+    if let Some(hook) = HOOK.get() {
+        hook(
+            span,
+            trace_id_for(tenant, run_id),
+            root_span_id_for(tenant, run_id),
+        );
+    }
+}
+
+fn run_digest(tenant: &TenantId, run_id: &RunId) -> [u8; 32] {
+    let mut hash = Sha256::new();
+    for part in [tenant.as_str(), run_id.as_str()] {
+        hash.update((part.len() as u64).to_be_bytes());
+        hash.update(part.as_bytes());
+    }
+    hash.finalize().into()
 }
 
 /// [`trace_id_for`] as W3C Trace Context writes it: 32 lowercase hex digits.

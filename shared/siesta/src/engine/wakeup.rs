@@ -103,6 +103,7 @@ impl Engine {
             "siesta.trace_id" = %crate::telemetry::trace_id_hex(&run.tenant, &run.id),
             outcome = tracing::field::Empty,
         );
+        crate::telemetry::on_execution_span(&span, &run.tenant, &run.id);
         let outcome =
             tracing::Instrument::instrument(self.advance(run, budget, &watch), span.clone()).await;
         span.record("outcome", wake_outcome_name(&outcome));

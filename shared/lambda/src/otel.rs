@@ -1,0 +1,139 @@
+//! Traces exported by the standard OpenTelemetry settings, for the dev server and the
+//! Lambda roles alike.
+//!
+//! Off, and free, unless `OTEL_EXPORTER_OTLP_ENDPOINT` or
+//! `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` is set. Then the `tracing` spans go to an OTLP
+//! collector over HTTP (`OTEL_EXPORTER_OTLP_PROTOCOL` = `http/protobuf`, the default,
+//! or `http/json`; `grpc` is not built in and turns export off with a warning), named
+//! by `OTEL_SERVICE_NAME`, and every wake-up's `durable_execution` span is put in its
+//! run's own trace (see [`siesta::telemetry`]).
+
+use std::sync::OnceLock;
+
+use opentelemetry::trace::{
+    SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState, TracerProvider as _,
+};
+use opentelemetry_sdk::trace::SdkTracerProvider;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
+use tracing_subscriber::registry::LookupSpan;
+
+static PROVIDER: OnceLock<SdkTracerProvider> = OnceLock::new();
+
+/// The OpenTelemetry layer when the environment asks for export, else `None` (a `None`
+/// layer does nothing). `default_service` names the service when `OTEL_SERVICE_NAME`
+/// is unset. Installs the hook that parents each wake-up's span on its run's trace.
+pub fn layer_from_env<S>(
+    default_service: &str,
+) -> Option<impl tracing_subscriber::Layer<S> + use<S>>
+where
+    S: tracing::Subscriber + for<'a> LookupSpan<'a>,
+{
+    let set = |name: &str| std::env::var(name).is_ok_and(|v| !v.trim().is_empty());
+    if !set("OTEL_EXPORTER_OTLP_ENDPOINT") && !set("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") {
+        return None;
+    }
+    let protocol = std::env::var("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+        .or_else(|_| std::env::var("OTEL_EXPORTER_OTLP_PROTOCOL"))
+        .unwrap_or_default();
+    if protocol.trim() == "grpc" {
+        eprintln!(
+            "siesta: OTEL_EXPORTER_OTLP_PROTOCOL=grpc is not supported; traces are not exported (use http/protobuf or http/json)"
+        );
+        return None;
+    }
+    let exporter = || {
+        opentelemetry_otlp::SpanExporter::builder()
+            .with_http()
+            .build()
+    };
+    Some(install(provider(exporter, default_service)))
+}
+
+/// The OpenTelemetry layer exporting OTLP over HTTP protobuf to `endpoint` (the full
+/// URL, `…/v1/traces`), as `service` unless `OTEL_SERVICE_NAME` says otherwise: for
+/// tests and tools that pick their collector themselves. Installs the same hook as
+/// [`layer_from_env`].
+pub fn layer_to<S>(endpoint: &str, service: &str) -> impl tracing_subscriber::Layer<S> + use<S>
+where
+    S: tracing::Subscriber + for<'a> LookupSpan<'a>,
+{
+    use opentelemetry_otlp::WithExportConfig;
+    let exporter = || {
+        opentelemetry_otlp::SpanExporter::builder()
+            .with_http()
+            .with_endpoint(endpoint)
+            .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
+            .build()
+    };
+    install(provider(exporter, service))
+}
+
+type Exporter = Result<opentelemetry_otlp::SpanExporter, opentelemetry_otlp::ExporterBuildError>;
+
+/// The layer over `provider`, and the hook that parents wake-ups on their runs' traces.
+fn install<S>(provider: SdkTracerProvider) -> impl tracing_subscriber::Layer<S> + use<S>
+where
+    S: tracing::Subscriber + for<'a> LookupSpan<'a>,
+{
+    siesta::telemetry::set_execution_span_hook(parent_on_run_trace);
+    let tracer = provider.tracer("siesta");
+    tracing_opentelemetry::layer().with_tracer(tracer)
+}
+
+/// The process's one tracer provider, built at the first call with the exporter
+/// `exporter` makes.
+fn provider(exporter: impl FnOnce() -> Exporter, service: &str) -> SdkTracerProvider {
+    PROVIDER
+        .get_or_init(|| build_provider(exporter(), service))
+        .clone()
+}
+
+fn build_provider(exporter: Exporter, default_service: &str) -> SdkTracerProvider {
+    let mut provider = SdkTracerProvider::builder();
+    // The exporter's builder reads the endpoint, protocol, headers and timeout from the
+    // environment; a setting it cannot use leaves export off rather than the process.
+    match exporter {
+        Ok(exporter) => provider = provider.with_batch_exporter(exporter),
+        Err(e) => eprintln!("siesta: traces are not exported: {e}"),
+    }
+    let mut resource = opentelemetry_sdk::Resource::builder();
+    if std::env::var("OTEL_SERVICE_NAME").is_err() {
+        resource = resource.with_service_name(default_service.to_owned());
+    }
+    provider.with_resource(resource.build()).build()
+}
+
+/// Send the spans ended so far, waiting for the collector's answer (on a blocking
+/// thread): a Lambda role calls it before its invocation returns, since a frozen
+/// container sends nothing. Nothing to do when export is off.
+pub async fn flush() {
+    let Some(provider) = PROVIDER.get() else {
+        return;
+    };
+    let provider = provider.clone();
+    let flushed = tokio::task::spawn_blocking(move || provider.force_flush()).await;
+    if let Ok(Err(e)) = flushed {
+        tracing::warn!(error = %e, "flushing traces failed");
+    }
+}
+
+/// [`flush`] as a response mapper, for the HTTP roles' routers
+/// (`axum::middleware::map_response(flush_after)`).
+pub async fn flush_after<R>(response: R) -> R {
+    flush().await;
+    response
+}
+
+/// The [`siesta::telemetry::ExecutionSpanHook`]: a wake-up's span is a child of its
+/// run's virtual root, a remote parent in the run's trace.
+fn parent_on_run_trace(span: &tracing::Span, trace_id: [u8; 16], root: [u8; 8]) {
+    let parent = SpanContext::new(
+        TraceId::from_bytes(trace_id),
+        SpanId::from_bytes(root),
+        TraceFlags::SAMPLED,
+        true,
+        TraceState::default(),
+    );
+    let cx = opentelemetry::Context::new().with_remote_span_context(parent);
+    let _ = span.set_parent(cx);
+}
