@@ -535,16 +535,8 @@ async fn demo(data_dir: Option<PathBuf>) -> anyhow::Result<()> {
     );
 
     let input = serde_json::json!({"item": "Espresso machine", "amount": 129.0});
-    let run: serde_json::Value = http
-        .post(format!("{base}/runs"))
-        .json(&serde_json::json!({"workflow": "order", "input": input}))
-        .send()
-        .await?
-        .error_for_status()?
-        .json()
-        .await?;
-    let id = run["id"].as_str().context("run id")?.to_owned();
-    println!("POST /runs → run {id} of workflow `order` with {input}\n");
+    let id = start_demo_run(&http, &base, "order", &input).await?;
+    println!();
     println!("{}", siesta_cli::runs::TIMELINE_HEADER);
 
     let mut paid = false;
@@ -571,6 +563,26 @@ async fn demo(data_dir: Option<PathBuf>) -> anyhow::Result<()> {
     );
     server.stop();
     Ok(())
+}
+
+/// Start a run of `workflow` with `input` through the API and say so; its id.
+async fn start_demo_run(
+    http: &reqwest::Client,
+    base: &str,
+    workflow: &str,
+    input: &serde_json::Value,
+) -> anyhow::Result<String> {
+    let run: serde_json::Value = http
+        .post(format!("{base}/runs"))
+        .json(&serde_json::json!({"workflow": workflow, "input": input}))
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?;
+    let id = run["id"].as_str().context("run id")?.to_owned();
+    println!("POST /runs → run {id} of workflow `{workflow}` with {input}");
+    Ok(id)
 }
 
 /// Print the run's timeline as it unfolds, calling `on_view` with the run after each
@@ -634,16 +646,7 @@ async fn demo_agent(data_dir: Option<PathBuf>) -> anyhow::Result<()> {
         dir.display()
     );
     let input = serde_json::json!({"customer": "Ada", "message": "My espresso machine arrived broken. I want my money back."});
-    let run: serde_json::Value = http
-        .post(format!("{base}/runs"))
-        .json(&serde_json::json!({"workflow": "agent", "input": input}))
-        .send()
-        .await?
-        .error_for_status()?
-        .json()
-        .await?;
-    let id = run["id"].as_str().context("run id")?.to_owned();
-    println!("POST /runs → run {id} of workflow `agent` with {input}");
+    let id = start_demo_run(&http, &base, "agent", &input).await?;
     println!("(watch it at {base}/ui/runs/{id})\n");
     println!("{}", siesta_cli::runs::TIMELINE_HEADER);
     let mut approved = false;

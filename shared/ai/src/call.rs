@@ -247,12 +247,9 @@ async fn complete_publishing(
         }
         Ok::<(), siesta::StepError>(())
     };
-    let call = async move {
-        let reply = model.complete(request, Some(sink)).await;
-        // The sink (and so the channel's sender) is dropped with the call: the
-        // publisher drains what is left and ends.
-        reply
-    };
+    // The call owns the sink, so the channel's sender is dropped when it ends: the
+    // publisher drains what is left and ends.
+    let call = model.complete(request, Some(sink));
     let (reply, published) = futures::join!(call, publish);
     published?;
     Ok(reply)
