@@ -89,6 +89,37 @@ fn from_json<T: DeserializeOwned>(item: &Item, what: &str) -> Result<T, StoreErr
     serde_json::from_str(get_s(item, BODY, what)?).map_err(|e| corrupt(what, e))
 }
 
+/// An item's size as DynamoDB counts it for capacity: each attribute's name and value
+/// (a string its UTF-8 bytes, a number about one byte per two digits plus one).
+pub(crate) fn item_size(item: &Item) -> usize {
+    item.iter()
+        .map(|(name, v)| name.len() + value_size(v))
+        .sum()
+}
+
+fn value_size(v: &AttributeValue) -> usize {
+    match v {
+        AttributeValue::S(s) => s.len(),
+        AttributeValue::N(n) => {
+            let digits = n.chars().filter(char::is_ascii_digit).count();
+            digits.div_ceil(2) + 1
+        }
+        AttributeValue::B(b) => b.as_ref().len(),
+        AttributeValue::Bool(_) | AttributeValue::Null(_) => 1,
+        AttributeValue::M(m) => {
+            3 + m
+                .iter()
+                .map(|(k, v)| k.len() + value_size(v) + 1)
+                .sum::<usize>()
+        }
+        AttributeValue::L(l) => 3 + l.iter().map(|v| value_size(v) + 1).sum::<usize>(),
+        AttributeValue::Ss(ss) => ss.iter().map(String::len).sum(),
+        AttributeValue::Ns(ns) => ns.iter().map(|n| n.len().div_ceil(2) + 1).sum(),
+        AttributeValue::Bs(bs) => bs.iter().map(|b| b.as_ref().len()).sum(),
+        _ => 0,
+    }
+}
+
 /// The part of a run that no condition looks into.
 #[derive(Serialize, Deserialize)]
 struct RunBody {

@@ -43,6 +43,7 @@ pub mod testing;
 
 pub use error::ConfigError;
 pub use requests::{RequestCounter, RequestCounts};
+pub use store::WrittenItems;
 
 /// Where the backend's resources are: the table, the bucket and the queues.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -182,6 +183,13 @@ impl AwsBackend {
             write_units,
             read_units,
         }
+    }
+
+    /// The items this backend's run store has written so far, by request and item
+    /// kind ("checkpoint: Run (transactional)"), with their bytes and estimated write
+    /// units: where the write capacity goes.
+    pub fn written_items(&self) -> std::collections::BTreeMap<String, WrittenItems> {
+        self.store.capacity.written()
     }
 
     /// The build registry on the runs table (which step version serves each build).

@@ -9,9 +9,9 @@
 //! being applied twice; single-item writes resolve the same ambiguity by looking at the
 //! item their condition failed on.
 
-use std::collections::HashMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -43,6 +43,22 @@ pub(crate) struct CapacityMeter {
     write_milli: AtomicU64,
     /// Read capacity units, in thousandths.
     read_milli: AtomicU64,
+    /// The items written, by request and item kind, for the cost breakdown.
+    written: Mutex<BTreeMap<String, WrittenItems>>,
+}
+
+/// Items of one kind written by one kind of request, and what they cost
+/// ([`crate::AwsBackend::written_items`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct WrittenItems {
+    /// How many items were written.
+    pub items: u64,
+    /// Their size in bytes, as DynamoDB sizes items (attribute names and values).
+    pub bytes: u64,
+    /// The write units they cost: per item, its size rounded up to the next KB, twice
+    /// over in a transaction. Estimated from the sizes; DynamoDB reports only totals per
+    /// request.
+    pub write_units: f64,
 }
 
 impl CapacityMeter {
@@ -55,6 +71,42 @@ impl CapacityMeter {
             &self.read_milli
         };
         counter.fetch_add(milli, Ordering::Relaxed);
+    }
+
+    /// Note that a request `op` wrote an item of kind `what` of `bytes` bytes,
+    /// `transactional` or not.
+    pub(crate) fn note_write(&self, op: &str, what: &str, transactional: bool, bytes: usize) {
+        let kb = bytes.div_ceil(1024).max(1) as f64;
+        let label = format!(
+            "{op}: {what}{}",
+            if transactional {
+                " (transactional)"
+            } else {
+                ""
+            }
+        );
+        let mut written = self.written.lock().unwrap_or_else(|e| e.into_inner());
+        let entry = written.entry(label).or_default();
+        entry.items += 1;
+        entry.bytes += bytes as u64;
+        entry.write_units += if transactional { 2.0 * kb } else { kb };
+    }
+
+    /// Note that a single-item request `op` wrote an item of kind `what` whose size it
+    /// does not see, at the capacity DynamoDB reported.
+    pub(crate) fn note_update(&self, op: &str, what: &str, consumed: Option<&ConsumedCapacity>) {
+        let mut written = self.written.lock().unwrap_or_else(|e| e.into_inner());
+        let entry = written.entry(format!("{op}: {what}")).or_default();
+        entry.items += 1;
+        entry.write_units += consumed.and_then(|c| c.capacity_units()).unwrap_or(0.0);
+    }
+
+    /// The items written so far, by request and item kind.
+    pub(crate) fn written(&self) -> BTreeMap<String, WrittenItems> {
+        self.written
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// (write units, read units) consumed so far.
@@ -110,6 +162,8 @@ impl Reason {
 struct Tx {
     items: Vec<TransactWriteItem>,
     roles: Vec<Role>,
+    /// The size of each item written (or checked), for the cost breakdown.
+    sizes: Vec<usize>,
 }
 
 /// How a transaction ended.
@@ -138,6 +192,7 @@ impl Tx {
         item: Item,
         condition: Option<(&str, HashMap<String, String>, Item)>,
     ) -> Result<(), StoreError> {
+        self.sizes.push(item_size(&item));
         let mut put = Put::builder().table_name(table).set_item(Some(item));
         if let Some((expr, names, values)) = condition {
             put = put
@@ -196,9 +251,12 @@ impl Tx {
         delta: i64,
         below: Option<u64>,
     ) -> Result<(), StoreError> {
+        let counter = key(quota_pk(tenant), RECORD_SK);
+        // The counter item: its key and one number.
+        self.sizes.push(item_size(&counter) + UNFINISHED.len() + 4);
         let mut update = Update::builder()
             .table_name(table)
-            .set_key(Some(key(quota_pk(tenant), RECORD_SK)))
+            .set_key(Some(counter))
             .update_expression("ADD #unfinished :delta")
             .expression_attribute_names("#unfinished", UNFINISHED)
             .expression_attribute_values(":delta", n(delta));
@@ -267,6 +325,8 @@ impl Tx {
                     self.put(table, Role::DeliveryCallback, item, Some(open))?;
                 }
                 CallbackChange::RequireOpen(record) => {
+                    let checked = callback_item(record, plan.delivery.received_at, retention)?;
+                    self.sizes.push(item_size(&checked));
                     let check = ConditionCheck::builder()
                         .table_name(table)
                         .set_key(Some(key(callback_pk(&record.callback_id), RECORD_SK)))
@@ -319,6 +379,10 @@ impl DynamoStore {
             match result {
                 Ok(out) => {
                     self.capacity.add(true, out.consumed_capacity());
+                    for (role, size) in tx.roles.iter().zip(&tx.sizes) {
+                        self.capacity
+                            .note_write(op, &format!("{role:?}"), true, *size);
+                    }
                     return Ok(TxOutcome::Committed);
                 }
                 Err(e) => {
@@ -490,7 +554,9 @@ impl DynamoStore {
                 if let Some(c) = out.consumed_capacity() {
                     self.capacity.add(true, std::slice::from_ref(c));
                 }
-                run_from_item(&out.attributes.unwrap_or_default()).map(Ok)
+                let item = out.attributes.unwrap_or_default();
+                self.capacity.note_write(op, "Run", false, item_size(&item));
+                run_from_item(&item).map(Ok)
             }
             Err(e) => match e.as_service_error() {
                 Some(UpdateItemError::ConditionalCheckFailedException(c)) => {
@@ -604,6 +670,8 @@ impl DynamoStore {
                     if let Some(c) = out.consumed_capacity() {
                         self.capacity.add(true, std::slice::from_ref(c));
                     }
+                    self.capacity
+                        .note_update("note_build", "Build", out.consumed_capacity());
                     return Ok(());
                 }
                 Err(e) => match e.as_service_error() {
@@ -1245,6 +1313,8 @@ impl RunStore for DynamoStore {
                 if let Some(c) = out.consumed_capacity() {
                     self.capacity.add(true, std::slice::from_ref(c));
                 }
+                self.capacity
+                    .note_update("set_resend_after", "Run", out.consumed_capacity());
                 Ok(())
             }
             Err(e) => match e.as_service_error() {
