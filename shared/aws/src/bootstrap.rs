@@ -122,8 +122,11 @@ pub struct PublicAccessBlockSpec {
 pub struct BucketSpec {
     /// The default server-side encryption algorithm.
     pub sse_algorithm: Option<String>,
-    /// Days after which objects expire.
+    /// Days after which objects expire (the template declares none: a run's objects go
+    /// with the run, see `crate::retention`).
     pub expiration_days: Option<i32>,
+    /// Days after which an incomplete multipart upload is aborted.
+    pub abort_incomplete_upload_days: Option<i32>,
     /// The public access block.
     pub public_access_block: Option<PublicAccessBlockSpec>,
     /// The object ownership rule (`BucketOwnerEnforced`: no ACLs).
@@ -486,6 +489,18 @@ impl Plan {
             .and_then(|rules| rules.iter().find_map(|r| r.get("ExpirationInDays")))
             .and_then(|v| scalar(&t, v))
             .and_then(|v| v.parse().ok());
+        let abort_incomplete_upload_days = bucket
+            .get("LifecycleConfiguration")
+            .and_then(|l| l.get("Rules"))
+            .and_then(Value::as_sequence)
+            .and_then(|rules| {
+                rules.iter().find_map(|r| {
+                    r.get("AbortIncompleteMultipartUpload")
+                        .and_then(|a| a.get("DaysAfterInitiation"))
+                })
+            })
+            .and_then(|v| scalar(&t, v))
+            .and_then(|v| v.parse().ok());
         let public_access_block = match bucket.get("PublicAccessBlockConfiguration") {
             None => None,
             Some(b) => {
@@ -533,6 +548,7 @@ impl Plan {
             bucket: BucketSpec {
                 sse_algorithm,
                 expiration_days,
+                abort_incomplete_upload_days,
                 public_access_block,
                 object_ownership,
                 policy: bucket_policy(&t, "ArtifactsBucket")?,
@@ -837,20 +853,42 @@ impl Plan {
                 .await
                 .map_err(|e| aws(crate::error::sdk("PutBucketPolicy", e).to_string()))?;
         }
+        // The declared rules replace whatever the bucket had (an earlier release's
+        // expiry by age, which would take a waiting run's values).
+        let mut rules = Vec::new();
         if let Some(days) = self.bucket.expiration_days {
-            let rule = LifecycleRule::builder()
-                .id("expire-artifacts")
-                .status(ExpirationStatus::Enabled)
-                .filter(LifecycleRuleFilter::builder().prefix("").build())
-                .expiration(LifecycleExpiration::builder().days(days).build())
-                .build()
-                .map_err(|e| aws(e.to_string()))?;
+            rules.push(
+                LifecycleRule::builder()
+                    .id("expire-artifacts")
+                    .status(ExpirationStatus::Enabled)
+                    .filter(LifecycleRuleFilter::builder().prefix("").build())
+                    .expiration(LifecycleExpiration::builder().days(days).build())
+                    .build()
+                    .map_err(|e| aws(e.to_string()))?,
+            );
+        }
+        if let Some(days) = self.bucket.abort_incomplete_upload_days {
+            rules.push(
+                LifecycleRule::builder()
+                    .id("abort-incomplete-uploads")
+                    .status(ExpirationStatus::Enabled)
+                    .filter(LifecycleRuleFilter::builder().prefix("").build())
+                    .abort_incomplete_multipart_upload(
+                        aws_sdk_s3::types::AbortIncompleteMultipartUpload::builder()
+                            .days_after_initiation(days)
+                            .build(),
+                    )
+                    .build()
+                    .map_err(|e| aws(e.to_string()))?,
+            );
+        }
+        if !rules.is_empty() {
             client
                 .put_bucket_lifecycle_configuration()
                 .bucket(name)
                 .lifecycle_configuration(
                     BucketLifecycleConfiguration::builder()
-                        .rules(rule)
+                        .set_rules(Some(rules))
                         .build()
                         .map_err(|e| aws(e.to_string()))?,
                 )
@@ -1028,7 +1066,7 @@ mod tests {
             ]
         );
         assert_eq!(by_build.projection, "KEYS_ONLY");
-        assert_eq!(plan.table.indexes.len(), 3);
+        assert_eq!(plan.table.indexes.len(), 4);
         for (attr, kind) in [
             (PK, "S"),
             (SK, "S"),
@@ -1074,10 +1112,10 @@ mod tests {
 
         assert_eq!(plan.bucket.sse_algorithm.as_deref(), Some("AES256"));
         assert_eq!(
-            plan.bucket.expiration_days,
-            Some(30),
-            "!Ref RetentionDays → its default"
+            plan.bucket.expiration_days, None,
+            "no expiry by age: a run's objects go with the run"
         );
+        assert_eq!(plan.bucket.abort_incomplete_upload_days, Some(1));
         assert_eq!(
             plan.bucket.public_access_block,
             Some(PublicAccessBlockSpec {

@@ -140,8 +140,14 @@ fn expiry(at: Timestamp, retention: Duration) -> AttributeValue {
     n((at.0.max(0) as u64 / 1000) + retention.as_secs())
 }
 
-/// The run's item. A finished run gets a TTL; a run with a due time enters the sparse
-/// due index on its shard.
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// The run's item. A finished run enters the sparse reap index, to be looked at
+/// `retention` after it finished (the shortest retention of the deployment: the reaper
+/// decides by the run's own); a run with a due time enters the sparse due index on its
+/// shard.
 pub(crate) fn run_item(run: &Run, retention: Duration) -> Result<Item, StoreError> {
     let mut item = key(run_pk(&run.tenant, &run.id), RUN_SK);
     item.insert(TENANT.into(), s(run.tenant.as_str()));
@@ -170,7 +176,11 @@ pub(crate) fn run_item(run: &Run, retention: Duration) -> Result<Item, StoreErro
         }
     }
     if run.status.is_finished() {
-        item.insert(EXPIRES_AT.into(), expiry(run.updated_at, retention));
+        // Into the reap index, not a TTL: the run item is what finds the run's other
+        // items, so it goes last, when the reaper has removed them (crate::retention).
+        let first_look = run.updated_at.0.max(0).saturating_add(millis(retention));
+        item.insert(REAP_SHARD.into(), s(due_shard(&run.tenant, &run.id)));
+        item.insert(REAP_AT.into(), n(first_look));
     } else if let Some(build) = &run.build_id {
         item.insert(BUILD_KEY.into(), s(build_key(&run.tenant, build)));
     }
@@ -325,9 +335,20 @@ pub(crate) fn open_callback_status() -> AttributeValue {
     s("open")
 }
 
-/// A tool-call record.
-pub(crate) fn tool_call_item(record: &ToolCallRecord) -> Result<Item, StoreError> {
+/// A tool-call record. A finished call's gets a TTL: the journal holds its outcome from
+/// the same checkpoint on, and the record is outside the run's partition, where the
+/// reaper cannot find it (its key hashes the call's input, which is not kept).
+pub(crate) fn tool_call_item(
+    record: &ToolCallRecord,
+    retention: Duration,
+) -> Result<Item, StoreError> {
     let mut item = key(tool_call_pk(&record.tenant, &record.key), RECORD_SK);
+    if matches!(
+        record.status,
+        ToolCallStatus::Succeeded | ToolCallStatus::Failed
+    ) {
+        item.insert(EXPIRES_AT.into(), expiry(record.updated_at, retention));
+    }
     item.insert(BODY.into(), s(to_json(record)?));
     Ok(item)
 }
@@ -419,16 +440,24 @@ mod tests {
     }
 
     #[test]
-    fn only_finished_runs_expire_after_the_retention() {
+    fn only_finished_runs_enter_the_reap_index_a_retention_after_they_finished() {
         let mut run = sample();
         let live = run_item(&run, Duration::from_secs(60)).unwrap();
-        assert!(!live.contains_key(EXPIRES_AT));
+        assert!(!live.contains_key(REAP_AT) && !live.contains_key(REAP_SHARD));
         run.status = RunStatus::Failed;
         let done = run_item(&run, Duration::from_secs(60)).unwrap();
         assert_eq!(
-            done.get(EXPIRES_AT),
-            Some(&n(1_700_000_000u64 + 60)),
-            "seconds since the epoch, retention after the last update"
+            done.get(REAP_AT),
+            Some(&n(1_700_000_060_000u64)),
+            "ms since the epoch, retention after the last update"
+        );
+        assert_eq!(
+            done.get(REAP_SHARD),
+            Some(&s(due_shard(&run.tenant, &run.id)))
+        );
+        assert!(
+            !done.contains_key(EXPIRES_AT),
+            "the run item goes last, by the reaper, never before its other items"
         );
     }
 

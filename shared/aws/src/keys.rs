@@ -62,8 +62,20 @@ pub const FIRST_SEEN: &str = "first_seen";
 /// A build record's attribute: when the tenant's latest run on the build was created.
 pub const LAST_SEEN: &str = "last_seen";
 
-/// The TTL attribute (seconds since the epoch), set on finished runs and closed records.
+/// The TTL attribute (seconds since the epoch), set on closed callback records and
+/// finished tool-call records.
 pub const EXPIRES_AT: &str = "expires_at";
+
+/// The sparse index of finished runs the reaper has not removed yet
+/// ([`crate::retention`]): a run item enters it with the checkpoint that finishes it and
+/// leaves it when the reaper removes the run (or finds it kept for ever).
+pub const REAP_INDEX: &str = "reap";
+/// The reap index's partition key: one of [`DUE_SHARDS`] shards ([`due_shard`]).
+pub const REAP_SHARD: &str = "reap_shard";
+/// The reap index's sort key: when the reaper looks at the finished run next (ms since
+/// the epoch) — its finish plus the shortest retention the deployment has, then its own
+/// retention's end, or a claimed run's claim expiry.
+pub const REAP_AT: &str = "reap_at";
 
 fn escape(component: &str) -> String {
     component.replace('%', "%25").replace('#', "%23")

@@ -9,6 +9,8 @@
 //!   dead-letter queue.
 //! - [`StreamStore`](siesta::ports::StreamStore) on the same table: a chunk is an item
 //!   in its run's partition, put conditioned on its offset being free.
+//! - [`retention::Reaper`]: finished runs past their retention removed, items and
+//!   objects, in bounded pages (the sweep function runs it).
 //!
 //! The engine cannot tell this backend from the embedded one; the conformance suite
 //! runs unchanged against both. No SDK type leaves this crate: every SDK error is mapped
@@ -37,6 +39,7 @@ pub mod keys;
 pub mod prune;
 mod queue;
 mod requests;
+pub mod retention;
 mod store;
 mod streams;
 pub mod testing;
@@ -80,8 +83,11 @@ impl ResourceNames {
 /// Tuning of the AWS backend.
 #[derive(Debug, Clone)]
 pub struct AwsOptions {
-    /// How long finished runs and closed dedup records are kept before DynamoDB's TTL
-    /// removes them.
+    /// How long after it finished the reaper first looks at a finished run — the
+    /// shortest retention the deployment has ([`retention::RetentionRules::shortest`];
+    /// the reaper then keeps each run for its own) — and how long closed callback
+    /// records and finished tool-call records are kept before DynamoDB's TTL removes
+    /// them.
     pub retention: Duration,
     /// Interceptors added to all three clients (request counting, fault injection).
     pub interceptors: Vec<SharedInterceptor>,
@@ -130,6 +136,8 @@ pub struct AwsBackend {
     queue: Arc<queue::SqsQueue>,
     streams: Arc<streams::DynamoStreams>,
     builds: builds::BuildRegistry,
+    /// What the reaper is made of: the clients and where it removes from.
+    reaping: (aws_sdk_dynamodb::Client, aws_sdk_s3::Client, ResourceNames),
 }
 
 impl AwsBackend {
@@ -160,6 +168,7 @@ impl AwsBackend {
             options.retention,
         ));
         AwsBackend {
+            reaping: (dynamodb.clone(), s3.clone(), names.clone()),
             builds: builds::BuildRegistry::new(dynamodb.clone(), names.table.clone()),
             streams: Arc::new(streams::DynamoStreams::new(
                 dynamodb,
@@ -195,6 +204,20 @@ impl AwsBackend {
     /// The build registry on the runs table (which step version serves each build).
     pub fn builds(&self) -> builds::BuildRegistry {
         self.builds.clone()
+    }
+
+    /// The reaper of this backend's finished runs under `rules`, on the same clients
+    /// (its capacity counts in [`AwsBackend::consumed_capacity`]).
+    pub fn reaper(&self, rules: retention::RetentionRules) -> retention::Reaper {
+        let (dynamodb, s3, names) = &self.reaping;
+        retention::Reaper::new(
+            dynamodb.clone(),
+            s3.clone(),
+            names.table.clone(),
+            names.bucket.clone(),
+            rules,
+            self.store.capacity.clone(),
+        )
     }
 
     /// The four ports over these resources.

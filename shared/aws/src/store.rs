@@ -1034,7 +1034,8 @@ impl RunStore for DynamoStore {
                 tx.put(&self.table, Role::Callback, item, None)?;
             }
             for record in &cp.tool_calls {
-                tx.put(&self.table, Role::ToolCall, tool_call_item(record)?, None)?;
+                let item = tool_call_item(record, self.retention)?;
+                tx.put(&self.table, Role::ToolCall, item, None)?;
             }
             for (child, started) in &cp.child_runs {
                 tx.insert(

@@ -72,6 +72,11 @@ async fn bootstrap_creates_the_template_resources_and_is_idempotent() {
                 vec!["due_shard HASH".to_owned(), "sweep_at RANGE".to_owned()],
                 "INCLUDE".to_owned()
             ),
+            (
+                "reap".to_owned(),
+                vec!["reap_shard HASH".to_owned(), "reap_at RANGE".to_owned()],
+                "KEYS_ONLY".to_owned()
+            ),
         ]
     );
     assert_eq!(

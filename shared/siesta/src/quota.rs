@@ -41,6 +41,13 @@ pub struct Quota {
     /// Most deliveries a run holds that it has not yet taken in.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_pending_deliveries: Option<u64>,
+    /// How many days the tenant's finished runs are kept, in place of the deployment's
+    /// retention (`0`: for ever); a workflow with a retention of its own keeps it. Not
+    /// a limit the engine checks: the AWS backend's reaper reads it
+    /// (docs/retention.md); the dev server keeps every tenant's runs for its
+    /// `--retention`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retention_days: Option<u64>,
 }
 
 impl Quota {
@@ -52,6 +59,7 @@ impl Quota {
             max_input_bytes: over.max_input_bytes.or(self.max_input_bytes),
             max_delivery_bytes: over.max_delivery_bytes.or(self.max_delivery_bytes),
             max_pending_deliveries: over.max_pending_deliveries.or(self.max_pending_deliveries),
+            retention_days: over.retention_days.or(self.retention_days),
         }
     }
 }

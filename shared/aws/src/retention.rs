@@ -1,0 +1,678 @@
+//! The reaper: a finished run, once its retention has passed, removed with everything
+//! that is its own — on DynamoDB and in S3.
+//!
+//! **What finds a finished run.** The checkpoint that finishes a run puts its item into
+//! the sparse `reap` index ([`REAP_INDEX`]), keyed by shard and by when the reaper looks
+//! at it ([`REAP_AT`]): its finish plus the shortest retention the deployment has. So
+//! the reaper's query is one bounded `Query` per shard (`reap_at <= now`), never a scan,
+//! and a run still pending, running, waiting or parked is never in it, however old.
+//!
+//! **What the reaper decides.** It reads the run and takes its own retention
+//! ([`RetentionRules::of`]: the workflow's, else the tenant's, else the deployment's):
+//! - not passed yet: the run is put back in the index at its retention's end;
+//! - kept for ever: the run leaves the index (it stays);
+//! - a child run whose parent still exists: looked at again later (the parent may still
+//!   read the child's outcome and the values it offloaded);
+//! - passed: the run is **claimed** (its `reap_at` moved [`CLAIM`] ahead under a token,
+//!   conditioned on the version read) and removed: its callback records (found through
+//!   its journal), its S3 objects (everything under `<tenant>/<run>/`), every other item
+//!   of its partition (`BatchWriteItem`, 25 deletes a request), and last the run item
+//!   itself, conditioned on the claim.
+//!
+//! **Killed half-way** (a timeout, a crash), nothing is lost: the run item, still in
+//! the index, comes due again when the claim runs out, and the next pass deletes what is
+//! left — deletes are idempotent, and the run item goes last, so the run is never lost
+//! track of. A claim outlives any invocation (Lambda's longest is 15 minutes), so two
+//! reapers never work on one run: none can delete an item of a new run started with the
+//! same `Idempotency-Key` once the old one is gone.
+//!
+//! **Why deletes and not TTL stamps.** DynamoDB bills an `UpdateItem` that sets
+//! `expires_at` by the item's size, exactly like a `DeleteItem` of it; a delete in a
+//! `BatchWriteItem` takes 1/25th of a request, and the item is gone at once rather than
+//! within TTL's days. TTL is free only when the stamp rides on a write that happens
+//! anyway: closed callback records and finished tool-call records get theirs when they
+//! are written (a tool-call record's key hashes the call's input, which is not kept,
+//! so the reaper could not find it).
+//!
+//! **Why S3 deletes and not a lifecycle rule.** S3 counts a rule's days from an
+//! object's creation: a run that waits longer than the retention would lose the values
+//! it offloaded while it still needs them. Tags would not help (a rule's days still
+//! count from creation) and cost a request per object; a run's objects share its prefix,
+//! so a `ListObjectsV2` and one `DeleteObjects` per 1 000 remove them.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+use aws_sdk_dynamodb::types::{DeleteRequest, ReturnConsumedCapacity, WriteRequest};
+use aws_sdk_s3::types::{Delete, ObjectIdentifier};
+use futures::StreamExt;
+use siesta::ports::{StoreError, artifact_location};
+use siesta::{CallbackId, OperationKind, Quotas, RetentionPolicy, Run, RunId, TenantId, Timestamp};
+
+use crate::error::{corrupt, sdk};
+use crate::item::{HistoryItem, Item, VERSION, history_from_item, key, n, run_from_item, s};
+use crate::keys::*;
+use crate::store::CapacityMeter;
+
+/// How long a claimed run is left to the reaper that claimed it: longer than any Lambda
+/// invocation can last, so a reaper killed half-way is dead before another takes over.
+pub const CLAIM: Duration = Duration::from_secs(20 * 60);
+
+/// When a finished child run whose parent still exists is looked at again.
+pub const PARENT_RECHECK: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// How many runs are worked on at once.
+const CONCURRENCY: usize = 4;
+
+/// The run item's attribute holding the token of the reaper that claimed it.
+const REAP_CLAIM: &str = "reap_claim";
+
+/// How long finished runs are kept: the deployment's [`RetentionPolicy`] (a default and
+/// workflows of their own) and the tenants' `retention_days` in the [`Quotas`].
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RetentionRules {
+    /// The deployment's retention and the workflows that differ from it.
+    pub policy: RetentionPolicy,
+    /// The tenants' quotas: `retention_days` replaces the deployment's retention for a
+    /// tenant (`0`: for ever).
+    pub quotas: Quotas,
+}
+
+fn days(d: u64) -> Option<Duration> {
+    (d > 0).then(|| Duration::from_secs(d.saturating_mul(86_400)))
+}
+
+impl RetentionRules {
+    /// Rules with `policy` and no tenant of its own.
+    pub fn new(policy: RetentionPolicy) -> Self {
+        RetentionRules {
+            policy,
+            quotas: Quotas::default(),
+        }
+    }
+
+    /// How long `tenant`'s finished runs of `workflow` are kept (`None`: for ever): the
+    /// workflow's own retention if the policy names it, else the tenant's
+    /// `retention_days`, else the policy's default.
+    pub fn of(&self, tenant: &TenantId, workflow: &str) -> Option<Duration> {
+        if let Some(own) = self.policy.workflows.get(workflow) {
+            return *own;
+        }
+        match self.quotas.for_tenant(tenant).retention_days {
+            Some(d) => days(d),
+            None => self.policy.default,
+        }
+    }
+
+    /// The shortest retention any finished run can have: how long after a run finished
+    /// the reaper first looks at it (`AwsOptions::retention` of the roles that write
+    /// runs). A policy that keeps everything for ever gives [`Duration::MAX`].
+    pub fn shortest(&self) -> Duration {
+        let tenants = std::iter::once(&self.quotas.default)
+            .chain(self.quotas.tenants.values())
+            .filter_map(|q| q.retention_days.map(days));
+        std::iter::once(self.policy.default)
+            .chain(self.policy.workflows.values().copied())
+            .chain(tenants)
+            .flatten()
+            .min()
+            .unwrap_or(Duration::MAX)
+    }
+}
+
+/// What one [`Reaper::reap`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReapReport {
+    /// Finished runs the index gave this pass.
+    pub looked_at: usize,
+    /// Runs removed, with everything that was their own.
+    pub removed: Vec<(TenantId, RunId)>,
+    /// Runs whose retention has not passed: put back at its end.
+    pub rescheduled: usize,
+    /// Runs kept for ever: out of the index.
+    pub kept_for_ever: usize,
+    /// Child runs whose parent still exists: looked at again later.
+    pub waiting_for_parent: usize,
+    /// Items of the removed runs' partitions deleted (the run items included).
+    pub items_deleted: usize,
+    /// Callback records deleted.
+    pub records_deleted: usize,
+    /// S3 objects deleted.
+    pub objects_deleted: usize,
+    /// Whether the index gave a full page: more may be due, call again.
+    pub more: bool,
+}
+
+impl ReapReport {
+    fn add(&mut self, other: ReapReport) {
+        self.removed.extend(other.removed);
+        self.rescheduled += other.rescheduled;
+        self.kept_for_ever += other.kept_for_ever;
+        self.waiting_for_parent += other.waiting_for_parent;
+        self.items_deleted += other.items_deleted;
+        self.records_deleted += other.records_deleted;
+        self.objects_deleted += other.objects_deleted;
+    }
+}
+
+/// Removes finished runs past their retention from the runs table and the artifacts
+/// bucket (see the module's documentation). Made by
+/// [`AwsBackend::reaper`](crate::AwsBackend::reaper).
+#[derive(Clone)]
+pub struct Reaper {
+    dynamodb: aws_sdk_dynamodb::Client,
+    s3: aws_sdk_s3::Client,
+    table: String,
+    bucket: String,
+    rules: Arc<RetentionRules>,
+    capacity: Arc<CapacityMeter>,
+}
+
+fn ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+fn string_of(item: &Item, name: &str) -> Result<String, StoreError> {
+    match item.get(name) {
+        Some(aws_sdk_dynamodb::types::AttributeValue::S(v)) => Ok(v.clone()),
+        _ => Err(corrupt("reap index", format!("no string attribute {name}"))),
+    }
+}
+
+fn number_of(item: &Item, name: &str) -> Result<i64, StoreError> {
+    match item.get(name) {
+        Some(aws_sdk_dynamodb::types::AttributeValue::N(v)) => v
+            .parse()
+            .map_err(|_| corrupt("reap index", format!("{name} = {v}"))),
+        _ => Err(corrupt("reap index", format!("no number attribute {name}"))),
+    }
+}
+
+/// An entry of the reap index.
+struct Due {
+    pk: String,
+    reap_at: i64,
+}
+
+impl Reaper {
+    pub(crate) fn new(
+        dynamodb: aws_sdk_dynamodb::Client,
+        s3: aws_sdk_s3::Client,
+        table: String,
+        bucket: String,
+        rules: RetentionRules,
+        capacity: Arc<CapacityMeter>,
+    ) -> Self {
+        Reaper {
+            dynamodb,
+            s3,
+            table,
+            bucket,
+            rules: Arc::new(rules),
+            capacity,
+        }
+    }
+
+    /// The rules this reaper decides by.
+    pub fn rules(&self) -> &RetentionRules {
+        &self.rules
+    }
+
+    /// Look at up to `limit` finished runs whose `reap_at` is at or before `now`, the
+    /// earliest first, and do with each what its retention says (see the module's
+    /// documentation). Bounded: one `Query` per shard, then per run a read, one
+    /// conditional write and — for a run removed — its items' deletes. Call again while
+    /// the report says `more`.
+    pub async fn reap(&self, now: Timestamp, limit: usize) -> Result<ReapReport, StoreError> {
+        let limit = limit.max(1);
+        let due = self.due(now, limit).await?;
+        let mut report = ReapReport {
+            looked_at: due.len(),
+            more: due.len() >= limit,
+            ..ReapReport::default()
+        };
+        let mut outcomes = futures::stream::iter(due)
+            .map(|d| self.look_at(d, now))
+            .buffer_unordered(CONCURRENCY);
+        // Every run is worked to its end before an error is returned: a run left
+        // half-removed would only wait for its claim to run out.
+        let mut failed = None;
+        while let Some(outcome) = outcomes.next().await {
+            match outcome {
+                Ok(done) => report.add(done),
+                Err(e) => failed = failed.or(Some(e)),
+            }
+        }
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(report),
+        }
+    }
+
+    /// The earliest `limit` entries of the reap index due at `now`, over every shard.
+    async fn due(&self, now: Timestamp, limit: usize) -> Result<Vec<Due>, StoreError> {
+        let shards = (0..DUE_SHARDS).map(|shard| {
+            let shard = shard_name(shard);
+            async move {
+                let out = self
+                    .dynamodb
+                    .query()
+                    .table_name(&self.table)
+                    .index_name(REAP_INDEX)
+                    .key_condition_expression("#shard = :shard AND #reap_at <= :now")
+                    .expression_attribute_names("#shard", REAP_SHARD)
+                    .expression_attribute_names("#reap_at", REAP_AT)
+                    .expression_attribute_values(":shard", s(&shard))
+                    .expression_attribute_values(":now", n(now.0))
+                    .limit(limit.min(1000) as i32)
+                    .return_consumed_capacity(ReturnConsumedCapacity::Total)
+                    .send()
+                    .await
+                    .map_err(|e| sdk("reap: query the reap index", e))?;
+                if let Some(c) = out.consumed_capacity() {
+                    self.capacity.add(false, std::slice::from_ref(c));
+                }
+                out.items
+                    .unwrap_or_default()
+                    .iter()
+                    .map(|i| {
+                        Ok(Due {
+                            pk: string_of(i, PK)?,
+                            reap_at: number_of(i, REAP_AT)?,
+                        })
+                    })
+                    .collect::<Result<Vec<_>, StoreError>>()
+            }
+        });
+        let mut due: Vec<Due> = futures::future::try_join_all(shards)
+            .await?
+            .into_iter()
+            .flatten()
+            .collect();
+        due.sort_by(|a, b| (a.reap_at, &a.pk).cmp(&(b.reap_at, &b.pk)));
+        due.truncate(limit);
+        Ok(due)
+    }
+
+    async fn get(&self, op: &str, key: Item) -> Result<Option<Item>, StoreError> {
+        let out = self
+            .dynamodb
+            .get_item()
+            .table_name(&self.table)
+            .set_key(Some(key))
+            .consistent_read(true)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await
+            .map_err(|e| sdk(op, e))?;
+        if let Some(c) = out.consumed_capacity() {
+            self.capacity.add(false, std::slice::from_ref(c));
+        }
+        Ok(out.item)
+    }
+
+    /// Decide on one run and do it.
+    async fn look_at(&self, due: Due, now: Timestamp) -> Result<ReapReport, StoreError> {
+        let mut report = ReapReport::default();
+        let Some(item) = self
+            .get("reap: read the run", key(due.pk.clone(), RUN_SK))
+            .await?
+        else {
+            return Ok(report);
+        };
+        let run = run_from_item(&item)?;
+        if !run.status.is_finished() || number_of(&item, REAP_AT).ok() != Some(due.reap_at) {
+            // Not what the index said (it lags the table): the next pass sees it as it is.
+            return Ok(report);
+        }
+        let seen = (due.reap_at, run.version);
+        let Some(retention) = self.rules.of(&run.tenant, &run.workflow) else {
+            if self.move_to(&due.pk, seen, None, None).await? {
+                report.kept_for_ever += 1;
+            }
+            return Ok(report);
+        };
+        let end = run.updated_at.0.saturating_add(ms(retention));
+        if end > now.0 {
+            if self.move_to(&due.pk, seen, Some(end), None).await? {
+                report.rescheduled += 1;
+            }
+            return Ok(report);
+        }
+        if let Some(parent) = &run.parent {
+            let parent_key = key(run_pk(&run.tenant, &parent.run_id), RUN_SK);
+            if self
+                .get("reap: read the parent", parent_key)
+                .await?
+                .is_some()
+            {
+                let later = now.0.saturating_add(ms(PARENT_RECHECK));
+                if self.move_to(&due.pk, seen, Some(later), None).await? {
+                    report.waiting_for_parent += 1;
+                }
+                return Ok(report);
+            }
+        }
+        let token = uuid::Uuid::new_v4().to_string();
+        let claim_end = now.0.saturating_add(ms(CLAIM));
+        if !self
+            .move_to(&due.pk, seen, Some(claim_end), Some(&token))
+            .await?
+        {
+            return Ok(report);
+        }
+        self.remove(&run, &token, &mut report).await?;
+        report.removed.push((run.tenant.clone(), run.id.clone()));
+        Ok(report)
+    }
+
+    /// Move the run's `reap_at` to `to` (`None`: out of the index), with a claim token
+    /// when given, if it is still as `seen` (its `reap_at` and version). Whether it was.
+    async fn move_to(
+        &self,
+        pk: &str,
+        seen: (i64, u64),
+        to: Option<i64>,
+        claim: Option<&str>,
+    ) -> Result<bool, StoreError> {
+        let mut update = self
+            .dynamodb
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(key(pk.to_owned(), RUN_SK)))
+            .condition_expression("#reap_at = :seen AND #version = :version")
+            .expression_attribute_names("#reap_at", REAP_AT)
+            .expression_attribute_names("#version", VERSION)
+            .expression_attribute_values(":seen", n(seen.0))
+            .expression_attribute_values(":version", n(seen.1))
+            .return_consumed_capacity(ReturnConsumedCapacity::Total);
+        update = match (to, claim) {
+            (None, _) => update
+                .update_expression("REMOVE #reap_at, #reap_shard")
+                .expression_attribute_names("#reap_shard", REAP_SHARD),
+            (Some(at), None) => update
+                .update_expression("SET #reap_at = :at")
+                .expression_attribute_values(":at", n(at)),
+            (Some(at), Some(token)) => update
+                .update_expression("SET #reap_at = :at, #claim = :token")
+                .expression_attribute_names("#claim", REAP_CLAIM)
+                .expression_attribute_values(":at", n(at))
+                .expression_attribute_values(":token", s(token)),
+        };
+        match update.send().await {
+            Ok(out) => {
+                if let Some(c) = out.consumed_capacity() {
+                    self.capacity.add(true, std::slice::from_ref(c));
+                }
+                Ok(true)
+            }
+            Err(e) => match e.as_service_error() {
+                // Another reaper moved it first, or it changed: the next pass decides
+                // again on what it is then.
+                Some(UpdateItemError::ConditionalCheckFailedException(_)) => Ok(false),
+                _ => Err(sdk("reap: move the run in the reap index", e)),
+            },
+        }
+    }
+
+    /// Remove a claimed run: its callback records, its objects, its partition, and its
+    /// run item last (under the claim).
+    async fn remove(
+        &self,
+        run: &Run,
+        token: &str,
+        report: &mut ReapReport,
+    ) -> Result<(), StoreError> {
+        let pk = run_pk(&run.tenant, &run.id);
+        // The callback records first: the journal that names them goes with the
+        // partition.
+        let callbacks = self.callbacks_of(&pk).await?;
+        let keys: Vec<Item> = callbacks
+            .iter()
+            .map(|id| key(callback_pk(id), RECORD_SK))
+            .collect();
+        report.records_deleted += keys.len();
+        self.delete_items(keys).await?;
+        report.objects_deleted += self.delete_objects(&run.tenant, &run.id).await?;
+        // The partition, page by page, all but the run item.
+        let mut start = None;
+        loop {
+            let out = self
+                .dynamodb
+                .query()
+                .table_name(&self.table)
+                .key_condition_expression("#pk = :pk")
+                .expression_attribute_names("#pk", PK)
+                .expression_attribute_names("#sk", SK)
+                .projection_expression("#pk, #sk")
+                .expression_attribute_values(":pk", s(&pk))
+                .consistent_read(true)
+                .set_exclusive_start_key(start.take())
+                .return_consumed_capacity(ReturnConsumedCapacity::Total)
+                .send()
+                .await
+                .map_err(|e| sdk("reap: list the run's items", e))?;
+            if let Some(c) = out.consumed_capacity() {
+                self.capacity.add(false, std::slice::from_ref(c));
+            }
+            let keys: Vec<Item> = out
+                .items
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|i| i.get(SK) != Some(&s(RUN_SK)))
+                .collect();
+            report.items_deleted += keys.len();
+            self.delete_items(keys).await?;
+            start = out.last_evaluated_key.filter(|k| !k.is_empty());
+            if start.is_none() {
+                break;
+            }
+        }
+        let result = self
+            .dynamodb
+            .delete_item()
+            .table_name(&self.table)
+            .set_key(Some(key(pk, RUN_SK)))
+            .condition_expression("#claim = :token")
+            .expression_attribute_names("#claim", REAP_CLAIM)
+            .expression_attribute_values(":token", s(token))
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await;
+        match result {
+            Ok(out) => {
+                if let Some(c) = out.consumed_capacity() {
+                    self.capacity.add(true, std::slice::from_ref(c));
+                }
+                report.items_deleted += 1;
+                Ok(())
+            }
+            Err(e) => Err(sdk("reap: delete the run item", e)),
+        }
+    }
+
+    /// The callbacks the run's journal names.
+    async fn callbacks_of(&self, pk: &str) -> Result<BTreeSet<CallbackId>, StoreError> {
+        let mut ids = BTreeSet::new();
+        let mut start = None;
+        loop {
+            let out = self
+                .dynamodb
+                .query()
+                .table_name(&self.table)
+                .key_condition_expression("#pk = :pk AND begins_with(#sk, :journal)")
+                .expression_attribute_names("#pk", PK)
+                .expression_attribute_names("#sk", SK)
+                .expression_attribute_values(":pk", s(pk))
+                .expression_attribute_values(":journal", s(JOURNAL_PREFIX))
+                .consistent_read(true)
+                .set_exclusive_start_key(start.take())
+                .return_consumed_capacity(ReturnConsumedCapacity::Total)
+                .send()
+                .await
+                .map_err(|e| sdk("reap: read the run's journal", e))?;
+            if let Some(c) = out.consumed_capacity() {
+                self.capacity.add(false, std::slice::from_ref(c));
+            }
+            for item in out.items.unwrap_or_default() {
+                if let HistoryItem::Journal(entry) = history_from_item(&item)?
+                    && entry.kind == OperationKind::Callback
+                    && let Some(handle) = entry.handle
+                {
+                    ids.insert(CallbackId(handle));
+                }
+            }
+            start = out.last_evaluated_key.filter(|k| !k.is_empty());
+            if start.is_none() {
+                return Ok(ids);
+            }
+        }
+    }
+
+    /// Delete `keys`, 25 a request, until none is left unprocessed.
+    async fn delete_items(&self, keys: Vec<Item>) -> Result<(), StoreError> {
+        for chunk in keys.chunks(25) {
+            let mut requests = chunk
+                .iter()
+                .map(|k| {
+                    let delete = DeleteRequest::builder()
+                        .set_key(Some(k.clone()))
+                        .build()
+                        .map_err(|e| StoreError::Invalid(format!("a delete request: {e}")))?;
+                    Ok(WriteRequest::builder().delete_request(delete).build())
+                })
+                .collect::<Result<Vec<_>, StoreError>>()?;
+            let mut backoff = Duration::from_millis(10);
+            while !requests.is_empty() {
+                let out = self
+                    .dynamodb
+                    .batch_write_item()
+                    .request_items(&self.table, requests)
+                    .return_consumed_capacity(ReturnConsumedCapacity::Total)
+                    .send()
+                    .await
+                    .map_err(|e| sdk("reap: delete the run's items", e))?;
+                self.capacity.add(true, out.consumed_capacity());
+                requests = out
+                    .unprocessed_items
+                    .and_then(|mut u| u.remove(&self.table))
+                    .unwrap_or_default();
+                if !requests.is_empty() {
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Delete every object under the run's prefix; how many.
+    async fn delete_objects(&self, tenant: &TenantId, run_id: &RunId) -> Result<usize, StoreError> {
+        // `<tenant>/<run>/<sha256>`: the prefix is the location of an empty digest.
+        let prefix = artifact_location(tenant, run_id, "");
+        let mut deleted = 0;
+        let mut token = None;
+        loop {
+            let out = self
+                .s3
+                .list_objects_v2()
+                .bucket(&self.bucket)
+                .prefix(&prefix)
+                .set_continuation_token(token.take())
+                .send()
+                .await
+                .map_err(|e| sdk("reap: list the run's objects", e))?;
+            let ids = out
+                .contents()
+                .iter()
+                .filter_map(|o| o.key())
+                .map(|k| ObjectIdentifier::builder().key(k).build())
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| StoreError::Invalid(format!("an object to delete: {e}")))?;
+            if !ids.is_empty() {
+                let count = ids.len();
+                let delete = Delete::builder()
+                    .set_objects(Some(ids))
+                    .quiet(true)
+                    .build()
+                    .map_err(|e| StoreError::Invalid(format!("a delete of objects: {e}")))?;
+                let out = self
+                    .s3
+                    .delete_objects()
+                    .bucket(&self.bucket)
+                    .delete(delete)
+                    .send()
+                    .await
+                    .map_err(|e| sdk("reap: delete the run's objects", e))?;
+                if let Some(error) = out.errors().first() {
+                    return Err(StoreError::Unavailable(format!(
+                        "reap: deleting {}: {}",
+                        error.key().unwrap_or("an object"),
+                        error.message().unwrap_or("failed")
+                    )));
+                }
+                deleted += count;
+            }
+            match out.next_continuation_token {
+                Some(t) if out.is_truncated == Some(true) => token = Some(t),
+                _ => return Ok(deleted),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use siesta::Quota;
+    use std::collections::BTreeMap;
+
+    const DAY: Duration = Duration::from_secs(86_400);
+
+    #[test]
+    fn a_workflow_of_its_own_beats_the_tenant_which_beats_the_deployment() {
+        let rules = RetentionRules {
+            policy: RetentionPolicy::keep_for(Some(30 * DAY))
+                .with_workflow("audit", None)
+                .with_workflow("ping", Some(Duration::from_secs(3600))),
+            quotas: Quotas {
+                default: Quota::default(),
+                tenants: BTreeMap::from([
+                    (
+                        "acme".to_owned(),
+                        Quota {
+                            retention_days: Some(7),
+                            ..Quota::default()
+                        },
+                    ),
+                    (
+                        "bank".to_owned(),
+                        Quota {
+                            retention_days: Some(0),
+                            ..Quota::default()
+                        },
+                    ),
+                ]),
+            },
+        };
+        let t = |name: &str| TenantId(name.into());
+        assert_eq!(rules.of(&t("other"), "order"), Some(30 * DAY));
+        assert_eq!(rules.of(&t("acme"), "order"), Some(7 * DAY));
+        assert_eq!(rules.of(&t("bank"), "order"), None, "0 days: for ever");
+        assert_eq!(rules.of(&t("acme"), "audit"), None);
+        assert_eq!(
+            rules.of(&t("bank"), "ping"),
+            Some(Duration::from_secs(3600))
+        );
+        assert_eq!(rules.shortest(), Duration::from_secs(3600));
+    }
+
+    #[test]
+    fn rules_that_keep_everything_for_ever_look_at_nothing() {
+        let rules = RetentionRules::new(RetentionPolicy::keep_for(None));
+        assert_eq!(rules.shortest(), Duration::MAX);
+        assert_eq!(rules.of(&TenantId("t".into()), "w"), None);
+    }
+}
