@@ -7,6 +7,11 @@
 //! a run stays due until the step function has handled its wake-up, so a second page
 //! taken at once would be the first page again — the same wake-ups sent twice.
 //!
+//! After the sweep, in the same invocation, the **reaper** ([`reap`]): finished runs
+//! past their retention removed with everything that is theirs (docs/retention.md),
+//! a page at a time while the invocation has time, `ReapRemoved` and `ReapBacklog`
+//! counted.
+//!
 //! On a schedule of its own (every five minutes, its event `{"check": "builds"}`), the
 //! same function makes the **drain check** instead ([`check_builds`]): the unfinished
 //! runs of every tenant by build, and of those the runs whose build is no longer
@@ -22,9 +27,11 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Value, json};
 use siesta::ports::StoreError;
-use siesta::{Engine, EngineError};
+use siesta::{Engine, EngineError, Timestamp};
 use siesta_aws::builds::BuildRegistry;
+use siesta_aws::retention::{ReapReport, Reaper};
 use siesta_lambda::metrics::{Unit, emit};
+use siesta_lambda::now_ms;
 use tracing::Instrument;
 
 /// Wake at most `page` due runs; the counts. `event` is the scheduled event (EventBridge
@@ -68,6 +75,62 @@ pub async fn handle(engine: &Engine, event: &Value, page: usize) -> Result<Value
                     &[report.parked_dead_letters as f64],
                 ),
                 ("SweepBacklog", Unit::Count, &[f64::from(u8::from(backlog))]),
+            ],
+        );
+        Ok(counts)
+    }
+    .instrument(span)
+    .await
+}
+
+/// Reap pages of at most `page` finished runs past their retention until none is left
+/// or `stop_at_ms` (ms since the epoch) has passed; the counts. A run claimed when the
+/// invocation ends is finished by a later one (its claim runs out).
+pub async fn reap(reaper: &Reaper, page: usize, stop_at_ms: i64) -> Result<Value, StoreError> {
+    let span = tracing::info_span!("reap");
+    async {
+        let mut total = ReapReport::default();
+        let mut pages = 0;
+        loop {
+            let report = reaper.reap(Timestamp(now_ms()), page).await?;
+            pages += 1;
+            total.looked_at += report.looked_at;
+            total.removed.extend(report.removed);
+            total.rescheduled += report.rescheduled;
+            total.kept_for_ever += report.kept_for_ever;
+            total.waiting_for_parent += report.waiting_for_parent;
+            total.items_deleted += report.items_deleted;
+            total.records_deleted += report.records_deleted;
+            total.objects_deleted += report.objects_deleted;
+            total.more = report.more;
+            if !report.more || now_ms() >= stop_at_ms {
+                break;
+            }
+        }
+        let counts = json!({
+            "pages": pages,
+            "looked_at": total.looked_at,
+            "removed": total.removed.len(),
+            "rescheduled": total.rescheduled,
+            "kept_for_ever": total.kept_for_ever,
+            "waiting_for_parent": total.waiting_for_parent,
+            "items_deleted": total.items_deleted,
+            "records_deleted": total.records_deleted,
+            "objects_deleted": total.objects_deleted,
+            "backlog": total.more,
+        });
+        if total.more {
+            tracing::warn!(counts = %counts, "more finished runs are past their retention than one invocation removes; the next goes on");
+        } else {
+            tracing::info!(counts = %counts, "reaped");
+        }
+        emit(
+            "sweep",
+            &[
+                ("ReapRemoved", Unit::Count, &[total.removed.len() as f64]),
+                ("ReapItemsDeleted", Unit::Count, &[total.items_deleted as f64]),
+                ("ReapObjectsDeleted", Unit::Count, &[total.objects_deleted as f64]),
+                ("ReapBacklog", Unit::Count, &[f64::from(u8::from(total.more))]),
             ],
         );
         Ok(counts)

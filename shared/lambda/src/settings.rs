@@ -2,8 +2,9 @@
 
 use std::time::Duration;
 
-use siesta::{Engine, EngineConfig, Registry, SystemClock};
+use siesta::{Engine, EngineConfig, Registry, RetentionPolicy, SystemClock};
 use siesta_api::WebhookSource;
+use siesta_aws::retention::RetentionRules;
 use siesta_aws::{AwsBackend, AwsOptions, ResourceNames};
 
 /// Why a function cannot start.
@@ -37,9 +38,15 @@ pub struct Settings {
     /// Time kept back before the invocation's deadline to checkpoint and hand over
     /// (`SIESTA_SAFETY_MARGIN_MS`, default 10 000).
     pub safety_margin: Duration,
-    /// How long finished runs and closed callbacks are kept (`SIESTA_RETENTION_DAYS`,
-    /// default 30).
-    pub retention: Duration,
+    /// How long finished runs are kept, counted from when they finished
+    /// (`SIESTA_RETENTION_DAYS`, default 30; `0` keeps them for ever), and the workflows
+    /// kept longer or shorter (`SIESTA_RETENTION_WORKFLOWS`: `audit=0,ping=12h`, each a
+    /// retention as `siesta dev --retention` takes it). A tenant's `retention_days` in
+    /// the quotas replaces the default for that tenant ([`Settings::retention_rules`]).
+    pub retention: RetentionPolicy,
+    /// Finished runs one page of the sweep's reaper looks at (`SIESTA_REAP_PAGE`,
+    /// default 100); it takes pages while the invocation has time.
+    pub reap_page: usize,
     /// Due runs one sweep invocation wakes at most (`SIESTA_SWEEP_PAGE`, default 500).
     pub sweep_page: usize,
     /// Webhook sources as JSON (`SIESTA_WEBHOOK_SOURCES`).
@@ -81,7 +88,11 @@ impl Settings {
                 .unwrap_or_else(|| "http://127.0.0.1:8080".into()),
             lease_ttl: Duration::from_millis(number("SIESTA_LEASE_TTL_MS", 60_000)?),
             safety_margin: Duration::from_millis(number("SIESTA_SAFETY_MARGIN_MS", 10_000)?),
-            retention: Duration::from_secs(86_400 * number("SIESTA_RETENTION_DAYS", 30u64)?),
+            retention: retention_policy(
+                number("SIESTA_RETENTION_DAYS", 30u64)?,
+                &var("SIESTA_RETENTION_WORKFLOWS").unwrap_or_default(),
+            )?,
+            reap_page: number("SIESTA_REAP_PAGE", 100)?,
             sweep_page: number("SIESTA_SWEEP_PAGE", 500)?,
             webhook_sources: var("SIESTA_WEBHOOK_SOURCES").unwrap_or_default(),
             webhook_sources_parameter: var("SIESTA_WEBHOOK_SOURCES_PARAMETER"),
@@ -106,11 +117,7 @@ impl Settings {
     /// The engine over the AWS backend, running `registry`'s workflows. Build it once per
     /// container, outside the handler: the SDK clients keep their connections.
     pub async fn engine(&self, sdk: &aws_config::SdkConfig, registry: Registry) -> Engine {
-        let options = AwsOptions {
-            retention: self.retention,
-            ..AwsOptions::default()
-        };
-        let backend = AwsBackend::with_options(sdk, self.resources.clone(), options).backend();
+        let backend = self.aws_backend(sdk).backend();
         let config = EngineConfig {
             lease_ttl: self.lease_ttl,
             callback_base_url: self.callback_base_url.clone(),
@@ -119,6 +126,25 @@ impl Settings {
             ..EngineConfig::default()
         };
         Engine::new(backend, std::sync::Arc::new(SystemClock), registry, config)
+    }
+
+    /// How long each finished run is kept: the retention policy and the tenants'
+    /// `retention_days` of the quotas (load them first, [`Settings::load_quotas`]).
+    pub fn retention_rules(&self) -> RetentionRules {
+        RetentionRules {
+            policy: self.retention.clone(),
+            quotas: self.quotas.clone(),
+        }
+    }
+
+    /// The AWS backend over the settings' resources. Finished runs enter the reap
+    /// index at the shortest retention of [`Settings::retention_rules`].
+    pub fn aws_backend(&self, sdk: &aws_config::SdkConfig) -> AwsBackend {
+        let options = AwsOptions {
+            retention: self.retention_rules().shortest(),
+            ..AwsOptions::default()
+        };
+        AwsBackend::with_options(sdk, self.resources.clone(), options)
     }
 
     /// The webhook sources: from the SSM parameter when one is named (a SecureString,
@@ -133,6 +159,28 @@ impl Settings {
         };
         WebhookSource::parse_all(&json).map_err(SetupError::Config)
     }
+}
+
+/// The retention policy of `SIESTA_RETENTION_DAYS` (`days`, `0`: for ever) and
+/// `SIESTA_RETENTION_WORKFLOWS` (`workflow=retention,…`).
+fn retention_policy(days: u64, workflows: &str) -> Result<RetentionPolicy, SetupError> {
+    let default = (days > 0).then(|| Duration::from_secs(days.saturating_mul(86_400)));
+    let mut policy = RetentionPolicy::keep_for(default);
+    for pair in workflows
+        .split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+    {
+        let (workflow, retention) = pair.split_once('=').ok_or_else(|| {
+            SetupError::Config(format!(
+                "SIESTA_RETENTION_WORKFLOWS: '{pair}' is not workflow=retention"
+            ))
+        })?;
+        let retention = siesta::parse_retention(retention)
+            .map_err(|e| SetupError::Config(format!("SIESTA_RETENTION_WORKFLOWS: {e}")))?;
+        policy = policy.with_workflow(workflow.trim(), retention);
+    }
+    Ok(policy)
 }
 
 /// The value of the SSM parameter `name` (a SecureString is decrypted).
@@ -150,4 +198,20 @@ async fn parameter(sdk: &aws_config::SdkConfig, name: &str) -> Result<String, Se
         .parameter
         .and_then(|p| p.value)
         .unwrap_or_default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retention_days_and_workflows_make_the_policy_and_zero_keeps_for_ever() {
+        let policy = retention_policy(30, "audit=0, ping=12h").unwrap();
+        assert_eq!(policy.of("order"), Some(Duration::from_secs(30 * 86_400)));
+        assert_eq!(policy.of("audit"), None);
+        assert_eq!(policy.of("ping"), Some(Duration::from_secs(12 * 3600)));
+        assert_eq!(retention_policy(0, "").unwrap().of("order"), None);
+        assert!(retention_policy(30, "ping").is_err());
+        assert!(retention_policy(30, "ping=soon").is_err());
+    }
 }
