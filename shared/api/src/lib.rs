@@ -274,22 +274,54 @@ async fn json_errors(response: Response) -> Response {
 /// string or any header (`Authorization`, a webhook's signature). `Router::layer` wraps
 /// each route after routing, so the matched template is already in the request's
 /// extensions here; a request no route matched is named `unmatched`.
+///
+/// Its fields follow OpenTelemetry's HTTP server conventions (`http.request.method`,
+/// `http.route`, `http.response.status_code`; named `POST /runs`, of kind server), and
+/// a valid W3C `traceparent` sent with the request makes it a child of the caller's
+/// span (see docs/telemetry.md).
 async fn trace(request: Request, next: Next) -> Response {
     let route = request
         .extensions()
         .get::<MatchedPath>()
-        .map_or("unmatched", MatchedPath::as_str);
+        .map(MatchedPath::as_str);
+    let method = request.method().clone();
+    let name = match route {
+        Some(route) => format!("{method} {route}"),
+        None => method.to_string(),
+    };
     let span = tracing::info_span!(
         "request",
-        method = %request.method(),
-        route = %route,
+        otel.name = %name,
+        otel.kind = "server",
+        http.request.method = %method,
+        http.route = %route.unwrap_or("unmatched"),
+        http.response.status_code = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
         tenant = tracing::field::Empty,
     );
+    if let Some(parent) = incoming_trace_parent(request.headers()) {
+        siesta::telemetry::set_parent(&span, parent);
+    }
     async move {
         let response = next.run(request).await;
-        tracing::info!(status = response.status().as_u16(), "answered");
+        let status = response.status().as_u16();
+        let span = tracing::Span::current();
+        span.record("http.response.status_code", status);
+        if response.status().is_server_error() {
+            span.record("otel.status_code", "error");
+        }
+        tracing::info!(status, "answered");
         response
     }
     .instrument(span)
     .await
+}
+
+/// The request's W3C `traceparent`, when it sent a valid one (an invalid one is
+/// ignored, as the spec says).
+pub(crate) fn incoming_trace_parent(
+    headers: &http::HeaderMap,
+) -> Option<siesta::telemetry::TraceParent> {
+    let value = headers.get("traceparent")?.to_str().ok()?;
+    siesta::telemetry::TraceParent::parse(value)
 }

@@ -133,6 +133,8 @@ struct RunBody {
     parent: Option<ParentLink>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     build_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    trace_parent: Option<siesta::telemetry::TraceParent>,
 }
 
 /// The TTL of a record closed at `at`: kept for `retention`, then removed by DynamoDB.
@@ -194,6 +196,7 @@ pub(crate) fn run_item(run: &Run, retention: Duration) -> Result<Item, StoreErro
         cancel_requested: run.cancel_requested,
         parent: run.parent.clone(),
         build_id: run.build_id.clone(),
+        trace_parent: run.trace_parent,
     };
     item.insert(BODY.into(), s(to_json(&body)?));
     Ok(item)
@@ -237,6 +240,7 @@ pub(crate) fn run_from_item(item: &Item) -> Result<Run, StoreError> {
         cancel_requested: body.cancel_requested,
         parent: body.parent,
         build_id: body.build_id,
+        trace_parent: body.trace_parent,
     })
 }
 
@@ -416,6 +420,9 @@ mod tests {
         run.inbox_seq = 2;
         run.timeline_seq = 7;
         run.build_id = Some("shop@1.4.0+9f2c1e0".into());
+        run.trace_parent = siesta::telemetry::TraceParent::parse(
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+        );
         run
     }
 

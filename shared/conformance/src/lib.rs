@@ -163,6 +163,7 @@ macro_rules! conformance_suite {
             // runs
             create_and_get_run
             tenant_isolation
+            a_run_keeps_its_trace_parent
             // leases
             claim_takes_the_lease
             claim_resumes_a_waiting_run

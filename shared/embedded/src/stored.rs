@@ -16,6 +16,7 @@
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use siesta::ports::StoreError;
+use siesta::telemetry::TraceParent;
 use siesta::{
     DeliveryId, EntryState, ErrorInfo, EventType, FencingEpoch, JournalEntry, Lease, OperationKind,
     ParentLink, Payload, Position, Run, RunId, RunStatus, SubType, TenantId, TimelineEvent,
@@ -281,6 +282,8 @@ struct RunBodyRef<'a> {
     parent: Option<&'a ParentLink>,
     #[serde(skip_serializing_if = "Option::is_none")]
     build_id: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    trace_parent: Option<TraceParent>,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -312,6 +315,8 @@ struct RunBody {
     parent: Option<ParentLink>,
     #[serde(default)]
     build_id: Option<String>,
+    #[serde(default)]
+    trace_parent: Option<TraceParent>,
 }
 
 /// `run`'s body as stored.
@@ -338,6 +343,7 @@ pub(crate) fn run_body(run: &Run) -> Result<String, StoreError> {
         cancel_requested,
         parent,
         build_id,
+        trace_parent,
     } = run;
     to_json(&RunBodyRef {
         input,
@@ -354,6 +360,7 @@ pub(crate) fn run_body(run: &Run) -> Result<String, StoreError> {
         cancel_requested: *cancel_requested,
         parent: parent.as_ref(),
         build_id: build_id.as_deref(),
+        trace_parent: *trace_parent,
     })
 }
 
@@ -406,6 +413,7 @@ impl RunRow {
             cancel_requested,
             parent,
             build_id,
+            trace_parent,
         } = from_json(&self.body)?;
         Ok(Run {
             tenant: TenantId(self.tenant),
@@ -428,6 +436,7 @@ impl RunRow {
             cancel_requested,
             parent,
             build_id,
+            trace_parent,
         })
     }
 }

@@ -6,14 +6,19 @@
 //! collector over HTTP (`OTEL_EXPORTER_OTLP_PROTOCOL` = `http/protobuf`, the default,
 //! or `http/json`; `grpc` is not built in and turns export off with a warning), named
 //! by `OTEL_SERVICE_NAME`, and every wake-up's `durable_execution` span is put in its
-//! run's own trace (see [`siesta::telemetry`]).
+//! run's trace (see [`siesta::telemetry`]): the core's spans come through the
+//! `tracing` layer, and what the core asks of an exporter (parents, links, a step's
+//! context, waits' spans) through [`siesta::telemetry::Exporter`].
 
 use std::sync::OnceLock;
 
+use opentelemetry::KeyValue;
 use opentelemetry::trace::{
-    SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState, TracerProvider as _,
+    Span as _, SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState, Tracer as _,
+    TracerProvider as _,
 };
-use opentelemetry_sdk::trace::SdkTracerProvider;
+use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
+use siesta::telemetry::{TraceParent, WaitSpan};
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 use tracing_subscriber::registry::LookupSpan;
 
@@ -21,7 +26,8 @@ static PROVIDER: OnceLock<SdkTracerProvider> = OnceLock::new();
 
 /// The OpenTelemetry layer when the environment asks for export, else `None` (a `None`
 /// layer does nothing). `default_service` names the service when `OTEL_SERVICE_NAME`
-/// is unset. Installs the hook that parents each wake-up's span on its run's trace.
+/// is unset. Installs the core's exporter, which puts each wake-up's span in its run's
+/// trace.
 pub fn layer_from_env<S>(
     default_service: &str,
 ) -> Option<impl tracing_subscriber::Layer<S> + use<S>>
@@ -51,7 +57,7 @@ where
 
 /// The OpenTelemetry layer exporting OTLP over HTTP protobuf to `endpoint` (the full
 /// URL, `…/v1/traces`), as `service` unless `OTEL_SERVICE_NAME` says otherwise: for
-/// tests and tools that pick their collector themselves. Installs the same hook as
+/// tests and tools that pick their collector themselves. Installs the same exporter as
 /// [`layer_from_env`].
 pub fn layer_to<S>(endpoint: &str, service: &str) -> impl tracing_subscriber::Layer<S> + use<S>
 where
@@ -70,13 +76,15 @@ where
 
 type Exporter = Result<opentelemetry_otlp::SpanExporter, opentelemetry_otlp::ExporterBuildError>;
 
-/// The layer over `provider`, and the hook that parents wake-ups on their runs' traces.
+/// The layer over `provider`, and the core's [`siesta::telemetry::Exporter`] over it.
 fn install<S>(provider: SdkTracerProvider) -> impl tracing_subscriber::Layer<S> + use<S>
 where
     S: tracing::Subscriber + for<'a> LookupSpan<'a>,
 {
-    siesta::telemetry::set_execution_span_hook(parent_on_run_trace);
     let tracer = provider.tracer("siesta");
+    siesta::telemetry::set_exporter(CoreExporter {
+        tracer: tracer.clone(),
+    });
     tracing_opentelemetry::layer().with_tracer(tracer)
 }
 
@@ -124,16 +132,77 @@ pub async fn flush_after<R>(response: R) -> R {
     response
 }
 
-/// The [`siesta::telemetry::ExecutionSpanHook`]: a wake-up's span is a child of its
-/// run's virtual root, a remote parent in the run's trace.
-fn parent_on_run_trace(span: &tracing::Span, trace_id: [u8; 16], root: [u8; 8]) {
-    let parent = SpanContext::new(
-        TraceId::from_bytes(trace_id),
-        SpanId::from_bytes(root),
-        TraceFlags::SAMPLED,
+/// What the core asks of the exporter (it depends on no OpenTelemetry crate): parent a
+/// span on a remote context (a wake-up on its run's trace, a request on its caller's),
+/// link one, read one's context, and emit a wait's span whole.
+struct CoreExporter {
+    tracer: SdkTracer,
+}
+
+fn span_context(parent: TraceParent) -> SpanContext {
+    SpanContext::new(
+        TraceId::from_bytes(parent.trace_id),
+        SpanId::from_bytes(parent.span_id),
+        if parent.sampled {
+            TraceFlags::SAMPLED
+        } else {
+            TraceFlags::default()
+        },
         true,
         TraceState::default(),
-    );
-    let cx = opentelemetry::Context::new().with_remote_span_context(parent);
-    let _ = span.set_parent(cx);
+    )
+}
+
+fn system_time(at: siesta::Timestamp) -> std::time::SystemTime {
+    std::time::UNIX_EPOCH + std::time::Duration::from_millis(at.0.max(0) as u64)
+}
+
+impl siesta::telemetry::Exporter for CoreExporter {
+    fn set_parent(&self, span: &tracing::Span, parent: TraceParent) {
+        let cx = opentelemetry::Context::new().with_remote_span_context(span_context(parent));
+        // A span already entered keeps its parent: the core only parents new ones.
+        let _ = span.set_parent(cx);
+    }
+
+    fn add_link(&self, span: &tracing::Span, to: TraceParent) {
+        span.add_link(span_context(to));
+    }
+
+    fn context(&self, span: &tracing::Span) -> Option<TraceParent> {
+        let cx = span.context();
+        let sc = cx.span().span_context().clone();
+        sc.is_valid().then(|| TraceParent {
+            trace_id: sc.trace_id().to_bytes(),
+            span_id: sc.span_id().to_bytes(),
+            sampled: sc.is_sampled(),
+        })
+    }
+
+    fn wait_ended(&self, parent: &tracing::Span, wait: &WaitSpan) {
+        let cx = parent.context();
+        if !cx.span().span_context().is_valid() {
+            return;
+        }
+        let mut attributes = vec![
+            KeyValue::new("operationId", wait.position.clone()),
+            KeyValue::new("name", wait.name.clone()),
+            KeyValue::new("kind", wait.kind),
+            KeyValue::new("subType", wait.sub_type),
+            KeyValue::new("isReplay", false),
+            KeyValue::new("outcome", wait.outcome),
+        ];
+        if let Some(kind) = &wait.error_kind {
+            attributes.push(KeyValue::new("error.kind", kind.clone()));
+        }
+        if let Some(attempt) = wait.attempt {
+            attributes.push(KeyValue::new("attempt", i64::from(attempt)));
+        }
+        let mut span = self
+            .tracer
+            .span_builder(siesta::telemetry::OPERATION_SPAN)
+            .with_start_time(system_time(wait.started_at))
+            .with_attributes(attributes)
+            .start_with_context(&self.tracer, &cx);
+        span.end_with_timestamp(system_time(wait.ended_at));
+    }
 }

@@ -306,6 +306,11 @@ pub struct Run {
     /// `None` for runs started before builds were recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub build_id: Option<String>,
+    /// The W3C trace context it was started with (`traceparent` on `POST /runs`): its
+    /// wake-ups' spans join that trace. `None`: the trace derived from the run
+    /// (see [`crate::telemetry`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_parent: Option<crate::telemetry::TraceParent>,
 }
 
 impl Run {
@@ -338,6 +343,7 @@ impl Run {
             cancel_requested: false,
             parent: None,
             build_id: None,
+            trace_parent: None,
         }
     }
 

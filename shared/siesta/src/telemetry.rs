@@ -48,26 +48,244 @@ pub fn root_span_id_for(tenant: &TenantId, run_id: &RunId) -> [u8; 8] {
     id
 }
 
-/// Called with each new [`EXECUTION_SPAN`], its run's trace id and root span id; an
-/// exporter installs one to put the span in the run's trace (the core depends on no
-/// exporter).
-pub type ExecutionSpanHook = fn(&tracing::Span, [u8; 16], [u8; 8]);
-
-static HOOK: std::sync::OnceLock<ExecutionSpanHook> = std::sync::OnceLock::new();
-
-/// Install the [`ExecutionSpanHook`], once per process; false if one was installed
-/// already (the first stays).
-pub fn set_execution_span_hook(hook: ExecutionSpanHook) -> bool {
-    HOOK.set(hook).is_ok()
+/// A W3C Trace Context parent (`traceparent`): a trace id, the id of the span to parent
+/// on, and whether the caller sampled it. Stored with a run started with one
+/// ([`crate::Run::trace_parent`]), written as the header's value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct TraceParent {
+    /// The trace's id (never all zeros).
+    pub trace_id: [u8; 16],
+    /// The parent span's id (never all zeros).
+    pub span_id: [u8; 8],
+    /// The caller's sampled flag.
+    pub sampled: bool,
 }
 
-pub(crate) fn on_execution_span(span: &tracing::Span, tenant: &TenantId, run_id: &RunId) {
-    if let Some(hook) = HOOK.get() {
-        hook(
-            span,
-            trace_id_for(tenant, run_id),
-            root_span_id_for(tenant, run_id),
-        );
+impl TraceParent {
+    /// The `traceparent` header's value parsed: version `00` (or a later one, read as
+    /// `00` as the spec says), lowercase hex, neither id all zeros; `None` otherwise.
+    pub fn parse(header: &str) -> Option<TraceParent> {
+        let header = header.trim();
+        let mut parts = header.split('-');
+        let (version, trace, span, flags) =
+            (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+        let lower_hex = |s: &str, n: usize| {
+            s.len() == n
+                && s.bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        };
+        if !lower_hex(version, 2) || version == "ff" || !lower_hex(flags, 2) {
+            return None;
+        }
+        // Version 00 has exactly four fields; a later version may append more.
+        if version == "00" && parts.next().is_some() {
+            return None;
+        }
+        if !lower_hex(trace, 32) || !lower_hex(span, 16) {
+            return None;
+        }
+        let mut parent = TraceParent {
+            trace_id: [0; 16],
+            span_id: [0; 8],
+            sampled: u8::from_str_radix(flags, 16).ok()? & 1 == 1,
+        };
+        hex::decode_to_slice(trace, &mut parent.trace_id).ok()?;
+        hex::decode_to_slice(span, &mut parent.span_id).ok()?;
+        if parent.trace_id == [0; 16] || parent.span_id == [0; 8] {
+            return None;
+        }
+        Some(parent)
+    }
+
+    /// The run's own parent when it was started with none: its derived trace and the
+    /// virtual root's span id ([`trace_id_for`], [`root_span_id_for`]), sampled.
+    pub fn derived(tenant: &TenantId, run_id: &RunId) -> TraceParent {
+        TraceParent {
+            trace_id: trace_id_for(tenant, run_id),
+            span_id: root_span_id_for(tenant, run_id),
+            sampled: true,
+        }
+    }
+
+    /// The trace id as W3C Trace Context writes it: 32 lowercase hex digits.
+    pub fn trace_id_hex(&self) -> String {
+        hex::encode(self.trace_id)
+    }
+}
+
+impl std::fmt::Display for TraceParent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "00-{}-{}-{:02x}",
+            hex::encode(self.trace_id),
+            hex::encode(self.span_id),
+            u8::from(self.sampled)
+        )
+    }
+}
+
+impl From<TraceParent> for String {
+    fn from(parent: TraceParent) -> String {
+        parent.to_string()
+    }
+}
+
+impl TryFrom<String> for TraceParent {
+    type Error = String;
+
+    fn try_from(header: String) -> Result<TraceParent, String> {
+        TraceParent::parse(&header).ok_or_else(|| format!("not a W3C traceparent: {header:?}"))
+    }
+}
+
+/// The parent of every wake-up's [`EXECUTION_SPAN`] of `run`: the one it was started
+/// with, else its derived one ([`TraceParent::derived`]).
+pub fn run_trace_parent(run: &crate::model::Run) -> TraceParent {
+    run.trace_parent
+        .unwrap_or_else(|| TraceParent::derived(&run.tenant, &run.id))
+}
+
+/// A wait (timer, callback, event, condition, child run) that ended, reported once, by
+/// the pass that saw it end: its span spans wake-ups, so it is emitted whole, with the
+/// recorded start ([`Exporter::wait_ended`]). A wait's [`OPERATION_SPAN`].
+#[derive(Debug, Clone)]
+pub struct WaitSpan {
+    /// The operation's kind, as the journal names it: `wait` (a timer), `callback`,
+    /// `event`, `condition` (the pause before one check), `invoke` (a child run's
+    /// result).
+    pub kind: &'static str,
+    /// AWS's operation sub-type: `Wait`, `Callback`, `WaitForEvent`,
+    /// `WaitForCondition`, `ChainedInvoke`.
+    pub sub_type: &'static str,
+    /// The operation's name.
+    pub name: String,
+    /// Its position (`name#n`), the `operationId`.
+    pub position: String,
+    /// When the wait began.
+    pub started_at: crate::time::Timestamp,
+    /// When it ended (the pass that saw it end).
+    pub ended_at: crate::time::Timestamp,
+    /// What ended it: `succeeded`, `failed` (see `error_kind`: `TimedOut`, …), or
+    /// `elapsed` (a condition's next check came due).
+    pub outcome: &'static str,
+    /// The error's kind when it failed.
+    pub error_kind: Option<String>,
+    /// A condition's check the wait preceded (from 2); `None` for other waits.
+    pub attempt: Option<u32>,
+}
+
+/// The wait that `after` ends, `before` being the operation's journal entry until now:
+/// a `Waiting` entry settled (succeeded or failed), or a condition's pause between
+/// checks over (its next check written). Never names a callback's token.
+pub(crate) fn wait_ended(
+    before: &crate::model::JournalEntry,
+    after: &crate::model::JournalEntry,
+) -> Option<WaitSpan> {
+    use crate::model::{EntryState, WaitKind};
+    let (sub_type, started_at, attempt) = match &before.state {
+        EntryState::Waiting(wait) => {
+            let sub_type = match wait.kind {
+                WaitKind::Timer => "Wait",
+                WaitKind::Callback { .. } => "Callback",
+                WaitKind::Event { .. } => "WaitForEvent",
+                WaitKind::Child { .. } => "ChainedInvoke",
+            };
+            (sub_type, wait.started_at, None)
+        }
+        EntryState::Polling { attempt, .. } => {
+            ("WaitForCondition", before.updated_at, Some(attempt + 1))
+        }
+        _ => return None,
+    };
+    let (outcome, error_kind) = match &after.state {
+        EntryState::Succeeded { .. } => ("succeeded", None),
+        EntryState::Failed { error, .. } => ("failed", Some(error.kind.clone())),
+        EntryState::Polling { .. } if attempt.is_some() => ("elapsed", None),
+        _ => return None,
+    };
+    Some(WaitSpan {
+        kind: after.kind.as_str(),
+        sub_type,
+        name: after.name.clone(),
+        position: after.position.to_string(),
+        started_at,
+        ended_at: after.updated_at,
+        outcome,
+        error_kind,
+        attempt,
+    })
+}
+
+/// What the core asks of a span exporter; an exporter installs one
+/// ([`set_exporter`]) so the core depends on none. Every method is called on spans of
+/// this process's subscriber and must not block.
+pub trait Exporter: Send + Sync + 'static {
+    /// Make `parent` (a remote span) the parent of `span`, before it is entered.
+    fn set_parent(&self, span: &tracing::Span, parent: TraceParent);
+    /// Link `span` to `to`: a span that learns which run it served only once it runs
+    /// (a webhook's delivery, a start without a `traceparent`).
+    fn add_link(&self, span: &tracing::Span, to: TraceParent);
+    /// `span`'s own context as a `traceparent`: what an outgoing call made under it
+    /// sends. `None` when the span is not exported.
+    fn context(&self, span: &tracing::Span) -> Option<TraceParent>;
+    /// Emit the span of a wait that ended, as a child of `parent` (the wake-up's span),
+    /// with its recorded start and end.
+    fn wait_ended(&self, parent: &tracing::Span, wait: &WaitSpan);
+}
+
+static EXPORTER: std::sync::OnceLock<Box<dyn Exporter>> = std::sync::OnceLock::new();
+
+/// Install the [`Exporter`], once per process; false if one was installed already (the
+/// first stays).
+pub fn set_exporter(exporter: impl Exporter) -> bool {
+    EXPORTER.set(Box::new(exporter)).is_ok()
+}
+
+fn exporter() -> Option<&'static dyn Exporter> {
+    EXPORTER.get().map(|e| &**e)
+}
+
+/// Parent `span` on `parent` when an exporter is installed.
+pub fn set_parent(span: &tracing::Span, parent: TraceParent) {
+    if let Some(e) = exporter() {
+        e.set_parent(span, parent);
+    }
+}
+
+/// Link `span` to `run`'s trace ([`run_trace_parent`]) when an exporter is installed.
+pub fn link_to_run(span: &tracing::Span, run: &crate::model::Run) {
+    if let Some(e) = exporter() {
+        e.add_link(span, run_trace_parent(run));
+    }
+}
+
+/// The current span's context as a `traceparent`, when an exporter is installed and
+/// the span is exported.
+pub fn current_trace_parent() -> Option<TraceParent> {
+    exporter()?.context(&tracing::Span::current())
+}
+
+/// Whether an exporter is installed (what the core computes only for one is skipped
+/// otherwise).
+pub fn exporting() -> bool {
+    EXPORTER.get().is_some()
+}
+
+/// `span`'s context as a `traceparent`, when an exporter is installed and the span is
+/// exported.
+pub fn trace_parent_of(span: &tracing::Span) -> Option<TraceParent> {
+    exporter()?.context(span)
+}
+
+pub(crate) fn on_execution_span(span: &tracing::Span, run: &crate::model::Run) {
+    set_parent(span, run_trace_parent(run));
+}
+
+pub(crate) fn on_wait_ended(wait: &WaitSpan) {
+    if let Some(e) = exporter() {
+        e.wait_ended(&tracing::Span::current(), wait);
     }
 }
 
@@ -88,6 +306,33 @@ pub fn trace_id_hex(tenant: &TenantId, run_id: &RunId) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_traceparent_reads_back_as_it_was_written_and_bad_ones_are_refused() {
+        let header = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let parent = TraceParent::parse(header).unwrap();
+        assert!(parent.sampled);
+        assert_eq!(parent.to_string(), header);
+        assert_eq!(parent.trace_id_hex(), "4bf92f3577b34da6a3ce929d0e0e4736");
+        let json = serde_json::to_string(&parent).unwrap();
+        assert_eq!(serde_json::from_str::<TraceParent>(&json).unwrap(), parent);
+        assert!(
+            !TraceParent::parse("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00")
+                .unwrap()
+                .sampled
+        );
+        for bad in [
+            "",
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+            "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+            "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra",
+            "00-4bf92f3577b34da6a3ce929d0e0e473-00f067aa0ba902b7-01",
+        ] {
+            assert_eq!(TraceParent::parse(bad), None, "{bad}");
+        }
+    }
 
     #[test]
     fn trace_id_is_stable_and_differs_by_tenant_and_run() {

@@ -79,6 +79,7 @@ pub(crate) struct TimelineQuery {
     params(
         ("Idempotency-Key" = Option<String>, Header, description = "Same key and body: the first answer again; same key, other body: 422"),
         ("Prefer" = Option<String>, Header, description = "`wait=N` (N <= 60): wait up to N seconds for the run to finish"),
+        ("traceparent" = Option<String>, Header, description = "W3C Trace Context: the run's spans join this trace (every wake-up, however much later)"),
     ),
     request_body(content = StartRun, content_type = "application/json"),
     responses(
@@ -112,16 +113,22 @@ pub(crate) async fn start_run(
     IdempotencyKey(key): IdempotencyKey,
     PreferWait(wait): PreferWait,
     cap: Option<Extension<crate::MaxWait>>,
+    headers: http::HeaderMap,
     JsonObject(start): JsonObject<StartRun>,
 ) -> Result<Response, ApiError> {
     let run_id = key.as_deref().map(|k| idempotent_run_id(&tenant, k));
+    // A caller's trace: the run joins it under this request's span (its child), or
+    // under the caller's span when spans are not exported.
+    let trace_parent = crate::incoming_trace_parent(&headers)
+        .map(|sent| siesta::telemetry::current_trace_parent().unwrap_or(sent));
     let (run, replayed) = match (
         app.engine
-            .start(
+            .start_in_trace(
                 &tenant,
                 &start.workflow,
                 start.input.clone(),
                 run_id.clone(),
+                trace_parent,
             )
             .await,
         run_id,

@@ -144,3 +144,37 @@ pub async fn tenant_isolation(h: Harness) {
         "the owner lists only its own run"
     );
 }
+
+/// A run started in a caller's trace keeps its `traceparent` through everything a run
+/// goes through: the create, a claim, a delivery and a checkpoint, so every wake-up
+/// joins that trace.
+pub async fn a_run_keeps_its_trace_parent(h: Harness) {
+    let tenant = tenant();
+    let mut run = new_run(&h, &tenant, "order");
+    let parent =
+        telemetry::TraceParent::parse("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+            .expect("a traceparent");
+    run.trace_parent = Some(parent);
+    create_run(&h, &run).await;
+    assert_eq!(get(&h, &tenant, &run.id).await.trace_parent, Some(parent));
+
+    let claimed = claim(&h, &run, "conformance", std::time::Duration::from_secs(60)).await;
+    assert_eq!(claimed.trace_parent, Some(parent), "the claim's run");
+    let cp = checkpoint_over(&h, &claimed, Some(claimed.epoch), |r| {
+        r.status = RunStatus::Waiting;
+        r.lease = None;
+        r.due_at = Some(h.now().plus(std::time::Duration::from_secs(3600)));
+    });
+    write(&h, &cp).await;
+    let waiting = cp.run;
+    assert_eq!(get(&h, &tenant, &run.id).await.trace_parent, Some(parent));
+    let delivered = deliver(&h, &event_delivery(&h, &waiting, "go")).await;
+    assert_eq!(delivered.trace_parent, Some(parent), "the delivery's run");
+    let done = finish(&h, &get(&h, &tenant, &run.id).await, RunStatus::Completed).await;
+    assert_eq!(done.trace_parent, Some(parent));
+    assert_eq!(
+        get(&h, &tenant, &run.id).await.trace_parent,
+        Some(parent),
+        "after the last checkpoint"
+    );
+}

@@ -55,3 +55,45 @@ pub(crate) fn attribute(span: &Span, key: &str) -> Option<String> {
         other => format!("{other:?}"),
     })
 }
+
+/// The process's collector, on a thread and runtime of its own (so it outlives each
+/// test's runtime), with the global subscriber exporting to it; set up by the first
+/// caller. Tests tell their spans apart by their run's trace id.
+pub(crate) fn global_receiver() -> Arc<Mutex<Vec<Span>>> {
+    use tracing_subscriber::Layer;
+    use tracing_subscriber::layer::SubscriberExt;
+    static RECEIVED: std::sync::OnceLock<Arc<Mutex<Vec<Span>>>> = std::sync::OnceLock::new();
+    RECEIVED
+        .get_or_init(|| {
+            let (tx, rx) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                runtime.block_on(async move {
+                    tx.send(receiver().await).unwrap();
+                    std::future::pending::<()>().await
+                })
+            });
+            let (url, spans) = rx.recv().unwrap();
+            let subscriber = tracing_subscriber::registry().with(
+                siesta_lambda::otel::layer_to(&url, "siesta-test")
+                    .with_filter(tracing_subscriber::filter::LevelFilter::INFO),
+            );
+            tracing::subscriber::set_global_default(subscriber).unwrap();
+            spans
+        })
+        .clone()
+}
+
+/// The spans received so far in the trace `trace_id`.
+pub(crate) fn in_trace(received: &Arc<Mutex<Vec<Span>>>, trace_id: &[u8]) -> Vec<Span> {
+    received
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|s| s.trace_id == trace_id)
+        .cloned()
+        .collect()
+}

@@ -386,6 +386,8 @@ impl Shared {
             };
             match self.backend.store.checkpoint(&checkpoint).await {
                 Ok(()) => {
+                    let exporting = crate::telemetry::exporting();
+                    let mut ended = Vec::new();
                     {
                         let mut st = self.state();
                         st.run = checkpoint.run;
@@ -395,8 +397,20 @@ impl Shared {
                             } else {
                                 st.waiting_callbacks.remove(&entry.position);
                             }
+                            let before = st.journal.get(&entry.position);
+                            if let Some(wait) = before
+                                .filter(|_| exporting)
+                                .and_then(|before| crate::telemetry::wait_ended(before, &entry))
+                            {
+                                ended.push(wait);
+                            }
                             st.journal.insert(entry.position.clone(), entry);
                         }
+                    }
+                    // Only a live pass commits, and only once its write is in: a wait's
+                    // span is reported once, by the pass that saw it end.
+                    for wait in &ended {
+                        crate::telemetry::on_wait_ended(wait);
                     }
                     for (child, _) in &delta.child_runs {
                         let mut wake =

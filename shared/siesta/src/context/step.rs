@@ -39,6 +39,9 @@ pub enum StepSemantics {
 /// What a step's closure is told about the attempt it runs.
 #[derive(Debug, Clone)]
 pub struct StepContext {
+    /// The attempt's `durable_operation` span: what an outgoing call's `traceparent`
+    /// names, wherever the closure's futures run.
+    pub(super) span: tracing::Span,
     pub(super) attempt: u32,
     pub(super) position: Position,
     pub(super) key: Option<IdempotencyKey>,
@@ -76,6 +79,13 @@ impl StepContext {
     /// The idempotency key, for tool calls: hand it to the tool so it can dedupe too.
     pub fn idempotency_key(&self) -> Option<&IdempotencyKey> {
         self.key.as_ref()
+    }
+
+    /// The W3C `traceparent` header value of this attempt's span, for an outgoing call
+    /// to carry (`req.header("traceparent", v)`): the service called joins the run's
+    /// trace under this attempt. `None` when spans are not exported.
+    pub fn traceparent(&self) -> Option<String> {
+        crate::telemetry::trace_parent_of(&self.span).map(|p| p.to_string())
     }
 
     /// Log at info level with the run, the step's position and the attempt. A step's
@@ -518,14 +528,6 @@ where
         started_event_written = true;
     }
     let streams = AttemptStreams::new(&ctx, &op.position, attempt);
-    let step_ctx = StepContext {
-        attempt,
-        position: op.position.clone(),
-        key: key.clone(),
-        tenant: ctx.shared.tenant.clone(),
-        run_id: ctx.shared.run_id.clone(),
-        streams: streams.clone(),
-    };
     // Only here, where an attempt runs, is a span opened: replay returns above, so a
     // replayed step is never reported again as if it ran (docs/telemetry.md).
     let span = tracing::info_span!(
@@ -539,6 +541,15 @@ where
         outcome = tracing::field::Empty,
         "error.kind" = tracing::field::Empty,
     );
+    let step_ctx = StepContext {
+        span: span.clone(),
+        attempt,
+        position: op.position.clone(),
+        key: key.clone(),
+        tenant: ctx.shared.tenant.clone(),
+        run_id: ctx.shared.run_id.clone(),
+        streams: streams.clone(),
+    };
     let outcome =
         tracing::Instrument::instrument(attempt_catching_panics(f, step_ctx), span.clone()).await;
     match &outcome {

@@ -298,6 +298,8 @@ impl Engine {
             Err(e) => return Err(e.into()),
         };
         if let DeliverOutcome::Accepted(run) = &outcome {
+            // The caller's span (a webhook's request) learns only now which run it woke.
+            crate::telemetry::link_to_run(&tracing::Span::current(), run);
             self.send_wake(
                 WakeUp {
                     tenant: tenant.clone(),

@@ -17,6 +17,22 @@ impl Engine {
         input: serde_json::Value,
         run_id: Option<RunId>,
     ) -> Result<Run, EngineError> {
+        self.start_in_trace(tenant, workflow, input, run_id, None)
+            .await
+    }
+
+    /// [`Engine::start`], the run joining the caller's trace: every wake-up's span is
+    /// parented on `trace_parent`, which is stored with the run. With `None` the run
+    /// has its own trace, derived from its id, and the current span is linked to it
+    /// (see [`crate::telemetry`]).
+    pub async fn start_in_trace(
+        &self,
+        tenant: &TenantId,
+        workflow: &str,
+        input: serde_json::Value,
+        run_id: Option<RunId>,
+        trace_parent: Option<crate::telemetry::TraceParent>,
+    ) -> Result<Run, EngineError> {
         let wf = self
             .registry
             .get(workflow)
@@ -44,6 +60,7 @@ impl Engine {
         let mut run = Run::new(tenant.clone(), id, workflow, payload, now);
         run.timeline_seq = 1;
         run.build_id = Some(self.config.build_id.clone());
+        run.trace_parent = trace_parent;
         // A start's wake-up is handled within seconds but for a backlog: past the short
         // margin the sweep sends another, so a start cut off before its send is not
         // left for the general margin (see `EngineConfig::start_resend_margin`).
@@ -75,6 +92,9 @@ impl Engine {
                 return Err(QuotaExceeded::new(QuotaLimit::UnfinishedRuns, m).into());
             }
             Err(e) => return Err(e.into()),
+        }
+        if trace_parent.is_none() {
+            crate::telemetry::link_to_run(&tracing::Span::current(), &run);
         }
         self.send_wake(
             WakeUp {

@@ -94,16 +94,17 @@ impl Engine {
         )));
         // Named and shaped after AWS's durable-execution SDK: one span per wake-up, in the
         // run's own trace (see `crate::telemetry`).
+        let trace = crate::telemetry::run_trace_parent(&run);
         let span = tracing::info_span!(
             "durable_execution",
             tenant = %run.tenant,
             run_id = %run.id,
             workflow = %run.workflow,
             epoch = epoch.0,
-            "siesta.trace_id" = %crate::telemetry::trace_id_hex(&run.tenant, &run.id),
+            "siesta.trace_id" = %trace.trace_id_hex(),
             outcome = tracing::field::Empty,
         );
-        crate::telemetry::on_execution_span(&span, &run.tenant, &run.id);
+        crate::telemetry::on_execution_span(&span, &run);
         let outcome =
             tracing::Instrument::instrument(self.advance(run, budget, &watch), span.clone()).await;
         span.record("outcome", wake_outcome_name(&outcome));

@@ -160,7 +160,20 @@ where
                 serde_json::json!({"Attempt": attempt}),
             );
             let streams = crate::context::stream::AttemptStreams::new(&ctx, &op.position, attempt);
+            // A live check, as a step's attempt is: its own span (docs/telemetry.md).
+            let span = tracing::info_span!(
+                "durable_operation",
+                operationId = %op.position,
+                name = %op.name,
+                kind = op.kind.as_str(),
+                subType = ?SubType::WaitForCondition,
+                attempt,
+                isReplay = false,
+                outcome = tracing::field::Empty,
+                "error.kind" = tracing::field::Empty,
+            );
             let step_ctx = StepContext {
+                span: span.clone(),
                 attempt,
                 position: op.position.clone(),
                 key: None,
@@ -168,7 +181,15 @@ where
                 run_id: ctx.shared.run_id.clone(),
                 streams: streams.clone(),
             };
-            let checked = check(state, step_ctx).await;
+            let checked =
+                tracing::Instrument::instrument(check(state, step_ctx), span.clone()).await;
+            match &checked {
+                Ok(ConditionCheck::Done(_)) => span.record("outcome", "succeeded"),
+                Ok(ConditionCheck::Continue(_)) => span.record("outcome", "not_yet"),
+                Err(e) => span
+                    .record("outcome", "failed")
+                    .record("error.kind", e.info().kind.as_str()),
+            };
             if checked.is_err() {
                 streams.attempt_failed().await;
             }
