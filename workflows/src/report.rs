@@ -318,7 +318,7 @@ async fn notify(
         .ok_or_else(|| StepError::fatal("a tool call without an idempotency key"))?;
     // Before a retry the engine has already asked `lookup_notice` whether an earlier
     // attempt got through, so reaching here means it did not.
-    post_notice(&name, &url, &key, &notice).await
+    post_notice(&name, &url, &key, call.traceparent().as_deref(), &notice).await
 }
 
 fn client() -> Result<reqwest::Client, StepError> {
@@ -331,16 +331,21 @@ fn client() -> Result<reqwest::Client, StepError> {
         .map_err(|e| StepError::fatal(format!("building the HTTP client: {}", chain(&e))))
 }
 
-/// `POST {url}` the notice with its idempotency key.
+/// `POST {url}` the notice with its idempotency key, and the attempt's `traceparent`
+/// when spans are exported: the receiver's spans join the run's trace, under this
+/// attempt.
 async fn post_notice(
     name: &str,
     url: &str,
     key: &str,
+    traceparent: Option<&str>,
     notice: &Notice,
 ) -> Result<Notification, StepError> {
-    let response = client()?
-        .post(url)
-        .header(IDEMPOTENCY_HEADER, key)
+    let mut request = client()?.post(url).header(IDEMPOTENCY_HEADER, key);
+    if let Some(traceparent) = traceparent {
+        request = request.header("traceparent", traceparent);
+    }
+    let response = request
         .json(notice)
         .send()
         .await

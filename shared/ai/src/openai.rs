@@ -84,6 +84,12 @@ impl OpenAiCompatible {
         if let Some(key) = &self.api_key {
             request = request.bearer_auth(key);
         }
+        // Inside a model call's step, the attempt's span: the endpoint (a gateway, a
+        // proxy that traces) joins the run's trace under it. Nothing when spans are
+        // not exported.
+        if let Some(parent) = siesta::telemetry::current_trace_parent() {
+            request = request.header("traceparent", parent.to_string());
+        }
         let response = request
             .send()
             .await
