@@ -222,7 +222,9 @@ impl Tx {
         )
     }
 
-    /// Put a run item conditioned on the version read (and the writer's epoch).
+    /// Put a run item conditioned on the version read (and the writer's epoch); with
+    /// `first_event`, also on the run's timeline not reaching that `seq` yet (an item
+    /// written before the run kept its timeline seq outside the body passes).
     fn put_run(
         &mut self,
         table: &str,
@@ -230,6 +232,7 @@ impl Tx {
         item: Item,
         expected_version: u64,
         epoch: Option<FencingEpoch>,
+        first_event: Option<u64>,
     ) -> Result<(), StoreError> {
         let mut values = HashMap::from([(":v".to_owned(), n(expected_version))]);
         let mut expr = "#version = :v".to_owned();
@@ -238,6 +241,11 @@ impl Tx {
             expr.push_str(" AND #lease_epoch = :e");
             values.insert(":e".into(), n(epoch.0));
             attr_names.insert("#lease_epoch".into(), LEASE_EPOCH.into());
+        }
+        if let Some(first) = first_event {
+            expr.push_str(" AND (attribute_not_exists(#timeline_seq) OR #timeline_seq < :first)");
+            values.insert(":first".into(), n(first));
+            attr_names.insert("#timeline_seq".into(), TIMELINE_SEQ.into());
         }
         self.put(table, role, item, Some((&expr, attr_names, values)))
     }
@@ -297,6 +305,7 @@ impl Tx {
             Role::DeliveryRun,
             run_item(&plan.run, retention)?,
             plan.read_version,
+            None,
             None,
         )?;
         if let Some(change) = &plan.callback {
@@ -1013,6 +1022,7 @@ impl RunStore for DynamoStore {
                 run_item(&cp.run, self.retention)?,
                 cp.expected_version,
                 cp.epoch,
+                cp.timeline.first().map(|e| e.seq),
             )?;
             for entry in &cp.journal {
                 tx.put(
@@ -1022,12 +1032,8 @@ impl RunStore for DynamoStore {
                     None,
                 )?;
             }
-            for event in &cp.timeline {
-                tx.insert(
-                    &self.table,
-                    Role::Timeline,
-                    timeline_item(tenant, run_id, event)?,
-                )?;
+            for item in timeline_items(tenant, run_id, &cp.timeline)? {
+                tx.insert(&self.table, Role::Timeline, item)?;
             }
             for record in &cp.callbacks {
                 let item = callback_item(record, cp.run.updated_at, self.retention)?;
@@ -1158,7 +1164,19 @@ impl RunStore for DynamoStore {
                 Some(limit),
             )
             .await?;
-        items.iter().map(timeline_from_item).collect()
+        // An item holds one or more events, under the last one's seq: the first item
+        // found may begin before `after`. Every item found holds at least one event
+        // after it, so `limit` items hold at least `limit` events.
+        let mut events = Vec::with_capacity(limit);
+        for item in &items {
+            events.extend(
+                timeline_from_item(item)?
+                    .into_iter()
+                    .filter(|e| e.seq > after),
+            );
+        }
+        events.truncate(limit);
+        Ok(events)
     }
 
     async fn list_runs(
