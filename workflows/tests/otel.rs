@@ -1,0 +1,206 @@
+//! The `order` example's trace, as an OTLP collector receives it: started through the
+//! API, a crash in the middle of its `request_payment` tool call (the run parks: the
+//! call's outcome is unknown), the operator's retry of the call through the API, and
+//! the payment through its callback's webhook. One
+//! trace, derived from the run; a `durable_execution` span per wake-up under the run's
+//! root; a `durable_operation` span per attempt that ran and per wait that ended, each
+//! under a wake-up; none again for an operation replayed after the crash. Its own test
+//! binary: the subscriber is the process's.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use axum::body::Bytes;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::any_value::Value;
+use opentelemetry_proto::tonic::trace::v1::Span;
+use prost::Message;
+use serde_json::json;
+use siesta::telemetry::{root_span_id_for, trace_id_for};
+use siesta::*;
+use siesta_testing::TestEnv;
+use tower::ServiceExt;
+use tracing_subscriber::Layer;
+use tracing_subscriber::layer::SubscriberExt;
+
+/// An in-process collector: every span POSTed to `/v1/traces`, as protobuf.
+async fn receiver() -> (String, Arc<Mutex<Vec<Span>>>) {
+    let spans = Arc::new(Mutex::new(Vec::new()));
+    let kept = spans.clone();
+    let app = axum::Router::new().route(
+        "/v1/traces",
+        axum::routing::post(move |body: Bytes| {
+            let kept = kept.clone();
+            async move {
+                let request = ExportTraceServiceRequest::decode(body).expect("an OTLP request");
+                let mut kept = kept.lock().unwrap();
+                for resource in request.resource_spans {
+                    for scope in resource.scope_spans {
+                        kept.extend(scope.spans);
+                    }
+                }
+                // An empty ExportTraceServiceResponse: full success.
+                (
+                    [("content-type", "application/x-protobuf")],
+                    Vec::<u8>::new(),
+                )
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/v1/traces", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (url, spans)
+}
+
+fn attribute(span: &Span, key: &str) -> Option<String> {
+    let value = span
+        .attributes
+        .iter()
+        .find(|a| a.key == key)?
+        .value
+        .as_ref()?;
+    Some(match value.value.as_ref()? {
+        Value::StringValue(s) => s.clone(),
+        Value::IntValue(i) => i.to_string(),
+        Value::BoolValue(b) => b.to_string(),
+        other => format!("{other:?}"),
+    })
+}
+
+async fn post(router: &axum::Router, uri: &str, body: serde_json::Value) -> serde_json::Value {
+    let request = http::Request::builder()
+        .method("POST")
+        .uri(uri)
+        .header("content-type", "application/json")
+        .body(axum::body::Body::from(body.to_string()))
+        .unwrap();
+    let response = router.clone().oneshot(request).await.unwrap();
+    let status = response.status();
+    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    let body = serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null);
+    assert!(status.is_success(), "POST {uri}: {status} {body}");
+    body
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_order_example_through_a_callback_a_crash_and_a_retry_is_one_trace() {
+    let (url, received) = receiver().await;
+    let subscriber = tracing_subscriber::registry().with(
+        siesta_lambda::otel::layer_to(&url, "siesta-test")
+            .with_filter(tracing_subscriber::filter::LevelFilter::INFO),
+    );
+    tracing::subscriber::set_global_default(subscriber).unwrap();
+
+    let w = TestEnv::builder(siesta_workflows::registry())
+        .tenant("default")
+        .build();
+    // The API over the environment's current engine (a restart replaces it).
+    let api = |w: &TestEnv| {
+        siesta_api::ControlApi::new(w.engine())
+            .authenticate(siesta_api::ApiKeys::new(HashMap::new()))
+            .router()
+    };
+    let router = api(&w);
+    // The engine dies with its third journal write: create_order's outcome, the
+    // payment callback's creation, then request_payment's start (a tool call records
+    // its attempt before running it). The write is kept, the process is gone before
+    // the call runs: the journal cannot tell, so the run parks for an operator.
+    w.crash_after_writes(3);
+    let started = post(
+        &router,
+        "/runs",
+        json!({"workflow": "order", "input": {"item": "Lamp", "amount": 12.5}}),
+    )
+    .await;
+    let id = RunId::from(started["id"].as_str().unwrap());
+    w.run_until_idle().await;
+    assert!(w.has_crashed(), "the engine died mid-run");
+    w.restart();
+    let router = api(&w);
+    let parked = w.drive(&id).await;
+    assert_eq!(parked.status, RunStatus::Parked, "{parked:?}");
+    post(
+        &router,
+        &format!("/runs/{id}/operations/request_payment%230/resolve"),
+        json!({"outcome": "retry"}),
+    )
+    .await;
+    let waiting = w.drive(&id).await;
+    assert_eq!(waiting.status, RunStatus::Waiting, "{waiting:?}");
+
+    let token = w.callback(&id, "payment").await;
+    post(
+        &router,
+        &format!("/hooks/{token}"),
+        json!({"status": "COMPLETED", "transaction_id": "txn_1"}),
+    )
+    .await;
+    let done = w.drive(&id).await;
+    assert_eq!(done.status, RunStatus::Completed, "{done:?}");
+    siesta_lambda::otel::flush().await;
+
+    let all = received.lock().unwrap().clone();
+    let trace_id = trace_id_for(w.tenant(), &id).to_vec();
+    let root = root_span_id_for(w.tenant(), &id).to_vec();
+    let spans: Vec<&Span> = all.iter().filter(|s| s.trace_id == trace_id).collect();
+    let executions: Vec<&Span> = spans
+        .iter()
+        .copied()
+        .filter(|s| s.name == "durable_execution")
+        .collect();
+    assert!(
+        executions.len() >= 4,
+        "before the crash, after it, after the retry, after the payment"
+    );
+    for e in &executions {
+        assert_eq!(
+            e.parent_span_id, root,
+            "every wake-up under the run's root: {e:?}"
+        );
+    }
+    let mut operations: Vec<(String, Option<String>, String, String)> = Vec::new();
+    for o in spans.iter().filter(|s| s.name == "durable_operation") {
+        assert!(
+            executions.iter().any(|e| e.span_id == o.parent_span_id),
+            "an operation's parent is a wake-up of the run: {o:?}"
+        );
+        assert_eq!(attribute(o, "isReplay").as_deref(), Some("false"));
+        operations.push((
+            attribute(o, "operationId").unwrap_or_default(),
+            attribute(o, "attempt"),
+            attribute(o, "kind").unwrap_or_default(),
+            attribute(o, "outcome").unwrap_or_default(),
+        ));
+    }
+    operations.sort();
+    let expected: Vec<(String, Option<String>, String, String)> = [
+        ("create_order#0", Some("1"), "step", "succeeded"),
+        ("payment#0", None, "callback", "succeeded"),
+        // Attempt 1 was recorded but never ran (the crash); the retry is attempt 2.
+        ("request_payment#0", Some("2"), "tool_call", "succeeded"),
+        ("ship#0", Some("1"), "step", "succeeded"),
+    ]
+    .into_iter()
+    .map(|(p, a, k, o)| (p.into(), a.map(Into::into), k.into(), o.into()))
+    .collect();
+    assert_eq!(
+        operations, expected,
+        "one span per attempt that ran and per wait, none for a replayed operation"
+    );
+
+    // The start request and the webhook learned their run while they ran: both link
+    // to its trace.
+    for name in ["POST /runs", "POST /hooks/{token}"] {
+        let request = all
+            .iter()
+            .find(|s| s.name == name)
+            .unwrap_or_else(|| panic!("no {name} span"));
+        assert!(
+            request.links.iter().any(|l| l.trace_id == trace_id),
+            "{name} links to the run's trace: {request:?}"
+        );
+    }
+}
