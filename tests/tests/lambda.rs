@@ -118,7 +118,8 @@ async fn stack(registry: Registry, lease_ttl: Duration) -> Option<Stack> {
         callback_base_url: "https://a1b2c3d4e5.execute-api.us-east-1.amazonaws.com".into(),
         lease_ttl,
         safety_margin: Duration::from_secs(2),
-        retention: Duration::from_secs(86_400),
+        retention: siesta::RetentionPolicy::keep_for(Some(Duration::from_secs(86_400))),
+        reap_page: 100,
         sweep_page: 100,
         webhook_sources: format!(
             r#"[{{"name": "psp", "scheme": "standard-webhooks", "secrets": ["{SECRET}"], "callback": "/callback_id"}}]"#
@@ -461,7 +462,8 @@ async fn webhook_sources_come_from_an_ssm_secure_string_and_a_rotated_secret_tak
         callback_base_url: "https://a1b2c3d4e5.execute-api.us-east-1.amazonaws.com".into(),
         lease_ttl: Duration::from_secs(30),
         safety_margin: Duration::from_secs(2),
-        retention: Duration::from_secs(86_400),
+        retention: siesta::RetentionPolicy::keep_for(Some(Duration::from_secs(86_400))),
+        reap_page: 100,
         sweep_page: 100,
         webhook_sources: String::new(),
         webhook_sources_parameter: Some(parameter.clone()),
@@ -1037,4 +1039,58 @@ async fn get_builds_on_lambda_says_which_builds_the_registry_still_serves() {
     assert_eq!(deployed("lambda-test@1"), true, "the serving build");
     assert_eq!(deployed("shop@1.0.0+registered"), true);
     assert_eq!(deployed("shop@0.9.0+pruned"), false);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sweep_invocation_reaps_finished_runs_past_their_retention_and_no_waiting_one() {
+    let Some(s) = stack(Registry::new(), Duration::from_secs(30)).await else {
+        return;
+    };
+    let mut registry = Registry::new();
+    registry.register("quick", |ctx: siesta::Context, _: Value| async move {
+        ctx.step("one", |_| async move { Ok(1u32) }).await
+    });
+    registry.register("waits", |ctx: siesta::Context, _: Value| async move {
+        let v: Value = ctx.wait_for_event("never").await?;
+        Ok(v)
+    });
+    // A retention of one second, so that a run finished now is past it in a moment.
+    let mut settings = s.settings.clone();
+    settings.retention = siesta::RetentionPolicy::keep_for(Some(Duration::from_secs(1)));
+    let sdk = siesta_aws::testing::emulators()
+        .await
+        .expect("emulators")
+        .sdk;
+    let engine = settings.engine(&sdk, registry).await;
+    let tenant = siesta::TenantId::from("reaped");
+    let done = engine
+        .start(&tenant, "quick", json!(null), None)
+        .await
+        .unwrap();
+    let waiting = engine
+        .start(&tenant, "waits", json!(null), None)
+        .await
+        .unwrap();
+    engine.run_until_idle(20).await.unwrap();
+    assert_eq!(
+        engine.get_run(&tenant, &done.id).await.unwrap().status,
+        siesta::RunStatus::Completed
+    );
+    // The wall clock has to pass the retention: the sweep reads no other.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let reaper = settings
+        .aws_backend(&sdk)
+        .reaper(settings.retention_rules());
+    let far = siesta_lambda::now_ms() + 20_000;
+    let counts = siesta_sweep::reap(&reaper, 100, far).await.unwrap();
+    assert_eq!(counts["removed"], json!(1), "{counts}");
+    assert_eq!(counts["backlog"], json!(false), "{counts}");
+    assert!(matches!(
+        engine.get_run(&tenant, &done.id).await,
+        Err(siesta::EngineError::NotFound)
+    ));
+    assert_eq!(
+        engine.get_run(&tenant, &waiting.id).await.unwrap().status,
+        siesta::RunStatus::Waiting
+    );
 }
