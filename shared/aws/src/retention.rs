@@ -14,8 +14,9 @@
 //! - a child run whose parent still exists: looked at again later (the parent may still
 //!   read the child's outcome and the values it offloaded);
 //! - passed: the run is **claimed** (its `reap_at` moved [`CLAIM`] ahead under a token,
-//!   conditioned on the version read) and removed: its callback records (found through
-//!   its journal), its S3 objects (everything under `<tenant>/<run>/`), every other item
+//!   conditioned on the version read) and removed: its callback records and the
+//!   records of tool calls it left started or of unknown outcome (found through its
+//!   journal), its S3 objects (everything under `<tenant>/<run>/`), every other item
 //!   of its partition (`BatchWriteItem`, 25 deletes a request), and last the run item
 //!   itself, conditioned on the claim.
 //!
@@ -49,7 +50,9 @@ use aws_sdk_dynamodb::types::{DeleteRequest, ReturnConsumedCapacity, WriteReques
 use aws_sdk_s3::types::{Delete, ObjectIdentifier};
 use futures::StreamExt;
 use siesta::ports::{StoreError, artifact_location};
-use siesta::{CallbackId, OperationKind, Quotas, RetentionPolicy, Run, RunId, TenantId, Timestamp};
+use siesta::{
+    CallbackId, EntryState, OperationKind, Quotas, RetentionPolicy, Run, RunId, TenantId, Timestamp,
+};
 
 use crate::error::{corrupt, sdk};
 use crate::item::{HistoryItem, Item, VERSION, history_from_item, key, n, run_from_item, s};
@@ -137,7 +140,8 @@ pub struct ReapReport {
     pub waiting_for_parent: usize,
     /// Items of the removed runs' partitions deleted (the run items included).
     pub items_deleted: usize,
-    /// Callback records deleted.
+    /// Records outside the runs' partitions deleted (callback records, tool-call
+    /// records of calls left started or of unknown outcome).
     pub records_deleted: usize,
     /// S3 objects deleted.
     pub objects_deleted: usize,
@@ -417,8 +421,8 @@ impl Reaper {
         }
     }
 
-    /// Remove a claimed run: its callback records, its objects, its partition, and its
-    /// run item last (under the claim).
+    /// Remove a claimed run: its records outside its partition, its objects, its
+    /// partition, and its run item last (under the claim).
     async fn remove(
         &self,
         run: &Run,
@@ -426,13 +430,9 @@ impl Reaper {
         report: &mut ReapReport,
     ) -> Result<(), StoreError> {
         let pk = run_pk(&run.tenant, &run.id);
-        // The callback records first: the journal that names them goes with the
-        // partition.
-        let callbacks = self.callbacks_of(&pk).await?;
-        let keys: Vec<Item> = callbacks
-            .iter()
-            .map(|id| key(callback_pk(id), RECORD_SK))
-            .collect();
+        // The records outside the partition first: the journal that names them goes
+        // with the partition.
+        let keys = self.records_of(&run.tenant, &pk).await?;
         report.records_deleted += keys.len();
         self.delete_items(keys).await?;
         report.objects_deleted += self.delete_objects(&run.tenant, &run.id).await?;
@@ -493,9 +493,13 @@ impl Reaper {
         }
     }
 
-    /// The callbacks the run's journal names.
-    async fn callbacks_of(&self, pk: &str) -> Result<BTreeSet<CallbackId>, StoreError> {
+    /// The keys of the records outside the run's partition that its journal names: its
+    /// callbacks' records, and the tool-call records of calls it left started or of
+    /// unknown outcome (a finished call's record expires by TTL, and its entry no
+    /// longer holds the key).
+    async fn records_of(&self, tenant: &TenantId, pk: &str) -> Result<Vec<Item>, StoreError> {
         let mut ids = BTreeSet::new();
+        let mut tool_calls = BTreeSet::new();
         let mut start = None;
         loop {
             let out = self
@@ -517,16 +521,31 @@ impl Reaper {
                 self.capacity.add(false, std::slice::from_ref(c));
             }
             for item in out.items.unwrap_or_default() {
-                if let HistoryItem::Journal(entry) = history_from_item(&item)?
-                    && entry.kind == OperationKind::Callback
-                    && let Some(handle) = entry.handle
-                {
-                    ids.insert(CallbackId(handle));
+                let HistoryItem::Journal(entry) = history_from_item(&item)? else {
+                    continue;
+                };
+                match (&entry.kind, &entry.state, &entry.handle) {
+                    (OperationKind::Callback, _, Some(handle)) => {
+                        ids.insert(CallbackId(handle.clone()));
+                    }
+                    (_, EntryState::Started { key: Some(k), .. }, _)
+                    | (_, EntryState::Unknown { key: k, .. }, _) => {
+                        tool_calls.insert(k.clone());
+                    }
+                    _ => {}
                 }
             }
             start = out.last_evaluated_key.filter(|k| !k.is_empty());
             if start.is_none() {
-                return Ok(ids);
+                return Ok(ids
+                    .iter()
+                    .map(|id| key(callback_pk(id), RECORD_SK))
+                    .chain(
+                        tool_calls
+                            .iter()
+                            .map(|k| key(tool_call_pk(tenant, k), RECORD_SK)),
+                    )
+                    .collect());
             }
         }
     }

@@ -573,7 +573,16 @@ async fn a_reaper_killed_mid_page_resumes_without_losing_its_place_or_touching_a
                 );
             }
         }
-        assert!(half >= 1, "the reaper died in the middle of a run");
+        let lefts: Vec<usize> = futures::future::join_all(
+            finished
+                .iter()
+                .map(|id| async { partition(&env, &pk_of(&tenant, id)).await.len() }),
+        )
+        .await;
+        assert!(
+            half >= 1,
+            "the reaper died in the middle of a run: {sizes:?} → {lefts:?}, {err:?}"
+        );
 
         // Another reaper at once leaves the claimed runs to their claim; once it has run
         // out, it finishes them.
@@ -600,6 +609,76 @@ async fn a_reaper_killed_mid_page_resumes_without_losing_its_place_or_touching_a
             engine.get_run(&tenant, &waiting.id).await.unwrap().status,
             RunStatus::Waiting
         );
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_cancelled_with_a_tool_call_of_unknown_outcome_leaves_no_tool_call_record() {
+    let Some(env) = support::emulators().await else {
+        return;
+    };
+    env.in_own_table(|env| async move {
+        let clock = Arc::new(ManualClock::new(T0));
+        let aws = backend(&env, 30 * DAY, Vec::new()).await;
+        let started = Arc::new(tokio::sync::Notify::new());
+        let mut reg = Registry::new();
+        let calling = started.clone();
+        reg.register("charge", move |ctx: Context, _: serde_json::Value| {
+            let calling = calling.clone();
+            async move {
+                let v: serde_json::Value = ctx
+                    .tool_call("charge", &json!({"amount": 5}), move |_| async move {
+                        calling.notify_one();
+                        // The process dies here, the call's outcome never known.
+                        std::future::pending::<()>().await;
+                        Ok(json!("charged"))
+                    })
+                    .await?;
+                Ok(v)
+            }
+        });
+        let engine = Engine::new(aws.backend(), clock.clone(), reg, EngineConfig::default());
+        let tenant = tenant("unknown");
+        let run = engine
+            .start(&tenant, "charge", json!(null), None)
+            .await
+            .unwrap();
+        tokio::select! {
+            _ = engine.run_until_idle(10) => panic!("the call never returns"),
+            _ = started.notified() => {}
+        }
+        // Past the dead holder's lease, the sweep wakes the run: the call is found
+        // started, its outcome unknown, and the run parked; an operator cancels it.
+        clock.advance(Duration::from_secs(120));
+        engine.sweep(10).await.unwrap();
+        engine.run_until_idle(10).await.unwrap();
+        assert_eq!(
+            engine.get_run(&tenant, &run.id).await.unwrap().status,
+            RunStatus::Parked
+        );
+        engine.cancel(&tenant, &run.id, None).await.unwrap();
+        engine.run_until_idle(10).await.unwrap();
+        let cancelled = engine.get_run(&tenant, &run.id).await.unwrap();
+        assert_eq!(cancelled.status, RunStatus::Cancelled);
+        let records = |all: &[Item]| {
+            all.iter()
+                .filter(|i| string(i, "pk").starts_with("K#"))
+                .count()
+        };
+        assert_eq!(records(&everything(&env).await), 1, "the call's record");
+
+        let past = Timestamp(cancelled.updated_at.0 + (31 * DAY).as_millis() as i64);
+        let report = aws
+            .reaper(rules(RetentionPolicy::default()))
+            .reap(past, 10)
+            .await
+            .unwrap();
+        assert_eq!(report.removed.len(), 1, "{report:?}");
+        let all = everything(&env).await;
+        assert_eq!(records(&all), 0, "the reaper found it through the journal");
+        let left = left_without_expiry(&all, &BTreeSet::new(), past.0 / 1000);
+        assert!(left.is_empty(), "left behind without expiry: {left:?}");
     })
     .await;
 }
