@@ -176,6 +176,37 @@ impl NewResources {
     }
 }
 
+/// Wait until table `name` is active, and return the names of its indexes.
+async fn wait_active(client: &aws_sdk_dynamodb::Client, name: &str) -> Result<Vec<String>, String> {
+    let deadline = Instant::now() + TABLE_ACTIVE_TIMEOUT;
+    loop {
+        let table = client
+            .describe_table()
+            .table_name(name)
+            .send()
+            .await
+            .map_err(|e| crate::error::sdk("DescribeTable", e).to_string())?
+            .table;
+        let status = table.as_ref().and_then(|t| t.table_status.clone());
+        if status == Some(TableStatus::Active) {
+            return Ok(table
+                .map(|t| {
+                    t.global_secondary_indexes()
+                        .iter()
+                        .filter_map(|i| i.index_name().map(str::to_owned))
+                        .collect()
+                })
+                .unwrap_or_default());
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "not active after {TABLE_ACTIVE_TIMEOUT:?} (status {status:?})"
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 // ---- Reading the template -------------------------------------------------------------
 
 /// An intrinsic function in either form, by its long name: `!Ref X` and `{Ref: X}` are
@@ -630,7 +661,7 @@ impl Plan {
         for k in &self.table.keys {
             request = request.key_schema(key(k)?);
         }
-        for index in &self.table.indexes {
+        let gsi_of = |index: &IndexSpec| {
             let mut projection = Projection::builder()
                 .projection_type(ProjectionType::from(index.projection.as_str()));
             for attr in &index.non_key_attributes {
@@ -642,35 +673,66 @@ impl Plan {
             for k in &index.keys {
                 gsi = gsi.key_schema(key(k)?);
             }
-            request =
-                request.global_secondary_indexes(gsi.build().map_err(|e| aws(e.to_string()))?);
+            gsi.build().map_err(|e| aws(e.to_string()))
+        };
+        for index in &self.table.indexes {
+            request = request.global_secondary_indexes(gsi_of(index)?);
         }
-        match request.send().await {
-            Ok(_) => {}
+        let created = match request.send().await {
+            Ok(_) => true,
             // It exists (or is being created): keep it.
-            Err(e) if code(&e) == Some("ResourceInUseException") => {}
+            Err(e) if code(&e) == Some("ResourceInUseException") => false,
             Err(e) => return Err(aws(crate::error::sdk("CreateTable", e).to_string())),
-        }
+        };
 
-        let deadline = Instant::now() + TABLE_ACTIVE_TIMEOUT;
-        loop {
-            let status = client
-                .describe_table()
-                .table_name(name)
-                .send()
-                .await
-                .map_err(|e| aws(crate::error::sdk("DescribeTable", e).to_string()))?
-                .table
-                .and_then(|t| t.table_status);
-            if status == Some(TableStatus::Active) {
-                break;
+        let existing = wait_active(client, name).await.map_err(aws)?;
+        // A table made by an earlier release gets the indexes added since (the `reap`
+        // index, for one); it stays online while each backfills, and a query of an
+        // index still backfilling fails until it is done. DynamoDB builds one new index
+        // of a table at a time: with two missing, a second bootstrap, once the first is
+        // built, adds the other.
+        if !created {
+            for index in &self.table.indexes {
+                if existing.contains(&index.name) {
+                    continue;
+                }
+                let mut update = client.update_table().table_name(name);
+                for (attr, kind) in &self.table.attributes {
+                    if index.keys.iter().any(|(k, _)| k == attr) {
+                        update = update.attribute_definitions(
+                            AttributeDefinition::builder()
+                                .attribute_name(attr)
+                                .attribute_type(ScalarAttributeType::from(kind.as_str()))
+                                .build()
+                                .map_err(|e| aws(e.to_string()))?,
+                        );
+                    }
+                }
+                let g = gsi_of(index)?;
+                let create = aws_sdk_dynamodb::types::CreateGlobalSecondaryIndexAction::builder()
+                    .index_name(g.index_name())
+                    .set_key_schema(Some(g.key_schema().to_vec()))
+                    .set_projection(g.projection().cloned())
+                    .build()
+                    .map_err(|e| aws(e.to_string()))?;
+                update
+                    .global_secondary_index_updates(
+                        aws_sdk_dynamodb::types::GlobalSecondaryIndexUpdate::builder()
+                            .create(create)
+                            .build(),
+                    )
+                    .send()
+                    .await
+                    .map_err(|e| {
+                        aws(format!(
+                            "adding the index {}: {} (if another index of the table is still being built, run this again once it is)",
+                            index.name,
+                            crate::error::sdk("UpdateTable", e)
+                        ))
+                    })?;
+                wait_active(client, name).await.map_err(aws)?;
+                tracing::info!(table = name, index = %index.name, "index added; it backfills while the table serves");
             }
-            if Instant::now() > deadline {
-                return Err(aws(format!(
-                    "not active after {TABLE_ACTIVE_TIMEOUT:?} (status {status:?})"
-                )));
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
         }
 
         if let Some(attr) = &self.table.ttl_attribute {
@@ -705,6 +767,7 @@ impl Plan {
         }
 
         if self.table.point_in_time_recovery {
+            let deadline = Instant::now() + TABLE_ACTIVE_TIMEOUT;
             let spec = PointInTimeRecoverySpecification::builder()
                 .point_in_time_recovery_enabled(true)
                 .build()

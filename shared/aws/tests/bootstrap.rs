@@ -250,3 +250,62 @@ async fn bootstrap_creates_the_template_resources_and_is_idempotent() {
         .await
         .unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bootstrap_gives_a_table_made_by_an_earlier_release_the_indexes_it_lacks() {
+    let Some(env) = emulators().await else {
+        return;
+    };
+    let dynamodb = aws_sdk_dynamodb::Client::new(&env.sdk);
+    let table = format!(
+        "siesta-boot-{}-runs",
+        &uuid::Uuid::new_v4().simple().to_string()[..10]
+    );
+    let plan = siesta_aws::testing::test_plan();
+    // The table as a release before the reap index made it.
+    let mut older = plan.clone();
+    older.table.indexes.retain(|i| i.name != "reap");
+    older
+        .table
+        .attributes
+        .retain(|(a, _)| !a.starts_with("reap_"));
+    older.create_table(&dynamodb, &table).await.expect("older");
+    let names = |d: &aws_sdk_dynamodb::types::TableDescription| {
+        let mut n: Vec<String> = d
+            .global_secondary_indexes()
+            .iter()
+            .filter_map(|i| i.index_name().map(str::to_owned))
+            .collect();
+        n.sort();
+        n
+    };
+    let describe = || async {
+        dynamodb
+            .describe_table()
+            .table_name(&table)
+            .send()
+            .await
+            .unwrap()
+            .table
+            .unwrap()
+    };
+    assert_eq!(names(&describe().await), ["by_build", "by_tenant", "due"]);
+
+    plan.create_table(&dynamodb, &table).await.expect("upgrade");
+    let upgraded = describe().await;
+    assert_eq!(
+        names(&upgraded),
+        ["by_build", "by_tenant", "due", "reap"],
+        "the reap index added"
+    );
+    assert!(
+        upgraded
+            .attribute_definitions()
+            .iter()
+            .any(|a| a.attribute_name() == "reap_at")
+    );
+    plan.create_table(&dynamodb, &table)
+        .await
+        .expect("idempotent");
+    let _ = dynamodb.delete_table().table_name(&table).send().await;
+}
