@@ -45,6 +45,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{DeleteRequest, ReturnConsumedCapacity, WriteRequest};
 use aws_sdk_s3::types::{Delete, ObjectIdentifier};
@@ -228,7 +229,8 @@ impl Reaper {
     /// earliest first, and do with each what its retention says (see the module's
     /// documentation). Bounded: one `Query` per shard, then per run a read, one
     /// conditional write and — for a run removed — its items' deletes. Call again while
-    /// the report says `more`.
+    /// the report says `more`. A call must not outlive [`CLAIM`] (a Lambda invocation
+    /// cannot): past it, another reaper may take its runs over.
     pub async fn reap(&self, now: Timestamp, limit: usize) -> Result<ReapReport, StoreError> {
         let limit = limit.max(1);
         let due = self.due(now, limit).await?;
@@ -367,8 +369,9 @@ impl Reaper {
         {
             return Ok(report);
         }
-        self.remove(&run, &token, &mut report).await?;
-        report.removed.push((run.tenant.clone(), run.id.clone()));
+        if self.remove(&run, &token, &mut report).await? {
+            report.removed.push((run.tenant.clone(), run.id.clone()));
+        }
         Ok(report)
     }
 
@@ -422,13 +425,14 @@ impl Reaper {
     }
 
     /// Remove a claimed run: its records outside its partition, its objects, its
-    /// partition, and its run item last (under the claim).
+    /// partition, and its run item last (under the claim). Whether the run item went:
+    /// not when the claim ran out and another reaper took the run over (it removes it).
     async fn remove(
         &self,
         run: &Run,
         token: &str,
         report: &mut ReapReport,
-    ) -> Result<(), StoreError> {
+    ) -> Result<bool, StoreError> {
         let pk = run_pk(&run.tenant, &run.id);
         // The records outside the partition first: the journal that names them goes
         // with the partition.
@@ -487,9 +491,12 @@ impl Reaper {
                     self.capacity.add(true, std::slice::from_ref(c));
                 }
                 report.items_deleted += 1;
-                Ok(())
+                Ok(true)
             }
-            Err(e) => Err(sdk("reap: delete the run item", e)),
+            Err(e) => match e.as_service_error() {
+                Some(DeleteItemError::ConditionalCheckFailedException(_)) => Ok(false),
+                _ => Err(sdk("reap: delete the run item", e)),
+            },
         }
     }
 
