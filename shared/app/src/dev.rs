@@ -420,7 +420,8 @@ const REAP_PAGE: usize = 100;
 
 /// The reaper: every `every`, remove the finished runs past their retention, a page
 /// at a time until none is left. Stops, saying so, on a backend that cannot remove
-/// runs (the AWS one expires them by TTL instead).
+/// runs (the AWS one: a deployment's sweep function reaps its finished runs,
+/// `siesta_aws::retention`).
 async fn reap(engine: Engine, policy: RetentionPolicy, every: Duration) {
     loop {
         tokio::time::sleep(every).await;

@@ -440,8 +440,9 @@ pub trait RunStore: Send + Sync + 'static {
     /// run first. Bounded: one call reads and removes at most `limit` runs, never a
     /// scan of the runs that are not due.
     ///
-    /// Default: [`StoreError::Unsupported`] (a backend that cannot remove runs yet;
-    /// the DynamoDB one expires items by TTL instead).
+    /// Default: [`StoreError::Unsupported`] (a backend that cannot remove runs this
+    /// way; the DynamoDB one has its own reaper, run by the sweep function, which
+    /// keeps each run for its workflow's or tenant's retention).
     async fn reap_finished(
         &self,
         workflow: Option<&str>,
