@@ -208,7 +208,7 @@ impl DevArgs {
 /// unless a subscriber is set up already; with `OTEL_EXPORTER_OTLP_ENDPOINT` set, export
 /// the spans at info level and above whatever the log level
 /// ([`siesta_lambda::otel`]).
-pub(crate) fn init_dev_logging() {
+pub(crate) fn init_dev_logging(metrics: Option<&crate::metrics::Metrics>) {
     use tracing_subscriber::Layer;
     use tracing_subscriber::layer::SubscriberExt;
     let filter =
@@ -222,16 +222,23 @@ pub(crate) fn init_dev_logging() {
         .with(
             siesta_lambda::otel::layer_from_env("siesta-dev")
                 .with_filter(tracing_subscriber::filter::LevelFilter::INFO),
-        );
+        )
+        // Times the engine's spans for `/metrics` whatever the log level.
+        .with(metrics.map(|m| {
+            m.layer()
+                .with_filter(tracing_subscriber::filter::LevelFilter::INFO)
+        }));
     let _ = tracing::subscriber::set_global_default(subscriber);
 }
 
 /// `dev`: serve until Ctrl-C. The first line printed names the URL (tests and scripts
 /// read it).
 pub(crate) async fn dev(app: App, args: DevArgs) -> anyhow::Result<()> {
-    init_dev_logging();
+    let metrics = crate::metrics::Metrics::new();
+    init_dev_logging(Some(&metrics));
     let port = args.port;
     let mut options = args.options().await?;
+    options.metrics = metrics;
     options.build_id = app.build_id.clone();
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
         .await

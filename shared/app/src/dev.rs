@@ -17,6 +17,7 @@ use tokio::task::JoinHandle;
 
 use crate::background_runtime::BackgroundRuntime;
 pub use crate::background_runtime::DEFAULT_WORKER_NICE;
+use crate::metrics::Metrics;
 
 /// How the dev server runs.
 #[derive(Clone)]
@@ -57,6 +58,10 @@ pub struct DevOptions {
     /// Niceness of the threads the queue worker and the sweep run on (their own
     /// runtime, Linux); 0: they share the server's threads and priority.
     pub worker_nice: i32,
+    /// Served at `GET /metrics` and fed by the sweep, the reaper and the webhook
+    /// routes; the engine's spans reach it only through [`Metrics::layer`] in the
+    /// process's subscriber (`siesta dev` puts it there).
+    pub metrics: Metrics,
     /// The [`UpgradePolicy`] of workflows whose registration sets none. Default:
     /// [`UpgradePolicy::UpgradeWhenReplays`] — every edit is a new build, so at
     /// start-up the runs of other builds whose journal replays on this one move to it,
@@ -94,6 +99,7 @@ impl std::fmt::Debug for DevOptions {
             .field("quotas", &self.quotas)
             .field("replay_cache_entries", &self.replay_cache_entries)
             .field("worker_nice", &self.worker_nice)
+            .field("metrics", &self.metrics)
             .field("upgrade_policy", &self.upgrade_policy)
             .field("retention", &self.retention)
             .field("reap_every", &self.reap_every)
@@ -121,6 +127,7 @@ impl DevOptions {
             quotas: siesta::Quotas::default(),
             replay_cache_entries: EngineConfig::default().replay_cache_entries,
             worker_nice: DEFAULT_WORKER_NICE,
+            metrics: Metrics::default(),
             upgrade_policy: UpgradePolicy::UpgradeWhenReplays,
             retention: RetentionPolicy::default(),
             reap_every: Duration::from_secs(30),
@@ -352,6 +359,9 @@ pub async fn start(
         .with_liveness(liveness.clone())
         .merge(siesta_ui::router())
         .router();
+    let router = options
+        .metrics
+        .serve(router, engine.clone(), tenants(&options));
     let limits = options.limits;
     let server = tokio::spawn(async move {
         if let Err(e) = siesta_api::server::serve(listener, router, limits).await {
@@ -378,11 +388,16 @@ pub async fn start(
         let engine = engine.clone();
         let every = options.sweep_every;
         let alive = liveness.register("sweep");
+        let metrics = options.metrics.clone();
         spawner.spawn(async move {
             let _alive = alive;
             loop {
                 tokio::time::sleep(every).await;
-                match engine.sweep(1000).await {
+                let report = engine.sweep(1000).await;
+                if let Ok(report) = &report {
+                    metrics.sweep(report);
+                }
+                match report {
                     // Whenever it found something: `siesta bench` adds these up.
                     Ok(report) if report.due > 0 || report.dead_letters > 0 => tracing::info!(
                         due = report.due,
@@ -403,6 +418,7 @@ pub async fn start(
         engine.clone(),
         options.retention.clone(),
         options.reap_every,
+        options.metrics.clone(),
     ));
     Ok(DevServer {
         addr,
@@ -422,7 +438,7 @@ const REAP_PAGE: usize = 100;
 /// at a time until none is left. Stops, saying so, on a backend that cannot remove
 /// runs (the AWS one: a deployment's sweep function reaps its finished runs,
 /// `siesta_aws::retention`).
-async fn reap(engine: Engine, policy: RetentionPolicy, every: Duration) {
+async fn reap(engine: Engine, policy: RetentionPolicy, every: Duration, metrics: Metrics) {
     loop {
         tokio::time::sleep(every).await;
         let mut removed = 0;
@@ -430,6 +446,7 @@ async fn reap(engine: Engine, policy: RetentionPolicy, every: Duration) {
             match engine.reap(&policy, REAP_PAGE).await {
                 Ok(report) => {
                     removed += report.removed.len();
+                    metrics.reaped(report.removed.len());
                     if !report.more {
                         break;
                     }

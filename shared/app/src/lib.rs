@@ -36,6 +36,7 @@ mod background_runtime;
 mod command;
 pub mod dev;
 mod lambda;
+pub mod metrics;
 pub mod replay;
 
 use std::process::ExitCode;

@@ -58,7 +58,7 @@ pub struct ReplayReport {
 /// `replay` as the binary runs it: the report on stdout, an error (exit code 1) when
 /// any run diverges.
 pub(crate) async fn replay(app: App, args: ReplayArgs) -> anyhow::Result<()> {
-    crate::command::init_dev_logging();
+    crate::command::init_dev_logging(None);
     let build = app.build_id.clone();
     let report = check(app, args, &mut std::io::stdout()).await?;
     if report.diverged.is_empty() {
