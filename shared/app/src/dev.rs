@@ -546,4 +546,42 @@ mod tests {
         );
         server.stop();
     }
+
+    /// One HTTP/1.1 request over a fresh connection; the status and the body.
+    async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let request =
+            format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).await.unwrap();
+        let status = response[9..12].parse().unwrap();
+        let body = response
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_owned())
+            .unwrap_or_default();
+        (status, body)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_dev_server_serves_metrics_without_the_api_key_its_runs_need() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut options = DevOptions::new(dir.path().to_path_buf());
+        options.api_keys = HashMap::from([("sk_dev".to_owned(), TenantId::from("acme"))]);
+        options.worker_nice = 0;
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let server = start(listener, options, Registry::new()).await.unwrap();
+
+        let (status, _) = get(server.addr, "/runs").await;
+        assert_eq!(status, 401, "the control API needs the key");
+        let (status, body) = get(server.addr, "/metrics").await;
+        assert_eq!(status, 200, "{body}");
+        assert!(
+            body.lines()
+                .any(|l| l == r#"siesta_runs{tenant="acme",status="pending"} 0"#),
+            "{body}"
+        );
+        server.stop();
+    }
 }

@@ -23,9 +23,23 @@ async fn send(
     bearer: bool,
     body: &str,
 ) -> (StatusCode, String) {
+    send_with(router, method, uri, bearer, &[], body).await
+}
+
+async fn send_with(
+    router: &Router,
+    method: Method,
+    uri: &str,
+    bearer: bool,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (StatusCode, String) {
     let mut builder = http::Request::builder().method(method).uri(uri);
     if bearer {
         builder = builder.header("authorization", format!("Bearer {API_KEY}"));
+    }
+    for (name, value) in headers {
+        builder = builder.header(*name, *value);
     }
     let request = builder
         .body(axum::body::Body::from(body.to_owned()))
@@ -84,7 +98,7 @@ fn value(samples: &HashMap<Series, f64>, name: &str, labels: &[(&str, &str)]) ->
 }
 
 #[tokio::test]
-async fn metrics_count_a_runs_wakeups_its_step_its_webhooks_and_its_status() {
+async fn metrics_count_a_runs_wakeups_its_step_its_webhook_verdicts_and_its_status() {
     let metrics = Metrics::new();
     // The test's runtime is single-threaded: every span the engine opens reaches this.
     let _guard =
@@ -138,15 +152,19 @@ async fn metrics_count_a_runs_wakeups_its_step_its_webhooks_and_its_status() {
         .find(|e| e.event_type == EventType::CallbackStarted)
         .map(|e| e.details["CallbackId"].as_str().unwrap().to_owned())
         .unwrap();
-    let (status, body) = send(
-        &router,
-        Method::POST,
-        &format!("/hooks/{token}"),
-        false,
-        r#"{"amount":42}"#,
-    )
-    .await;
-    assert_eq!(status, StatusCode::OK, "{body}");
+    // The provider delivers twice: the second is acknowledged as a duplicate.
+    for _ in 0..2 {
+        let (status, body) = send_with(
+            &router,
+            Method::POST,
+            &format!("/hooks/{token}"),
+            false,
+            &[("webhook-id", "delivery-1")],
+            r#"{"amount":42}"#,
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+    }
     let (status, _) = send(
         &router,
         Method::POST,
@@ -203,6 +221,14 @@ async fn metrics_count_a_runs_wakeups_its_step_its_webhooks_and_its_status() {
             &samples,
             "siesta_webhooks_total",
             &[("verdict", "accepted")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        value(
+            &samples,
+            "siesta_webhooks_total",
+            &[("verdict", "duplicate")]
         ),
         1.0
     );
