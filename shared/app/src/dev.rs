@@ -316,23 +316,29 @@ pub async fn start(
         .clock
         .clone()
         .unwrap_or_else(|| Arc::new(SystemClock));
+    // The embedded backend this server opened, whose queue `/metrics` reports.
+    let mut embedded = None;
     let backend = match options.backend.clone() {
         Some(backend) => backend,
-        None => siesta_embedded::EmbeddedBackend::open_with_options(
-            options.data_dir.join("siesta.db"),
-            clock.clone(),
-            siesta_embedded::EmbeddedOptions {
-                durability: options.durability,
-                ..siesta_embedded::EmbeddedOptions::default()
-            },
-        )
-        .with_context(|| {
-            format!(
-                "opening the embedded backend in {}",
-                options.data_dir.display()
+        None => {
+            let opened = siesta_embedded::EmbeddedBackend::open_with_options(
+                options.data_dir.join("siesta.db"),
+                clock.clone(),
+                siesta_embedded::EmbeddedOptions {
+                    durability: options.durability,
+                    ..siesta_embedded::EmbeddedOptions::default()
+                },
             )
-        })?
-        .backend(),
+            .with_context(|| {
+                format!(
+                    "opening the embedded backend in {}",
+                    options.data_dir.display()
+                )
+            })?;
+            let backend = opened.backend();
+            embedded = Some(opened);
+            backend
+        }
     };
     let config = EngineConfig {
         callback_base_url: format!("http://{addr}"),
@@ -361,7 +367,7 @@ pub async fn start(
         .router();
     let router = options
         .metrics
-        .serve(router, engine.clone(), tenants(&options));
+        .serve(router, engine.clone(), tenants(&options), embedded);
     let limits = options.limits;
     let server = tokio::spawn(async move {
         if let Err(e) = siesta_api::server::serve(listener, router, limits).await {

@@ -29,6 +29,7 @@ use siesta::ports::RunFilter;
 use siesta::telemetry::{EXECUTION_SPAN, OPERATION_SPAN};
 use siesta::{Engine, RunStatus, SweepReport, TenantId};
 use siesta_api::Received;
+use siesta_embedded::EmbeddedBackend;
 use tracing::Subscriber;
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
@@ -74,6 +75,11 @@ struct ActionLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct QueueLabels {
+    state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RunLabels {
     tenant: String,
     status: String,
@@ -95,6 +101,9 @@ struct Inner {
     runs: Family<RunLabels, Gauge>,
     due: Gauge,
     lag_ms: Gauge,
+    idempotent_replays: Counter,
+    queue: Family<QueueLabels, Gauge>,
+    queue_lag_ms: Gauge,
 }
 
 /// The dev server's metrics: a registry of its own (no process-wide recorder), fed by
@@ -131,6 +140,9 @@ impl Metrics {
         let runs = Family::<RunLabels, Gauge>::default();
         let due = Gauge::default();
         let lag_ms = Gauge::default();
+        let idempotent_replays = Counter::default();
+        let queue = Family::<QueueLabels, Gauge>::default();
+        let queue_lag_ms = Gauge::default();
         registry.register(
             "wakeup_duration_seconds",
             "Each wake-up's handling (a durable_execution span), by the run's status after it",
@@ -171,6 +183,21 @@ impl Metrics {
             "How long the longest-due of those runs has been due, at the scrape (0: none)",
             lag_ms.clone(),
         );
+        registry.register(
+            "idempotent_replays",
+            "Starts answered from their Idempotency-Key (no new run)",
+            idempotent_replays.clone(),
+        );
+        registry.register(
+            "queue_depth",
+            "Wake-ups in the embedded queue at the scrape, by state: visible, in_flight, delayed",
+            queue.clone(),
+        );
+        registry.register(
+            "queue_lag_milliseconds",
+            "How long the oldest receivable wake-up has waited to be received, at the scrape (0: none)",
+            queue_lag_ms.clone(),
+        );
         Metrics(Arc::new(Inner {
             registry,
             wakeups,
@@ -181,6 +208,9 @@ impl Metrics {
             runs,
             due,
             lag_ms,
+            idempotent_replays,
+            queue,
+            queue_lag_ms,
         }))
     }
 
@@ -216,16 +246,25 @@ impl Metrics {
     }
 
     /// `router` with `GET /metrics` beside its routes, and its webhook routes' answers
-    /// counted. The route takes no API key, as `/healthz` does not: it says how many
-    /// runs there are per tenant and status, never what a run holds.
-    pub fn serve(&self, router: Router, engine: Engine, tenants: Vec<TenantId>) -> Router {
+    /// and idempotent replays counted; `queue`, the embedded backend whose wake-up
+    /// queue to report (`None`: another backend, no queue series). The route takes no
+    /// API key, as `/healthz` does not: it says how many runs there are per tenant and
+    /// status, never what a run holds.
+    pub fn serve(
+        &self,
+        router: Router,
+        engine: Engine,
+        tenants: Vec<TenantId>,
+        queue: Option<EmbeddedBackend>,
+    ) -> Router {
         let scrape = Scrape {
             metrics: self.clone(),
             engine,
             tenants: Arc::new(tenants),
+            queue,
         };
         router
-            .layer(middleware::from_fn_with_state(self.clone(), count_webhooks))
+            .layer(middleware::from_fn_with_state(self.clone(), count_answers))
             .merge(
                 Router::new()
                     .route("/metrics", get(metrics_text))
@@ -239,6 +278,32 @@ impl Metrics {
         // Writing to a String cannot fail.
         let _ = encode(&mut text, &self.0.registry);
         text
+    }
+
+    /// Read the embedded queue's depth and lag.
+    async fn read_queue(&self, queue: &EmbeddedBackend, now: siesta::Timestamp) {
+        match queue.queue_depth(now).await {
+            Ok(depth) => {
+                for (state, n) in [
+                    ("visible", depth.visible),
+                    ("in_flight", depth.in_flight),
+                    ("delayed", depth.delayed),
+                ] {
+                    self.0
+                        .queue
+                        .get_or_create(&QueueLabels {
+                            state: state.into(),
+                        })
+                        .set(n as i64);
+                }
+                self.0.queue_lag_ms.set(
+                    depth
+                        .oldest_visible_at
+                        .map_or(0, |at| (now.millis() - at.millis()).max(0)),
+                );
+            }
+            Err(e) => tracing::warn!(error = %e, "metrics: reading the queue's depth"),
+        }
     }
 
     /// Read runs by status, runs due and the wake-up lag from the store.
@@ -297,6 +362,7 @@ struct Scrape {
     metrics: Metrics,
     engine: Engine,
     tenants: Arc<Vec<TenantId>>,
+    queue: Option<EmbeddedBackend>,
 }
 
 async fn metrics_text(State(scrape): State<Scrape>) -> Response {
@@ -304,6 +370,12 @@ async fn metrics_text(State(scrape): State<Scrape>) -> Response {
         .metrics
         .read_store(&scrape.engine, &scrape.tenants)
         .await;
+    if let Some(queue) = &scrape.queue {
+        scrape
+            .metrics
+            .read_queue(queue, scrape.engine.clock().now())
+            .await;
+    }
     (
         [(
             CONTENT_TYPE,
@@ -315,13 +387,18 @@ async fn metrics_text(State(scrape): State<Scrape>) -> Response {
 }
 
 /// The verdict of each answer of a `/hooks/…` route: refused (not 2xx), a duplicate
-/// delivery, or accepted. Named by the route's template, never by a token.
-async fn count_webhooks(State(metrics): State<Metrics>, request: Request, next: Next) -> Response {
+/// delivery, or accepted, named by the route's template, never by a token; and each
+/// start answered from its `Idempotency-Key` (the `Idempotent-Replayed` header, which
+/// the start function's EMF count reads too).
+async fn count_answers(State(metrics): State<Metrics>, request: Request, next: Next) -> Response {
     let hook = request
         .extensions()
         .get::<MatchedPath>()
         .is_some_and(|p| p.as_str().starts_with("/hooks/"));
     let response = next.run(request).await;
+    if response.headers().contains_key("idempotent-replayed") {
+        metrics.0.idempotent_replays.inc();
+    }
     if hook {
         let verdict = if !response.status().is_success() {
             "refused"

@@ -124,17 +124,29 @@ async fn metrics_count_a_runs_wakeups_its_step_its_webhook_verdicts_and_its_stat
         )])))
         .webhooks(WebhookReceiver::new(siesta_api::DEFAULT_MAX_BODY))
         .router();
-    let router = metrics.serve(api, engine.clone(), vec![tenant.clone()]);
+    let router = metrics.serve(
+        api,
+        engine.clone(),
+        vec![tenant.clone()],
+        Some(embedded.clone()),
+    );
 
-    let (status, body) = send(
-        &router,
-        Method::POST,
-        "/runs",
-        true,
-        r#"{"workflow":"pay","input":null}"#,
-    )
-    .await;
+    // Started twice with one Idempotency-Key: the second is answered from the first.
+    let start = async || {
+        send_with(
+            &router,
+            Method::POST,
+            "/runs",
+            true,
+            &[("idempotency-key", "order-1")],
+            r#"{"workflow":"pay","input":null}"#,
+        )
+        .await
+    };
+    let (status, body) = start().await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
+    let (status, again) = start().await;
+    assert!(status.is_success(), "{status} {again}");
     let run = serde_json::from_str::<serde_json::Value>(&body).unwrap()["id"]
         .as_str()
         .unwrap()
@@ -244,6 +256,15 @@ async fn metrics_count_a_runs_wakeups_its_step_its_webhook_verdicts_and_its_stat
         ),
         0.0
     );
+    assert_eq!(value(&samples, "siesta_idempotent_replays_total", &[]), 1.0);
     assert_eq!(value(&samples, "siesta_runs_due", &[]), 0.0);
+    for state in ["visible", "in_flight", "delayed"] {
+        assert_eq!(
+            value(&samples, "siesta_queue_depth", &[("state", state)]),
+            0.0,
+            "{state}: every wake-up handled and acknowledged"
+        );
+    }
+    assert_eq!(value(&samples, "siesta_queue_lag_milliseconds", &[]), 0.0);
     assert_eq!(value(&samples, "siesta_wakeup_lag_milliseconds", &[]), 0.0);
 }

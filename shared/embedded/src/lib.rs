@@ -38,6 +38,7 @@ mod layout;
 #[cfg(test)]
 mod query_plans;
 mod queue;
+pub use queue::QueueDepth;
 mod recovery;
 mod retention;
 mod store;

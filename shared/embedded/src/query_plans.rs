@@ -388,6 +388,8 @@ async fn workload(backend: &crate::EmbeddedBackend, clock: &Arc<ManualClock>) {
         removed.iter().any(|r| r.run_id == runs[2].id),
         "{removed:?}"
     );
+    // A metrics scrape's read of the queue.
+    backend.queue_depth(clock.now()).await.unwrap();
 }
 
 /// A wake-up dead-lettered and handled, on a file of its own (its statements are

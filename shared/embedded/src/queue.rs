@@ -272,3 +272,60 @@ impl WakeQueue for EmbeddedBackend {
         .await
     }
 }
+
+/// The wake-up queue at an instant: what waits to be received, what a worker holds,
+/// what is delayed, and since when the oldest receivable one could have been received.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QueueDepth {
+    /// Receivable now and not yet received (or back after a visibility timeout).
+    pub visible: u64,
+    /// Received by a worker and hidden until its visibility timeout.
+    pub in_flight: u64,
+    /// Sent with a delay that has not passed (a retry's backoff, a later timer).
+    pub delayed: u64,
+    /// When the oldest receivable wake-up became receivable: `now` minus it is the lag
+    /// of the queue.
+    pub oldest_visible_at: Option<Timestamp>,
+}
+
+impl EmbeddedBackend {
+    /// The wake-up queue's depth at `now` (for a metrics scrape), the dead-letter queue
+    /// not counted. One read transaction; per lane and tenant with queued wake-ups, one
+    /// statement that counts ranges of the queue's fair index (never a scan of the
+    /// table), so a scrape costs what is queued, nothing more.
+    pub async fn queue_depth(&self, now: Timestamp) -> Result<QueueDepth, StoreError> {
+        self.read(move |conn| {
+            let mut depth = QueueDepth::default();
+            let mut oldest: Option<i64> = None;
+            for lane in LANES {
+                let mut after = String::new();
+                while let Some(tenant) = next_tenant(conn, lane, &after)? {
+                    let (visible, in_flight, delayed, first): (i64, i64, i64, Option<i64>) = conn
+                        .prepare_cached(
+                            "SELECT
+                               (SELECT count(*) FROM wake_queue WHERE lane = ?1 AND tenant = ?2 AND visible_at <= ?3),
+                               (SELECT count(*) FROM wake_queue WHERE lane = ?1 AND tenant = ?2 AND visible_at > ?3 AND receipt IS NOT NULL),
+                               (SELECT count(*) FROM wake_queue WHERE lane = ?1 AND tenant = ?2 AND visible_at > ?3 AND receipt IS NULL),
+                               (SELECT min(visible_at) FROM wake_queue WHERE lane = ?1 AND tenant = ?2 AND visible_at <= ?3)",
+                        )
+                        .map_err(sql)?
+                        .query_row(params![lane, tenant, now.0], |r| {
+                            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+                        })
+                        .map_err(sql)?;
+                    depth.visible += visible.max(0) as u64;
+                    depth.in_flight += in_flight.max(0) as u64;
+                    depth.delayed += delayed.max(0) as u64;
+                    oldest = match (oldest, first) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    };
+                    after = tenant;
+                }
+            }
+            depth.oldest_visible_at = oldest.map(Timestamp);
+            Ok(depth)
+        })
+        .await
+    }
+}

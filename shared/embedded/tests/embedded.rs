@@ -350,3 +350,46 @@ async fn only_writes_that_must_survive_an_os_crash_wait_for_an_fsync() {
         "the ack was kept"
     );
 }
+
+#[tokio::test]
+async fn the_queue_depth_counts_visible_received_and_delayed_wake_ups_and_dates_the_oldest_visible()
+{
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::default());
+    let embedded = EmbeddedBackend::open(dir.path().join("db"), clock.clone()).unwrap();
+    let queue = embedded.backend().queue;
+    let wake = |run: &str| WakeUp::new(TenantId::from("t"), RunId::from(run), WakeReason::Timer);
+    let first_sent = clock.now();
+    queue.send(&wake("a"), Duration::ZERO).await.unwrap();
+    clock.advance(Duration::from_millis(500));
+    queue.send(&wake("b"), Duration::ZERO).await.unwrap();
+    queue.send(&wake("c"), Duration::ZERO).await.unwrap();
+    queue
+        .send(&wake("d"), Duration::from_secs(60))
+        .await
+        .unwrap();
+    let received = queue.receive(1, Duration::from_secs(30)).await.unwrap();
+    assert_eq!(received.len(), 1);
+    clock.advance(Duration::from_millis(250));
+
+    let depth = embedded.queue_depth(clock.now()).await.unwrap();
+    assert_eq!(
+        (depth.visible, depth.in_flight, depth.delayed),
+        (2, 1, 1),
+        "{depth:?}"
+    );
+    assert_eq!(
+        depth.oldest_visible_at,
+        Some(first_sent.plus(Duration::from_millis(500))),
+        "a, sent first, was received: b is the oldest waiting"
+    );
+
+    queue.ack(&received[0].receipt).await.unwrap();
+    clock.advance(Duration::from_secs(120));
+    let depth = embedded.queue_depth(clock.now()).await.unwrap();
+    assert_eq!(
+        (depth.visible, depth.in_flight, depth.delayed),
+        (3, 0, 0),
+        "the delayed one is due: {depth:?}"
+    );
+}
