@@ -58,7 +58,7 @@ use siesta::{
 use crate::error::{corrupt, sdk};
 use crate::item::{HistoryItem, Item, VERSION, history_from_item, key, n, run_from_item, s};
 use crate::keys::*;
-use crate::store::CapacityMeter;
+use crate::store::{CapacityMeter, consistent_get};
 
 /// How long a claimed run is left to the reaper that claimed it: longer than any Lambda
 /// invocation can last, so a reaper killed half-way is dead before another takes over.
@@ -303,20 +303,7 @@ impl Reaper {
     }
 
     async fn get(&self, op: &str, key: Item) -> Result<Option<Item>, StoreError> {
-        let out = self
-            .dynamodb
-            .get_item()
-            .table_name(&self.table)
-            .set_key(Some(key))
-            .consistent_read(true)
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
-            .send()
-            .await
-            .map_err(|e| sdk(op, e))?;
-        if let Some(c) = out.consumed_capacity() {
-            self.capacity.add(false, std::slice::from_ref(c));
-        }
-        Ok(out.item)
+        consistent_get(&self.dynamodb, &self.table, &self.capacity, op, key).await
     }
 
     /// Decide on one run and do it.

@@ -61,6 +61,30 @@ pub struct WrittenItems {
     pub write_units: f64,
 }
 
+/// A strongly consistent read of one item, its read units counted in `capacity`: the
+/// store's and the reaper's reads of a run item.
+pub(crate) async fn consistent_get(
+    client: &aws_sdk_dynamodb::Client,
+    table: &str,
+    capacity: &CapacityMeter,
+    op: &str,
+    key: Item,
+) -> Result<Option<Item>, StoreError> {
+    let out = client
+        .get_item()
+        .table_name(table)
+        .set_key(Some(key))
+        .consistent_read(true)
+        .return_consumed_capacity(ReturnConsumedCapacity::Total)
+        .send()
+        .await
+        .map_err(|e| sdk(op, e))?;
+    if let Some(c) = out.consumed_capacity() {
+        capacity.add(false, std::slice::from_ref(c));
+    }
+    Ok(out.item)
+}
+
 impl CapacityMeter {
     pub(crate) fn add(&self, write: bool, consumed: &[ConsumedCapacity]) {
         let units: f64 = consumed.iter().filter_map(|c| c.capacity_units()).sum();
@@ -431,20 +455,7 @@ impl DynamoStore {
     }
 
     async fn get_item(&self, op: &str, key: Item) -> Result<Option<Item>, StoreError> {
-        let out = self
-            .client
-            .get_item()
-            .table_name(&self.table)
-            .set_key(Some(key))
-            .consistent_read(true)
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
-            .send()
-            .await
-            .map_err(|e| sdk(op, e))?;
-        if let Some(c) = out.consumed_capacity() {
-            self.capacity.add(false, std::slice::from_ref(c));
-        }
-        Ok(out.item)
+        consistent_get(&self.client, &self.table, &self.capacity, op, key).await
     }
 
     /// Strongly consistent reads of up to 100 keys in one request (plus retries of
