@@ -58,7 +58,7 @@ use siesta::{
 use crate::error::{corrupt, sdk};
 use crate::item::{HistoryItem, Item, VERSION, history_from_item, key, n, run_from_item, s};
 use crate::keys::*;
-use crate::store::{CapacityMeter, consistent_get};
+use crate::store::{CapacityMeter, consistent_get, query_page};
 
 /// How long a claimed run is left to the reaper that claimed it: longer than any Lambda
 /// invocation can last, so a reaper killed half-way is dead before another takes over.
@@ -262,7 +262,7 @@ impl Reaper {
         let shards = (0..DUE_SHARDS).map(|shard| {
             let shard = shard_name(shard);
             async move {
-                let out = self
+                let query = self
                     .dynamodb
                     .query()
                     .table_name(&self.table)
@@ -272,17 +272,11 @@ impl Reaper {
                     .expression_attribute_names("#reap_at", REAP_AT)
                     .expression_attribute_values(":shard", s(&shard))
                     .expression_attribute_values(":now", n(now.0))
-                    .limit(limit.min(1000) as i32)
-                    .return_consumed_capacity(ReturnConsumedCapacity::Total)
-                    .send()
-                    .await
-                    .map_err(|e| sdk("reap: query the reap index", e))?;
-                if let Some(c) = out.consumed_capacity() {
-                    self.capacity.add(false, std::slice::from_ref(c));
-                }
-                out.items
-                    .unwrap_or_default()
-                    .iter()
+                    .limit(limit.min(1000) as i32);
+                // One page: the earliest `limit` of the shard are all the pass wants.
+                let (page, _) =
+                    query_page(query, &self.capacity, "reap: query the reap index", None).await?;
+                page.iter()
                     .map(|i| {
                         Ok(Due {
                             pk: string_of(i, PK)?,
@@ -430,7 +424,7 @@ impl Reaper {
         // The partition, page by page, all but the run item.
         let mut start = None;
         loop {
-            let out = self
+            let query = self
                 .dynamodb
                 .query()
                 .table_name(&self.table)
@@ -439,24 +433,16 @@ impl Reaper {
                 .expression_attribute_names("#sk", SK)
                 .projection_expression("#pk, #sk")
                 .expression_attribute_values(":pk", s(&pk))
-                .consistent_read(true)
-                .set_exclusive_start_key(start.take())
-                .return_consumed_capacity(ReturnConsumedCapacity::Total)
-                .send()
-                .await
-                .map_err(|e| sdk("reap: list the run's items", e))?;
-            if let Some(c) = out.consumed_capacity() {
-                self.capacity.add(false, std::slice::from_ref(c));
-            }
-            let keys: Vec<Item> = out
-                .items
-                .unwrap_or_default()
+                .consistent_read(true);
+            let (page, next) =
+                query_page(query, &self.capacity, "reap: list the run's items", start).await?;
+            let keys: Vec<Item> = page
                 .into_iter()
                 .filter(|i| i.get(SK) != Some(&s(RUN_SK)))
                 .collect();
             report.items_deleted += keys.len();
             self.delete_items(keys).await?;
-            start = out.last_evaluated_key.filter(|k| !k.is_empty());
+            start = next;
             if start.is_none() {
                 break;
             }
@@ -496,7 +482,7 @@ impl Reaper {
         let mut tool_calls = BTreeSet::new();
         let mut start = None;
         loop {
-            let out = self
+            let query = self
                 .dynamodb
                 .query()
                 .table_name(&self.table)
@@ -505,16 +491,10 @@ impl Reaper {
                 .expression_attribute_names("#sk", SK)
                 .expression_attribute_values(":pk", s(pk))
                 .expression_attribute_values(":journal", s(JOURNAL_PREFIX))
-                .consistent_read(true)
-                .set_exclusive_start_key(start.take())
-                .return_consumed_capacity(ReturnConsumedCapacity::Total)
-                .send()
-                .await
-                .map_err(|e| sdk("reap: read the run's journal", e))?;
-            if let Some(c) = out.consumed_capacity() {
-                self.capacity.add(false, std::slice::from_ref(c));
-            }
-            for item in out.items.unwrap_or_default() {
+                .consistent_read(true);
+            let (page, next) =
+                query_page(query, &self.capacity, "reap: read the run's journal", start).await?;
+            for item in page {
                 let HistoryItem::Journal(entry) = history_from_item(&item)? else {
                     continue;
                 };
@@ -529,7 +509,7 @@ impl Reaper {
                     _ => {}
                 }
             }
-            start = out.last_evaluated_key.filter(|k| !k.is_empty());
+            start = next;
             if start.is_none() {
                 return Ok(ids
                     .iter()

@@ -17,6 +17,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::operation::update_item::{UpdateItemError, UpdateItemOutput};
 use aws_sdk_dynamodb::types::{
@@ -83,6 +84,28 @@ pub(crate) async fn consistent_get(
         capacity.add(false, std::slice::from_ref(c));
     }
     Ok(out.item)
+}
+
+/// One page of a `Query` (its table and key condition already set) from `start`, its
+/// read units counted in `capacity`: the items, and where the next page starts (`None`
+/// after the last). Every paged query of the store and of the reaper goes through it.
+pub(crate) async fn query_page(
+    query: QueryFluentBuilder,
+    capacity: &CapacityMeter,
+    op: &str,
+    start: Option<Item>,
+) -> Result<(Vec<Item>, Option<Item>), StoreError> {
+    let out = query
+        .set_exclusive_start_key(start)
+        .return_consumed_capacity(ReturnConsumedCapacity::Total)
+        .send()
+        .await
+        .map_err(|e| sdk(op, e))?;
+    if let Some(c) = out.consumed_capacity() {
+        capacity.add(false, std::slice::from_ref(c));
+    }
+    let next = out.last_evaluated_key.filter(|k| !k.is_empty());
+    Ok((out.items.unwrap_or_default(), next))
 }
 
 impl CapacityMeter {
@@ -534,27 +557,19 @@ impl DynamoStore {
     async fn query_pages(
         &self,
         op: &str,
-        build_query: impl Fn(
-            aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder,
-        )
-            -> aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder,
+        build_query: impl Fn(QueryFluentBuilder) -> QueryFluentBuilder,
         limit: Option<usize>,
     ) -> Result<Vec<Item>, StoreError> {
         let mut items = Vec::new();
         let mut start = None;
         loop {
-            let mut q = build_query(self.client.query().table_name(&self.table))
-                .set_exclusive_start_key(start.take())
-                .return_consumed_capacity(ReturnConsumedCapacity::Total);
+            let mut q = build_query(self.client.query().table_name(&self.table));
             if let Some(limit) = limit {
                 q = q.limit((limit - items.len()).min(1000) as i32);
             }
-            let out = q.send().await.map_err(|e| sdk(op, e))?;
-            if let Some(c) = out.consumed_capacity() {
-                self.capacity.add(false, std::slice::from_ref(c));
-            }
-            items.extend(out.items.unwrap_or_default());
-            start = out.last_evaluated_key.filter(|k| !k.is_empty());
+            let (page, next) = query_page(q, &self.capacity, op, start).await?;
+            items.extend(page);
+            start = next;
             if start.is_none() || limit.is_some_and(|l| items.len() >= l) {
                 return Ok(items);
             }
@@ -704,35 +719,6 @@ impl DynamoStore {
         Ok(())
     }
 
-    /// Every item a `Query` finds, page after page; `shape` gives the query its key
-    /// condition (and index).
-    async fn query_all(
-        &self,
-        op: &str,
-        shape: impl Fn(
-            aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder,
-        ) -> aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder,
-    ) -> Result<Vec<Item>, StoreError> {
-        let mut items = Vec::new();
-        let mut start = None;
-        loop {
-            let out = shape(self.client.query().table_name(&self.table))
-                .set_exclusive_start_key(start)
-                .return_consumed_capacity(ReturnConsumedCapacity::Total)
-                .send()
-                .await
-                .map_err(|e| sdk(op, e))?;
-            if let Some(c) = out.consumed_capacity() {
-                self.capacity.add(false, std::slice::from_ref(c));
-            }
-            items.extend(out.items.unwrap_or_default());
-            match out.last_evaluated_key {
-                Some(next) if !next.is_empty() => start = Some(next),
-                _ => return Ok(items),
-            }
-        }
-    }
-
     async fn current_run(&self, tenant: &TenantId, run_id: &RunId) -> Result<Run, StoreError> {
         self.get_run(tenant, run_id)
             .await?
@@ -794,11 +780,15 @@ impl RunStore for DynamoStore {
     async fn builds(&self, tenant: &TenantId) -> Result<Vec<BuildSummary>, StoreError> {
         let pk = builds_pk(tenant);
         let records = self
-            .query_all("builds", |q| {
-                q.key_condition_expression("#pk = :pk")
-                    .expression_attribute_names("#pk", PK)
-                    .expression_attribute_values(":pk", s(&pk))
-            })
+            .query_pages(
+                "builds",
+                |q| {
+                    q.key_condition_expression("#pk = :pk")
+                        .expression_attribute_names("#pk", PK)
+                        .expression_attribute_values(":pk", s(&pk))
+                },
+                None,
+            )
             .await?;
         let mut builds = Vec::with_capacity(records.len());
         for record in records {
@@ -806,12 +796,16 @@ impl RunStore for DynamoStore {
             // The index holds keys only; the runs' statuses come from batch reads.
             let bk = build_key(tenant, &build_id);
             let entries = self
-                .query_all("builds", |q| {
-                    q.index_name(BUILD_INDEX)
-                        .key_condition_expression("#bk = :bk")
-                        .expression_attribute_names("#bk", BUILD_KEY)
-                        .expression_attribute_values(":bk", s(&bk))
-                })
+                .query_pages(
+                    "builds",
+                    |q| {
+                        q.index_name(BUILD_INDEX)
+                            .key_condition_expression("#bk = :bk")
+                            .expression_attribute_names("#bk", BUILD_KEY)
+                            .expression_attribute_values(":bk", s(&bk))
+                    },
+                    None,
+                )
                 .await?;
             let mut unfinished = std::collections::BTreeMap::new();
             for chunk in entries.chunks(100) {
