@@ -4,9 +4,11 @@
 //! and reports: `cargo bench -p siesta-aws` with the emulators up (`./scripts/test`
 //! starts them; by hand: `scripts/emulators start && eval "$(scripts/emulators env)"`).
 
+mod prices;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
+use prices::*;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -17,13 +19,6 @@ use siesta_aws::{AwsOptions, RequestCounter, WrittenItems};
 const STEPS: u32 = 100;
 const RUNS: usize = 5;
 const WAITS: u32 = 10;
-
-// On-demand list prices, us-east-1, in dollars.
-const WRITE_UNIT: f64 = 0.625 / 1e6;
-const READ_UNIT: f64 = 0.125 / 1e6;
-const SQS_REQUEST: f64 = 0.40 / 1e6;
-const S3_PUT: f64 = 0.005 / 1e3;
-const S3_GET: f64 = 0.0004 / 1e3;
 
 fn registry() -> Registry {
     let mut reg = Registry::new();

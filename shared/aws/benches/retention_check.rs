@@ -7,9 +7,11 @@
 //! without expiry and the waiting run is untouched, which it checks and reports:
 //! `cargo bench -p siesta-aws --bench retention_check` with the emulators up.
 
+mod prices;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
+use prices::*;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,13 +27,6 @@ const RUNS: usize = 20;
 const STEPS: u32 = 10;
 const DAY: Duration = Duration::from_secs(86_400);
 const T0: Timestamp = Timestamp(1_800_000_000_000);
-
-// On-demand list prices, us-east-1, in dollars (as requests_per_step.rs).
-const WRITE_UNIT: f64 = 0.625 / 1e6;
-const READ_UNIT: f64 = 0.125 / 1e6;
-const S3_LIST: f64 = 0.005 / 1e3;
-const STORAGE_GB_MONTH: f64 = 0.25;
-const S3_GB_MONTH: f64 = 0.023;
 
 type Item = HashMap<String, AttributeValue>;
 
@@ -382,7 +377,7 @@ async fn bench(env: &support::Emulators) {
         1e6 * dollars
     );
     let keep_month =
-        bytes as f64 / n / 1e9 * STORAGE_GB_MONTH + object_bytes as f64 / n / 1e9 * S3_GB_MONTH;
+        bytes as f64 / n / 1e9 * DYNAMODB_GB_MONTH + object_bytes as f64 / n / 1e9 * S3_GB_MONTH;
     println!(
         "  keeping one such run costs ${:.2} per million runs per month ({:.0} bytes in DynamoDB, {:.0} in S3): reaping costs what {:.1} months of keeping it would",
         1e6 * keep_month,

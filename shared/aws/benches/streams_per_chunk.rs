@@ -5,9 +5,11 @@
 //! assertions: `cargo bench -p siesta-aws --bench streams_per_chunk` with the emulators
 //! up (`scripts/emulators start && eval "$(scripts/emulators env)"`).
 
+mod prices;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
+use prices::*;
 use std::sync::Arc;
 
 use serde_json::json;
@@ -18,10 +20,6 @@ use siesta_aws::{AwsOptions, RequestCounter};
 const CHUNKS: u64 = 1000;
 /// A reader's page, as a long-polling client asks for it.
 const PAGE: usize = 100;
-
-// On-demand list prices, us-east-1, in dollars.
-const WRITE_UNIT: f64 = 0.625 / 1e6;
-const READ_UNIT: f64 = 0.125 / 1e6;
 
 fn registry() -> Registry {
     let mut reg = Registry::new();
