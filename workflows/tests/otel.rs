@@ -7,66 +7,18 @@
 //! under a wake-up; none again for an operation replayed after the crash. Its own test
 //! binary: the subscriber is the process's.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+#[path = "../../shared/lambda/tests/common/mod.rs"]
+mod common;
 
-use axum::body::Bytes;
-use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use opentelemetry_proto::tonic::common::v1::any_value::Value;
+use std::collections::HashMap;
+
+use common::attribute;
 use opentelemetry_proto::tonic::trace::v1::Span;
-use prost::Message;
 use serde_json::json;
 use siesta::telemetry::{root_span_id_for, trace_id_for};
 use siesta::*;
 use siesta_testing::TestEnv;
 use tower::ServiceExt;
-use tracing_subscriber::Layer;
-use tracing_subscriber::layer::SubscriberExt;
-
-/// An in-process collector: every span POSTed to `/v1/traces`, as protobuf.
-async fn receiver() -> (String, Arc<Mutex<Vec<Span>>>) {
-    let spans = Arc::new(Mutex::new(Vec::new()));
-    let kept = spans.clone();
-    let app = axum::Router::new().route(
-        "/v1/traces",
-        axum::routing::post(move |body: Bytes| {
-            let kept = kept.clone();
-            async move {
-                let request = ExportTraceServiceRequest::decode(body).expect("an OTLP request");
-                let mut kept = kept.lock().unwrap();
-                for resource in request.resource_spans {
-                    for scope in resource.scope_spans {
-                        kept.extend(scope.spans);
-                    }
-                }
-                // An empty ExportTraceServiceResponse: full success.
-                (
-                    [("content-type", "application/x-protobuf")],
-                    Vec::<u8>::new(),
-                )
-            }
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/v1/traces", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    (url, spans)
-}
-
-fn attribute(span: &Span, key: &str) -> Option<String> {
-    let value = span
-        .attributes
-        .iter()
-        .find(|a| a.key == key)?
-        .value
-        .as_ref()?;
-    Some(match value.value.as_ref()? {
-        Value::StringValue(s) => s.clone(),
-        Value::IntValue(i) => i.to_string(),
-        Value::BoolValue(b) => b.to_string(),
-        other => format!("{other:?}"),
-    })
-}
 
 async fn post(router: &axum::Router, uri: &str, body: serde_json::Value) -> serde_json::Value {
     let request = http::Request::builder()
@@ -87,12 +39,7 @@ async fn post(router: &axum::Router, uri: &str, body: serde_json::Value) -> serd
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_order_example_through_a_callback_a_crash_and_a_retry_is_one_trace() {
-    let (url, received) = receiver().await;
-    let subscriber = tracing_subscriber::registry().with(
-        siesta_lambda::otel::layer_to(&url, "siesta-test")
-            .with_filter(tracing_subscriber::filter::LevelFilter::INFO),
-    );
-    tracing::subscriber::set_global_default(subscriber).unwrap();
+    let received = common::global_receiver();
 
     let w = TestEnv::builder(siesta_workflows::registry())
         .tenant("default")

@@ -62,7 +62,10 @@ impl Start {
         let router = api
             .router()
             .layer(middleware::map_response(count_replays))
-            .layer(middleware::from_fn(cap_wait));
+            .layer(middleware::from_fn(cap_wait))
+            // Spans are sent before each invocation returns: a frozen container sends
+            // nothing.
+            .layer(middleware::map_response(siesta_lambda::otel::flush_after));
         Start { router }
     }
 
@@ -71,7 +74,8 @@ impl Start {
         self.router.clone()
     }
 
-    /// Answer one API Gateway request, as the runtime does.
+    /// Answer one API Gateway request, as the runtime does; its spans are sent before
+    /// it returns (when traces are exported).
     pub async fn handle(&self, req: Request) -> lambda_http::Response<Body> {
         answer(&self.router, req).await
     }

@@ -16,9 +16,6 @@ pub async fn run(engine: Engine, settings: &Settings) -> Result<(), Error> {
         &settings.tenant_claim,
         siesta_lambda::http::RegistryDeployments(registry),
     );
-    // Spans are sent before each invocation returns: a frozen container sends nothing.
-    let router = start.router().layer(axum::middleware::map_response(
-        siesta_lambda::otel::flush_after,
-    ));
-    lambda_http::run(router).await
+    // The router sends the spans before each invocation returns.
+    lambda_http::run(start.router()).await
 }

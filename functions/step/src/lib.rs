@@ -23,7 +23,8 @@ use tracing::Instrument;
 /// Each wake-up is handled as [`Engine::handle_batch`] does (concurrently, each with the
 /// deadline), inside a span naming its tenant and run, and timed for the `StepLatency`
 /// metric. A record whose body is not a wake-up (a poison message) is reported failed,
-/// so the queue's redrive policy moves it to the dead-letter queue.
+/// so the queue's redrive policy moves it to the dead-letter queue. The batch's spans
+/// are sent before it returns (when traces are exported).
 pub async fn handle(
     engine: &Engine,
     event: SqsEvent,
@@ -171,6 +172,8 @@ pub async fn handle_forwarding(
     if !failed.is_empty() {
         tracing::warn!(failed = ?failed, "reporting batch item failures");
     }
+    // Before the invocation returns: a frozen container sends nothing.
+    siesta_lambda::otel::flush().await;
     let mut response = SqsBatchResponse::default();
     response.batch_item_failures = failed
         .into_iter()

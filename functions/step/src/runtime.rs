@@ -32,8 +32,6 @@ pub async fn run(engine: Engine, settings: &Settings) -> Result<(), Error> {
                 margin,
             )
             .await;
-            // Before the invocation returns: a frozen container sends nothing.
-            siesta_lambda::otel::flush().await;
             Ok::<_, Error>(response)
         }
     }))

@@ -85,7 +85,10 @@ impl Webhook {
             .authenticate(claim)
             .webhooks(receiver)
             .router()
-            .layer(middleware::from_fn_with_state(sources.clone(), around));
+            .layer(middleware::from_fn_with_state(sources.clone(), around))
+            // Spans are sent before each invocation returns: a frozen container sends
+            // nothing.
+            .layer(middleware::map_response(siesta_lambda::otel::flush_after));
         Ok(Webhook { router, sources })
     }
 
@@ -102,9 +105,22 @@ impl Webhook {
         self.router.clone()
     }
 
-    /// Answer one webhook, as the runtime does.
+    /// Answer one webhook, as the runtime does; its spans are sent before it returns
+    /// (when traces are exported).
     pub async fn handle(&self, req: lambda_http::Request) -> lambda_http::Response<Body> {
         answer(&self.router, req).await
+    }
+}
+
+/// The route `path` takes, for spans and logs: a callback's URL carries its token,
+/// which completes the callback for whoever reads it, so only its template is named.
+fn route(path: &str) -> &str {
+    if path.starts_with("/hooks/sources/") {
+        path
+    } else if path.starts_with("/hooks/") {
+        "/hooks/{token}"
+    } else {
+        "other"
     }
 }
 
@@ -123,7 +139,7 @@ async fn around(State(sources): State<Arc<Sources>>, request: Request, next: Nex
         .map(|s| s.tenant().to_string());
     let span = tracing::info_span!(
         "webhook",
-        path = %request.uri().path(),
+        route = route(request.uri().path()),
         source = source.as_deref().unwrap_or_default(),
         tenant = tenant.as_deref().unwrap_or_default(),
     );

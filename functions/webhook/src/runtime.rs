@@ -12,10 +12,7 @@ pub async fn run(
     settings: Settings,
     sdk: aws_config::SdkConfig,
 ) -> Result<(), Error> {
+    // The router sends the spans before each invocation returns.
     let webhook = crate::Webhook::new(engine, settings, sdk).await?;
-    // Spans are sent before each invocation returns: a frozen container sends nothing.
-    let router = webhook.router().layer(axum::middleware::map_response(
-        siesta_lambda::otel::flush_after,
-    ));
-    lambda_http::run(router).await
+    lambda_http::run(webhook.router()).await
 }

@@ -1,4 +1,5 @@
-//! What the OTLP tests share: an in-process collector and a span's attributes.
+//! What the OTLP tests share: an in-process collector and a span's attributes. The
+//! other crates' trace tests include this file too (`#[path]`), so there is one copy.
 
 // Each test binary uses what it needs of this module.
 #![allow(dead_code)]
