@@ -4,8 +4,8 @@
 //! Off, and free, unless `OTEL_EXPORTER_OTLP_ENDPOINT` or
 //! `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` is set. Then the `tracing` spans go to an OTLP
 //! collector over HTTP (`OTEL_EXPORTER_OTLP_PROTOCOL` = `http/protobuf`, the default,
-//! or `http/json`; `grpc` is not built in and turns export off with a warning), named
-//! by `OTEL_SERVICE_NAME`, and every wake-up's `durable_execution` span is put in its
+//! or `http/json`) or gRPC (`grpc`, with the `grpc` feature, on by default; without
+//! it `grpc` turns export off with a warning), named by `OTEL_SERVICE_NAME`, and every wake-up's `durable_execution` span is put in its
 //! run's trace (see [`siesta::telemetry`]): the core's spans come through the
 //! `tracing` layer, and what the core asks of an exporter (parents, links, a step's
 //! context, waits' spans) through [`siesta::telemetry::Exporter`].
@@ -41,18 +41,61 @@ where
     let protocol = std::env::var("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
         .or_else(|_| std::env::var("OTEL_EXPORTER_OTLP_PROTOCOL"))
         .unwrap_or_default();
-    if protocol.trim() == "grpc" {
+    let grpc = protocol.trim() == "grpc";
+    if grpc && !cfg!(feature = "grpc") {
         eprintln!(
-            "siesta: OTEL_EXPORTER_OTLP_PROTOCOL=grpc is not supported; traces are not exported (use http/protobuf or http/json)"
+            "siesta: OTEL_EXPORTER_OTLP_PROTOCOL=grpc is not built in (siesta-lambda's `grpc` feature); traces are not exported (use http/protobuf or http/json)"
         );
         return None;
     }
-    let exporter = || {
+    let exporter = move || {
+        #[cfg(feature = "grpc")]
+        if grpc {
+            return grpc_exporter(|builder| builder);
+        }
         opentelemetry_otlp::SpanExporter::builder()
             .with_http()
             .build()
     };
     Some(install(provider(exporter, default_service)))
+}
+
+/// The OpenTelemetry layer exporting OTLP over gRPC to `endpoint` (`http://host:port`),
+/// as `service` unless `OTEL_SERVICE_NAME` says otherwise: for tests and tools that
+/// pick their collector themselves. Installs the same exporter as [`layer_from_env`].
+#[cfg(feature = "grpc")]
+pub fn layer_to_grpc<S>(endpoint: &str, service: &str) -> impl tracing_subscriber::Layer<S> + use<S>
+where
+    S: tracing::Subscriber + for<'a> LookupSpan<'a>,
+{
+    use opentelemetry_otlp::WithExportConfig;
+    let exporter = || grpc_exporter(|builder| builder.with_endpoint(endpoint));
+    install(provider(exporter, service))
+}
+
+/// The gRPC exporter `configure` makes of the environment's. tonic's channel runs its
+/// connection on the Tokio runtime it is built in, while the batch processor exports
+/// from a thread of its own with no runtime: so the channel gets a runtime of its own,
+/// one worker thread for the process's life. Not the caller's: that one may be a
+/// test's, gone after it, or a single-threaded one busy elsewhere; the flush before a
+/// Lambda invocation returns waits on the export, which needs the connection served.
+#[cfg(feature = "grpc")]
+fn grpc_exporter(configure: impl FnOnce(GrpcBuilder) -> GrpcBuilder) -> Exporter {
+    static RUNTIME: OnceLock<std::io::Result<tokio::runtime::Runtime>> = OnceLock::new();
+    let runtime = RUNTIME.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("siesta-otlp-grpc")
+            .enable_all()
+            .build()
+    });
+    let runtime = runtime.as_ref().map_err(|e| {
+        opentelemetry_otlp::ExporterBuildError::InternalFailure(format!(
+            "no runtime for the gRPC exporter: {e}"
+        ))
+    })?;
+    let _entered = runtime.enter();
+    configure(opentelemetry_otlp::SpanExporter::builder().with_tonic()).build()
 }
 
 /// The OpenTelemetry layer exporting OTLP over HTTP protobuf to `endpoint` (the full
@@ -73,6 +116,10 @@ where
     };
     install(provider(exporter, service))
 }
+
+#[cfg(feature = "grpc")]
+type GrpcBuilder =
+    opentelemetry_otlp::SpanExporterBuilder<opentelemetry_otlp::TonicExporterBuilderSet>;
 
 type Exporter = Result<opentelemetry_otlp::SpanExporter, opentelemetry_otlp::ExporterBuildError>;
 
