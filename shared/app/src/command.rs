@@ -8,6 +8,7 @@ use anyhow::Context as _;
 use crate::App;
 use crate::dev::DevOptions;
 use crate::lambda::Role;
+pub use siesta_lambda::{AwsArgs, SharedArgs};
 
 /// The commands an [`App`] runs. Flatten it into a CLI of your own
 /// (`#[command(flatten)]`) to keep them beside yours, and hand the parsed value to
@@ -63,16 +64,9 @@ pub struct DevArgs {
     /// API keys as `key=tenant,...`; without any, auth is off and the tenant is `default`.
     #[arg(long, env = "SIESTA_API_KEYS", default_value = "")]
     pub api_keys: String,
-    /// Lease length in milliseconds: how soon a run held by a crashed process is
-    /// taken over.
-    #[arg(long, default_value_t = 60_000)]
-    pub lease_ttl_ms: u64,
     /// How often the sweep runs, in milliseconds.
     #[arg(long, default_value_t = 5_000)]
     pub sweep_every_ms: u64,
-    /// Webhook sources as a JSON array (see the README).
-    #[arg(long, env = "SIESTA_WEBHOOK_SOURCES", default_value = "")]
-    pub webhook_sources: String,
     /// Where runs live: `embedded` (a SQLite file in `--data-dir`) or `aws`
     /// (DynamoDB, S3 and SQS, on the emulators or on AWS).
     #[arg(long, env = "SIESTA_BACKEND", value_enum, default_value_t = BackendKind::Embedded)]
@@ -102,11 +96,10 @@ pub struct DevArgs {
     /// `{"default": {"max_unfinished_runs": 100}, "tenants": {"acme": {...}}}`.
     #[arg(long, env = "SIESTA_QUOTAS_FILE")]
     pub quotas: Option<PathBuf>,
-    /// How long finished runs (completed, failed, cancelled) are kept before they
-    /// and everything they own are removed: `30d` (default), `12h`, `15m`, `3s`;
-    /// `0` keeps everything. Runs not finished — waiting, parked — are never removed.
-    #[arg(long, env = "SIESTA_RETENTION", default_value = "30d")]
-    pub retention: String,
+    /// The settings the Lambda functions read under the same names: lease, webhook
+    /// sources, retention.
+    #[command(flatten)]
+    pub shared: SharedArgs,
     /// Where the AWS backend's resources are.
     #[command(flatten)]
     pub aws: AwsArgs,
@@ -131,46 +124,12 @@ pub enum DurabilityKind {
     Relaxed,
 }
 
-/// Where the AWS backend's resources are.
-#[derive(Debug, clap::Args)]
-pub struct AwsArgs {
-    /// The DynamoDB table of runs.
-    #[arg(long, env = "SIESTA_TABLE")]
-    pub table: Option<String>,
-    /// The S3 bucket of artifacts.
-    #[arg(long, env = "SIESTA_BUCKET")]
-    pub bucket: Option<String>,
-    /// The SQS queue of wake-ups (its URL).
-    #[arg(long, env = "SIESTA_QUEUE_URL")]
-    pub queue_url: Option<String>,
-    /// Its dead-letter queue (its URL).
-    #[arg(long, env = "SIESTA_DLQ_URL")]
-    pub dlq_url: Option<String>,
-}
-
-impl AwsArgs {
-    /// The resource names, or a clear error naming what is missing.
-    pub fn names(self) -> anyhow::Result<siesta_aws::ResourceNames> {
-        let need = |v: Option<String>, flag: &str, var: &str| {
-            v.filter(|v| !v.trim().is_empty()).with_context(|| {
-                format!("--backend aws needs {flag} (or {var}); `siesta bootstrap` creates the resources and prints them")
-            })
-        };
-        Ok(siesta_aws::ResourceNames {
-            table: need(self.table, "--table", "SIESTA_TABLE")?,
-            bucket: need(self.bucket, "--bucket", "SIESTA_BUCKET")?,
-            queue_url: need(self.queue_url, "--queue-url", "SIESTA_QUEUE_URL")?,
-            dead_letter_queue_url: need(self.dlq_url, "--dlq-url", "SIESTA_DLQ_URL")?,
-        })
-    }
-}
-
 impl DevArgs {
     /// The dev server's options these arguments name (the AWS backend is connected here).
     pub async fn options(self) -> anyhow::Result<DevOptions> {
         let mut options = DevOptions::new(self.data_dir);
         options.api_keys = DevOptions::parse_api_keys(&self.api_keys)?;
-        options.lease_ttl = Duration::from_millis(self.lease_ttl_ms.max(100));
+        options.lease_ttl = self.shared.lease_ttl();
         options.sweep_every = Duration::from_millis(self.sweep_every_ms.max(50));
         options.workers = self.workers.max(1);
         options.replay_cache_entries = self.replay_cache_entries;
@@ -179,11 +138,8 @@ impl DevArgs {
             DurabilityKind::Full => siesta_embedded::Durability::Full,
             DurabilityKind::Relaxed => siesta_embedded::Durability::Relaxed,
         };
-        options.retention = siesta::RetentionPolicy::keep_for(
-            siesta::parse_retention(&self.retention)
-                .map_err(|e| anyhow::anyhow!("--retention: {e}"))?,
-        );
-        options.sources = siesta_api::WebhookSource::parse_all(&self.webhook_sources)
+        options.retention = self.shared.retention_policy()?;
+        options.sources = siesta_api::WebhookSource::parse_all(&self.shared.webhook_sources)
             .map_err(anyhow::Error::msg)?;
         if let Some(path) = &self.quotas {
             let text = std::fs::read_to_string(path)

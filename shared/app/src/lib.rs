@@ -43,7 +43,7 @@ use std::process::ExitCode;
 
 use siesta::Registry;
 
-pub use command::{AwsArgs, BackendKind, Command, DevArgs, DurabilityKind};
+pub use command::{AwsArgs, BackendKind, Command, DevArgs, DurabilityKind, SharedArgs};
 pub use lambda::Role;
 
 /// Your crate's name, version and build hash as a build id, e.g.
@@ -229,7 +229,7 @@ mod tests {
         assert_eq!(args.port, 0);
         assert_eq!(args.data_dir, std::path::PathBuf::from("/tmp/d"));
         assert_eq!(args.backend, BackendKind::Aws);
-        assert_eq!(args.lease_ttl_ms, 60_000);
+        assert_eq!(args.shared.lease_ttl_ms, 60_000);
     }
 
     #[test]

@@ -4,14 +4,6 @@ use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
 use siesta::ports::StoreError;
 
-/// The backend cannot be configured.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    /// A required environment variable is not set.
-    #[error("{0} is not set")]
-    Missing(&'static str),
-}
-
 /// Error codes that mean "the request was fine, the service could not take it now":
 /// throttling, capacity, contention and server faults. Anything else with a 4xx status
 /// is the request's own fault.

@@ -19,7 +19,14 @@
 //! ```no_run
 //! # async fn f() -> Result<(), siesta::ports::StoreError> {
 //! let sdk = aws_config::load_from_env().await;
-//! let names = siesta_aws::ResourceNames::from_env().expect("SIESTA_TABLE etc. set");
+//! // What `siesta bootstrap` prints; the Lambda functions and `siesta dev --backend aws`
+//! // read them from SIESTA_TABLE, SIESTA_BUCKET, SIESTA_QUEUE_URL and SIESTA_DLQ_URL.
+//! let names = siesta_aws::ResourceNames {
+//!     table: "siesta-runs".into(),
+//!     bucket: "siesta-artifacts".into(),
+//!     queue_url: "https://sqs.us-east-1.amazonaws.com/123456789012/siesta-wakeups".into(),
+//!     dead_letter_queue_url: "https://sqs.us-east-1.amazonaws.com/123456789012/siesta-dlq".into(),
+//! };
 //! let backend = siesta_aws::AwsBackend::new(&sdk, names).backend();
 //! # Ok(()) }
 //! ```
@@ -44,7 +51,6 @@ mod store;
 mod streams;
 pub mod testing;
 
-pub use error::ConfigError;
 pub use requests::{RequestCounter, RequestCounts};
 pub use store::WrittenItems;
 
@@ -59,25 +65,6 @@ pub struct ResourceNames {
     pub queue_url: String,
     /// The URL of its dead-letter queue.
     pub dead_letter_queue_url: String,
-}
-
-impl ResourceNames {
-    /// Read the names from `SIESTA_TABLE`, `SIESTA_BUCKET`, `SIESTA_QUEUE_URL` and
-    /// `SIESTA_DLQ_URL`.
-    pub fn from_env() -> Result<Self, ConfigError> {
-        let var = |name: &'static str| {
-            std::env::var(name)
-                .ok()
-                .filter(|v| !v.trim().is_empty())
-                .ok_or(ConfigError::Missing(name))
-        };
-        Ok(ResourceNames {
-            table: var("SIESTA_TABLE")?,
-            bucket: var("SIESTA_BUCKET")?,
-            queue_url: var("SIESTA_QUEUE_URL")?,
-            dead_letter_queue_url: var("SIESTA_DLQ_URL")?,
-        })
-    }
 }
 
 /// Tuning of the AWS backend.

@@ -14,7 +14,7 @@ pub mod metrics;
 pub mod otel;
 mod settings;
 
-pub use settings::{Settings, SetupError};
+pub use settings::{AwsArgs, Settings, SetupError, SharedArgs};
 
 /// Log `tracing` events as JSON lines (what CloudWatch Logs Insights queries), at the
 /// level `RUST_LOG` names, else the function's log level (`AWS_LAMBDA_LOG_LEVEL`, set by

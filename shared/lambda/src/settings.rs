@@ -39,7 +39,7 @@ pub struct Settings {
     /// (`SIESTA_SAFETY_MARGIN_MS`, default 10 000).
     pub safety_margin: Duration,
     /// How long finished runs are kept, counted from when they finished
-    /// (`SIESTA_RETENTION_DAYS`, default 30; `0` keeps them for ever), and the workflows
+    /// (`SIESTA_RETENTION`, default `30d`; `0` keeps them for ever), and the workflows
     /// kept longer or shorter (`SIESTA_RETENTION_WORKFLOWS`: `audit=0,ping=12h`, each a
     /// retention as `siesta dev --retention` takes it). A tenant's `retention_days` in
     /// the quotas replaces the default for that tenant ([`Settings::retention_rules`]).
@@ -64,42 +64,177 @@ pub struct Settings {
     pub quotas_parameter: Option<String>,
 }
 
-fn var(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+/// Where the AWS backend's resources are: the same flags and variables for the Lambda
+/// functions, `dev --backend aws` and `replay --backend aws`.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct AwsArgs {
+    /// The DynamoDB table of runs.
+    #[arg(long, env = "SIESTA_TABLE")]
+    pub table: Option<String>,
+    /// The S3 bucket of artifacts.
+    #[arg(long, env = "SIESTA_BUCKET")]
+    pub bucket: Option<String>,
+    /// The SQS queue of wake-ups (its URL).
+    #[arg(long, env = "SIESTA_QUEUE_URL")]
+    pub queue_url: Option<String>,
+    /// Its dead-letter queue (its URL).
+    #[arg(long, env = "SIESTA_DLQ_URL")]
+    pub dlq_url: Option<String>,
 }
 
-fn number<T: std::str::FromStr>(name: &str, default: T) -> Result<T, SetupError> {
-    match var(name) {
-        None => Ok(default),
-        Some(v) => v
-            .trim()
-            .parse()
-            .map_err(|_| SetupError::Config(format!("{name}={v} is not a number"))),
+impl AwsArgs {
+    /// The resource names, or an error naming the flag and the variable that is missing.
+    pub fn names(self) -> Result<ResourceNames, SetupError> {
+        let need = |v: Option<String>, flag: &str, var: &str| {
+            blank_is_none(v).ok_or_else(|| {
+                SetupError::Config(format!(
+                    "the AWS backend needs {flag} (or {var}); `siesta bootstrap` creates the resources and prints them"
+                ))
+            })
+        };
+        Ok(ResourceNames {
+            table: need(self.table, "--table", "SIESTA_TABLE")?,
+            bucket: need(self.bucket, "--bucket", "SIESTA_BUCKET")?,
+            queue_url: need(self.queue_url, "--queue-url", "SIESTA_QUEUE_URL")?,
+            dead_letter_queue_url: need(self.dlq_url, "--dlq-url", "SIESTA_DLQ_URL")?,
+        })
     }
+}
+
+/// The settings the dev server and the Lambda functions share, read once, by clap, under
+/// one name each: a flag for `siesta dev` and the same variable for both.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SharedArgs {
+    /// Lease length in milliseconds: how soon a run held by a crashed process is
+    /// taken over.
+    #[arg(long, env = "SIESTA_LEASE_TTL_MS", default_value_t = 60_000)]
+    pub lease_ttl_ms: u64,
+    /// Webhook sources as a JSON array (see the README).
+    #[arg(long, env = "SIESTA_WEBHOOK_SOURCES", default_value = "")]
+    pub webhook_sources: String,
+    /// How long finished runs (completed, failed, cancelled) are kept before they
+    /// and everything they own are removed: `30d` (default), `12h`, `15m`, `3s`;
+    /// `0` keeps everything. Runs not finished — waiting, parked — are never removed.
+    #[arg(long, env = "SIESTA_RETENTION", default_value = "30d")]
+    pub retention: String,
+    /// Workflows kept longer or shorter than `--retention`, as `workflow=retention,…`
+    /// (`audit=0,ping=12h`); a workflow's own retention in code wins over both.
+    #[arg(long, env = "SIESTA_RETENTION_WORKFLOWS", default_value = "")]
+    pub retention_workflows: String,
+}
+
+impl SharedArgs {
+    /// How long a lease lasts (at least 100 ms).
+    pub fn lease_ttl(&self) -> Duration {
+        Duration::from_millis(self.lease_ttl_ms.max(100))
+    }
+
+    /// The retention policy `--retention` and `--retention-workflows` name.
+    pub fn retention_policy(&self) -> Result<RetentionPolicy, SetupError> {
+        retention_policy(&self.retention, &self.retention_workflows)
+    }
+}
+
+/// What only the Lambda functions read, beside [`SharedArgs`] and [`AwsArgs`]: parsed from
+/// the environment alone (a function gets no arguments).
+#[derive(Debug, clap::Parser)]
+#[command(no_binary_name = true)]
+struct LambdaEnv {
+    #[command(flatten)]
+    resources: AwsArgs,
+    #[command(flatten)]
+    shared: SharedArgs,
+    #[arg(long, env = "SIESTA_TENANT_CLAIM", default_value = "tenant")]
+    tenant_claim: String,
+    #[arg(
+        long,
+        env = "SIESTA_CALLBACK_BASE_URL",
+        default_value = "http://127.0.0.1:8080"
+    )]
+    callback_base_url: String,
+    #[arg(long, env = "SIESTA_SAFETY_MARGIN_MS", default_value_t = 10_000)]
+    safety_margin_ms: u64,
+    /// The older name of the default retention, in days, which functions deployed from
+    /// an older template still set: used when `SIESTA_RETENTION` is not.
+    #[arg(long, env = "SIESTA_RETENTION_DAYS")]
+    retention_days: Option<u64>,
+    #[arg(long, env = "SIESTA_REAP_PAGE", default_value_t = 100)]
+    reap_page: usize,
+    #[arg(long, env = "SIESTA_SWEEP_PAGE", default_value_t = 500)]
+    sweep_page: usize,
+    #[arg(long, env = "SIESTA_WEBHOOK_SOURCES_PARAMETER")]
+    webhook_sources_parameter: Option<String>,
+    #[arg(long, env = "SIESTA_QUOTAS", default_value = "")]
+    quotas: String,
+    #[arg(long, env = "SIESTA_QUOTAS_PARAMETER")]
+    quotas_parameter: Option<String>,
+}
+
+/// A parse error of [`LambdaEnv`] named by the variable that was set, not the flag
+/// clap reports (a function has no flags).
+fn env_error(error: clap::Error) -> SetupError {
+    use clap::CommandFactory as _;
+    use clap::error::{ContextKind, ContextValue};
+    let context = |kind| match error.get(kind) {
+        Some(ContextValue::String(s)) => s.clone(),
+        _ => String::new(),
+    };
+    let flag = context(ContextKind::InvalidArg);
+    let variable = LambdaEnv::command().get_arguments().find_map(|arg| {
+        let long = format!("--{}", arg.get_long()?);
+        let named = flag == long || flag.starts_with(&format!("{long} "));
+        named.then(|| arg.get_env().map(|v| v.to_string_lossy().into_owned()))?
+    });
+    match variable {
+        Some(variable) => SetupError::Config(format!(
+            "{variable}={:?}: {}",
+            context(ContextKind::InvalidValue),
+            error.kind()
+        )),
+        None => SetupError::Config(error.render().to_string().trim().to_owned()),
+    }
+}
+
+/// `None` for a value that is missing or blank (a template may set a variable to "").
+fn blank_is_none(value: Option<String>) -> Option<String> {
+    value.filter(|v| !v.trim().is_empty())
 }
 
 impl Settings {
     /// Read the settings from the environment.
     pub fn from_env() -> Result<Settings, SetupError> {
+        Settings::parse_from(std::iter::empty::<String>())
+    }
+
+    /// The settings of `args` (flags named as [`LambdaEnv`]'s) and the environment.
+    fn parse_from(
+        args: impl IntoIterator<Item = impl Into<std::ffi::OsString> + Clone>,
+    ) -> Result<Settings, SetupError> {
+        use clap::{CommandFactory as _, FromArgMatches as _};
+        let matches = LambdaEnv::command()
+            .try_get_matches_from(args)
+            .map_err(env_error)?;
+        let mut env = LambdaEnv::from_arg_matches(&matches).map_err(env_error)?;
+        let retention_defaulted =
+            matches.value_source("retention") == Some(clap::parser::ValueSource::DefaultValue);
+        if retention_defaulted && let Some(days) = env.retention_days {
+            env.shared.retention = format!("{days}d");
+        }
         Ok(Settings {
-            resources: ResourceNames::from_env().map_err(|e| SetupError::Config(e.to_string()))?,
-            tenant_claim: var("SIESTA_TENANT_CLAIM").unwrap_or_else(|| "tenant".into()),
-            callback_base_url: var("SIESTA_CALLBACK_BASE_URL")
-                .unwrap_or_else(|| "http://127.0.0.1:8080".into()),
-            lease_ttl: Duration::from_millis(number("SIESTA_LEASE_TTL_MS", 60_000)?),
-            safety_margin: Duration::from_millis(number("SIESTA_SAFETY_MARGIN_MS", 10_000)?),
-            retention: retention_policy(
-                number("SIESTA_RETENTION_DAYS", 30u64)?,
-                &var("SIESTA_RETENTION_WORKFLOWS").unwrap_or_default(),
-            )?,
-            reap_page: number("SIESTA_REAP_PAGE", 100)?,
-            sweep_page: number("SIESTA_SWEEP_PAGE", 500)?,
-            webhook_sources: var("SIESTA_WEBHOOK_SOURCES").unwrap_or_default(),
-            webhook_sources_parameter: var("SIESTA_WEBHOOK_SOURCES_PARAMETER"),
+            resources: env.resources.names()?,
+            tenant_claim: env.tenant_claim,
+            callback_base_url: env.callback_base_url,
+            lease_ttl: env.shared.lease_ttl(),
+            safety_margin: Duration::from_millis(env.safety_margin_ms),
+            retention: env.shared.retention_policy()?,
+            reap_page: env.reap_page,
+            sweep_page: env.sweep_page,
+            webhook_sources: env.shared.webhook_sources,
+            webhook_sources_parameter: blank_is_none(env.webhook_sources_parameter),
             build_id: EngineConfig::default().build_id,
-            quotas: siesta::Quotas::parse(&var("SIESTA_QUOTAS").unwrap_or_default())
+            quotas: siesta::Quotas::parse(&env.quotas)
                 .map_err(|e| SetupError::Config(format!("SIESTA_QUOTAS: {e}")))?,
-            quotas_parameter: var("SIESTA_QUOTAS_PARAMETER"),
+            quotas_parameter: blank_is_none(env.quotas_parameter),
         })
     }
 
@@ -161,10 +296,11 @@ impl Settings {
     }
 }
 
-/// The retention policy of `SIESTA_RETENTION_DAYS` (`days`, `0`: for ever) and
+/// The retention policy of `SIESTA_RETENTION` (`30d`, `12h`; `0`: for ever) and
 /// `SIESTA_RETENTION_WORKFLOWS` (`workflow=retention,…`).
-fn retention_policy(days: u64, workflows: &str) -> Result<RetentionPolicy, SetupError> {
-    let default = (days > 0).then(|| Duration::from_secs(days.saturating_mul(86_400)));
+fn retention_policy(default: &str, workflows: &str) -> Result<RetentionPolicy, SetupError> {
+    let default = siesta::parse_retention(default)
+        .map_err(|e| SetupError::Config(format!("SIESTA_RETENTION (--retention): {e}")))?;
     let mut policy = RetentionPolicy::keep_for(default);
     for pair in workflows
         .split(',')
@@ -173,11 +309,14 @@ fn retention_policy(days: u64, workflows: &str) -> Result<RetentionPolicy, Setup
     {
         let (workflow, retention) = pair.split_once('=').ok_or_else(|| {
             SetupError::Config(format!(
-                "SIESTA_RETENTION_WORKFLOWS: '{pair}' is not workflow=retention"
+                "SIESTA_RETENTION_WORKFLOWS (--retention-workflows): '{pair}' is not workflow=retention"
             ))
         })?;
-        let retention = siesta::parse_retention(retention)
-            .map_err(|e| SetupError::Config(format!("SIESTA_RETENTION_WORKFLOWS: {e}")))?;
+        let retention = siesta::parse_retention(retention).map_err(|e| {
+            SetupError::Config(format!(
+                "SIESTA_RETENTION_WORKFLOWS (--retention-workflows): {e}"
+            ))
+        })?;
         policy = policy.with_workflow(workflow.trim(), retention);
     }
     Ok(policy)
@@ -206,12 +345,98 @@ mod tests {
 
     #[test]
     fn retention_days_and_workflows_make_the_policy_and_zero_keeps_for_ever() {
-        let policy = retention_policy(30, "audit=0, ping=12h").unwrap();
+        let policy = retention_policy("30d", "audit=0, ping=12h").unwrap();
         assert_eq!(policy.of("order"), Some(Duration::from_secs(30 * 86_400)));
         assert_eq!(policy.of("audit"), None);
         assert_eq!(policy.of("ping"), Some(Duration::from_secs(12 * 3600)));
-        assert_eq!(retention_policy(0, "").unwrap().of("order"), None);
-        assert!(retention_policy(30, "ping").is_err());
-        assert!(retention_policy(30, "ping=soon").is_err());
+        assert_eq!(retention_policy("0", "").unwrap().of("order"), None);
+        assert!(retention_policy("30d", "ping").is_err());
+        assert!(retention_policy("30d", "ping=soon").is_err());
+    }
+
+    const RESOURCES: [&str; 8] = [
+        "--table",
+        "runs",
+        "--bucket",
+        "artifacts",
+        "--queue-url",
+        "http://queue",
+        "--dlq-url",
+        "http://dlq",
+    ];
+
+    fn with_resources(extra: &[&str]) -> Vec<String> {
+        RESOURCES
+            .iter()
+            .chain(extra)
+            .map(|s| s.to_string())
+            .collect()
+    }
+
+    #[test]
+    fn unset_settings_take_the_defaults_the_dev_server_has() {
+        let settings = Settings::parse_from(with_resources(&[])).unwrap();
+        assert_eq!(settings.resources.table, "runs");
+        assert_eq!(settings.resources.dead_letter_queue_url, "http://dlq");
+        assert_eq!(settings.lease_ttl, Duration::from_secs(60));
+        assert_eq!(settings.safety_margin, Duration::from_secs(10));
+        assert_eq!(
+            settings.retention.of("order"),
+            Some(Duration::from_secs(30 * 86_400))
+        );
+        assert_eq!((settings.reap_page, settings.sweep_page), (100, 500));
+        assert_eq!(settings.tenant_claim, "tenant");
+        assert!(settings.webhook_sources_parameter.is_none());
+    }
+
+    #[test]
+    fn a_missing_resource_is_named_by_its_variable() {
+        let err = Settings::parse_from(["--table", "runs"]).unwrap_err();
+        assert!(err.to_string().contains("SIESTA_BUCKET"), "{err}");
+    }
+
+    #[test]
+    fn a_malformed_value_is_named_by_its_variable_not_a_flag() {
+        let err = Settings::parse_from(with_resources(&["--lease-ttl-ms", "soon"])).unwrap_err();
+        let message = err.to_string();
+        assert!(
+            message.contains("SIESTA_LEASE_TTL_MS=\"soon\""),
+            "{message}"
+        );
+        let err = Settings::parse_from(with_resources(&["--retention", "soon"])).unwrap_err();
+        assert!(err.to_string().contains("SIESTA_RETENTION"), "{err}");
+    }
+
+    #[test]
+    fn the_older_retention_days_variable_counts_only_when_retention_is_unset() {
+        let older = Settings::parse_from(with_resources(&["--retention-days", "7"])).unwrap();
+        assert_eq!(
+            older.retention.of("order"),
+            Some(Duration::from_secs(7 * 86_400))
+        );
+        let both = Settings::parse_from(with_resources(&[
+            "--retention-days",
+            "7",
+            "--retention",
+            "12h",
+        ]))
+        .unwrap();
+        assert_eq!(
+            both.retention.of("order"),
+            Some(Duration::from_secs(12 * 3600))
+        );
+    }
+
+    #[test]
+    fn blank_parameter_names_count_as_unset() {
+        let settings = Settings::parse_from(with_resources(&[
+            "--quotas-parameter",
+            " ",
+            "--webhook-sources-parameter",
+            "",
+        ]))
+        .unwrap();
+        assert!(settings.quotas_parameter.is_none());
+        assert!(settings.webhook_sources_parameter.is_none());
     }
 }
