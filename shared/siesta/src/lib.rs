@@ -93,6 +93,7 @@ pub mod model;
 mod notify;
 pub mod ports;
 pub mod prelude;
+#[cfg(feature = "test-util")]
 pub mod probe;
 pub mod quota;
 pub mod registry;
