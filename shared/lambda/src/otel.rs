@@ -10,6 +10,7 @@
 //! `tracing` layer, and what the core asks of an exporter (parents, links, a step's
 //! context, waits' spans) through [`siesta::telemetry::Exporter`].
 
+use std::cell::Cell;
 use std::sync::OnceLock;
 
 use opentelemetry::KeyValue;
@@ -17,7 +18,7 @@ use opentelemetry::trace::{
     Span as _, SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState, Tracer as _,
     TracerProvider as _,
 };
-use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
+use opentelemetry_sdk::trace::{IdGenerator, RandomIdGenerator, SdkTracer, SdkTracerProvider};
 use siesta::telemetry::{TraceParent, WaitSpan};
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 use tracing_subscriber::registry::LookupSpan;
@@ -151,11 +152,35 @@ fn build_provider(exporter: Exporter, default_service: &str) -> SdkTracerProvide
         Ok(exporter) => provider = provider.with_batch_exporter(exporter),
         Err(e) => eprintln!("siesta: traces are not exported: {e}"),
     }
+    provider = provider.with_id_generator(Ids::default());
     let mut resource = opentelemetry_sdk::Resource::builder();
     if std::env::var("OTEL_SERVICE_NAME").is_err() {
         resource = resource.with_service_name(default_service.to_owned());
     }
     provider.with_resource(resource.build()).build()
+}
+
+thread_local! {
+    /// The id the next span started on this thread takes: one the core named before
+    /// the span was emitted ([`WaitSpan::span_id`]), set just around its start.
+    static NEXT_SPAN_ID: Cell<Option<SpanId>> = const { Cell::new(None) };
+}
+
+/// The SDK's random ids, but for a span whose id was named before ([`NEXT_SPAN_ID`]):
+/// the SDK's span builder takes no id of its own.
+#[derive(Debug, Default)]
+struct Ids(RandomIdGenerator);
+
+impl IdGenerator for Ids {
+    fn new_trace_id(&self) -> TraceId {
+        self.0.new_trace_id()
+    }
+
+    fn new_span_id(&self) -> SpanId {
+        NEXT_SPAN_ID
+            .with(Cell::take)
+            .unwrap_or_else(|| self.0.new_span_id())
+    }
 }
 
 /// Send the spans ended so far, waiting for the collector's answer (on a blocking
@@ -244,12 +269,18 @@ impl siesta::telemetry::Exporter for CoreExporter {
         if let Some(attempt) = wait.attempt {
             attributes.push(KeyValue::new("attempt", i64::from(attempt)));
         }
-        let mut span = self
+        let builder = self
             .tracer
             .span_builder(siesta::telemetry::OPERATION_SPAN)
             .with_start_time(system_time(wait.started_at))
-            .with_attributes(attributes)
-            .start_with_context(&self.tracer, &cx);
+            .with_attributes(attributes);
+        // An invoke's id was named before: its child run's wake-ups hang under it.
+        if let Some(id) = wait.span_id {
+            NEXT_SPAN_ID.with(|next| next.set(Some(SpanId::from_bytes(id))));
+        }
+        let mut span = builder.start_with_context(&self.tracer, &cx);
+        // Taken by the start; left only if the provider was shut down and started none.
+        NEXT_SPAN_ID.with(Cell::take);
         span.end_with_timestamp(system_time(wait.ended_at));
     }
 }

@@ -196,3 +196,68 @@ async fn a_traceparent_sent_with_the_start_puts_the_run_under_the_start_request(
         "the delivery links to the run it woke: {hooks:#?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_run_joins_its_parents_trace_under_the_invoke() {
+    let received = global_receiver();
+    let mut reg = Registry::new();
+    reg.register("parent", |ctx: Context, _: serde_json::Value| async move {
+        let before: u32 = ctx.step("before", |_| async { Ok(1) }).await?;
+        let child: u32 = ctx.invoke("sub", "child", json!(null)).await?;
+        Ok(before + child)
+    });
+    reg.register("child", |ctx: Context, _: serde_json::Value| async move {
+        ctx.step("inside", |_| async { Ok(2u32) }).await
+    });
+    let w = TestEnv::builder(reg).tenant("acme").build();
+    let id = w.create("parent", json!(null), None).await.unwrap();
+    w.run_until_idle().await;
+    assert_eq!(w.run(&id).await.status, RunStatus::Completed);
+    siesta_lambda::otel::flush().await;
+
+    let trace_id = trace_id_for(w.tenant(), &id).to_vec();
+    let spans = in_trace(&received, &trace_id);
+    let executions = named(&spans, "durable_execution");
+    let (children, parents): (Vec<&Span>, Vec<&Span>) = executions
+        .into_iter()
+        .partition(|e| attribute(e, "workflow").as_deref() == Some("child"));
+    assert!(
+        !children.is_empty(),
+        "the child's wake-ups are in the parent's trace: {spans:#?}"
+    );
+    let invokes: Vec<&Span> = named(&spans, "durable_operation")
+        .into_iter()
+        .filter(|o| attribute(o, "kind").as_deref() == Some("invoke"))
+        .collect();
+    assert_eq!(invokes.len(), 1, "the invoke's wait, once: {spans:#?}");
+    let invoke = invokes[0];
+    assert_eq!(attribute(invoke, "operationId").as_deref(), Some("sub#0"));
+    assert!(
+        parents.iter().any(|p| p.span_id == invoke.parent_span_id),
+        "the invoke is under a wake-up of the parent: {invoke:?}"
+    );
+    let child_id = attribute(children[0], "run_id").unwrap();
+    let child = w.run(&RunId::from(child_id.as_str())).await;
+    assert_eq!(
+        child.trace_parent.map(|p| p.trace_id.to_vec()),
+        Some(trace_id.clone()),
+        "the child keeps its parent's trace"
+    );
+    for c in &children {
+        assert_eq!(
+            c.parent_span_id, invoke.span_id,
+            "every wake-up of the child under the invoke: {c:?}"
+        );
+    }
+    let inside: Vec<&Span> = named(&spans, "durable_operation")
+        .into_iter()
+        .filter(|o| attribute(o, "operationId").as_deref() == Some("inside#0"))
+        .collect();
+    assert_eq!(inside.len(), 1, "{spans:#?}");
+    assert!(
+        children
+            .iter()
+            .any(|c| c.span_id == inside[0].parent_span_id),
+        "the child's step under the child's wake-up: {inside:?}"
+    );
+}

@@ -147,6 +147,38 @@ pub fn run_trace_parent(run: &crate::model::Run) -> TraceParent {
         .unwrap_or_else(|| TraceParent::derived(&run.tenant, &run.id))
 }
 
+/// The span id of the wait of the `invoke` that started the child run `child_id` (a
+/// SHA-256 of the id): the span the child's wake-ups name as their parent from its
+/// first one, though the wait's span is emitted only when the child has finished
+/// ([`WaitSpan::span_id`]). A child's id is derived from its parent's and the invoke's
+/// position, so it is unique within the trace. Never all zeros.
+pub fn invoke_span_id_for(child_id: &RunId) -> [u8; 8] {
+    let mut hash = Sha256::new();
+    for part in ["invoke", child_id.as_str()] {
+        hash.update((part.len() as u64).to_be_bytes());
+        hash.update(part.as_bytes());
+    }
+    let digest: [u8; 32] = hash.finalize().into();
+    let mut id = [0u8; 8];
+    id.copy_from_slice(&digest[..8]);
+    if id == [0; 8] {
+        id[7] = 1;
+    }
+    id
+}
+
+/// The trace a child run started by `parent`'s invoke joins: `parent`'s
+/// ([`run_trace_parent`], so a caller's trace when the parent joined one), under the
+/// invoke's wait span ([`invoke_span_id_for`]). Stored with the child as its
+/// [`crate::Run::trace_parent`].
+pub fn child_trace_parent(parent: &crate::model::Run, child_id: &RunId) -> TraceParent {
+    let trace = run_trace_parent(parent);
+    TraceParent {
+        span_id: invoke_span_id_for(child_id),
+        ..trace
+    }
+}
+
 /// A wait (timer, callback, event, condition, child run) that ended, reported once, by
 /// the pass that saw it end: its span spans wake-ups, so it is emitted whole, with the
 /// recorded start ([`Exporter::wait_ended`]). A wait's [`OPERATION_SPAN`].
@@ -174,6 +206,9 @@ pub struct WaitSpan {
     pub error_kind: Option<String>,
     /// A condition's check the wait preceded (from 2); `None` for other waits.
     pub attempt: Option<u32>,
+    /// The span's own id, when others named it before it was emitted: an invoke's,
+    /// the parent of its child run's wake-ups ([`invoke_span_id_for`]). `None`: any.
+    pub span_id: Option<[u8; 8]>,
 }
 
 /// The wait that `after` ends, `before` being the operation's journal entry until now:
@@ -184,13 +219,17 @@ pub(crate) fn wait_ended(
     after: &crate::model::JournalEntry,
 ) -> Option<WaitSpan> {
     use crate::model::{EntryState, WaitKind};
+    let mut span_id = None;
     let (sub_type, started_at, attempt) = match &before.state {
         EntryState::Waiting(wait) => {
-            let sub_type = match wait.kind {
+            let sub_type = match &wait.kind {
                 WaitKind::Timer => "Wait",
                 WaitKind::Callback { .. } => "Callback",
                 WaitKind::Event { .. } => "WaitForEvent",
-                WaitKind::Child { .. } => "ChainedInvoke",
+                WaitKind::Child { run_id } => {
+                    span_id = Some(invoke_span_id_for(run_id));
+                    "ChainedInvoke"
+                }
             };
             (sub_type, wait.started_at, None)
         }
@@ -215,6 +254,7 @@ pub(crate) fn wait_ended(
         outcome,
         error_kind,
         attempt,
+        span_id,
     })
 }
 
@@ -231,7 +271,7 @@ pub trait Exporter: Send + Sync + 'static {
     /// sends. `None` when the span is not exported.
     fn context(&self, span: &tracing::Span) -> Option<TraceParent>;
     /// Emit the span of a wait that ended, as a child of `parent` (the wake-up's span),
-    /// with its recorded start and end.
+    /// with its recorded start and end, and its [`WaitSpan::span_id`] when it has one.
     fn wait_ended(&self, parent: &tracing::Span, wait: &WaitSpan);
 }
 

@@ -86,6 +86,11 @@ where
                         now,
                     );
                     child.build_id = Some(ctx.shared.config.build_id.clone());
+                    // The child's wake-ups join this run's trace, under this invoke.
+                    child.trace_parent = Some(crate::telemetry::child_trace_parent(
+                        &ctx.shared.state().run,
+                        &child_id,
+                    ));
                     child.parent = Some(ParentLink {
                         run_id: ctx.shared.run_id.clone(),
                         position: op.position.clone(),
