@@ -4,6 +4,11 @@
 //! Without Chromium the tests skip, unless `SIESTA_BROWSER_TESTS=required` (set by
 //! `scripts/test`, which installs `chromium` and `chromium-driver`), where they fail.
 //! Every wait is for something the page shows; none is a sleep.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is a failed assertion"
+)]
 
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};

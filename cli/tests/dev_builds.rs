@@ -3,6 +3,11 @@
 //! allowing), the others wait for their build — shown in the run view and counted by
 //! `GET /builds`, deliveries to them recorded — and finish when their build serves
 //! again.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is a failed assertion"
+)]
 
 use std::time::Duration;
 

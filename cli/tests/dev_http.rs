@@ -1,4 +1,9 @@
 //! `siesta dev` through real HTTP on an ephemeral port.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is a failed assertion"
+)]
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -6,6 +6,11 @@
 //! A process kill is what a test can do; that an OS crash or a power loss loses nothing
 //! acknowledged follows from the fsync before every acknowledgement (WAL with
 //! `synchronous=FULL`, group commit), which `siesta bench` counts per step.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is a failed assertion"
+)]
 
 use serde_json::{Value, json};
 

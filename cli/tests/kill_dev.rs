@@ -1,6 +1,11 @@
 //! `siesta dev` killed with SIGKILL while a `report` run is mid-way through its
 //! notification; restarted on the same data dir, the run completes and the team's
 //! endpoint received exactly one POST.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is a failed assertion"
+)]
 
 use std::collections::HashMap;
 use std::process::Child;

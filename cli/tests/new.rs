@@ -1,6 +1,11 @@
 //! `siesta new` end to end: the scaffold builds and passes its own tests with no edit,
 //! and its binary's `dev` serves `hello` over HTTP. It builds in this workspace's target
 //! directory, so Siesta's crates and their dependencies are compiled once for both.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is a failed assertion"
+)]
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};

@@ -1,5 +1,10 @@
 //! A panic in a workflow's step does not stop `siesta dev`: the attempt is retried,
 //! other runs are served meanwhile, and `/healthz` stays ok.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is a failed assertion"
+)]
 
 use std::time::Duration;
 

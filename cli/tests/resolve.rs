@@ -2,6 +2,11 @@
 //! unknown (its process died inside the call), the API served on a socket, and the
 //! CLI's request resolving it for each outcome; the run then finishes with what the
 //! operator said, and the timeline says who said it.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is a failed assertion"
+)]
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};

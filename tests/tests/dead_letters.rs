@@ -2,6 +2,11 @@
 //! wake-ups dead-lettered by SQS's redrive policy, their runs parked by the sweep, then
 //! listed through the router (the AWS backend's cursor used raw in the URL), redriven one
 //! and then all, and completed from SQS.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is a failed assertion"
+)]
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;

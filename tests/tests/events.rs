@@ -1,6 +1,11 @@
 //! The fixtures, in the exact shapes AWS sends, parsed as the functions' runtimes parse
 //! them and handed to a router as the functions hand them (`siesta_lambda::http::answer`,
 //! what `lambda_http::run` does) — no emulators needed.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is a failed assertion"
+)]
 
 use aws_lambda_events::event::sqs::SqsEvent;
 use axum::Router;

@@ -5,6 +5,11 @@
 //! invoke that fails leaves the record failed (SQS redelivers it) and loses nothing; a
 //! forward interrupted while A's version is mid-step (the forwarding invocation dies,
 //! the record comes back) loses nothing and makes no side effect twice.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is a failed assertion"
+)]
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

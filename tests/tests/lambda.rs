@@ -2,6 +2,11 @@
 //! (kept as files in `fixtures/`), against the emulators with resources made from
 //! `infra/template.yaml`: real SQS messages are received from the emulator's queue and
 //! wrapped into SQS events, as the event source mapping does.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is a failed assertion"
+)]
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

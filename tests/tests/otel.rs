@@ -9,6 +9,11 @@
 //! wake-up; none again for an operation replayed after the crash; each handler's spans
 //! at the collector when it returns (a frozen container sends nothing); no span carries
 //! the callback's token. Its own test binary: the subscriber is the process's.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is a failed assertion"
+)]
 
 #[path = "../../shared/lambda/tests/common/mod.rs"]
 mod common;

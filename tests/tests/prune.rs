@@ -5,6 +5,11 @@
 //! the other functions' versions older than the alias go; `--dry-run` deletes nothing.
 //! And the sweep's drain check, which counts the unfinished runs of builds no longer
 //! deployed.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is a failed assertion"
+)]
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};

@@ -2,6 +2,11 @@
 //! model: it looks the order up, waits for a person to approve the refund, and
 //! answers; a refusal is told to the customer; a question without a refund needs no
 //! approval.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is a failed assertion"
+)]
 
 use std::sync::Arc;
 

@@ -1,4 +1,9 @@
 //! The `approval` workflow end to end on the embedded backend, time moved by hand.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is a failed assertion"
+)]
 
 mod support;
 

@@ -6,6 +6,11 @@
 //! root; a `durable_operation` span per attempt that ran and per wait that ended, each
 //! under a wake-up; none again for an operation replayed after the crash. Its own test
 //! binary: the subscriber is the process's.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is a failed assertion"
+)]
 
 #[path = "../../shared/lambda/tests/common/mod.rs"]
 mod common;

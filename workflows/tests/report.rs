@@ -1,6 +1,11 @@
 //! The `report` workflow end to end on the embedded backend, with a local notify
 //! receiver: one POST per report, the tool call's idempotency key on it, retries on the
 //! durable timer, and no second POST after a crash.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is a failed assertion"
+)]
 
 mod support;
 

@@ -3,6 +3,11 @@
 //! forbids), so the test runs its half that needs the variable in a child process: this
 //! same test binary, running only the ignored `child` test, with the variable set or
 //! removed.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is a failed assertion"
+)]
 
 mod support;
 

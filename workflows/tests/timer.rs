@@ -1,5 +1,10 @@
 //! The `timer` workflow on the test harness: one durable timer, until an instant or
 //! for a duration.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is a failed assertion"
+)]
 
 mod support;
 

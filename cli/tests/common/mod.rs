@@ -1,5 +1,10 @@
 //! Helpers shared by the CLI's test binaries: `siesta dev` in a process of its own, and
 //! the HTTP reads the tests make of it. Each test binary uses a part of them.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is a failed assertion"
+)]
 #![allow(dead_code)]
 
 use std::collections::BTreeSet;

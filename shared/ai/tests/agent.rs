@@ -1,6 +1,11 @@
 //! The agent loop on the embedded backend, time moved by hand: tools run as journaled
 //! tool calls, a tool behind an approval waits for a person (granted, refused, timed
 //! out), and the turn and token budgets fail the run with a clear error.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is a failed assertion"
+)]
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};

@@ -2,6 +2,11 @@
 //! by hand: asked once, never again after the reply is journaled, retried after the
 //! `Retry-After` the endpoint gave, and a journal that grows by each turn's new
 //! messages only.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is a failed assertion"
+)]
 
 use std::sync::Arc;
 use std::time::Duration;

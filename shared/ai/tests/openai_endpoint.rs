@@ -1,5 +1,10 @@
 //! The OpenAI-compatible client against a stub endpoint on loopback: what it sends,
 //! how it reads a reply, a streamed reply and a refusal with `Retry-After`.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is a failed assertion"
+)]
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

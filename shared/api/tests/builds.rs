@@ -1,5 +1,10 @@
 //! A run of another build shows the build it waits for; `GET /builds` counts each
 //! build's unfinished runs by status.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is a failed assertion"
+)]
 
 use http::StatusCode;
 use serde_json::{Value, json};

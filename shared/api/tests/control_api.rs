@@ -1,5 +1,10 @@
 //! The control API through its router (`tower::ServiceExt::oneshot`), no socket in
 //! between.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is a failed assertion"
+)]
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -4,6 +4,11 @@
 //! complete; another tenant sees none of them; a run not parked for a dead letter is 404;
 //! a run resumed with `POST /runs/{id}/resume` stays resumed through sweeps, and a
 //! webhook then completes it.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is a failed assertion"
+)]
 
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;

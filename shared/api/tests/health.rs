@@ -1,4 +1,9 @@
 //! `/healthz` answers from the liveness of the process's loops; the run view names its build.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is a failed assertion"
+)]
 
 use http::StatusCode;
 use siesta::{Liveness, Registry};

@@ -1,6 +1,11 @@
 //! What the request log says: each request's span names its route template, never a
 //! credential carried by the request — a callback's token in a webhook's URL, an API
 //! key, a webhook's signature, a query string.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is a failed assertion"
+)]
 
 use std::collections::HashMap;
 use std::io::Write;

@@ -2,6 +2,11 @@
 //! outcome is `unknown` (its process died between "running" and the result) is resolved
 //! through HTTP as succeeded, failed or retry, with who did it in the timeline; and every
 //! wrong request is a clear 4xx that changes nothing.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is a failed assertion"
+)]
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -1,6 +1,11 @@
 //! `POST /runs` retried with its `Idempotency-Key` after the first attempt died between
 //! the run's write and its wake-up's send: the retry is answered with the stored run and
 //! wakes it, so it begins at once rather than when the sweep finds it.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is a failed assertion"
+)]
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

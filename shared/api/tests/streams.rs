@@ -1,5 +1,10 @@
 //! `GET /runs/{id}/streams/{name}` through the router (`oneshot`): JSON long-poll
 //! pages and Server-Sent Events, resumable at any offset, ending when the run does.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is a failed assertion"
+)]
 
 use std::sync::Arc;
 use std::time::Duration;

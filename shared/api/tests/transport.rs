@@ -2,6 +2,11 @@
 //! made small: slow bodies, silent and idle connections are closed within their limits
 //! while `/healthz` keeps answering, and the connection cap holds extra connections
 //! back until a slot frees. Every wait is bounded by a guard far above the limits.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is a failed assertion"
+)]
 
 use std::net::SocketAddr;
 use std::sync::Arc;

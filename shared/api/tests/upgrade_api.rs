@@ -1,6 +1,11 @@
 //! Runs across deploys through the router (`tower::ServiceExt::oneshot`): export a run,
 //! check its replay on the build serving the API, upgrade it (409 with the divergence
 //! when it does not replay, 412 on a stale version), upgrade a whole build.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is a failed assertion"
+)]
 
 use std::sync::Arc;
 

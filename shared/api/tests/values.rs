@@ -1,5 +1,10 @@
 //! Large values through the router (`oneshot`): the run view and the timeline refer to
 //! them, `GET /runs/{id}/values/{sha256}` serves them to the run's tenant only.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is a failed assertion"
+)]
 
 use std::sync::Arc;
 

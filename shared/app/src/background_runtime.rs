@@ -47,6 +47,7 @@ impl BackgroundRuntime {
     }
 
     /// Where tasks are spawned.
+    #[allow(clippy::expect_used, reason = "the runtime is only taken when dropped")]
     pub(crate) fn handle(&self) -> &tokio::runtime::Handle {
         self.runtime
             .as_ref()

@@ -1,6 +1,11 @@
 //! `GET /metrics` of the dev server's router, through `oneshot`: a run driven through a
 //! step and a webhook shows in the series with the values expected, read by parsing
 //! the text the route serves.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is a failed assertion"
+)]
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;

@@ -1,6 +1,11 @@
 //! `myapp replay` over a dev data dir: runs of an older build are checked against this
 //! binary's code; the command fails (exit code 1) naming the run, the position and
 //! both operation kinds when one diverges, and passes code that only appends work.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is a failed assertion"
+)]
 
 use std::sync::Arc;
 

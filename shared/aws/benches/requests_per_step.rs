@@ -3,6 +3,11 @@
 //! DynamoDB does). Figures, not assertions except the targets, which it checks
 //! and reports: `cargo bench -p siesta-aws` with the emulators up (`./scripts/test`
 //! starts them; by hand: `scripts/emulators start && eval "$(scripts/emulators env)"`).
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is a failed assertion"
+)]
 
 mod prices;
 #[path = "../tests/support/mod.rs"]

@@ -6,6 +6,11 @@
 //! keeping the run would cost. Figures, not assertions, except that nothing is left
 //! without expiry and the waiting run is untouched, which it checks and reports:
 //! `cargo bench -p siesta-aws --bench retention_check` with the emulators up.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is a failed assertion"
+)]
 
 mod prices;
 #[path = "../tests/support/mod.rs"]

@@ -4,6 +4,11 @@
 //! emulators (DynamoDB Local reports consumed capacity as DynamoDB does). Figures, not
 //! assertions: `cargo bench -p siesta-aws --bench streams_per_chunk` with the emulators
 //! up (`scripts/emulators start && eval "$(scripts/emulators env)"`).
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is a failed assertion"
+)]
 
 mod prices;
 #[path = "../tests/support/mod.rs"]

@@ -11,6 +11,11 @@
 //! part on DynamoDB Local); and the wake-ups sent are not handled — handling one costs
 //! the same whatever the backlog, and `tests/sweep_at_scale.rs` does it for 10 000
 //! runs with their whole history.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is a failed assertion"
+)]
 
 #[path = "../tests/support/mod.rs"]
 mod support;

@@ -1227,9 +1227,10 @@ impl RunStore for DynamoStore {
         let mut entries = out.items.unwrap_or_default();
         let next_cursor = if entries.len() > limit {
             entries.truncate(limit);
-            Some(siesta::cursor::encode(&created_key_of(
-                entries.last().expect("limit >= 1"),
-            )?))
+            match entries.last() {
+                Some(last) => Some(siesta::cursor::encode(&created_key_of(last)?)),
+                None => None,
+            }
         } else {
             None
         };

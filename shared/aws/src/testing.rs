@@ -3,6 +3,11 @@
 //! per backend. Without `AWS_ENDPOINT_URL_DYNAMODB` the tests skip, saying how to start
 //! the emulators — unless `SIESTA_AWS_TESTS=required` (the test command sets it), in
 //! which case they fail instead.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test tooling: a failed unwrap is a failed assertion"
+)]
 
 use std::sync::Arc;
 use std::time::Duration;

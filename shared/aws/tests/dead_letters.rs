@@ -3,6 +3,11 @@
 //! progress has overtaken parks nothing), so a resumed run stays resumed; every dead letter is seen however many there are; a
 //! worker killed while it holds a batch costs a receive only to what it was handling;
 //! every wake-up carries its tenant as `MessageGroupId` (the fair-queue key).
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is a failed assertion"
+)]
 
 mod support;
 

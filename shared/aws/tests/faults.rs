@@ -2,6 +2,11 @@
 //! first attempt is throttled, or answered 500 after the service applied it, or times
 //! out after the service applied it. Every run still completes exactly once, with no
 //! lost wake-up and no duplicated side effect.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is a failed assertion"
+)]
 
 mod support;
 

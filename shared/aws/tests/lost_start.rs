@@ -3,6 +3,11 @@
 //! ([`Engine::ensure_started`]), or, never retried, at the first sweep past the start's
 //! short margin (`EngineConfig::start_resend_margin`) — counted in requests, as is the
 //! normal path, which sends nothing more than before.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is a failed assertion"
+)]
 
 mod support;
 

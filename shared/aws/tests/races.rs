@@ -1,6 +1,11 @@
 //! Leases and fencing through DynamoDB: two step handlers racing on one run — one
 //! advances it, the other backs off without writing — and a zombie whose lease was
 //! taken over writes nothing.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is a failed assertion"
+)]
 
 mod support;
 

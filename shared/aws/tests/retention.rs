@@ -7,6 +7,11 @@
 //! item by item: each test has a table of its own, which it may scan — whatever is left
 //! is a live run's, a tenant's (its count of unfinished runs, its build records), or
 //! carries an `expires_at` no later than the retention's end.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is a failed assertion"
+)]
 
 mod support;
 

@@ -7,6 +7,11 @@
 //! not what is tested). From the deadline on, everything goes through the real services:
 //! the sweep queries the due index on DynamoDB and sends its wake-ups to SQS, and those
 //! are received from SQS and handled by the engine.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is a failed assertion"
+)]
 
 mod support;
 

@@ -3,6 +3,11 @@
 //! none again (SQS cannot be searched by run, so it is the due index that knows a
 //! wake-up is on its way: `resend_after`); a wake-up whose send failed after its write
 //! is sent by the next sweep, once.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is a failed assertion"
+)]
 
 mod support;
 

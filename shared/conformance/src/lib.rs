@@ -34,6 +34,11 @@
 //! The queue cases acknowledge every message they receive and count receptions, so they
 //! need the harness's queue (and its dead-letter queue) to themselves: a real backend
 //! should create a fresh queue pair per harness. Real-time waits are at most 2 s each.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test tooling: a failed unwrap is a failed assertion"
+)]
 
 use std::any::Any;
 use std::fmt;

@@ -2,6 +2,11 @@
 //!
 //! Prints steps per second, store writes per step and bytes written per step. Figures,
 //! not assertions: run it with `cargo bench -p siesta-embedded`.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is a failed assertion"
+)]
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;

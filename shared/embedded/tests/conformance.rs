@@ -1,5 +1,10 @@
 //! The backend conformance suite against the embedded backend: a fresh SQLite file in a
 //! temporary directory per case, read with a manual clock.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is a failed assertion"
+)]
 
 use std::sync::Arc;
 

@@ -1,5 +1,10 @@
 //! What the embedded backend promises beyond the port contracts: the file, its schema,
 //! several handles on one file, and bad data.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is a failed assertion"
+)]
 
 use std::path::Path;
 use std::sync::Arc;

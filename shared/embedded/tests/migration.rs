@@ -2,6 +2,11 @@
 //! go on: the fixture is `sqlite3 .dump` of a dev server's file after `approval` runs
 //! were started and left waiting for their event (one given its event first, one
 //! completed), written by that build.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is a failed assertion"
+)]
 
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -1,6 +1,11 @@
 //! Retention on the file: a finished run past its retention leaves no row in any
 //! table, a waiting run of the same age keeps every one, a reaper stopped mid-page
 //! goes on where it was, and the file gives the freed pages back.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is a failed assertion"
+)]
 
 use std::path::Path;
 use std::sync::Arc;

@@ -5,6 +5,11 @@
 //! checkpoint (a journal entry and a timeline event), sends a wake-up and calls
 //! `std::process::abort()` (no destructors, no orderly close of the SQLite file). The
 //! parent then reopens the file and finds all of it.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is a failed assertion"
+)]
 
 use std::path::Path;
 use std::process::Command;

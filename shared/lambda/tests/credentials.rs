@@ -4,6 +4,11 @@
 //! leaves neither the callback tokens, nor the API key, nor the signature or its secret
 //! in the log lines (text and JSON, at every level) or in the exported spans. Its own
 //! test binary: the subscriber is the process's.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is a failed assertion"
+)]
 
 mod common;
 

@@ -5,6 +5,11 @@
 //! single-threaded runtime like a Lambda function's. The environment is the
 //! process's, so the run is in a child process: this test binary again, with the
 //! settings; it prints its run's trace id and exits right after the flush.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is a failed assertion"
+)]
 
 use std::sync::{Arc, Mutex};
 

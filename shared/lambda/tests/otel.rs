@@ -4,6 +4,11 @@
 //! with a `traceparent` joins the caller's trace under its start request, and the
 //! webhook that woke it links to it. Its own test binary: the subscriber is the
 //! process's.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is a failed assertion"
+)]
 
 mod common;
 

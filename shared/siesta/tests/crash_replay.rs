@@ -1,5 +1,10 @@
 //! Replay after a simulated crash after *each* journal write: the result is the same
 //! and every counted side effect happened exactly once.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is a failed assertion"
+)]
 
 mod support;
 

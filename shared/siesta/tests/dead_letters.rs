@@ -2,6 +2,11 @@
 //! while it is the run's latest wake-up, so `resume` sticks; a worker killed while it
 //! holds a batch costs a receive only to what it was handling; and a run worked on
 //! longer than the visibility timeout is not handed out twice.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is a failed assertion"
+)]
 
 mod support;
 

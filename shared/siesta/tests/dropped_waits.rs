@@ -7,6 +7,11 @@
 //! checkpoint is written ("in memory"), and the loser's checkpoint is written in a
 //! coalesced checkpoint with the winner's before the combinator decides ("written": a
 //! third future holds the writer when the timer and the event are both ready).
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is a failed assertion"
+)]
 
 mod support;
 

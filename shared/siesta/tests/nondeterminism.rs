@@ -1,5 +1,10 @@
 //! A run whose code no longer matches its journal is parked with an error naming the
 //! position and both operation kinds, never silently diverged.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is a failed assertion"
+)]
 
 mod support;
 

@@ -3,6 +3,11 @@
 //! engine never claims or replays a run of another build; the run waits for its build
 //! as it was, deliveries to it are recorded, and it finishes when its build serves
 //! again.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is a failed assertion"
+)]
 
 mod support;
 

@@ -1,6 +1,11 @@
 //! Exact operation semantics, measured against AWS Lambda durable functions: callback
 //! deadlines, replay-consistent values, condition check errors, child-context errors,
 //! validation of batch options, and writes over DynamoDB's transaction limits.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is a failed assertion"
+)]
 
 mod support;
 

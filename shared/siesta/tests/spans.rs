@@ -2,6 +2,11 @@
 //! carrying the run's trace id, and one `durable_operation` per attempt that ran —
 //! none for a replayed one. Its own test binary: the capturing subscriber must be the
 //! only one in the process.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is a failed assertion"
+)]
 
 mod support;
 

@@ -1,6 +1,11 @@
 //! Streams: what a run publishes reaches its stream once, whatever replays, retries and
 //! crashes happen; a failed attempt's chunks are marked void; a reader that reconnects
 //! at any offset gets every chunk once, in order, and then the end.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is a failed assertion"
+)]
 
 mod support;
 

@@ -2,6 +2,11 @@
 //! (embedded) with a manual clock: a wake-up waiting in the queue is not sent again, a
 //! lost one is; outside-world wake-ups go before older starts; one tenant's backlog
 //! does not hold up another tenant.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is a failed assertion"
+)]
 
 mod support;
 

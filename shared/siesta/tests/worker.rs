@@ -1,6 +1,11 @@
 //! The concurrent queue worker (`Engine::work`) and the in-process notifications: a
 //! slow run holds up no other, a committed wake-up reaches the worker without polling,
 //! and a watcher hears when a run's invocation ends.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is a failed assertion"
+)]
 
 mod support;
 

@@ -60,6 +60,11 @@
 //! harness cannot live in the core without a second, in-memory store to keep true to
 //! the ports' contract. Using the embedded store (which passes the conformance suite)
 //! in memory keeps one implementation of that contract and costs no files.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test tooling: a failed unwrap is a failed assertion"
+)]
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;

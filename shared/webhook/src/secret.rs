@@ -57,6 +57,7 @@ impl Secret {
     }
 
     /// HMAC-SHA256 of the concatenation of `parts`, keyed with this secret.
+    #[allow(clippy::expect_used, reason = "HMAC accepts a key of any length")]
     pub(crate) fn mac(&self, parts: &[&[u8]]) -> HmacSha256 {
         let mut mac = HmacSha256::new_from_slice(&self.key).expect("HMAC accepts any key length");
         for part in parts {

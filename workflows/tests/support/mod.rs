@@ -1,5 +1,10 @@
 //! Shared by the workflow tests: the harness over the example registry, and a
 //! scriptable notify receiver speaking just enough HTTP/1.1.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is a failed assertion"
+)]
 #![allow(dead_code)]
 
 use std::collections::{HashSet, VecDeque};

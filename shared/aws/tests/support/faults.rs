@@ -3,6 +3,11 @@
 //! answers 500 after the service applied it, or times out after the service applied it.
 //! The SDK's own retry then sends the same request again, which is exactly the
 //! ambiguous case the adapter must resolve without applying a write twice.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is a failed assertion"
+)]
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicUsize, Ordering};

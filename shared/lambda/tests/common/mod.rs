@@ -1,6 +1,10 @@
 //! What the OTLP tests share: an in-process collector and a span's attributes. The
 //! other crates' trace tests include this file too (`#[path]`), so there is one copy.
-
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is a failed assertion"
+)]
 // Each test binary uses what it needs of this module.
 #![allow(dead_code)]
 

@@ -309,6 +309,10 @@ async fn decide<T>(
         for took in kept.iter_mut().filter_map(Option::take) {
             took.keep();
         }
+        #[allow(
+            clippy::expect_used,
+            reason = "no slot is pending: every outcome is in"
+        )]
         let all: Vec<Result<T, Error>> = outcomes
             .iter_mut()
             .map(|o| o.take().expect("every future finished"))

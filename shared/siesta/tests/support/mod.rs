@@ -1,4 +1,9 @@
 //! What the engine's tests share on top of the exported harness (`siesta-testing`).
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is a failed assertion"
+)]
 #![allow(dead_code, unreachable_pub, missing_docs)]
 
 use siesta::*;
