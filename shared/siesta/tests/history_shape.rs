@@ -287,7 +287,7 @@ async fn wait_for_callback_is_a_context_with_the_callback_and_submitter_under_it
 }
 
 #[tokio::test]
-async fn wait_for_condition_records_each_poll() {
+async fn wait_for_condition_records_each_poll_that_continues_as_a_succeeded_check() {
     let c = Some("WaitForCondition");
     assert_shape(
         "condition",
@@ -310,12 +310,65 @@ async fn wait_for_condition_records_each_poll() {
         },
         &[
             ("StepStarted", c, Some("job#0"), None, Some("job")),
-            ("StepFailed", c, Some("job#0"), None, Some("job")),
+            ("StepSucceeded", c, Some("job#0"), None, Some("job")),
             ("StepStarted", c, Some("job#0"), None, Some("job")),
             ("StepSucceeded", c, Some("job#0"), None, Some("job")),
         ],
     )
     .await;
+}
+
+/// AWS records a check that says "not yet" as a succeeded attempt carrying the state
+/// it produced and the delay before the next check; a check that throws stays a
+/// failure (`semantics.rs`).
+#[tokio::test]
+async fn a_condition_poll_that_continues_carries_its_state_and_the_next_delay() {
+    let mut reg = Registry::new();
+    reg.register("poll", |ctx: Context, _: serde_json::Value| async move {
+        ctx.wait_for_condition("job", 0u32, |n, _| async move {
+            Ok(if n >= 2 {
+                ConditionCheck::Done(n)
+            } else {
+                ConditionCheck::Continue(n + 1)
+            })
+        })
+        .strategy(WaitStrategy {
+            initial_delay: Duration::from_secs(2),
+            max_delay: Duration::from_secs(10),
+            multiplier: 2.0,
+            max_attempts: 5,
+        })
+        .await
+    });
+    let w = world(reg);
+    let id = w.start("poll", json!(null)).await;
+    for _ in 0..8 {
+        if w.drive(&id).await.status.is_finished() {
+            break;
+        }
+    }
+    assert_eq!(w.status(&id).await, RunStatus::Completed);
+    let ends: Vec<serde_json::Value> = w
+        .timeline(&id)
+        .await
+        .into_iter()
+        .filter(|e| e.sub_type == Some(SubType::WaitForCondition))
+        .filter(|e| e.event_type != EventType::StepStarted)
+        .map(|e| {
+            assert_eq!(e.event_type, EventType::StepSucceeded, "{e:?}");
+            let mut d = e.details;
+            d.as_object_mut().unwrap().remove("NextAttemptAt");
+            d
+        })
+        .collect();
+    assert_eq!(
+        ends,
+        vec![
+            json!({"Attempt": 1, "State": 1, "NextAttemptDelaySeconds": 2.0, "Retrying": true}),
+            json!({"Attempt": 2, "State": 2, "NextAttemptDelaySeconds": 4.0, "Retrying": true}),
+            json!({"Attempt": 3, "Result": 2}),
+        ]
+    );
 }
 
 #[tokio::test]

@@ -327,10 +327,11 @@ function buildModel(events) {
       op.attempts.push({ n: d.Attempt || op.attempts.length + 1, start: at, end: null, state: 'open' });
     } else if (t === 'StepSucceeded') {
       close('ok');
-      if (!d.Retrying) { op.end = at; op.state = 'ok'; }
+      // A wait_for_condition check that found "not yet" succeeded and is retried.
+      if (d.Retrying) op.retryAt = instant(d.NextAttemptAt); else { op.end = at; op.state = 'ok'; }
     } else if (t === 'StepFailed') {
-      // A wait_for_condition check that found "not yet" is recorded as a retrying
-      // StepFailed without an error: a finished check, not a failure.
+      // Timelines of earlier releases recorded a "not yet" as a retrying StepFailed
+      // without an error: a finished check, not a failure.
       close(op.sub === 'WaitForCondition' && d.Retrying && !d.Error ? 'ok' : 'failed');
       if (d.Retrying) op.retryAt = instant(d.NextAttemptAt); else { op.end = at; op.state = 'failed'; }
     } else if (t === 'ToolCallRecorded') {

@@ -212,15 +212,13 @@ where
                         );
                         return finish_failed(&ctx, &op, started, attempt, err, error).await;
                     }
-                    let next_check_at = ctx
-                        .shared
-                        .now()
-                        .plus(retry.delay(failures, rand::random::<f64>()));
+                    let delay = retry.delay(failures, rand::random::<f64>());
+                    let next_check_at = ctx.shared.now().plus(delay);
                     let ev = ctx.event(
                         EventType::StepFailed,
                         SubType::WaitForCondition,
                         &op,
-                        serde_json::json!({"Attempt": attempt, "Error": error, "NextAttemptAt": next_check_at, "Retrying": true}),
+                        serde_json::json!({"Attempt": attempt, "Error": error, "NextAttemptAt": next_check_at, "NextAttemptDelaySeconds": delay.as_secs_f64(), "Retrying": true}),
                     );
                     ctx.commit_or_suspend(Delta {
                         journal: vec![op.entry(EntryState::Polling {
@@ -264,8 +262,17 @@ where
                 let cause = err.to_info();
                 return finish_failed(&ctx, &op, started, attempt, err, cause).await;
             }
-            let next_check_at: Timestamp = ctx.shared.now().plus(strategy.delay(attempt));
-            let ev = ctx.event(EventType::StepFailed, SubType::WaitForCondition, &op, serde_json::json!({"Attempt": attempt, "State": inline_detail(&next_state), "NextAttemptAt": next_check_at, "Retrying": true}));
+            // A check that says "not yet" succeeded, as AWS records it: the step
+            // succeeded with the new state and the delay before the next check
+            // (`Retrying` keeps the operation open); only a check that throws fails.
+            let delay = strategy.delay(attempt);
+            let next_check_at: Timestamp = ctx.shared.now().plus(delay);
+            let ev = ctx.event(
+                EventType::StepSucceeded,
+                SubType::WaitForCondition,
+                &op,
+                serde_json::json!({"Attempt": attempt, "State": inline_detail(&next_state), "NextAttemptAt": next_check_at, "NextAttemptDelaySeconds": delay.as_secs_f64(), "Retrying": true}),
+            );
             ctx.commit_or_suspend(Delta {
                 journal: vec![op.entry(EntryState::Polling {
                     attempt,
