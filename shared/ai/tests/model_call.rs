@@ -159,7 +159,7 @@ async fn a_rate_limited_call_waits_what_retry_after_says_then_succeeds() {
         .expect("the 429 is in the timeline");
     assert_eq!(failed.sub_type, Some(SubType::ModelCall));
     assert_eq!(failed.details["Error"]["kind"], "http_429");
-    assert_eq!(failed.details["NextAttemptDelaySeconds"], 7.0);
+    assert_eq!(failed.details["NextAttemptDelayMs"], 7000);
 
     w.advance(Duration::from_secs(6)).await;
     assert_eq!(model.calls(), 1, "not before the endpoint said");

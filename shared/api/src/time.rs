@@ -3,7 +3,7 @@
 //! millisecond (`2027-01-15T08:00:00.123Z`) — run and wait views, timeline events and
 //! the times in their details, dead letters — through [`Rfc3339`], whose OpenAPI schema
 //! is a `date-time` string. Durations stay numbers with their unit in their name
-//! (`HeartbeatTimeoutMs`, `NextAttemptDelaySeconds`).
+//! (`HeartbeatTimeoutMs`, `NextAttemptDelayMs`).
 //!
 //! Read back ([`Rfc3339`]'s `Deserialize` and `FromStr`), a time is RFC 3339 with any
 //! offset and precision (kept to the millisecond), or an integer of milliseconds since
@@ -15,7 +15,8 @@ use std::str::FromStr;
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
-use siesta::Timestamp;
+use siesta::timeline::EventDetails;
+use siesta::{EventType, Timestamp};
 use utoipa::openapi::RefOr;
 use utoipa::openapi::schema::{KnownFormat, ObjectBuilder, Schema, SchemaFormat, Type};
 use utoipa::{PartialSchema, ToSchema};
@@ -25,15 +26,6 @@ use utoipa::{PartialSchema, ToSchema};
 const EARLIEST_MS: i64 = -62_167_219_200_000;
 /// The latest: `9999-12-31T23:59:59.999Z`.
 const LATEST_MS: i64 = 253_402_300_799_999;
-
-/// The keys of a timeline event's `Details` that hold an instant (the rest are values,
-/// counts, ids or durations with their unit in their name).
-const DETAIL_TIMES: [&str; 4] = [
-    "ScheduledEndTimestamp",
-    "Timeout",
-    "NextAttemptAt",
-    "NextWakeAt",
-];
 
 /// An instant as the API shows it: RFC 3339 in UTC to the millisecond,
 /// `2027-01-15T08:00:00.123Z`. One past what RFC 3339 can write (a timer set a
@@ -133,17 +125,17 @@ impl PartialSchema for Rfc3339 {
 
 impl ToSchema for Rfc3339 {}
 
-/// Shows the instants among a timeline event's `details` ([`DETAIL_TIMES`], kept as
-/// milliseconds by the engine) as [`Rfc3339`], like every other time of the API.
-pub(crate) fn show_detail_times(details: &mut serde_json::Value) {
+/// Shows the instants among the `details` of an event of `event_type` (the ones its
+/// [`EventDetails`] type holds, kept as milliseconds by the engine) as [`Rfc3339`],
+/// like every other time of the API.
+pub(crate) fn show_detail_times(event_type: EventType, details: &mut serde_json::Value) {
+    let instants = EventDetails::parse(event_type, details).instants();
     let Some(fields) = details.as_object_mut() else {
         return;
     };
-    for key in DETAIL_TIMES {
-        if let Some(value) = fields.get_mut(key)
-            && let Some(ms) = value.as_i64()
-        {
-            *value = Rfc3339(Timestamp(ms)).to_string().into();
+    for (key, at) in instants {
+        if let Some(value) = fields.get_mut(key) {
+            *value = Rfc3339(at).to_string().into();
         }
     }
 }
@@ -224,31 +216,40 @@ mod tests {
     }
 
     #[test]
-    fn only_the_instants_among_details_are_rewritten() {
-        let mut details = json!({
+    fn only_the_instants_of_the_details_type_are_rewritten() {
+        let mut callback = json!({
             "CallbackId": "cb_1",
             "Timeout": 1_800_000_000_123_i64,
             "HeartbeatTimeoutMs": 60_000,
-            "NextAttemptAt": 0,
-            "NextAttemptDelaySeconds": 1.0,
-            "NextWakeAt": null,
-            "Attempt": 2,
         });
-        show_detail_times(&mut details);
+        show_detail_times(EventType::CallbackStarted, &mut callback);
         assert_eq!(
-            details,
+            callback,
             json!({
                 "CallbackId": "cb_1",
                 "Timeout": "2027-01-15T08:00:00.123Z",
                 "HeartbeatTimeoutMs": 60_000,
-                "NextAttemptAt": "1970-01-01T00:00:00.000Z",
-                "NextAttemptDelaySeconds": 1.0,
-                "NextWakeAt": null,
-                "Attempt": 2,
             })
         );
+        let mut retry = json!({
+            "Attempt": 2,
+            "Error": {"kind": "Boom", "message": "boom", "retryable": true},
+            "NextAttemptAt": 0,
+            "NextAttemptDelayMs": 1000,
+            "Retrying": true,
+        });
+        show_detail_times(EventType::StepFailed, &mut retry);
+        assert_eq!(retry["NextAttemptAt"], "1970-01-01T00:00:00.000Z");
+        assert_eq!(retry["NextAttemptDelayMs"], 1000);
+        let mut idle = json!({"Status": "waiting", "NextWakeAt": null, "Epoch": 1});
+        show_detail_times(EventType::InvocationCompleted, &mut idle);
+        assert_eq!(idle["NextWakeAt"], json!(null));
+        // A number under a key that is no instant of its event type stays a number.
+        let mut result = json!({"Attempt": 1, "Result": {"Timeout": 5}});
+        show_detail_times(EventType::StepSucceeded, &mut result);
+        assert_eq!(result["Result"]["Timeout"], 5);
         let mut not_an_object = json!([1_800_000_000_123_i64]);
-        show_detail_times(&mut not_an_object);
+        show_detail_times(EventType::StepSucceeded, &mut not_an_object);
         assert_eq!(not_an_object, json!([1_800_000_000_123_i64]));
     }
 

@@ -166,8 +166,8 @@ impl TimelineEventView {
     /// by, times in RFC 3339.
     pub fn new(run_id: &str, event: TimelineEvent) -> TimelineEventView {
         let mut details = event.details;
+        crate::time::show_detail_times(event.event_type, &mut details);
         crate::values::show_refs(run_id, &mut details);
-        crate::time::show_detail_times(&mut details);
         TimelineEventView {
             seq: event.seq,
             event_timestamp: event.at.into(),
@@ -348,8 +348,10 @@ mod tests {
         let mut event = TimelineEvent::execution_started(
             Timestamp(1_800_000_000_123),
             "order",
-            json!({"Timeout": 1_800_000_060_000_i64, "HeartbeatTimeoutMs": 5000}),
+            json!({"CallbackId": "cb_1", "Timeout": 1_800_000_060_000_i64, "HeartbeatTimeoutMs": 5000}),
         );
+        // A callback's start: its details hold an instant and a duration.
+        event.event_type = EventType::CallbackStarted;
         event.sub_type = Some(SubType::Step);
         event.id = Some("a#1".into());
         event.parent_id = Some("p#1".into());
@@ -376,9 +378,9 @@ mod tests {
         assert_eq!(value["EventTimestamp"], "2027-01-15T08:00:00.123Z");
         assert_eq!(
             value["Details"],
-            json!({"Timeout": "2027-01-15T08:01:00.000Z", "HeartbeatTimeoutMs": 5000})
+            json!({"CallbackId": "cb_1", "Timeout": "2027-01-15T08:01:00.000Z", "HeartbeatTimeoutMs": 5000})
         );
-        assert_eq!(value["EventType"], "ExecutionStarted");
+        assert_eq!(value["EventType"], "CallbackStarted");
         assert_eq!(value["SubType"], "Step");
         let back: TimelineEventView = serde_json::from_value(value).unwrap();
         assert_eq!(back.event_timestamp.millis(), 1_800_000_000_123);

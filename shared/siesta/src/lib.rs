@@ -102,6 +102,7 @@ pub mod retention;
 pub mod retry;
 pub mod telemetry;
 pub mod time;
+pub mod timeline;
 
 pub use context::Context;
 pub use engine::dead_letters;

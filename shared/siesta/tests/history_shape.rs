@@ -364,8 +364,8 @@ async fn a_condition_poll_that_continues_carries_its_state_and_the_next_delay() 
     assert_eq!(
         ends,
         vec![
-            json!({"Attempt": 1, "State": 1, "NextAttemptDelaySeconds": 2.0, "Retrying": true}),
-            json!({"Attempt": 2, "State": 2, "NextAttemptDelaySeconds": 4.0, "Retrying": true}),
+            json!({"Attempt": 1, "State": 1, "NextAttemptDelayMs": 2000, "Retrying": true}),
+            json!({"Attempt": 2, "State": 2, "NextAttemptDelayMs": 4000, "Retrying": true}),
             json!({"Attempt": 3, "Result": 2}),
         ]
     );

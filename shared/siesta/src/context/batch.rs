@@ -5,6 +5,7 @@
 //! batch's own entry records only which branches finished how and why the batch
 //! completed; the values stay in the branch entries.
 
+use crate::timeline as tl;
 use std::future::{Future, IntoFuture};
 
 use futures::future::BoxFuture;
@@ -50,7 +51,7 @@ where
         Some(EntryState::Failed { error, .. }) => return Err(Error::from_info(&error)),
         found => found.is_none(),
     };
-    let child = parent.child_started(op, sub, own_replay_flag, fresh, serde_json::Value::Null);
+    let child = parent.child_started(op, sub, own_replay_flag, fresh, tl::EventDetails::None);
     let result = match f(child.clone()).await {
         // A child context's failure surfaces as its own error carrying the cause (AWS:
         // `ChildContextError`); a batch branch's error is reported as it is, per branch.
@@ -85,8 +86,11 @@ where
         ),
     };
     let details = match &state {
-        EntryState::Failed { error, .. } => serde_json::json!({"Error": error}),
-        _ => serde_json::Value::Null,
+        EntryState::Failed { error, .. } => tl::EventDetails::ContextFailed(tl::ContextDetails {
+            error: Some(error.clone()),
+            ..Default::default()
+        }),
+        _ => tl::EventDetails::None,
     };
     let ev = parent.event(event, sub, op, details);
     // Through the child, so a start not yet recorded goes with the end.
@@ -434,7 +438,11 @@ async fn run_batch<T: Serialize + DeserializeOwned + Send + 'static>(
         sub,
         false,
         entry.is_none(),
-        serde_json::json!({"Total": total, "MaxConcurrency": max_concurrency}),
+        tl::EventDetails::ContextStarted(tl::ContextDetails {
+            total: Some(total as u64),
+            max_concurrency: Some(max_concurrency.map(|m| m as u64)),
+            ..Default::default()
+        }),
     );
     // Mint every branch's position up front, in index order, so they are stable.
     let branch_ops: Vec<Op> = (0..total)
@@ -532,7 +540,13 @@ async fn run_batch<T: Serialize + DeserializeOwned + Send + 'static>(
         EventType::ContextSucceeded,
         sub,
         &op,
-        serde_json::json!({"CompletionReason": reason, "Succeeded": succeeded, "Failed": failed, "Total": total}),
+        tl::EventDetails::ContextSucceeded(tl::ContextDetails {
+            completion_reason: Some(reason),
+            succeeded: Some(succeeded as u64),
+            failed: Some(failed as u64),
+            total: Some(total as u64),
+            ..Default::default()
+        }),
     );
     let value = ctx.encode(&summary).await?;
     // Through the batch's scope, so a start not yet recorded goes with the end.

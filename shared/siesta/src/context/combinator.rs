@@ -19,6 +19,7 @@
 //! whose outcome the combinator discards: replay never polls them, so the workflow must
 //! not have lost those deliveries to them (see `claim`).
 
+use crate::timeline as tl;
 use std::future::IntoFuture;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -390,7 +391,11 @@ where
         ctx.start_detached(
             &op,
             SubType::RunInChildContext,
-            serde_json::json!({"Combinator": combinator, "Futures": total}),
+            tl::EventDetails::ContextStarted(tl::ContextDetails {
+                combinator: Some(combinator.to_owned()),
+                futures: Some(total as u64),
+                ..Default::default()
+            }),
         );
     }
     let decision = {
@@ -425,16 +430,30 @@ where
                 .collect();
             Ok((
                 serde_json::to_value(&settled)?,
-                serde_json::json!({"Combinator": combinator, "Succeeded": total - failed, "Failed": failed}),
+                tl::ContextDetails {
+                    combinator: Some(combinator.to_owned()),
+                    succeeded: Some((total - failed) as u64),
+                    failed: Some(failed as u64),
+                    ..Default::default()
+                },
             ))
         }
         Decision::Values(values) => Ok((
             serde_json::to_value(&values)?,
-            serde_json::json!({"Combinator": combinator, "Succeeded": total, "Failed": 0}),
+            tl::ContextDetails {
+                combinator: Some(combinator.to_owned()),
+                succeeded: Some(total as u64),
+                failed: Some(0),
+                ..Default::default()
+            },
         )),
         Decision::Winner(index, value) => Ok((
             serde_json::to_value(&value)?,
-            serde_json::json!({"Combinator": combinator, "Winner": index}),
+            tl::ContextDetails {
+                combinator: Some(combinator.to_owned()),
+                winner: Some(index as u64),
+                ..Default::default()
+            },
         )),
     };
     let (state, event_type, details, result) = match decided {
@@ -444,7 +463,7 @@ where
                 attempt: 0,
             },
             EventType::ContextSucceeded,
-            details,
+            tl::EventDetails::ContextSucceeded(details),
             from_journal(json),
         ),
         Err((index, e)) => (
@@ -453,7 +472,12 @@ where
                 attempt: 0,
             },
             EventType::ContextFailed,
-            serde_json::json!({"Combinator": combinator, "DecidedBy": index, "Error": e.to_info()}),
+            tl::EventDetails::ContextFailed(tl::ContextDetails {
+                combinator: Some(combinator.to_owned()),
+                decided_by: Some(index.map(|i| i as u64)),
+                error: Some(e.to_info()),
+                ..Default::default()
+            }),
             Err(e),
         ),
     };

@@ -5,6 +5,7 @@
 //! second one). When the child finishes, its final checkpoint delivers its outcome to
 //! the parent in the same transaction, which wakes the parent.
 
+use crate::timeline as tl;
 use std::future::IntoFuture;
 use std::marker::PhantomData;
 
@@ -98,7 +99,13 @@ where
                     let started = TimelineEvent::execution_started(
                         now,
                         &workflow,
-                        serde_json::json!({"ParentRunId": ctx.shared.run_id, "ParentOperationId": op.position, "BuildId": ctx.shared.config.build_id}),
+                        tl::EventDetails::ExecutionStarted(tl::ExecutionStarted {
+                            workflow: None,
+                            parent_run_id: Some(ctx.shared.run_id.0.clone()),
+                            parent_operation_id: Some(op.position.0.clone()),
+                            build_id: Some(ctx.shared.config.build_id.clone()),
+                        })
+                        .to_value(),
                     );
                     child.timeline_seq = 1;
                     let wait = Wait {
@@ -114,7 +121,11 @@ where
                         EventType::ChainedInvokeStarted,
                         SubType::ChainedInvoke,
                         &op,
-                        serde_json::json!({"Workflow": workflow, "ChildRunId": child_id}),
+                        tl::EventDetails::ChainedInvokeStarted(tl::ChainedInvoke {
+                            workflow: workflow.to_string(),
+                            child_run_id: child_id.0.clone(),
+                            status: None,
+                        }),
                     );
                     ctx.commit_or_suspend(Delta {
                         journal: vec![entry],

@@ -121,7 +121,7 @@ impl Context {
         sub: SubType,
         own_replay_flag: bool,
         fresh: bool,
-        details: serde_json::Value,
+        details: crate::timeline::EventDetails,
     ) -> Context {
         let mut child = self.child(&op.position, own_replay_flag);
         if fresh {
@@ -140,7 +140,12 @@ impl Context {
     /// Record `op`'s start (its `Started` entry and `ContextStarted` of `sub`) with the
     /// next checkpoint made by any branch, after the starts of the contexts around it:
     /// for an operation whose work happens outside it, so no checkpoint is made inside.
-    pub(crate) fn start_detached(&self, op: &Op, sub: SubType, details: serde_json::Value) {
+    pub(crate) fn start_detached(
+        &self,
+        op: &Op,
+        sub: SubType,
+        details: crate::timeline::EventDetails,
+    ) {
         let entry = op.entry(EntryState::Started {
             attempt: 1,
             key: None,
@@ -305,7 +310,10 @@ impl Context {
             EventType::StepSucceeded,
             SubType::Artifact,
             &op,
-            serde_json::json!({"Artifact": artifact}),
+            crate::timeline::EventDetails::StepSucceeded(crate::timeline::StepEnded {
+                artifact: Some(serde_json::json!(artifact)),
+                ..Default::default()
+            }),
         );
         self.commit_or_suspend(Delta {
             journal: vec![op.entry(EntryState::Succeeded { value, attempt: 1 })],
@@ -540,7 +548,7 @@ impl Context {
         event_type: EventType,
         sub_type: SubType,
         op: &Op,
-        details: serde_json::Value,
+        details: crate::timeline::EventDetails,
     ) -> TimelineEvent {
         TimelineEvent {
             seq: 0,
@@ -550,7 +558,7 @@ impl Context {
             id: Some(op.position.0.clone()),
             parent_id: op.parent.as_ref().map(|p| p.0.clone()),
             name: Some(op.name.clone()),
-            details,
+            details: details.to_value(),
         }
     }
 

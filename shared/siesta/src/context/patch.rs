@@ -19,6 +19,7 @@
 //! journal holds one (runs made while the patch was in place) and records nothing
 //! otherwise; once those runs are gone too, remove the call.
 
+use crate::timeline as tl;
 use std::sync::{Arc, Mutex};
 
 use super::{Context, Op};
@@ -125,7 +126,10 @@ impl Context {
             EventType::MarkerRecorded,
             SubType::Patch,
             op,
-            serde_json::json!({"Patch": id, "Call": how}),
+            tl::EventDetails::MarkerRecorded(tl::MarkerRecorded {
+                patch: id.to_string(),
+                call: how.to_string(),
+            }),
         );
         let mut st = self.shared.state();
         st.detached_starts.extend(self.starts.iter().cloned());

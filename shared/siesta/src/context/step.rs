@@ -11,6 +11,7 @@
 //!   that record, its lookup function (if any) asks the far side what happened, and
 //!   without one the call is marked `unknown` and the run parked. Never blindly repeated.
 
+use crate::timeline as tl;
 use std::future::{Future, IntoFuture};
 use std::time::Duration;
 
@@ -515,7 +516,7 @@ where
                 EventType::StepStarted,
                 sub,
                 &op,
-                serde_json::json!({"Attempt": attempt}),
+                tl::EventDetails::StepStarted(tl::StepStarted { attempt }),
             )],
             ..Delta::default()
         };
@@ -665,14 +666,27 @@ async fn settle_success<T: Serialize + DeserializeOwned + Send + 'static>(
             EventType::StepStarted,
             sub,
             op,
-            serde_json::json!({"Attempt": attempt}),
+            tl::EventDetails::StepStarted(tl::StepStarted { attempt }),
         ));
     }
     let result_detail = match &payload {
-        Payload::Inline(v) => serde_json::json!({"Attempt": attempt, "Result": v}),
-        Payload::Artifact(a) => serde_json::json!({"Attempt": attempt, "ResultArtifact": a}),
+        Payload::Inline(v) => tl::StepEnded {
+            attempt: Some(attempt),
+            result: Some(v.clone()),
+            ..Default::default()
+        },
+        Payload::Artifact(a) => tl::StepEnded {
+            attempt: Some(attempt),
+            result_artifact: Some(serde_json::json!(a)),
+            ..Default::default()
+        },
     };
-    timeline.push(ctx.event(EventType::StepSucceeded, sub, op, result_detail));
+    timeline.push(ctx.event(
+        EventType::StepSucceeded,
+        sub,
+        op,
+        tl::EventDetails::StepSucceeded(result_detail),
+    ));
     let mut delta = Delta {
         journal: vec![entry],
         timeline,
@@ -710,7 +724,7 @@ async fn settle_failure<T>(
             EventType::StepStarted,
             sub,
             op,
-            serde_json::json!({"Attempt": attempt}),
+            tl::EventDetails::StepStarted(tl::StepStarted { attempt }),
         ));
     }
     if retry.should_retry(attempt, &error) {
@@ -724,7 +738,14 @@ async fn settle_failure<T>(
             EventType::StepFailed,
             sub,
             op,
-            serde_json::json!({"Attempt": attempt, "Error": error, "NextAttemptAt": retry_at, "NextAttemptDelaySeconds": delay.as_secs_f64(), "Retrying": true}),
+            tl::EventDetails::StepFailed(tl::StepEnded {
+                attempt: Some(attempt),
+                error: Some(error.clone()),
+                next_attempt_at: Some(retry_at),
+                next_attempt_delay_ms: Some(delay.as_millis() as u64),
+                retrying: Some(true),
+                ..Default::default()
+            }),
         ));
         ctx.commit_or_suspend(Delta {
             journal: vec![op.entry(EntryState::Retrying {
@@ -742,7 +763,11 @@ async fn settle_failure<T>(
         EventType::StepFailed,
         sub,
         op,
-        serde_json::json!({"Attempt": attempt, "Error": error}),
+        tl::EventDetails::StepFailed(tl::StepEnded {
+            attempt: Some(attempt),
+            error: Some(error.clone()),
+            ..Default::default()
+        }),
     ));
     let failure = step_failed(op, &error, attempt);
     if park_on_exhaustion {
@@ -750,7 +775,10 @@ async fn settle_failure<T>(
             EventType::RunParked,
             sub,
             op,
-            serde_json::json!({"Reason": failure.to_string()}),
+            tl::EventDetails::RunParked(tl::RunParked {
+                reason: Some(failure.to_string()),
+                ..Default::default()
+            }),
         ));
     }
     let mut delta = Delta {
@@ -805,7 +833,11 @@ async fn park_unknown<T>(ctx: &Context, op: &Op, key: IdempotencyKey, attempt: u
                 EventType::ToolCallRecorded,
                 SubType::ToolCall,
                 op,
-                serde_json::json!({"Status": "unknown", "IdempotencyKey": key}),
+                tl::EventDetails::ToolCallRecorded(tl::ToolCallRecorded {
+                    status: "unknown".into(),
+                    idempotency_key: Some(key.clone()),
+                    ..Default::default()
+                }),
             )],
             tool_calls: vec![tool_record(ctx, op, &key, ToolCallStatus::Unknown, None)],
             ..Delta::default()

@@ -1,5 +1,6 @@
 //! An operator's control of a run: cancel, resume, resolve an unknown tool call.
 
+use crate::timeline as tl;
 use std::time::Duration;
 
 use super::finish::{child_finished, open_callbacks, overflowing};
@@ -252,7 +253,11 @@ impl Engine {
             id: None,
             parent_id: None,
             name: Some(run.workflow.clone()),
-            details: serde_json::json!({"ParkedFor": run.error}),
+            details: tl::EventDetails::RunResumed(tl::RunResumed {
+                parked_for: run.error.clone(),
+                resolved_by: None,
+            })
+            .to_value(),
         })
     }
 
@@ -319,7 +324,7 @@ impl Engine {
         };
         let attempt = attempt.max(1);
         let now = self.clock.now();
-        let event = |event_type: EventType, details: serde_json::Value| TimelineEvent {
+        let event = |event_type: EventType, details: tl::EventDetails| TimelineEvent {
             seq: 0,
             at: now,
             event_type,
@@ -327,11 +332,16 @@ impl Engine {
             id: Some(position.0.clone()),
             parent_id: position.parent().map(|p| p.0),
             name: Some(entry.name.clone()),
-            details,
+            details: details.to_value(),
         };
         let mut timeline = vec![event(
             EventType::ToolCallRecorded,
-            serde_json::json!({"Status": resolution.as_str(), "Resolution": resolution.as_str(), "ResolvedBy": by, "IdempotencyKey": key}),
+            tl::EventDetails::ToolCallRecorded(tl::ToolCallRecorded {
+                status: resolution.as_str().to_owned(),
+                resolution: Some(resolution.as_str().to_owned()),
+                resolved_by: Some(by.to_string()),
+                idempotency_key: Some(key.clone()),
+            }),
         )];
         let record = |status: ToolCallStatus, outcome: Result<Payload, ErrorInfo>| ToolCallRecord {
             key: key.clone(),
@@ -347,7 +357,12 @@ impl Engine {
                 let payload = self.encode(tenant, run_id, value).await?;
                 timeline.push(event(
                     EventType::StepSucceeded,
-                    serde_json::json!({"Attempt": attempt, "Result": inline_detail(&payload), "ResolvedBy": by}),
+                    tl::EventDetails::StepSucceeded(tl::StepEnded {
+                        attempt: Some(attempt),
+                        result: Some(inline_detail(&payload)),
+                        resolved_by: Some(by.to_string()),
+                        ..Default::default()
+                    }),
                 ));
                 (
                     EntryState::Succeeded {
@@ -360,7 +375,12 @@ impl Engine {
             ToolCallResolution::Failed(error) => {
                 timeline.push(event(
                     EventType::StepFailed,
-                    serde_json::json!({"Attempt": attempt, "Error": error, "ResolvedBy": by}),
+                    tl::EventDetails::StepFailed(tl::StepEnded {
+                        attempt: Some(attempt),
+                        error: Some(error.clone()),
+                        resolved_by: Some(by.to_string()),
+                        ..Default::default()
+                    }),
                 ));
                 (
                     EntryState::Failed {
@@ -392,7 +412,11 @@ impl Engine {
             id: None,
             parent_id: None,
             name: Some(run.workflow.clone()),
-            details: serde_json::json!({"ParkedFor": run.error, "ResolvedBy": by}),
+            details: tl::EventDetails::RunResumed(tl::RunResumed {
+                parked_for: run.error.clone(),
+                resolved_by: Some(by.to_string()),
+            })
+            .to_value(),
         });
         let status = decide(run.status, LifecycleEvent::Resume)
             .map_err(|e| EngineError::Gone(e.to_string()))?;

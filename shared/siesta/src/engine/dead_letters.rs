@@ -12,6 +12,7 @@
 //! Handling the dead-letter queue itself ([`Engine::handle_dead_letters`], the first
 //! move of every sweep) is here too.
 
+use crate::timeline as tl;
 use std::time::Duration;
 
 use super::{Engine, EngineError};
@@ -244,7 +245,12 @@ impl Engine {
             id: None,
             parent_id: None,
             name: Some(run.workflow.clone()),
-            details: serde_json::json!({"Error": reason, "WakeUp": wake}),
+            details: tl::EventDetails::RunParked(tl::RunParked {
+                error: Some(reason.clone()),
+                reason: None,
+                wake_up: Some(serde_json::json!(wake)),
+            })
+            .to_value(),
         });
         match self.backend.store.checkpoint(&checkpoint).await {
             Ok(()) => {

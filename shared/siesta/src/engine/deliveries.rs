@@ -1,6 +1,7 @@
 //! Deliveries to a run: events, injected messages, callback outcomes and heartbeats,
 //! each checked (typed payload, size quota) and written to the run's inbox.
 
+use crate::timeline as tl;
 use std::time::Duration;
 
 use super::{Engine, EngineError};
@@ -27,7 +28,11 @@ impl Engine {
         let event = self.delivery_event(
             EventType::EventDelivered,
             Some(name),
-            serde_json::json!({"Event": name, "DeliveryId": id}),
+            tl::EventDetails::EventDelivered(tl::Delivered {
+                event: Some(name.to_owned()),
+                delivery_id: id.0.clone(),
+                reason: None,
+            }),
         );
         self.deliver(
             tenant,
@@ -110,7 +115,11 @@ impl Engine {
         let event = self.delivery_event(
             EventType::MessageInjected,
             None,
-            serde_json::json!({"DeliveryId": id}),
+            tl::EventDetails::MessageInjected(tl::Delivered {
+                event: None,
+                delivery_id: id.0.clone(),
+                reason: None,
+            }),
         );
         self.deliver(
             tenant,
@@ -175,7 +184,12 @@ impl Engine {
         let event = self.delivery_event(
             EventType::CallbackDelivered,
             None,
-            serde_json::json!({"CallbackId": callback_id, "Outcome": status, "DeliveryId": id, "OperationId": record.position}),
+            tl::EventDetails::CallbackDelivered(tl::CallbackDelivered {
+                callback_id: callback_id.0.clone(),
+                outcome: status.to_owned(),
+                delivery_id: Some(id.0.clone()),
+                operation_id: record.position.0.clone(),
+            }),
         );
         self.deliver(&record.tenant, &record.run_id, id, body, event)
             .await
@@ -192,7 +206,12 @@ impl Engine {
         let event = self.delivery_event(
             EventType::CallbackDelivered,
             None,
-            serde_json::json!({"CallbackId": callback_id, "Outcome": "heartbeat", "OperationId": record.position}),
+            tl::EventDetails::CallbackDelivered(tl::CallbackDelivered {
+                callback_id: callback_id.0.clone(),
+                outcome: "heartbeat".to_owned(),
+                delivery_id: None,
+                operation_id: record.position.0.clone(),
+            }),
         );
         self.deliver(
             &record.tenant,
@@ -243,7 +262,7 @@ impl Engine {
         &self,
         event_type: EventType,
         name: Option<&str>,
-        details: serde_json::Value,
+        details: tl::EventDetails,
     ) -> TimelineEvent {
         TimelineEvent {
             seq: 0,
@@ -253,7 +272,7 @@ impl Engine {
             id: None,
             parent_id: None,
             name: name.map(str::to_owned),
-            details,
+            details: details.to_value(),
         }
     }
 

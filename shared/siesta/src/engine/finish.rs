@@ -1,6 +1,7 @@
 //! Ending a pass: the run's final checkpoint of an invocation (new status, next due
 //! time, closed callbacks, the parent's delivery), and the wake-ups that follow it.
 
+use crate::timeline as tl;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -45,7 +46,7 @@ impl Engine {
             }
             other => other,
         };
-        let event = |event_type: EventType, details: serde_json::Value| TimelineEvent {
+        let event = |event_type: EventType, details: tl::EventDetails| TimelineEvent {
             seq: 0,
             at: now,
             event_type,
@@ -53,7 +54,7 @@ impl Engine {
             id: None,
             parent_id: None,
             name: Some(run.workflow.clone()),
-            details,
+            details: details.to_value(),
         };
         // Callbacks past their deadline time out now, even those the workflow is not
         // awaiting; the open ones make the run due at their deadline.
@@ -66,29 +67,35 @@ impl Engine {
             Ending::Complete(payload) => {
                 delta.timeline.push(event(
                     EventType::ExecutionSucceeded,
-                    serde_json::json!({"Result": inline_detail(payload)}),
+                    tl::EventDetails::ExecutionSucceeded(tl::ExecutionSucceeded {
+                        result: inline_detail(payload),
+                    }),
                 ));
                 (LifecycleEvent::Complete, Some(payload.clone()), None, None)
             }
             Ending::Fail(error) => {
                 delta.timeline.push(event(
                     EventType::ExecutionFailed,
-                    serde_json::json!({"Error": error}),
+                    tl::EventDetails::ExecutionFailed(tl::Failure {
+                        error: error.clone(),
+                    }),
                 ));
                 (LifecycleEvent::Fail, None, Some(error.clone()), None)
             }
             Ending::Park(reason) => {
                 delta.timeline.push(event(
                     EventType::RunParked,
-                    serde_json::json!({"Error": reason}),
+                    tl::EventDetails::RunParked(tl::RunParked {
+                        error: Some(reason.clone()),
+                        ..Default::default()
+                    }),
                 ));
                 (LifecycleEvent::Park, None, Some(reason.clone()), None)
             }
             Ending::Cancel => {
-                delta.timeline.push(event(
-                    EventType::ExecutionCancelled,
-                    serde_json::Value::Null,
-                ));
+                delta
+                    .timeline
+                    .push(event(EventType::ExecutionCancelled, tl::EventDetails::None));
                 (
                     LifecycleEvent::Cancel,
                     None,
@@ -115,7 +122,11 @@ impl Engine {
         };
         delta.timeline.push(event(
             EventType::InvocationCompleted,
-            serde_json::json!({"Status": status, "NextWakeAt": due_at, "Epoch": shared.epoch()}),
+            tl::EventDetails::InvocationCompleted(tl::InvocationCompleted {
+                status,
+                next_wake_at: due_at,
+                epoch: shared.epoch(),
+            }),
         ));
         if status.is_finished() {
             // Only a finished run closes its callbacks: no scan of the journal otherwise.
@@ -266,7 +277,12 @@ pub(super) fn child_finished(
             id: Some(parent.position.0.clone()),
             parent_id: parent.position.parent().map(|p| p.0),
             name: Some(operation_name(&parent.position).to_owned()),
-            details: serde_json::json!({"ChildRunId": run.id, "Workflow": run.workflow, "Status": status}),
+            details: tl::EventDetails::ChainedInvokeSucceeded(tl::ChainedInvoke {
+                workflow: run.workflow.clone(),
+                child_run_id: run.id.0.clone(),
+                status: Some(status),
+            })
+            .to_value(),
         },
     }
 }

@@ -1,5 +1,6 @@
 //! Starting a run, and reading one.
 
+use crate::timeline as tl;
 use std::time::Duration;
 
 use super::{Engine, EngineError};
@@ -74,7 +75,12 @@ impl Engine {
         let started = TimelineEvent::execution_started(
             now,
             workflow,
-            serde_json::json!({"Workflow": workflow, "BuildId": self.config.build_id}),
+            tl::EventDetails::ExecutionStarted(tl::ExecutionStarted {
+                workflow: Some(workflow.to_owned()),
+                build_id: Some(self.config.build_id.clone()),
+                ..Default::default()
+            })
+            .to_value(),
         );
         let created = match quota.max_unfinished_runs {
             Some(max) => {

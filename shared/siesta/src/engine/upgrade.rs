@@ -7,6 +7,7 @@
 //! a panic of its workflow body) whose journal now replays is resumed by the same
 //! write, as [`Engine::resume`] would: one call fixes it.
 
+use crate::timeline as tl;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -107,7 +108,12 @@ impl Engine {
                 id: None,
                 parent_id: None,
                 name: Some(run.workflow.clone()),
-                details: serde_json::json!({"From": run.build_id, "To": to, "Replayed": replayed}),
+                details: tl::EventDetails::RunUpgraded(tl::RunUpgraded {
+                    from: run.build_id.clone(),
+                    to: to.to_string(),
+                    replayed: replayed as u64,
+                })
+                .to_value(),
             }];
             if resume {
                 timeline.push(self.resume_parked(&run, &mut next, now)?);

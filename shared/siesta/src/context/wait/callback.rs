@@ -2,6 +2,7 @@
 //! waiting for its outcome, and timing out those whose deadline or heartbeat deadline
 //! passed.
 
+use crate::timeline as tl;
 use std::future::IntoFuture;
 use std::marker::PhantomData;
 use std::time::Duration;
@@ -150,7 +151,11 @@ impl<T: Send + 'static> IntoFuture for CallbackBuilder<T> {
                 EventType::CallbackStarted,
                 SubType::Callback,
                 &op,
-                serde_json::json!({"CallbackId": id, "Timeout": deadline, "HeartbeatTimeoutMs": heartbeat_timeout.map(|d| d.as_millis() as u64)}),
+                tl::EventDetails::CallbackStarted(tl::CallbackStarted {
+                    callback_id: id.0.clone(),
+                    timeout: deadline,
+                    heartbeat_timeout_ms: heartbeat_timeout.map(|d| d.as_millis() as u64),
+                }),
             );
             ctx.commit_or_suspend(Delta {
                 journal: vec![entry],
@@ -299,7 +304,11 @@ impl<T: DeserializeOwned + Send + 'static> Callback<T> {
                 event,
                 SubType::Callback,
                 &op,
-                serde_json::json!({"CallbackId": id, "DeliveryId": delivery.id}),
+                tl::EventDetails::CallbackSucceeded(tl::CallbackEnded {
+                    callback_id: id.0.clone(),
+                    delivery_id: Some(delivery.id.0.clone()),
+                    reason: None,
+                }),
             );
             ctx.commit_or_suspend(Delta {
                 journal: vec![entry],
@@ -442,7 +451,12 @@ pub(crate) fn callback_timeout(
         id: Some(waiting.position.0.clone()),
         parent_id: waiting.position.parent().map(|p| p.0),
         name: Some(waiting.name.clone()),
-        details: serde_json::json!({"CallbackId": callback_id, "Reason": which}),
+        details: tl::EventDetails::CallbackTimedOut(tl::CallbackEnded {
+            callback_id: callback_id.0.clone(),
+            delivery_id: None,
+            reason: Some(which.to_string()),
+        })
+        .to_value(),
     };
     (entry, record, event)
 }

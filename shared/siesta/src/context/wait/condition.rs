@@ -1,6 +1,7 @@
 //! `wait_for_condition`: durable polling, the state threaded across checks and
 //! journaled, with durable timers in between.
 
+use crate::timeline as tl;
 use std::future::{Future, IntoFuture};
 use std::time::Duration;
 
@@ -157,7 +158,7 @@ where
                 EventType::StepStarted,
                 SubType::WaitForCondition,
                 &op,
-                serde_json::json!({"Attempt": attempt}),
+                tl::EventDetails::StepStarted(tl::StepStarted { attempt }),
             );
             let streams = crate::context::stream::AttemptStreams::new(&ctx, &op.position, attempt);
             // A live check, as a step's attempt is: its own span (docs/telemetry.md).
@@ -218,7 +219,14 @@ where
                         EventType::StepFailed,
                         SubType::WaitForCondition,
                         &op,
-                        serde_json::json!({"Attempt": attempt, "Error": error, "NextAttemptAt": next_check_at, "NextAttemptDelaySeconds": delay.as_secs_f64(), "Retrying": true}),
+                        tl::EventDetails::StepFailed(tl::StepEnded {
+                            attempt: Some(attempt),
+                            error: Some(error),
+                            next_attempt_at: Some(next_check_at),
+                            next_attempt_delay_ms: Some(delay.as_millis() as u64),
+                            retrying: Some(true),
+                            ..Default::default()
+                        }),
                     );
                     ctx.commit_or_suspend(Delta {
                         journal: vec![op.entry(EntryState::Polling {
@@ -240,7 +248,11 @@ where
                     EventType::StepSucceeded,
                     SubType::WaitForCondition,
                     &op,
-                    serde_json::json!({"Attempt": attempt, "Result": inline_detail(&next_state)}),
+                    tl::EventDetails::StepSucceeded(tl::StepEnded {
+                        attempt: Some(attempt),
+                        result: Some(inline_detail(&next_state)),
+                        ..Default::default()
+                    }),
                 );
                 ctx.commit_or_suspend(Delta {
                     journal: vec![op.entry(EntryState::Succeeded {
@@ -271,7 +283,14 @@ where
                 EventType::StepSucceeded,
                 SubType::WaitForCondition,
                 &op,
-                serde_json::json!({"Attempt": attempt, "State": inline_detail(&next_state), "NextAttemptAt": next_check_at, "NextAttemptDelaySeconds": delay.as_secs_f64(), "Retrying": true}),
+                tl::EventDetails::StepSucceeded(tl::StepEnded {
+                    attempt: Some(attempt),
+                    state: Some(inline_detail(&next_state)),
+                    next_attempt_at: Some(next_check_at),
+                    next_attempt_delay_ms: Some(delay.as_millis() as u64),
+                    retrying: Some(true),
+                    ..Default::default()
+                }),
             );
             ctx.commit_or_suspend(Delta {
                 journal: vec![op.entry(EntryState::Polling {
@@ -303,7 +322,11 @@ async fn finish_failed<S>(
         EventType::StepFailed,
         SubType::WaitForCondition,
         op,
-        serde_json::json!({"Attempt": attempt, "Error": cause}),
+        tl::EventDetails::StepFailed(tl::StepEnded {
+            attempt: Some(attempt),
+            error: Some(cause),
+            ..Default::default()
+        }),
     );
     ctx.commit_or_suspend(Delta {
         journal: vec![op.entry(EntryState::Failed {

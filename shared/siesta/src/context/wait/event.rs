@@ -1,5 +1,6 @@
 //! `wait_for_event`: waiting for a named event delivered through the API.
 
+use crate::timeline as tl;
 use std::future::IntoFuture;
 use std::marker::PhantomData;
 use std::time::Duration;
@@ -94,7 +95,11 @@ impl<T: DeserializeOwned + Send + 'static> IntoFuture for EventBuilder<T> {
                     EventType::WaitStarted,
                     SubType::WaitForEvent,
                     &op,
-                    serde_json::json!({"Event": event_name, "Timeout": deadline}),
+                    tl::EventDetails::WaitStarted(tl::WaitStarted {
+                        event: Some(event_name.to_string()),
+                        timeout: Some(deadline),
+                        ..Default::default()
+                    }),
                 )
             };
             let waiting = || Wait {
@@ -151,7 +156,11 @@ impl<T: DeserializeOwned + Send + 'static> IntoFuture for EventBuilder<T> {
                     EventType::WaitSucceeded,
                     SubType::WaitForEvent,
                     &op,
-                    serde_json::json!({"Event": event_name, "DeliveryId": delivery.id}),
+                    tl::EventDetails::WaitSucceeded(tl::WaitEnded {
+                        event: Some(event_name.to_string()),
+                        delivery_id: Some(delivery.id.0.clone()),
+                        error: None,
+                    }),
                 ));
                 ctx.commit_or_suspend(Delta {
                     journal: vec![entry],
@@ -176,7 +185,11 @@ impl<T: DeserializeOwned + Send + 'static> IntoFuture for EventBuilder<T> {
                     EventType::WaitFailed,
                     SubType::WaitForEvent,
                     &op,
-                    serde_json::json!({"Event": event_name, "Error": err.to_info()}),
+                    tl::EventDetails::WaitFailed(tl::WaitEnded {
+                        event: Some(event_name.to_string()),
+                        delivery_id: None,
+                        error: Some(err.to_info()),
+                    }),
                 );
                 ctx.commit_or_suspend(Delta {
                     journal: vec![op.entry(EntryState::Failed {

@@ -12,6 +12,7 @@ mod wait_for_callback;
 use crate::context::{Context, Delta, Op};
 use crate::error::{Error, ErrorKind};
 use crate::model::*;
+use crate::timeline as tl;
 
 pub(crate) use callback::expire_callbacks;
 pub use callback::{Callback, CallbackBuilder};
@@ -52,7 +53,11 @@ async fn set_aside(
         EventType::DeliveryRejected,
         sub_type,
         op,
-        serde_json::json!({"DeliveryId": delivery, "Reason": why.to_string()}),
+        tl::EventDetails::DeliveryRejected(tl::Delivered {
+            event: None,
+            delivery_id: delivery.0.clone(),
+            reason: Some(why.to_string()),
+        }),
     );
     ctx.commit_or_suspend(Delta {
         journal: vec![entry],

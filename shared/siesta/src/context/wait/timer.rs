@@ -1,6 +1,7 @@
 //! The durable timer (`sleep`, AWS's `wait`): its fire time is journaled the first time
 //! it runs, so it does not move when the run replays.
 
+use crate::timeline as tl;
 use std::future::IntoFuture;
 use std::time::Duration;
 
@@ -65,7 +66,10 @@ impl IntoFuture for WaitBuilder {
                             EventType::WaitStarted,
                             SubType::Wait,
                             &op,
-                            serde_json::json!({"ScheduledEndTimestamp": fire_at}),
+                            tl::EventDetails::WaitStarted(tl::WaitStarted {
+                                scheduled_end_timestamp: Some(fire_at),
+                                ..Default::default()
+                            }),
                         );
                         ctx.commit_or_suspend(Delta {
                             journal: vec![op.entry(EntryState::Waiting(wait))],
@@ -84,7 +88,7 @@ impl IntoFuture for WaitBuilder {
                     EventType::WaitSucceeded,
                     SubType::Wait,
                     &op,
-                    serde_json::Value::Null,
+                    tl::EventDetails::None,
                 );
                 ctx.commit_or_suspend(Delta {
                     journal: vec![op.entry(EntryState::Succeeded {

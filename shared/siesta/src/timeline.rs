@@ -1,0 +1,580 @@
+//! The details of a timeline event, typed: one variant of [`EventDetails`] per
+//! [`EventType`], each a struct whose fields are the event's `Details` keys on the wire
+//! (`docs/timeline.md` shows each and is checked against this file by a test).
+//!
+//! The operations build an [`EventDetails`]; the stored event keeps its JSON form
+//! ([`TimelineEvent::details`]), so timelines written by earlier releases read as
+//! before. Read back, [`EventDetails::parse`] chooses the variant by the event type and
+//! falls back to [`EventDetails::Other`], the raw JSON, for a shape it does not know
+//! (an earlier or later release's). Instants are [`Timestamp`]s (milliseconds in the
+//! store; the API shows them as RFC 3339 through [`EventDetails::instants`]); durations
+//! are milliseconds, with `Ms` in their name.
+
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::Value;
+
+use crate::context::CompletionReason;
+use crate::model::{ErrorInfo, EventType, FencingEpoch, IdempotencyKey, RunStatus, TimelineEvent};
+use crate::time::Timestamp;
+
+/// A field that is written even when empty (`null`), but only by some shapes of its
+/// event type: `None` leaves it out, `Some(None)` writes `null`.
+fn some<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {
+    T::deserialize(d).map(Some)
+}
+
+/// `ExecutionStarted`: the workflow and its build, or for a child run its parent.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields)]
+pub struct ExecutionStarted {
+    /// The workflow started (a run started by the API).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workflow: Option<String>,
+    /// The run that invoked this one (a child run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_run_id: Option<String>,
+    /// The parent's invoke operation (a child run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_operation_id: Option<String>,
+    /// The build that started it, `null` when unnamed.
+    #[serde(default)]
+    pub build_id: Option<String>,
+}
+
+/// `ExecutionSucceeded`: the run's output.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields)]
+pub struct ExecutionSucceeded {
+    /// The output inline, or `{"Artifact": …}` for a large one.
+    pub result: Value,
+}
+
+/// An event that carries an error only (`ExecutionFailed`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields)]
+pub struct Failure {
+    /// What failed.
+    pub error: ErrorInfo,
+}
+
+/// `StepStarted`: one attempt of a step or a condition's check begins.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields)]
+pub struct StepStarted {
+    /// The attempt, from 1.
+    pub attempt: u32,
+}
+
+/// `StepSucceeded` / `StepFailed`: an attempt's outcome.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields)]
+pub struct StepEnded {
+    /// The attempt, from 1 (absent on a result replaced by its artifact).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempt: Option<u32>,
+    /// The value it returned, inline (or `{"Artifact": …}` for a condition's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<Value>,
+    /// A step's value too large to show inline: its artifact.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result_artifact: Option<Value>,
+    /// A value moved to the artifact store after the fact: its artifact.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub artifact: Option<Value>,
+    /// The state a condition's check produced when it said "not yet".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<Value>,
+    /// The attempt's error (`StepFailed`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ErrorInfo>,
+    /// When the next attempt is due, while retrying.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_attempt_at: Option<Timestamp>,
+    /// The delay before the next attempt, in milliseconds, while retrying.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_attempt_delay_ms: Option<u64>,
+    /// The same delay in seconds, as timelines of earlier releases wrote it (read only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_attempt_delay_seconds: Option<f64>,
+    /// `true` while another attempt follows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retrying: Option<bool>,
+    /// Who resolved an unknown tool call to this outcome.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolved_by: Option<String>,
+}
+
+/// `WaitStarted`: a timer (`ScheduledEndTimestamp`) or a wait for an event.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields)]
+pub struct WaitStarted {
+    /// When a timer fires.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduled_end_timestamp: Option<Timestamp>,
+    /// The event waited for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event: Option<String>,
+    /// The event wait's deadline, `null` without one.
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub timeout: Option<Option<Timestamp>>,
+}
+
+/// `WaitSucceeded` / `WaitFailed` of a wait for an event (a timer's carry nothing).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields)]
+pub struct WaitEnded {
+    /// The event waited for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event: Option<String>,
+    /// The delivery it took.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delivery_id: Option<String>,
+    /// Why it failed (timed out).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ErrorInfo>,
+}
+
+/// `CallbackStarted`.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields)]
+pub struct CallbackStarted {
+    /// The callback's id.
+    pub callback_id: String,
+    /// Its deadline, `null` without one.
+    #[serde(default)]
+    pub timeout: Option<Timestamp>,
+    /// Its heartbeat timeout in milliseconds, `null` without one.
+    #[serde(default)]
+    pub heartbeat_timeout_ms: Option<u64>,
+}
+
+/// `CallbackSucceeded` / `CallbackFailed` / `CallbackTimedOut`.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields)]
+pub struct CallbackEnded {
+    /// The callback's id.
+    pub callback_id: String,
+    /// The delivery that completed it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delivery_id: Option<String>,
+    /// Which deadline passed (`CallbackTimedOut`: `timeout` or `heartbeat`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// `CallbackDelivered` (Siesta's): a completion, failure or heartbeat arrived.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields)]
+pub struct CallbackDelivered {
+    /// The callback's id.
+    pub callback_id: String,
+    /// `succeeded`, `failed` or `heartbeat`.
+    pub outcome: String,
+    /// The delivery (absent for a heartbeat).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delivery_id: Option<String>,
+    /// The callback's operation.
+    pub operation_id: String,
+}
+
+/// `EventDelivered`, `MessageInjected`, `DeliveryRejected` (Siesta's).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields)]
+pub struct Delivered {
+    /// The event's name (`EventDelivered`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event: Option<String>,
+    /// The delivery.
+    pub delivery_id: String,
+    /// Why it was refused (`DeliveryRejected`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// `ContextStarted` / `ContextSucceeded` / `ContextFailed` of a `parallel`, `map` or
+/// combinator (a child context's carry nothing).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields)]
+pub struct ContextDetails {
+    /// The combinator (`join_all`, `try_join_all`, `select_ok`, `race`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub combinator: Option<String>,
+    /// How many futures a combinator combines.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub futures: Option<u64>,
+    /// Branches or items in all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total: Option<u64>,
+    /// The concurrency limit, `null` without one.
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub max_concurrency: Option<Option<u64>>,
+    /// Why a batch completed (`AllCompleted`, `MinSuccessful`, `FailureTolerance`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_reason: Option<CompletionReason>,
+    /// How many succeeded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub succeeded: Option<u64>,
+    /// How many failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed: Option<u64>,
+    /// The index of a `race`'s or `select_ok`'s winner.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub winner: Option<u64>,
+    /// The index of the future whose failure decided a failed combinator, `null` when
+    /// none did (no futures).
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub decided_by: Option<Option<u64>>,
+    /// Why it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ErrorInfo>,
+}
+
+/// `ChainedInvokeStarted` / `ChainedInvokeSucceeded` / `ChainedInvokeFailed`.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields)]
+pub struct ChainedInvoke {
+    /// The child's workflow.
+    pub workflow: String,
+    /// The child run.
+    pub child_run_id: String,
+    /// How the child ended (`completed`, `failed`, …).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<RunStatus>,
+}
+
+/// `InvocationCompleted`: one engine invocation ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields)]
+pub struct InvocationCompleted {
+    /// The run's status then.
+    pub status: RunStatus,
+    /// When it is due next, `null` when nothing is scheduled.
+    #[serde(default)]
+    pub next_wake_at: Option<Timestamp>,
+    /// The fencing epoch of the invocation (0 in timelines of releases without one).
+    #[serde(default)]
+    pub epoch: FencingEpoch,
+}
+
+/// `ToolCallRecorded` (Siesta's): a tool call found unknown, or an operator's resolution.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields)]
+pub struct ToolCallRecorded {
+    /// `unknown`, or the resolution (`succeeded`, `failed`, `retry`).
+    pub status: String,
+    /// The operator's resolution.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolution: Option<String>,
+    /// Who resolved it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolved_by: Option<String>,
+    /// The call's idempotency key.
+    #[serde(default)]
+    pub idempotency_key: Option<IdempotencyKey>,
+}
+
+/// `RunParked` (Siesta's): the run needs an operator.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields)]
+pub struct RunParked {
+    /// Why (non-determinism, retries exhausted, a dead-lettered wake-up, …).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ErrorInfo>,
+    /// Why, as text (an unknown side effect).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The dead-lettered wake-up.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wake_up: Option<Value>,
+}
+
+/// `RunResumed` (Siesta's): an operator resumed a parked run.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields)]
+pub struct RunResumed {
+    /// Why it had been parked, `null` when unknown.
+    #[serde(default)]
+    pub parked_for: Option<ErrorInfo>,
+    /// Who resumed it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolved_by: Option<String>,
+}
+
+/// `RunUpgraded` (Siesta's): the run moved to another build.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields)]
+pub struct RunUpgraded {
+    /// The build it ran on, `null` when unnamed.
+    #[serde(default)]
+    pub from: Option<String>,
+    /// The build it runs on now.
+    pub to: String,
+    /// How many journal entries the new build replayed to check it.
+    pub replayed: u64,
+}
+
+/// `MarkerRecorded`: a patch marker.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields)]
+pub struct MarkerRecorded {
+    /// The patch's id.
+    pub patch: String,
+    /// Which call recorded it.
+    pub call: String,
+}
+
+/// A timeline event's details, one variant per [`EventType`] (events that carry none
+/// are [`EventDetails::None`]). Serialised as the variant's fields alone: the event
+/// type beside it says which variant it is.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+#[allow(missing_docs)]
+pub enum EventDetails {
+    ExecutionStarted(ExecutionStarted),
+    ExecutionSucceeded(ExecutionSucceeded),
+    ExecutionFailed(Failure),
+    StepStarted(StepStarted),
+    StepSucceeded(StepEnded),
+    StepFailed(StepEnded),
+    WaitStarted(WaitStarted),
+    WaitSucceeded(WaitEnded),
+    WaitFailed(WaitEnded),
+    CallbackStarted(CallbackStarted),
+    CallbackSucceeded(CallbackEnded),
+    CallbackFailed(CallbackEnded),
+    CallbackTimedOut(CallbackEnded),
+    ContextStarted(ContextDetails),
+    ContextSucceeded(ContextDetails),
+    ContextFailed(ContextDetails),
+    ChainedInvokeStarted(ChainedInvoke),
+    ChainedInvokeSucceeded(ChainedInvoke),
+    ChainedInvokeFailed(ChainedInvoke),
+    InvocationCompleted(InvocationCompleted),
+    CallbackDelivered(CallbackDelivered),
+    EventDelivered(Delivered),
+    MessageInjected(Delivered),
+    DeliveryRejected(Delivered),
+    ToolCallRecorded(ToolCallRecorded),
+    RunParked(RunParked),
+    RunResumed(RunResumed),
+    RunUpgraded(RunUpgraded),
+    MarkerRecorded(MarkerRecorded),
+    /// No details (`ExecutionCancelled`, `CancelRequested`, a timer's `WaitSucceeded`,
+    /// a child context's start and end): `null`, left out on the wire.
+    None,
+    /// Details of a shape this release does not know (written by an earlier or a
+    /// later one), kept as they are.
+    Other(Value),
+}
+
+impl EventDetails {
+    /// Read `details` as stored with an event of `event_type`; a shape this release
+    /// does not know is [`EventDetails::Other`].
+    pub fn parse(event_type: EventType, details: &Value) -> EventDetails {
+        use EventDetails as D;
+        use EventType as T;
+        if details.is_null() {
+            return D::None;
+        }
+        fn read<T: serde::de::DeserializeOwned>(
+            v: &Value,
+            wrap: impl FnOnce(T) -> EventDetails,
+        ) -> EventDetails {
+            match T::deserialize(v) {
+                Ok(t) => wrap(t),
+                Err(_) => EventDetails::Other(v.clone()),
+            }
+        }
+        let v = details;
+        match event_type {
+            T::ExecutionStarted => read(v, D::ExecutionStarted),
+            T::ExecutionSucceeded => read(v, D::ExecutionSucceeded),
+            T::ExecutionFailed => read(v, D::ExecutionFailed),
+            T::StepStarted => read(v, D::StepStarted),
+            T::StepSucceeded => read(v, D::StepSucceeded),
+            T::StepFailed => read(v, D::StepFailed),
+            T::WaitStarted => read(v, D::WaitStarted),
+            T::WaitSucceeded => read(v, D::WaitSucceeded),
+            T::WaitFailed => read(v, D::WaitFailed),
+            T::CallbackStarted => read(v, D::CallbackStarted),
+            T::CallbackSucceeded => read(v, D::CallbackSucceeded),
+            T::CallbackFailed => read(v, D::CallbackFailed),
+            T::CallbackTimedOut => read(v, D::CallbackTimedOut),
+            T::ContextStarted => read(v, D::ContextStarted),
+            T::ContextSucceeded => read(v, D::ContextSucceeded),
+            T::ContextFailed => read(v, D::ContextFailed),
+            T::ChainedInvokeStarted => read(v, D::ChainedInvokeStarted),
+            T::ChainedInvokeSucceeded => read(v, D::ChainedInvokeSucceeded),
+            T::ChainedInvokeFailed => read(v, D::ChainedInvokeFailed),
+            T::InvocationCompleted => read(v, D::InvocationCompleted),
+            T::CallbackDelivered => read(v, D::CallbackDelivered),
+            T::EventDelivered => read(v, D::EventDelivered),
+            T::MessageInjected => read(v, D::MessageInjected),
+            T::DeliveryRejected => read(v, D::DeliveryRejected),
+            T::ToolCallRecorded => read(v, D::ToolCallRecorded),
+            T::RunParked => read(v, D::RunParked),
+            T::RunResumed => read(v, D::RunResumed),
+            T::RunUpgraded => read(v, D::RunUpgraded),
+            T::MarkerRecorded => read(v, D::MarkerRecorded),
+            T::ExecutionCancelled | T::CancelRequested => D::Other(v.clone()),
+        }
+    }
+
+    /// The details as stored: JSON, `null` for [`EventDetails::None`].
+    pub fn to_value(&self) -> Value {
+        serde_json::to_value(self).unwrap_or(Value::Null)
+    }
+
+    /// The instants among the details, by their key: what the API shows as RFC 3339.
+    pub fn instants(&self) -> Vec<(&'static str, Timestamp)> {
+        let mut out = Vec::new();
+        match self {
+            EventDetails::StepSucceeded(s) | EventDetails::StepFailed(s) => {
+                out.extend(s.next_attempt_at.map(|t| ("NextAttemptAt", t)));
+            }
+            EventDetails::WaitStarted(w) => {
+                out.extend(
+                    w.scheduled_end_timestamp
+                        .map(|t| ("ScheduledEndTimestamp", t)),
+                );
+                out.extend(w.timeout.flatten().map(|t| ("Timeout", t)));
+            }
+            EventDetails::CallbackStarted(c) => out.extend(c.timeout.map(|t| ("Timeout", t))),
+            EventDetails::InvocationCompleted(i) => {
+                out.extend(i.next_wake_at.map(|t| ("NextWakeAt", t)));
+            }
+            _ => {}
+        }
+        out
+    }
+}
+
+impl From<EventDetails> for Value {
+    fn from(details: EventDetails) -> Value {
+        details.to_value()
+    }
+}
+
+impl TimelineEvent {
+    /// The event's details, typed ([`EventDetails::parse`]).
+    pub fn typed_details(&self) -> EventDetails {
+        EventDetails::parse(self.event_type, &self.details)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// Every shape the operations write reads back as its own variant and writes the
+    /// same JSON again; an unknown one is kept as it is.
+    #[test]
+    fn the_shapes_on_the_wire_read_back_typed_and_write_the_same_json() {
+        let error = json!({"kind": "Boom", "message": "boom", "retryable": false});
+        let cases = [
+            (
+                EventType::ExecutionStarted,
+                json!({"Workflow": "order", "BuildId": null}),
+            ),
+            (
+                EventType::ExecutionStarted,
+                json!({"ParentRunId": "r1", "ParentOperationId": "a#0", "BuildId": "b"}),
+            ),
+            (
+                EventType::ExecutionSucceeded,
+                json!({"Result": {"ok": true}}),
+            ),
+            (EventType::ExecutionFailed, json!({"Error": error})),
+            (EventType::StepStarted, json!({"Attempt": 1})),
+            (EventType::StepSucceeded, json!({"Attempt": 1, "Result": 3})),
+            (
+                EventType::StepSucceeded,
+                json!({"Attempt": 1, "State": 1, "NextAttemptAt": 5, "NextAttemptDelayMs": 5000, "Retrying": true}),
+            ),
+            (
+                EventType::StepFailed,
+                json!({"Attempt": 1, "Error": error, "NextAttemptAt": 5, "NextAttemptDelaySeconds": 1.0, "Retrying": true}),
+            ),
+            (EventType::WaitStarted, json!({"ScheduledEndTimestamp": 9})),
+            (
+                EventType::WaitStarted,
+                json!({"Event": "go", "Timeout": null}),
+            ),
+            (
+                EventType::WaitSucceeded,
+                json!({"Event": "go", "DeliveryId": "d"}),
+            ),
+            (
+                EventType::CallbackStarted,
+                json!({"CallbackId": "cb", "Timeout": 7, "HeartbeatTimeoutMs": null}),
+            ),
+            (
+                EventType::CallbackTimedOut,
+                json!({"CallbackId": "cb", "Reason": "timeout"}),
+            ),
+            (
+                EventType::CallbackDelivered,
+                json!({"CallbackId": "cb", "Outcome": "heartbeat", "OperationId": "a#0"}),
+            ),
+            (
+                EventType::ContextStarted,
+                json!({"Total": 2, "MaxConcurrency": null}),
+            ),
+            (
+                EventType::ContextFailed,
+                json!({"Combinator": "race", "DecidedBy": null, "Error": error}),
+            ),
+            (
+                EventType::InvocationCompleted,
+                json!({"Status": "waiting", "NextWakeAt": null, "Epoch": 3}),
+            ),
+            (
+                EventType::ToolCallRecorded,
+                json!({"Status": "unknown", "IdempotencyKey": null}),
+            ),
+            (
+                EventType::RunResumed,
+                json!({"ParkedFor": null, "ResolvedBy": "dev"}),
+            ),
+            (
+                EventType::RunUpgraded,
+                json!({"From": null, "To": "b2", "Replayed": 2}),
+            ),
+            (
+                EventType::MarkerRecorded,
+                json!({"Patch": "p", "Call": "patched"}),
+            ),
+        ];
+        for (t, v) in cases {
+            let typed = EventDetails::parse(t, &v);
+            assert!(!matches!(typed, EventDetails::Other(_)), "{t:?} {v}");
+            assert_eq!(typed.to_value(), v, "{t:?}");
+        }
+        let odd = json!({"Something": "else"});
+        assert_eq!(
+            EventDetails::parse(EventType::StepStarted, &odd),
+            EventDetails::Other(odd.clone())
+        );
+        assert_eq!(
+            EventDetails::parse(EventType::StepStarted, &odd).to_value(),
+            odd
+        );
+        assert_eq!(
+            EventDetails::parse(EventType::WaitSucceeded, &Value::Null),
+            EventDetails::None
+        );
+    }
+}
