@@ -3,7 +3,9 @@
 //! below hold each description to the type's real serialization.
 
 use serde::Serialize;
+use siesta::timeline::{EVENT_TYPES, EventDetails};
 use utoipa::ToSchema;
+use utoipa::openapi::schema::{ObjectBuilder, OneOfBuilder, Schema, SchemaType, Type};
 
 /// Where a run is in its life.
 #[derive(Serialize, ToSchema)]
@@ -106,6 +108,34 @@ pub(crate) struct SkippedRunSchema {
     run_id: String,
     /// Why.
     reason: String,
+}
+
+/// A timeline event's `Details`: one object per event type that has details, titled
+/// with the event type, its properties the keys of that type's variant of
+/// [`EventDetails`] (read from the type, so the document cannot drift from it). The
+/// instants among them are RFC 3339 strings, the durations milliseconds (`…Ms`).
+pub(crate) fn event_details() -> Schema {
+    let mut one_of = OneOfBuilder::new().description(Some(
+        "The event's details; which object is given by EventType (the object's title). \
+         Instants are RFC 3339, durations milliseconds (keys ending in Ms).",
+    ));
+    for event_type in EVENT_TYPES {
+        let fields = EventDetails::fields(event_type);
+        if fields.is_empty() {
+            continue;
+        }
+        let mut object = ObjectBuilder::new()
+            .schema_type(Type::Object)
+            .title(Some(format!("{event_type:?}")));
+        for field in fields {
+            object = object.property(
+                *field,
+                ObjectBuilder::new().schema_type(SchemaType::AnyValue),
+            );
+        }
+        one_of = one_of.item(object);
+    }
+    Schema::OneOf(one_of.build())
 }
 
 #[cfg(test)]

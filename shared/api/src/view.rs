@@ -156,8 +156,10 @@ pub struct TimelineEventView {
     pub name: Option<String>,
     /// Details: result, error, attempt, deadline... Its instants
     /// (`ScheduledEndTimestamp`, `Timeout`, `NextAttemptAt`, `NextWakeAt`) are RFC 3339
-    /// too; its durations are numbers with their unit in their name.
+    /// too; its durations are milliseconds (`…Ms`). Its keys are those of the event
+    /// type's [`siesta::timeline::EventDetails`] variant.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(schema_with = crate::schema::event_details)]
     pub details: Option<serde_json::Value>,
 }
 
@@ -384,6 +386,32 @@ mod tests {
         assert_eq!(value["SubType"], "Step");
         let back: TimelineEventView = serde_json::from_value(value).unwrap();
         assert_eq!(back.event_timestamp.millis(), 1_800_000_000_123);
+    }
+
+    #[test]
+    fn the_details_schema_has_an_object_per_event_type_with_the_keys_of_its_type() {
+        let schema = schema_of::<TimelineEventView>();
+        let items = schema["properties"]["Details"]["oneOf"].as_array().unwrap();
+        let titled = |t: EventType| {
+            items
+                .iter()
+                .find(|i| i["title"] == format!("{t:?}"))
+                .unwrap_or_else(|| panic!("no schema for {t:?}"))
+        };
+        let callback = titled(EventType::CallbackStarted);
+        assert_eq!(
+            keys(&callback["properties"]),
+            ["CallbackId", "HeartbeatTimeoutMs", "Timeout"]
+                .map(String::from)
+                .into()
+        );
+        for t in siesta::timeline::EVENT_TYPES {
+            let fields = siesta::timeline::EventDetails::fields(t);
+            if !fields.is_empty() {
+                let declared: BTreeSet<String> = fields.iter().map(|f| f.to_string()).collect();
+                assert_eq!(keys(&titled(t)["properties"]), declared, "{t:?}");
+            }
+        }
     }
 
     #[test]

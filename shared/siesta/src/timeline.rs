@@ -461,6 +461,122 @@ impl EventDetails {
     }
 }
 
+/// Every event type, in the order of [`EventType`]'s declaration.
+pub const EVENT_TYPES: [EventType; 31] = {
+    use EventType as T;
+    [
+        T::ExecutionStarted,
+        T::ExecutionSucceeded,
+        T::ExecutionFailed,
+        T::ExecutionCancelled,
+        T::StepStarted,
+        T::StepSucceeded,
+        T::StepFailed,
+        T::WaitStarted,
+        T::WaitSucceeded,
+        T::WaitFailed,
+        T::CallbackStarted,
+        T::CallbackSucceeded,
+        T::CallbackFailed,
+        T::CallbackTimedOut,
+        T::ContextStarted,
+        T::ContextSucceeded,
+        T::ContextFailed,
+        T::ChainedInvokeStarted,
+        T::ChainedInvokeSucceeded,
+        T::ChainedInvokeFailed,
+        T::InvocationCompleted,
+        T::CallbackDelivered,
+        T::EventDelivered,
+        T::MessageInjected,
+        T::DeliveryRejected,
+        T::ToolCallRecorded,
+        T::RunParked,
+        T::RunResumed,
+        T::CancelRequested,
+        T::RunUpgraded,
+        T::MarkerRecorded,
+    ]
+};
+
+impl EventDetails {
+    /// The keys the details of an event of `event_type` may hold, as the type declares
+    /// them (empty for an event without details). The OpenAPI document and the test
+    /// that holds `docs/timeline.md` to this type read them here.
+    pub fn fields(event_type: EventType) -> &'static [&'static str] {
+        use EventType as T;
+        match event_type {
+            T::ExecutionStarted => fields_of::<ExecutionStarted>(),
+            T::ExecutionSucceeded => fields_of::<ExecutionSucceeded>(),
+            T::ExecutionFailed => fields_of::<Failure>(),
+            T::StepStarted => fields_of::<StepStarted>(),
+            T::StepSucceeded | T::StepFailed => fields_of::<StepEnded>(),
+            T::WaitStarted => fields_of::<WaitStarted>(),
+            T::WaitSucceeded | T::WaitFailed => fields_of::<WaitEnded>(),
+            T::CallbackStarted => fields_of::<CallbackStarted>(),
+            T::CallbackSucceeded | T::CallbackFailed | T::CallbackTimedOut => {
+                fields_of::<CallbackEnded>()
+            }
+            T::ContextStarted | T::ContextSucceeded | T::ContextFailed => {
+                fields_of::<ContextDetails>()
+            }
+            T::ChainedInvokeStarted | T::ChainedInvokeSucceeded | T::ChainedInvokeFailed => {
+                fields_of::<ChainedInvoke>()
+            }
+            T::InvocationCompleted => fields_of::<InvocationCompleted>(),
+            T::CallbackDelivered => fields_of::<CallbackDelivered>(),
+            T::EventDelivered | T::MessageInjected | T::DeliveryRejected => {
+                fields_of::<Delivered>()
+            }
+            T::ToolCallRecorded => fields_of::<ToolCallRecorded>(),
+            T::RunParked => fields_of::<RunParked>(),
+            T::RunResumed => fields_of::<RunResumed>(),
+            T::RunUpgraded => fields_of::<RunUpgraded>(),
+            T::MarkerRecorded => fields_of::<MarkerRecorded>(),
+            T::ExecutionCancelled | T::CancelRequested => &[],
+        }
+    }
+}
+
+/// The field names a struct's `Deserialize` declares (its serde names), read by asking
+/// it to deserialise from a deserializer that only notes them.
+fn fields_of<T: serde::de::DeserializeOwned>() -> &'static [&'static str] {
+    let mut fields: &'static [&'static str] = &[];
+    let _ = T::deserialize(FieldNames(&mut fields));
+    fields
+}
+
+/// A deserializer that records the fields of the struct asked of it, then stops.
+struct FieldNames<'a>(&'a mut &'static [&'static str]);
+
+impl<'de> Deserializer<'de> for FieldNames<'_> {
+    type Error = serde::de::value::Error;
+
+    fn deserialize_any<V: serde::de::Visitor<'de>>(self, _: V) -> Result<V::Value, Self::Error> {
+        Err(serde::de::Error::custom(
+            "only a struct's field names are read",
+        ))
+    }
+
+    fn deserialize_struct<V: serde::de::Visitor<'de>>(
+        self,
+        _name: &'static str,
+        fields: &'static [&'static str],
+        _visitor: V,
+    ) -> Result<V::Value, Self::Error> {
+        *self.0 = fields;
+        Err(serde::de::Error::custom(
+            "only a struct's field names are read",
+        ))
+    }
+
+    serde::forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes
+        byte_buf option unit unit_struct newtype_struct seq tuple tuple_struct map enum
+        identifier ignored_any
+    }
+}
+
 impl From<EventDetails> for Value {
     fn from(details: EventDetails) -> Value {
         details.to_value()
@@ -576,5 +692,23 @@ mod tests {
             EventDetails::parse(EventType::WaitSucceeded, &Value::Null),
             EventDetails::None
         );
+    }
+
+    #[test]
+    fn the_fields_of_each_event_type_are_its_structs_serde_names() {
+        assert_eq!(EventDetails::fields(EventType::StepStarted), ["Attempt"]);
+        assert_eq!(
+            EventDetails::fields(EventType::CallbackStarted),
+            ["CallbackId", "Timeout", "HeartbeatTimeoutMs"]
+        );
+        assert!(EventDetails::fields(EventType::CancelRequested).is_empty());
+        for t in EVENT_TYPES {
+            assert!(
+                EventDetails::fields(t)
+                    .iter()
+                    .all(|f| f.starts_with(char::is_uppercase)),
+                "{t:?}"
+            );
+        }
     }
 }
