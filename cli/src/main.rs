@@ -407,7 +407,7 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::Bootstrap { prefix } => {
             let sdk = siesta_aws::sdk_config_from_env().await;
-            let plan = siesta_aws::bootstrap::Plan::from_embedded_template()?;
+            let plan = siesta_aws::bootstrap::Plan::declared();
             let names = siesta_aws::bootstrap::NewResources::with_prefix(&prefix);
             let created = plan.create(&sdk, &names).await?;
             eprintln!("created (or found) the resources of infra/template.yaml:");

@@ -1,5 +1,6 @@
 //! For tests against the emulators (or a real account): find them, create the shared
-//! table and bucket once per process from `infra/template.yaml`, and a fresh queue pair
+//! table and bucket once per process from the declared resources
+//! ([`crate::bootstrap::Plan::declared`]), and a fresh queue pair
 //! per backend. Without `AWS_ENDPOINT_URL_DYNAMODB` the tests skip, saying how to start
 //! the emulators — unless `SIESTA_AWS_TESTS=required` (the test command sets it), in
 //! which case they fail instead.
@@ -76,10 +77,10 @@ pub async fn emulators() -> Option<Emulators> {
     Some(Emulators { sdk, table, bucket })
 }
 
-/// The template's plan, but the tables it makes can be deleted (tests that make their
+/// The declared plan, but the tables it makes can be deleted (tests that make their
 /// own table give it back to the in-memory DynamoDB Local when done).
 pub fn test_plan() -> Plan {
-    let mut plan = Plan::from_embedded_template().expect("infra/template.yaml");
+    let mut plan = Plan::declared();
     plan.table.deletion_protection = false;
     plan
 }
@@ -150,7 +151,7 @@ impl Emulators {
         }
     }
 
-    /// The shared table and bucket with a fresh queue pair from the template.
+    /// The shared table and bucket with a fresh queue pair as declared.
     pub async fn names(&self, max_receives: u32) -> ResourceNames {
         let plan = test_plan();
         let name = format!("siesta-test-{}", short_id());

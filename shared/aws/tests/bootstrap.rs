@@ -1,4 +1,4 @@
-//! `Plan::create` builds the resources the template declares, and running it again
+//! `Plan::create` builds the declared resources, and running it again
 //! changes nothing.
 
 use aws_sdk_sqs::types::QueueAttributeName;
@@ -14,7 +14,7 @@ async fn bootstrap_creates_the_template_resources_and_is_idempotent() {
         "siesta-boot-{}",
         &uuid::Uuid::new_v4().simple().to_string()[..10]
     ));
-    let plan = Plan::from_embedded_template().unwrap();
+    let plan = Plan::declared();
     let first = plan.create(&env.sdk, &names).await.expect("bootstrap");
     let second = plan
         .create(&env.sdk, &names)
