@@ -49,6 +49,7 @@ mod requests;
 pub mod retention;
 mod store;
 mod streams;
+#[cfg(feature = "test-util")]
 pub mod testing;
 
 pub use requests::{RequestCounter, RequestCounts};
