@@ -5,7 +5,7 @@
 
 use axum::response::{IntoResponse, Response};
 use http::{HeaderValue, StatusCode, header};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use siesta::EngineError;
 use siesta::ports::StoreError;
 use utoipa::ToSchema;
@@ -30,7 +30,7 @@ pub struct ApiError {
 }
 
 /// The body of every error answer.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 #[schema(as = Error)]
 pub struct ErrorBody {
     /// The error.
@@ -38,7 +38,7 @@ pub struct ErrorBody {
 }
 
 /// What went wrong.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct ErrorDetail {
     /// Stable machine-readable code (`bad_request`, `not_found`, `version_mismatch`...).
     pub code: String,

@@ -12,7 +12,7 @@ use crate::schema::{ErrorInfoSchema, RunStatusSchema};
 use crate::time::Rfc3339;
 
 /// A run as the API shows it.
-#[derive(Debug, Clone, Serialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[schema(as = Run)]
 pub struct RunView {
     /// The run's id.
@@ -52,7 +52,7 @@ pub struct RunView {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub awaiting_build: Option<String>,
     /// What it waits for now.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub waits: Vec<WaitView>,
     /// Counts of its operations by state.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -60,13 +60,12 @@ pub struct RunView {
 }
 
 /// One pending wait.
-#[derive(Debug, Clone, Serialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct WaitView {
     /// The operation's position.
     pub operation: String,
     /// `timer`, `callback`, `event`, `child` or `retry`.
-    #[schema(value_type = String)]
-    pub kind: &'static str,
+    pub kind: String,
     /// The callback's id, for callbacks.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub callback_id: Option<String>,
@@ -82,7 +81,7 @@ pub struct WaitView {
 }
 
 /// Operations by state.
-#[derive(Debug, Clone, Default, Serialize, ToSchema)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 pub struct OperationsSummary {
     /// All journaled operations.
     pub total: usize,
@@ -95,7 +94,7 @@ pub struct OperationsSummary {
 }
 
 /// A page of the caller's runs.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct RunPage {
     /// The runs, without their waits and operations.
     pub runs: Vec<RunView>,
@@ -104,7 +103,7 @@ pub struct RunPage {
 }
 
 /// A finished run's outcome.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct RunResult {
     /// The run's id.
     pub id: String,
@@ -119,7 +118,7 @@ pub struct RunResult {
 }
 
 /// A page of a run's timeline.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct Timeline {
     /// The events, in `seq` order. A large value in their details is
     /// `{"value_ref": ValueRef}`.
@@ -185,7 +184,7 @@ impl TimelineEventView {
 
 /// A delivery through the authenticated API (event, message, callback outcome) was
 /// durably recorded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct Accepted {
     /// Always `true`.
     pub accepted: bool,
@@ -194,7 +193,7 @@ pub struct Accepted {
 }
 
 /// A webhook was durably recorded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct Received {
     /// Always `true`.
     pub received: bool,
@@ -203,7 +202,7 @@ pub struct Received {
 }
 
 /// The answer of `/healthz`.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct Health {
     /// `ok`.
     pub status: String,
@@ -290,7 +289,7 @@ impl RunView {
 fn wait_view(entry: &JournalEntry, state: &EntryState, base: &str) -> Option<WaitView> {
     let mut view = WaitView {
         operation: entry.position.to_string(),
-        kind: "timer",
+        kind: "timer".into(),
         callback_id: None,
         url: None,
         event: None,
@@ -302,7 +301,7 @@ fn wait_view(entry: &JournalEntry, state: &EntryState, base: &str) -> Option<Wai
             match &wait.kind {
                 WaitKind::Timer => {}
                 WaitKind::Callback { callback_id, .. } => {
-                    view.kind = "callback";
+                    view.kind = "callback".into();
                     view.url = Some(format!(
                         "{}/hooks/{callback_id}",
                         base.trim_end_matches('/')
@@ -310,18 +309,18 @@ fn wait_view(entry: &JournalEntry, state: &EntryState, base: &str) -> Option<Wai
                     view.callback_id = Some(callback_id.to_string());
                 }
                 WaitKind::Event { name, .. } => {
-                    view.kind = "event";
+                    view.kind = "event".into();
                     view.event = Some(name.clone());
                 }
-                WaitKind::Child { .. } => view.kind = "child",
+                WaitKind::Child { .. } => view.kind = "child".into(),
             }
         }
         EntryState::Retrying { retry_at, .. } => {
-            view.kind = "retry";
+            view.kind = "retry".into();
             view.deadline = Some(Rfc3339(*retry_at));
         }
         EntryState::Polling { next_check_at, .. } => {
-            view.kind = "retry";
+            view.kind = "retry".into();
             view.deadline = Some(Rfc3339(*next_check_at));
         }
         _ => return None,

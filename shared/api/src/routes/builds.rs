@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use axum::Json;
 use axum::extract::State;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use siesta::RunStatus;
 use utoipa::ToSchema;
 
@@ -17,7 +17,7 @@ use crate::state::AppState;
 use crate::time::Rfc3339;
 
 /// A build of the app, as the caller's runs know it.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct BuildView {
     /// The build id (`myapp@0.1.0+5f3a9c0e1b2d4a67`).
     pub build_id: String,
@@ -42,7 +42,7 @@ pub struct BuildView {
 }
 
 /// The caller's builds.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct BuildList {
     /// The build serving this API.
     pub serving: String,

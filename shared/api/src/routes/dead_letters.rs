@@ -23,7 +23,7 @@ use crate::view::RunView;
 const REDRIVE_ALL_LIMIT: usize = 1000;
 
 /// A run parked for a dead-lettered wake-up; its run id names the dead letter.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct DeadLetterView {
     /// The run the dead letter parked.
     pub run_id: String,
@@ -55,7 +55,7 @@ impl DeadLetterView {
 }
 
 /// A page of dead letters.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct DeadLetterPage {
     /// The dead letters, newest first.
     pub dead_letters: Vec<DeadLetterView>,
@@ -66,7 +66,7 @@ pub struct DeadLetterPage {
 }
 
 /// What `POST /dead-letters/redrive` did.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct Redriven {
     /// How many runs were resumed.
     pub redriven: usize,

@@ -1,0 +1,492 @@
+//! A typed client of Siesta's HTTP API, written once for the CLI, the benches and the
+//! tests: one method per route, answers decoded into the API's own view types
+//! ([`siesta_api::RunView`], [`siesta_api::Timeline`]...) so the server and its
+//! clients share one definition, and errors a caller can act on ([`Error`]).
+//!
+//! Path segments are percent-encoded by one function ([`path_segment`]); queries are
+//! encoded by reqwest.
+
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
+pub use reqwest::StatusCode;
+use reqwest::{Method, RequestBuilder};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+pub use siesta_api::{
+    Accepted, BuildList, BuildView, DeadLetterPage, DeadLetterView, ErrorBody, Health, Redriven,
+    RunPage, RunResult, RunView, Timeline, TimelineEventView,
+};
+
+/// What a failed call went wrong with.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The request did not reach the API, or its answer did not arrive.
+    #[error("{url}: {source}")]
+    Transport {
+        /// What was asked.
+        url: String,
+        /// Why it failed.
+        #[source]
+        source: reqwest::Error,
+    },
+    /// The API refused: its status, its error code (`not_found`, `version_mismatch`...)
+    /// and message.
+    #[error("{status}: {code}: {message}")]
+    Api {
+        /// The HTTP status.
+        status: StatusCode,
+        /// The API's stable error code (`http_<status>` when the body said none).
+        code: String,
+        /// What happened, for a person.
+        message: String,
+        /// The whole error body, when it was one (a `diverged` 409 carries where).
+        body: Option<serde_json::Value>,
+    },
+    /// The answer was not what the route answers.
+    #[error("{url}: the answer ({status}) does not decode: {source}")]
+    Decode {
+        /// What was asked.
+        url: String,
+        /// The answer's status.
+        status: StatusCode,
+        /// Why it did not decode.
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+impl Error {
+    /// The API's status, when the API answered with an error.
+    pub fn status(&self) -> Option<StatusCode> {
+        match self {
+            Error::Api { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+
+    /// The API's error code, when the API answered with an error.
+    pub fn code(&self) -> Option<&str> {
+        match self {
+            Error::Api { code, .. } => Some(code),
+            _ => None,
+        }
+    }
+}
+
+/// What percent-encoding leaves alone in a path segment: RFC 3986's unreserved
+/// characters. Everything else (`/`, `#`, `?`, `%`, spaces...) is encoded, so a
+/// position such as `3#1/2` stays one segment.
+const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~');
+
+/// `segment` percent-encoded as one path segment.
+pub fn path_segment(segment: &str) -> String {
+    utf8_percent_encode(segment, SEGMENT).to_string()
+}
+
+/// Filters and paging of [`Client::list_runs`].
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct RunFilter {
+    /// Only runs in this status (`running`, `waiting`, `completed`...).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<String>,
+    /// Only runs of this workflow.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workflow: Option<String>,
+    /// Where the previous page ended (its `next_cursor`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<String>,
+    /// Runs per page (1 to 200; the API's default when unset).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
+}
+
+/// Options of [`Client::start_run`].
+#[derive(Debug, Clone, Default)]
+pub struct StartOptions {
+    /// `Idempotency-Key`: a retry with the same key and body answers with the first run.
+    pub idempotency_key: Option<String>,
+    /// `Prefer: wait=N`: wait up to N seconds for the run to finish.
+    pub wait_secs: Option<u64>,
+    /// `traceparent`: the run joins this W3C trace.
+    pub traceparent: Option<String>,
+}
+
+/// What an operator says happened to a tool call whose outcome is unknown
+/// ([`Client::resolve_operation`]).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "outcome", rename_all = "lowercase")]
+pub enum Resolution {
+    /// It happened and returned this value.
+    Succeeded {
+        /// What it returned.
+        value: serde_json::Value,
+    },
+    /// It failed.
+    Failed {
+        /// The failure.
+        error: Failure,
+    },
+    /// Make it again.
+    Retry,
+}
+
+/// A failure sent to the API (a resolution's, a callback's).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Failure {
+    /// Its kind (the API's default when unset).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
+    /// What happened.
+    pub message: String,
+}
+
+/// The answer of `GET /runs/{id}/result`: the outcome, or the run while it is not
+/// finished.
+#[derive(Debug)]
+pub enum RunOutcome {
+    /// It finished (200).
+    Finished(RunResult),
+    /// Not finished yet (202): the run view.
+    Pending(Box<RunView>),
+}
+
+/// A client of one Siesta API.
+#[derive(Debug, Clone)]
+pub struct Client {
+    http: reqwest::Client,
+    base: String,
+    api_key: Option<String>,
+}
+
+impl Client {
+    /// A client of the API at `base_url` (`http://127.0.0.1:8080`), without an API key.
+    pub fn new(base_url: impl Into<String>) -> Client {
+        Client::with_http(reqwest::Client::new(), base_url)
+    }
+
+    /// A client sending its requests through `http` (timeouts, proxies...).
+    pub fn with_http(http: reqwest::Client, base_url: impl Into<String>) -> Client {
+        Client {
+            http,
+            base: base_url.into().trim_end_matches('/').to_string(),
+            api_key: None,
+        }
+    }
+
+    /// Sends `key` as the bearer token of every request.
+    pub fn api_key(mut self, key: Option<String>) -> Client {
+        self.api_key = key;
+        self
+    }
+
+    /// The API's base URL.
+    pub fn base_url(&self) -> &str {
+        &self.base
+    }
+
+    fn request(&self, method: Method, path: &str) -> RequestBuilder {
+        let request = self.http.request(method, format!("{}{path}", self.base));
+        match &self.api_key {
+            Some(key) => request.bearer_auth(key),
+            None => request,
+        }
+    }
+
+    /// Sends `request`; the answer's status and body, or the API's error.
+    async fn send(&self, request: RequestBuilder) -> Result<(StatusCode, String, Vec<u8>), Error> {
+        let request = request.build().map_err(|source| Error::Transport {
+            url: self.base.clone(),
+            source,
+        })?;
+        let url = request.url().to_string();
+        let response = self
+            .http
+            .execute(request)
+            .await
+            .map_err(|source| Error::Transport {
+                url: url.clone(),
+                source,
+            })?;
+        let status = response.status();
+        let body = response
+            .bytes()
+            .await
+            .map_err(|source| Error::Transport {
+                url: url.clone(),
+                source,
+            })?
+            .to_vec();
+        if status.is_success() {
+            return Ok((status, url, body));
+        }
+        let json = serde_json::from_slice::<serde_json::Value>(&body).ok();
+        let error = json.as_ref().map(|j| &j["error"]);
+        let code = error
+            .and_then(|e| e["code"].as_str())
+            .map_or_else(|| format!("http_{}", status.as_u16()), str::to_string);
+        let message = error
+            .and_then(|e| e["message"].as_str())
+            .map(str::to_string)
+            .unwrap_or_else(|| String::from_utf8_lossy(&body).into_owned());
+        Err(Error::Api {
+            status,
+            code,
+            message,
+            body: json,
+        })
+    }
+
+    async fn call<T: DeserializeOwned>(&self, request: RequestBuilder) -> Result<T, Error> {
+        let (status, url, body) = self.send(request).await?;
+        decode(&url, status, &body)
+    }
+
+    /// `POST /runs`: starts `workflow` with `input`.
+    pub async fn start_run(
+        &self,
+        workflow: &str,
+        input: &serde_json::Value,
+        options: &StartOptions,
+    ) -> Result<RunView, Error> {
+        let mut request = self
+            .request(Method::POST, "/runs")
+            .json(&serde_json::json!({"workflow": workflow, "input": input}));
+        if let Some(key) = &options.idempotency_key {
+            request = request.header("Idempotency-Key", key);
+        }
+        if let Some(wait) = options.wait_secs {
+            request = request.header("Prefer", format!("wait={wait}"));
+        }
+        if let Some(parent) = &options.traceparent {
+            request = request.header("traceparent", parent);
+        }
+        self.call(request).await
+    }
+
+    /// `GET /runs`: a page of the caller's runs, newest first.
+    pub async fn list_runs(&self, filter: &RunFilter) -> Result<RunPage, Error> {
+        self.call(self.request(Method::GET, "/runs").query(filter))
+            .await
+    }
+
+    /// `GET /runs/{id}`: the run.
+    pub async fn get_run(&self, id: &str) -> Result<RunView, Error> {
+        self.call(self.request(Method::GET, &run_path(id, "")))
+            .await
+    }
+
+    /// `GET /runs/{id}/result`: its outcome, waiting up to `wait_secs` for it to finish.
+    pub async fn run_result(&self, id: &str, wait_secs: Option<u64>) -> Result<RunOutcome, Error> {
+        let mut request = self.request(Method::GET, &run_path(id, "/result"));
+        if let Some(wait) = wait_secs {
+            request = request.header("Prefer", format!("wait={wait}"));
+        }
+        let (status, url, body) = self.send(request).await?;
+        if status == StatusCode::ACCEPTED {
+            decode(&url, status, &body).map(|v| RunOutcome::Pending(Box::new(v)))
+        } else {
+            decode(&url, status, &body).map(RunOutcome::Finished)
+        }
+    }
+
+    /// `GET /runs/{id}/timeline`: a page of its events after `after` (its
+    /// `next_after` is the next page's `after`).
+    pub async fn timeline(
+        &self,
+        id: &str,
+        after: u64,
+        limit: Option<u32>,
+    ) -> Result<Timeline, Error> {
+        let mut query = vec![("after", after.to_string())];
+        if let Some(limit) = limit {
+            query.push(("limit", limit.to_string()));
+        }
+        self.call(
+            self.request(Method::GET, &run_path(id, "/timeline"))
+                .query(&query),
+        )
+        .await
+    }
+
+    /// Its whole timeline, page after page.
+    pub async fn full_timeline(&self, id: &str) -> Result<Vec<TimelineEventView>, Error> {
+        let mut events = Vec::new();
+        let mut after = 0;
+        loop {
+            let page = self.timeline(id, after, Some(1000)).await?;
+            if page.events.is_empty() {
+                return Ok(events);
+            }
+            after = page.next_after;
+            events.extend(page.events);
+        }
+    }
+
+    /// `POST /runs/{id}/cancel`, with `If-Match` when `if_match` is the version it
+    /// must still have.
+    pub async fn cancel(&self, id: &str, if_match: Option<u64>) -> Result<RunView, Error> {
+        self.transition(&run_path(id, "/cancel"), if_match).await
+    }
+
+    /// `POST /runs/{id}/resume` (a parked run), with `If-Match` as for
+    /// [`Client::cancel`].
+    pub async fn resume(&self, id: &str, if_match: Option<u64>) -> Result<RunView, Error> {
+        self.transition(&run_path(id, "/resume"), if_match).await
+    }
+
+    async fn transition(&self, path: &str, if_match: Option<u64>) -> Result<RunView, Error> {
+        let mut request = self.request(Method::POST, path);
+        if let Some(version) = if_match {
+            request = request.header("If-Match", format!("\"{version}\""));
+        }
+        self.call(request).await
+    }
+
+    /// `POST /runs/{id}/operations/{position}/resolve`: what happened to a tool call
+    /// whose outcome is unknown.
+    pub async fn resolve_operation(
+        &self,
+        id: &str,
+        position: &str,
+        resolution: &Resolution,
+        if_match: Option<u64>,
+    ) -> Result<RunView, Error> {
+        let path = run_path(
+            id,
+            &format!("/operations/{}/resolve", path_segment(position)),
+        );
+        let mut request = self.request(Method::POST, &path).json(resolution);
+        if let Some(version) = if_match {
+            request = request.header("If-Match", format!("\"{version}\""));
+        }
+        self.call(request).await
+    }
+
+    /// `POST /runs/{id}/events/{name}`: delivers event `name` with `value`;
+    /// `delivery_id` (`Idempotency-Key`) makes a repeat a duplicate.
+    pub async fn send_event(
+        &self,
+        id: &str,
+        name: &str,
+        value: &serde_json::Value,
+        delivery_id: Option<&str>,
+    ) -> Result<Accepted, Error> {
+        let path = run_path(id, &format!("/events/{}", path_segment(name)));
+        self.deliver(&path, value, delivery_id).await
+    }
+
+    /// `POST /runs/{id}/messages`: injects a message.
+    pub async fn send_message(
+        &self,
+        id: &str,
+        message: &serde_json::Value,
+        delivery_id: Option<&str>,
+    ) -> Result<Accepted, Error> {
+        self.deliver(&run_path(id, "/messages"), message, delivery_id)
+            .await
+    }
+
+    /// `POST /callbacks/{callback_id}/succeed`: completes a callback with `value`.
+    pub async fn complete_callback(
+        &self,
+        callback_id: &str,
+        value: &serde_json::Value,
+        delivery_id: Option<&str>,
+    ) -> Result<Accepted, Error> {
+        let path = format!("/callbacks/{}/succeed", path_segment(callback_id));
+        self.deliver(&path, value, delivery_id).await
+    }
+
+    /// `POST /callbacks/{callback_id}/fail`: fails a callback.
+    pub async fn fail_callback(
+        &self,
+        callback_id: &str,
+        failure: &Failure,
+        delivery_id: Option<&str>,
+    ) -> Result<Accepted, Error> {
+        let path = format!("/callbacks/{}/fail", path_segment(callback_id));
+        self.deliver(&path, failure, delivery_id).await
+    }
+
+    /// `POST /callbacks/{callback_id}/heartbeat`: the callback's holder is alive.
+    pub async fn heartbeat_callback(&self, callback_id: &str) -> Result<Accepted, Error> {
+        let path = format!("/callbacks/{}/heartbeat", path_segment(callback_id));
+        self.call(self.request(Method::POST, &path)).await
+    }
+
+    async fn deliver(
+        &self,
+        path: &str,
+        body: &impl Serialize,
+        delivery_id: Option<&str>,
+    ) -> Result<Accepted, Error> {
+        let mut request = self.request(Method::POST, path).json(body);
+        if let Some(id) = delivery_id {
+            request = request.header("Idempotency-Key", id);
+        }
+        self.call(request).await
+    }
+
+    /// `GET /dead-letters`: a page of the caller's dead letters.
+    pub async fn dead_letters(&self, cursor: Option<&str>) -> Result<DeadLetterPage, Error> {
+        let query: Vec<(&str, &str)> = cursor.map(|c| ("cursor", c)).into_iter().collect();
+        self.call(self.request(Method::GET, "/dead-letters").query(&query))
+            .await
+    }
+
+    /// `POST /dead-letters/{id}/redrive`: resumes one parked run.
+    pub async fn redrive(&self, id: &str, if_match: Option<u64>) -> Result<RunView, Error> {
+        let path = format!("/dead-letters/{}/redrive", path_segment(id));
+        self.transition(&path, if_match).await
+    }
+
+    /// `POST /dead-letters/redrive`: resumes every parked run.
+    pub async fn redrive_all(&self) -> Result<Redriven, Error> {
+        self.call(self.request(Method::POST, "/dead-letters/redrive"))
+            .await
+    }
+
+    /// `GET /builds`: the caller's builds.
+    pub async fn builds(&self) -> Result<BuildList, Error> {
+        self.call(self.request(Method::GET, "/builds")).await
+    }
+
+    /// `GET /healthz`.
+    pub async fn health(&self) -> Result<Health, Error> {
+        self.call(self.request(Method::GET, "/healthz")).await
+    }
+
+    /// `GET /openapi.json`: the API's OpenAPI document.
+    pub async fn openapi(&self) -> Result<serde_json::Value, Error> {
+        self.call(self.request(Method::GET, "/openapi.json")).await
+    }
+}
+
+/// `/runs/{id}` (encoded) followed by `rest`.
+fn run_path(id: &str, rest: &str) -> String {
+    format!("/runs/{}{rest}", path_segment(id))
+}
+
+fn decode<T: DeserializeOwned>(url: &str, status: StatusCode, body: &[u8]) -> Result<T, Error> {
+    serde_json::from_slice(body).map_err(|source| Error::Decode {
+        url: url.to_string(),
+        status,
+        source,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_path_segment_keeps_unreserved_characters_and_encodes_the_rest() {
+        assert_eq!(path_segment("run-1_a.b~c"), "run-1_a.b~c");
+        assert_eq!(path_segment("3#1/2"), "3%231%2F2");
+        assert_eq!(path_segment("a b%?é"), "a%20b%25%3F%C3%A9");
+    }
+}
