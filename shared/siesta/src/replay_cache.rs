@@ -19,7 +19,7 @@
 //!   the least recently kept runs make way for newer ones. A continuation that makes
 //!   way for a newer one is not dropped but downgraded to its journal, so its run
 //!   still replays from memory.
-//! - **A continuation is the journal plus the parked workflow.** Its `Shared` holds the
+//! - **A continuation is the journal plus the held workflow.** Its `Shared` holds the
 //!   journal exactly as its checkpoints wrote it, so the rule that makes a cached
 //!   journal valid makes the continuation valid too: the store holds nothing it lacks.
 
@@ -55,11 +55,11 @@ impl From<History> for Replayed {
 
 /// A suspended invocation's workflow, kept whole for the run's next claim: the pass
 /// state (journal, deliveries, minting counters) and the workflow future, every branch
-/// of it parked (see `Context::park`).
+/// of it held (see `Context::hold`).
 pub(crate) struct Continuation {
     /// The pass's shared state; re-armed by the next invocation.
     pub shared: std::sync::Arc<crate::context::Shared>,
-    /// The workflow, as it was when every branch had parked.
+    /// The workflow, as it was when every branch was held.
     pub future: futures::future::BoxFuture<'static, Result<serde_json::Value, crate::Error>>,
 }
 
@@ -67,7 +67,7 @@ pub(crate) struct Continuation {
 pub(crate) enum Kept {
     /// The decoded journal only: the next invocation replays from the top.
     Journal(Replayed),
-    /// The parked workflow: the next invocation continues it.
+    /// The held workflow: the next invocation continues it.
     Continuation(Continuation),
 }
 

@@ -9,10 +9,10 @@
 //!   learns something (a step's result, a callback's payload, a timer firing) commits it
 //!   in one checkpoint and only then returns it.
 //! - **Suspension never reaches user code.** An operation that cannot complete yet
-//!   records what it waits for and parks; the engine notices that every branch is
+//!   records what it waits for and holds; the engine notices that every branch is
 //!   blocked and checkpoints. It then either drops the workflow future or keeps it as a
 //!   continuation (see `crate::continuation`): the next invocation re-arms `Shared`
-//!   and every parked branch re-evaluates what it waits for, exactly as a replay would
+//!   and every held branch re-evaluates what it waits for, exactly as a replay would
 //!   from the journal. A branch that cannot re-evaluate (a stop, a failed checkpoint, a
 //!   wait that does not loop) blocks for good and marks the pass as not continuable.
 //! - **One writer.** Checkpoints of concurrent branches are serialised through one lock
@@ -466,7 +466,7 @@ impl Context {
 
     /// Stop at an operation boundary when the run is stopping, cancelled, or out of
     /// time; otherwise return at once.
-    /// A spent budget parks the branch until the next invocation re-arms the pass with
+    /// A spent budget holds the branch until the next invocation re-arms the pass with
     /// a new one; a stop or cancellation blocks it for good.
     pub(crate) async fn boundary(&self) {
         if self.shared.checking {
@@ -491,7 +491,7 @@ impl Context {
             match block {
                 None => return,
                 Some(true) => self.suspend::<()>(None).await,
-                Some(false) => self.park(None).await,
+                Some(false) => self.hold(None).await,
             }
         }
     }
@@ -513,7 +513,7 @@ impl Context {
     /// Block this branch until the pass is re-armed by a new invocation (see
     /// [`Shared::rearm`]), noting when it next needs attention. The caller then
     /// re-evaluates what it waits for, as a replay of the journal would.
-    pub(crate) async fn park(&self, due: Option<Timestamp>) {
+    pub(crate) async fn hold(&self, due: Option<Timestamp>) {
         let generation = {
             let mut st = self.shared.state();
             if let Some(due) = due {

@@ -80,9 +80,9 @@ pub(crate) struct ExecState {
     /// Starts of operations whose work is not inside them (a combinator's futures were
     /// created before it), recorded by the next checkpoint anyone makes.
     pub(super) detached_starts: Vec<PendingStart>,
-    /// Counts re-arms: a parked branch re-evaluates its wait when this moves.
+    /// Counts re-arms: a held branch re-evaluates its wait when this moves.
     pub(super) generation: u64,
-    /// A branch blocked for good (not parked): this pass cannot be continued.
+    /// A branch blocked for good (not held): this pass cannot be continued.
     pub stuck: bool,
     /// In a replay check, the first place the code left the journal.
     pub divergence: Option<crate::engine::Divergence>,
@@ -104,7 +104,7 @@ pub(crate) struct Shared {
     pub(super) queue_ids: std::sync::atomic::AtomicU64,
     /// The lease watch of the invocation driving this pass (replaced on re-arm).
     watch: Mutex<Arc<LeaseWatch>>,
-    /// Wakes parked branches when the pass is re-armed.
+    /// Wakes held branches when the pass is re-armed.
     pub(super) rearmed: tokio::sync::Notify,
     /// A replay check (see `engine::replay_check`): the pass only reads. Where it would
     /// do new work or write (a boundary, a checkpoint) the branch stops instead, and a
@@ -255,7 +255,7 @@ impl Shared {
 
     /// Hand this suspended pass to a new invocation: `run` as its claim left it (which
     /// the caller checked nothing else wrote since this pass's final checkpoint), its
-    /// budget and lease watch. Every parked branch then re-evaluates its wait on its
+    /// budget and lease watch. Every held branch then re-evaluates its wait on its
     /// next poll.
     pub(crate) fn rearm(&self, run: Run, budget_deadline: Timestamp, watch: Arc<LeaseWatch>) {
         let epoch = run.lease.as_ref().map(|l| l.epoch).unwrap_or(run.epoch);

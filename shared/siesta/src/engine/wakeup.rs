@@ -163,7 +163,7 @@ impl Engine {
             };
             let exec = {
                 // Tells a branch that woke the workflow during a poll (a `FuturesUnordered`
-                // yielding, a parked branch a re-arm woke behind one) from one that waits.
+                // yielding, a held branch a re-arm woke behind one) from one that waits.
                 let woken = Arc::new(WokenFlag::default());
                 let woken_waker = futures::task::waker(woken.clone());
                 std::future::poll_fn(|cx| {
@@ -244,7 +244,7 @@ impl Engine {
     /// Keep what the invocation that just wrote its final checkpoint replayed, for the
     /// run's next wake-up — unless deliveries arrived that it did not load (its final
     /// checkpoint merged them): those are only in the store. With `future` (every
-    /// branch parked, none blocked for good) the workflow itself is kept, to continue;
+    /// branch held, none blocked for good) the workflow itself is kept, to continue;
     /// otherwise its journal.
     ///
     /// Only a run due again soon (within [`EngineConfig::resend_margin`]: a timer, a

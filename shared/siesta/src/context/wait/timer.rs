@@ -81,7 +81,7 @@ impl IntoFuture for WaitBuilder {
                     }
                 };
                 if now < fire_at {
-                    ctx.park(Some(fire_at)).await;
+                    ctx.hold(Some(fire_at)).await;
                     continue;
                 }
                 let event = ctx.event(
