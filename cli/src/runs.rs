@@ -4,6 +4,7 @@ use std::io::IsTerminal;
 
 use anyhow::{Context as _, bail};
 use serde_json::Value;
+use siesta_client::path_segment;
 
 /// Where the server is and how to reach it.
 #[derive(Debug, Clone)]
@@ -17,6 +18,30 @@ pub struct Remote {
 }
 
 impl Remote {
+    /// The typed client of this server's API.
+    fn client(&self) -> siesta_client::Client {
+        siesta_client::Client::new(&self.url).api_key(self.api_key.clone())
+    }
+
+    /// A failed call as the CLI reports it: the API's refusal as `STATUS: message`, a
+    /// server it could not reach as "reaching URL".
+    fn failed(&self, error: siesta_client::Error) -> anyhow::Error {
+        match error {
+            siesta_client::Error::Api {
+                status, message, ..
+            } => anyhow::anyhow!("{status}: {message}"),
+            siesta_client::Error::Transport { source, .. } => {
+                anyhow::Error::new(source).context(format!("reaching {}", self.url))
+            }
+            decode @ siesta_client::Error::Decode { .. } => decode.into(),
+        }
+    }
+
+    /// Serializes an answer of the typed client for `print`.
+    fn shown(value: &impl serde::Serialize) -> anyhow::Result<Value> {
+        Ok(serde_json::to_value(value)?)
+    }
+
     async fn call(
         &self,
         method: reqwest::Method,
@@ -65,17 +90,18 @@ impl Remote {
         status: Option<String>,
         workflow: Option<String>,
     ) -> anyhow::Result<()> {
-        let mut query = vec!["limit=100".to_owned()];
-        query.extend(status.map(|s| format!("status={s}")));
-        query.extend(workflow.map(|w| format!("workflow={w}")));
-        let body = self
-            .call(
-                reqwest::Method::GET,
-                &format!("/runs?{}", query.join("&")),
-                None,
-                &[],
-            )
-            .await?;
+        let filter = siesta_client::RunFilter {
+            status,
+            workflow,
+            limit: Some(100),
+            cursor: None,
+        };
+        let page = self
+            .client()
+            .list_runs(&filter)
+            .await
+            .map_err(|e| self.failed(e))?;
+        let body = Self::shown(&page)?;
         self.print(&body, |b| {
             println!(
                 "{:<40} {:<12} {:<10} {:<26} {:<26} {:>12} {:>7}",
@@ -106,9 +132,12 @@ impl Remote {
 
     /// `runs show`.
     pub async fn show(&self, id: &str) -> anyhow::Result<()> {
-        let body = self
-            .call(reqwest::Method::GET, &format!("/runs/{id}"), None, &[])
-            .await?;
+        let run = self
+            .client()
+            .get_run(id)
+            .await
+            .map_err(|e| self.failed(e))?;
+        let body = Self::shown(&run)?;
         self.print(&body, |b| {
             println!("run       {}", b["id"].as_str().unwrap_or(""));
             println!("workflow  {}", b["workflow"].as_str().unwrap_or(""));
@@ -171,30 +200,23 @@ impl Remote {
     /// `runs builds`: the builds the caller's runs started on, each with its
     /// unfinished runs by status.
     pub async fn builds(&self) -> anyhow::Result<()> {
-        let body = self
-            .call(reqwest::Method::GET, "/builds", None, &[])
-            .await?;
+        let builds = self.client().builds().await.map_err(|e| self.failed(e))?;
+        let body = Self::shown(&builds)?;
         self.print(&body, |b| print!("{}", builds_table(b)));
         Ok(())
     }
 
     /// `runs timeline`.
     pub async fn timeline(&self, id: &str) -> anyhow::Result<()> {
-        let body = self
-            .call(
-                reqwest::Method::GET,
-                &format!("/runs/{id}/timeline?limit=1000"),
-                None,
-                &[],
-            )
-            .await?;
-        self.print(&body, |b| {
+        let timeline = self
+            .client()
+            .timeline(id, 0, Some(1000))
+            .await
+            .map_err(|e| self.failed(e))?;
+        self.print(&Self::shown(&timeline)?, |_| {
             println!("{TIMELINE_HEADER}");
-            for e in b["events"].as_array().into_iter().flatten() {
-                match serde_json::from_value::<siesta_api::TimelineEventView>(e.clone()) {
-                    Ok(event) => println!("{}", timeline_row(&event)),
-                    Err(_) => println!("{e}"),
-                }
+            for event in &timeline.events {
+                println!("{}", timeline_row(event));
             }
         });
         Ok(())
@@ -251,14 +273,22 @@ impl Remote {
 
     /// `runs cancel`.
     pub async fn cancel(&self, id: &str, if_match: Option<u64>) -> anyhow::Result<()> {
-        self.transition(id, &format!("/runs/{id}/cancel"), if_match)
+        let run = self
+            .client()
+            .cancel(id, if_match)
             .await
+            .map_err(|e| self.failed(e))?;
+        self.transitioned(id, &run)
     }
 
     /// `runs resume`.
     pub async fn resume(&self, id: &str, if_match: Option<u64>) -> anyhow::Result<()> {
-        self.transition(id, &format!("/runs/{id}/resume"), if_match)
+        let run = self
+            .client()
+            .resume(id, if_match)
             .await
+            .map_err(|e| self.failed(e))?;
+        self.transitioned(id, &run)
     }
 
     /// `runs upgrade RUN`: `POST /runs/{id}/upgrade`.
@@ -350,22 +380,10 @@ impl Remote {
         Ok(())
     }
 
-    /// `POST path` (cancel, resume, redrive of run `id`) with an optional `If-Match`;
-    /// prints the run's new status.
-    async fn transition(&self, id: &str, path: &str, if_match: Option<u64>) -> anyhow::Result<()> {
-        let headers: Vec<(&str, String)> = if_match
-            .map(|v| ("If-Match", format!("\"{v}\"")))
-            .into_iter()
-            .collect();
-        let body = self
-            .call(reqwest::Method::POST, path, None, &headers)
-            .await?;
-        self.print(&body, |b| {
-            println!(
-                "run {} is {}",
-                id,
-                paint_status(b["status"].as_str().unwrap_or(""))
-            )
+    /// Prints run `id`'s new status after a cancel, resume or redrive.
+    fn transitioned(&self, id: &str, run: &siesta_client::RunView) -> anyhow::Result<()> {
+        self.print(&Self::shown(run)?, |_| {
+            println!("run {} is {}", id, paint_status(run.status.as_str()))
         });
         Ok(())
     }
@@ -378,27 +396,16 @@ impl Remote {
         outcome: Outcome,
         if_match: Option<u64>,
     ) -> anyhow::Result<()> {
-        let headers: Vec<(&str, String)> = if_match
-            .map(|v| ("If-Match", format!("\"{v}\"")))
-            .into_iter()
-            .collect();
-        let body = self
-            .call(
-                reqwest::Method::POST,
-                &format!(
-                    "/runs/{}/operations/{}/resolve",
-                    path_segment(id),
-                    path_segment(position)
-                ),
-                Some(outcome.body()),
-                &headers,
-            )
-            .await?;
-        self.print(&body, |b| {
+        let run = self
+            .client()
+            .resolve_operation(id, position, &outcome.resolution(), if_match)
+            .await
+            .map_err(|e| self.failed(e))?;
+        self.print(&Self::shown(&run)?, |_| {
             println!(
                 "{position} of run {id} resolved ({}); the run is {}",
                 outcome.name(),
-                paint_status(b["status"].as_str().unwrap_or(""))
+                paint_status(run.status.as_str())
             )
         });
         Ok(())
@@ -408,16 +415,13 @@ impl Remote {
     pub async fn send_event(&self, id: &str, name: &str, payload: &str) -> anyhow::Result<()> {
         let value: Value =
             serde_json::from_str(payload).context("the event payload must be JSON")?;
-        let body = self
-            .call(
-                reqwest::Method::POST,
-                &format!("/runs/{id}/events/{name}"),
-                Some(value),
-                &[],
-            )
-            .await?;
-        self.print(&body, |b| {
-            let dup = if b["duplicate"] == true {
+        let accepted = self
+            .client()
+            .send_event(id, name, &value, None)
+            .await
+            .map_err(|e| self.failed(e))?;
+        self.print(&Self::shown(&accepted)?, |_| {
+            let dup = if accepted.duplicate {
                 " (duplicate, ignored)"
             } else {
                 ""
@@ -433,20 +437,14 @@ impl Remote {
         let mut all = Vec::new();
         let mut cursor: Option<String> = None;
         loop {
-            let path = match &cursor {
-                Some(c) => format!("/dead-letters?limit=200&cursor={c}"),
-                None => "/dead-letters?limit=200".to_owned(),
-            };
-            let page = self.call(reqwest::Method::GET, &path, None, &[]).await?;
-            all.extend(
-                page["dead_letters"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .cloned(),
-            );
-            match page["next_cursor"].as_str() {
-                Some(c) => cursor = Some(c.to_owned()),
+            let page = self
+                .client()
+                .dead_letters(cursor.as_deref(), Some(200))
+                .await
+                .map_err(|e| self.failed(e))?;
+            all.extend(page.dead_letters);
+            match page.next_cursor {
+                Some(c) => cursor = Some(c),
                 None => break,
             }
         }
@@ -476,22 +474,25 @@ impl Remote {
     /// `runs redrive`: resume the run one dead letter parked (`id`), or every one.
     pub async fn redrive(&self, id: Option<&str>, if_match: Option<u64>) -> anyhow::Result<()> {
         let Some(id) = id else {
-            let body = self
-                .call(reqwest::Method::POST, "/dead-letters/redrive", None, &[])
-                .await?;
-            self.print(&body, |b| {
-                println!(
-                    "{} dead letters redriven",
-                    b["redriven"].as_u64().unwrap_or(0)
-                );
-                for id in b["run_ids"].as_array().into_iter().flatten() {
-                    println!("  {}", id.as_str().unwrap_or(""));
+            let redriven = self
+                .client()
+                .redrive_all()
+                .await
+                .map_err(|e| self.failed(e))?;
+            self.print(&Self::shown(&redriven)?, |_| {
+                println!("{} dead letters redriven", redriven.redriven);
+                for id in &redriven.run_ids {
+                    println!("  {id}");
                 }
             });
             return Ok(());
         };
-        self.transition(id, &format!("/dead-letters/{id}/redrive"), if_match)
+        let run = self
+            .client()
+            .redrive(id, if_match)
             .await
+            .map_err(|e| self.failed(e))?;
+        self.transitioned(id, &run)
     }
 }
 
@@ -514,16 +515,19 @@ impl Outcome {
             .context("--succeeded takes the call's result as JSON (a string is \"quoted\")")
     }
 
-    /// The resolve route's body.
-    pub fn body(&self) -> Value {
+    /// The resolution sent to the resolve route.
+    pub fn resolution(&self) -> siesta_client::Resolution {
         match self {
-            Outcome::Succeeded(value) => {
-                serde_json::json!({"outcome": "succeeded", "value": value})
-            }
-            Outcome::Failed(message) => {
-                serde_json::json!({"outcome": "failed", "error": {"message": message}})
-            }
-            Outcome::Retry => serde_json::json!({"outcome": "retry"}),
+            Outcome::Succeeded(value) => siesta_client::Resolution::Succeeded {
+                value: value.clone(),
+            },
+            Outcome::Failed(message) => siesta_client::Resolution::Failed {
+                error: siesta_client::Failure {
+                    code: None,
+                    message: message.clone(),
+                },
+            },
+            Outcome::Retry => siesta_client::Resolution::Retry,
         }
     }
 
@@ -534,20 +538,6 @@ impl Outcome {
             Outcome::Retry => "retry",
         }
     }
-}
-
-/// `segment` percent-encoded for one path segment: a position holds `#` and, nested,
-/// `/`, which would otherwise end the path or the segment.
-fn path_segment(segment: &str) -> String {
-    let mut out = String::with_capacity(segment.len());
-    for b in segment.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
 }
 
 /// When a run (as the API shows it) started and finished, in ms since the epoch.
@@ -823,6 +813,15 @@ mod tests {
         (url, rx)
     }
 
+    /// A run view (what the typed client decodes) in `status`.
+    fn run_view(status: &str) -> Value {
+        serde_json::json!({
+            "id": "run-1", "workflow": "pay", "tenant": "default", "status": status,
+            "version": 3, "input": null, "cancel_requested": false,
+            "created_at": "2026-01-01T00:00:00Z", "updated_at": "2026-01-01T00:00:01Z",
+        })
+    }
+
     fn remote(url: String) -> Remote {
         Remote {
             url,
@@ -849,7 +848,7 @@ mod tests {
 
     #[tokio::test]
     async fn runs_resolve_posts_each_outcome_to_the_operations_encoded_position() {
-        let (url, mut seen) = recording_server(202, serde_json::json!({"status": "pending"})).await;
+        let (url, mut seen) = recording_server(202, run_view("pending")).await;
         let remote = remote(url);
         let cases = [
             (
@@ -925,7 +924,7 @@ mod tests {
                     "/dead-letters/redrive" => {
                         serde_json::json!({"redriven": 2, "run_ids": ["run-1", "run-2"]})
                     }
-                    _ => serde_json::json!({"status": "pending"}),
+                    _ => run_view("pending"),
                 })
             }
         });

@@ -59,7 +59,7 @@ pub use routes::{
     StreamPageView, idempotent_run_id,
 };
 pub use time::{NotATime, Rfc3339};
-pub use values::{VALUE_REF, ValueRef, value_path};
+pub use values::{VALUE_REF, ValueRef, path_segment, value_path};
 pub use view::{
     Accepted, Health, OperationsSummary, Received, RunPage, RunResult, RunView, Timeline,
     TimelineEventView, WaitView,

@@ -48,21 +48,23 @@ impl ValueRef {
 
 /// The path a run's large value is served at.
 pub fn value_path(run_id: &str, sha256: &str) -> String {
-    format!("/runs/{}/values/{sha256}", percent_encode_segment(run_id))
+    format!("/runs/{}/values/{sha256}", path_segment(run_id))
 }
 
-/// Run ids are URL-safe as minted, but a caller's own id (an idempotent start) is kept
-/// as given: encode what a path segment cannot hold.
-fn percent_encode_segment(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
+/// What a path segment keeps as it is: RFC 3986's unreserved characters. Everything
+/// else (`/`, `#`, `?`, `%`, spaces...) is percent-encoded, so a position such as
+/// `3#1/2` or a caller's own run id (an idempotent start keeps it as given) stays one
+/// segment.
+const SEGMENT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~');
+
+/// `segment` percent-encoded as one path segment of an API path (the server's links,
+/// the client's requests).
+pub fn path_segment(segment: &str) -> String {
+    percent_encoding::utf8_percent_encode(segment, SEGMENT).to_string()
 }
 
 /// The artifact reference `v` is, as the stores and the engine write it: an object

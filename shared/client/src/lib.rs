@@ -3,10 +3,9 @@
 //! ([`siesta_api::RunView`], [`siesta_api::Timeline`]...) so the server and its
 //! clients share one definition, and errors a caller can act on ([`Error`]).
 //!
-//! Path segments are percent-encoded by one function ([`path_segment`]); queries are
-//! encoded by reqwest.
+//! Path segments are percent-encoded by one function ([`path_segment`], the API's
+//! own); queries are encoded by reqwest.
 
-use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 pub use reqwest::StatusCode;
 use reqwest::{Method, RequestBuilder};
 use serde::Serialize;
@@ -14,7 +13,7 @@ use serde::de::DeserializeOwned;
 
 pub use siesta_api::{
     Accepted, BuildList, BuildView, DeadLetterPage, DeadLetterView, ErrorBody, Health, Redriven,
-    RunPage, RunResult, RunView, Timeline, TimelineEventView,
+    RunPage, RunResult, RunView, Timeline, TimelineEventView, path_segment,
 };
 
 /// What a failed call went wrong with.
@@ -71,20 +70,6 @@ impl Error {
             _ => None,
         }
     }
-}
-
-/// What percent-encoding leaves alone in a path segment: RFC 3986's unreserved
-/// characters. Everything else (`/`, `#`, `?`, `%`, spaces...) is encoded, so a
-/// position such as `3#1/2` stays one segment.
-const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
-    .remove(b'-')
-    .remove(b'_')
-    .remove(b'.')
-    .remove(b'~');
-
-/// `segment` percent-encoded as one path segment.
-pub fn path_segment(segment: &str) -> String {
-    utf8_percent_encode(segment, SEGMENT).to_string()
 }
 
 /// Filters and paging of [`Client::list_runs`].
@@ -431,9 +416,21 @@ impl Client {
         self.call(request).await
     }
 
-    /// `GET /dead-letters`: a page of the caller's dead letters.
-    pub async fn dead_letters(&self, cursor: Option<&str>) -> Result<DeadLetterPage, Error> {
-        let query: Vec<(&str, &str)> = cursor.map(|c| ("cursor", c)).into_iter().collect();
+    /// `GET /dead-letters`: a page of the caller's dead letters, `limit` a page (1 to
+    /// 200; the API's default when unset), after `cursor` (the previous page's
+    /// `next_cursor`).
+    pub async fn dead_letters(
+        &self,
+        cursor: Option<&str>,
+        limit: Option<u32>,
+    ) -> Result<DeadLetterPage, Error> {
+        let mut query = Vec::new();
+        if let Some(limit) = limit {
+            query.push(("limit", limit.to_string()));
+        }
+        if let Some(cursor) = cursor {
+            query.push(("cursor", cursor.to_string()));
+        }
         self.call(self.request(Method::GET, "/dead-letters").query(&query))
             .await
     }

@@ -260,7 +260,13 @@ async fn refusals_are_typed_errors_with_the_apis_status_code_and_message() {
     let cancelled = c.cancel(&run.id, Some(version)).await.unwrap();
     assert!(cancelled.cancel_requested || cancelled.status == RunStatus::Cancelled);
 
-    assert!(c.dead_letters(None).await.unwrap().dead_letters.is_empty());
+    assert!(
+        c.dead_letters(None, Some(200))
+            .await
+            .unwrap()
+            .dead_letters
+            .is_empty()
+    );
     assert_eq!(c.redrive_all().await.unwrap().redriven, 0);
     let err = c.redrive("nothing-parked", None).await.unwrap_err();
     assert!(err.code().is_some(), "{err}");
