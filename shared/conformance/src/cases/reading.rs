@@ -351,9 +351,15 @@ pub async fn due_runs_order_limit_and_bound(h: Harness) {
 
     let limited = store.due_runs(at(30), 2).await.expect("due_runs");
     assert_eq!(limited.len(), 2, "at most `limit`, and that many are due");
-    assert_eq!(
-        limited.iter().map(|d| d.due_at).collect::<Vec<_>>(),
-        full[..2].iter().map(|d| d.due_at).collect::<Vec<_>>(),
+    assert!(
+        limited[0].sweep_at() <= limited[1].sweep_at(),
+        "earliest sweep time first"
+    );
+    // Other cases write to the shared AWS table between two reads, so this page need
+    // not be the first two of `full`; but ours due at 10 and 20 ms are there, so the
+    // two earliest are due no later than the second of them.
+    assert!(
+        limited.iter().all(|d| d.sweep_at() <= at(20)),
         "the limit keeps the earliest"
     );
 
