@@ -5,7 +5,7 @@
 use serde::Serialize;
 use siesta::timeline::{EVENT_TYPES, EventDetails};
 use utoipa::ToSchema;
-use utoipa::openapi::schema::{ObjectBuilder, OneOfBuilder, Schema, SchemaType, Type};
+use utoipa::openapi::schema::{AnyOfBuilder, ObjectBuilder, Schema, SchemaType, Type};
 
 /// Where a run is in its life.
 #[derive(Serialize, ToSchema)]
@@ -115,7 +115,9 @@ pub(crate) struct SkippedRunSchema {
 /// [`EventDetails`] (read from the type, so the document cannot drift from it). The
 /// instants among them are RFC 3339 strings, the durations milliseconds (`…Ms`).
 pub(crate) fn event_details() -> Schema {
-    let mut one_of = OneOfBuilder::new().description(Some(
+    // anyOf, not oneOf: the objects list their keys without closing themselves, so
+    // one value (`{"BuildId": …, "Workflow": …}`) is valid under several of them.
+    let mut any_of = AnyOfBuilder::new().description(Some(
         "The event's details; which object is given by EventType (the object's title). \
          Instants are RFC 3339, durations milliseconds (keys ending in Ms).",
     ));
@@ -133,9 +135,9 @@ pub(crate) fn event_details() -> Schema {
                 ObjectBuilder::new().schema_type(SchemaType::AnyValue),
             );
         }
-        one_of = one_of.item(object);
+        any_of = any_of.item(object);
     }
-    Schema::OneOf(one_of.build())
+    Schema::AnyOf(any_of.build())
 }
 
 #[cfg(test)]

@@ -456,3 +456,16 @@ async fn the_stream_route_is_in_the_openapi_document() {
     assert!(content.get("application/json").is_some(), "{content}");
     assert!(content.get("text/event-stream").is_some(), "{content}");
 }
+
+#[tokio::test]
+async fn an_offset_or_wait_past_int64_is_refused_as_the_document_says() {
+    let w = World::new();
+    let id = w.waiting_run().await;
+    for query in ["from=9223372036854775808", "wait=9223372036854775808"] {
+        let path = format!("/runs/{id}/streams/tokens?{query}");
+        let (status, _, body) = w.send(w.get("acme", &path, &[])).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{query}: {body}");
+    }
+    let last = format!("/runs/{id}/streams/tokens?from=9223372036854775807");
+    assert_eq!(w.page(&last).await["chunks"], json!([]));
+}

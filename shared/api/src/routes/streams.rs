@@ -249,6 +249,11 @@ pub(crate) async fn get_run_stream(
     headers: HeaderMap,
     cap: Option<Extension<crate::MaxWait>>,
 ) -> Result<Response, ApiError> {
+    // The document says int64 (offsets and seconds are stored as such): larger numbers
+    // are refused, not read as a page past every chunk.
+    if query.from.unwrap_or(0) > i64::MAX as u64 || query.wait.unwrap_or(0) > i64::MAX as u64 {
+        return Err(ApiError::bad_request("from and wait are at most 2^63 - 1"));
+    }
     let from = start_offset(&headers, query.from)?;
     let limit = page_size(query.limit, 100, 1000)?;
     let mut reader = Reader::new(
