@@ -18,6 +18,9 @@ use siesta::ports::WakeUp;
 use siesta_api::Authenticate;
 use siesta_lambda::http::{JwtClaim, answer};
 
+mod support;
+use support::{fixture, http_event};
+
 /// The tenant the JWT claim `claim` names in `req`, if any.
 fn tenant(req: &Request, claim: &str) -> Option<TenantId> {
     let mut parts = http::Request::new(());
@@ -55,19 +58,6 @@ fn body_bytes(seen: &Value) -> Vec<u8> {
     base64::engine::general_purpose::STANDARD
         .decode(seen["body"].as_str().unwrap())
         .unwrap()
-}
-
-fn fixture(name: &str) -> String {
-    let path = format!("{}/fixtures/{name}", env!("CARGO_MANIFEST_DIR"));
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
-}
-
-fn http_event(name: &str, replacements: &[(&str, &str)]) -> Request {
-    let mut json = fixture(name);
-    for (from, to) in replacements {
-        json = json.replace(from, to);
-    }
-    lambda_http::request::from_str(&json).expect("an HTTP API v2 / function URL event")
 }
 
 /// Bytes no UTF-8 decoder would pass through unchanged.

@@ -14,27 +14,17 @@ use std::time::Duration;
 
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use base64::Engine as _;
-use lambda_http::{Body, Request, Response};
+use lambda_http::{Body, Response};
 use serde_json::{Value, json};
 use siesta::{Engine, Registry};
 use siesta_api::signature::{Scheme, Secret, sign};
 use siesta_lambda::Settings;
 
+mod support;
+use support::{fixture, http_event};
+
 const SECRET: &str = "whsec_cHNwLXNlY3JldA==";
 const ROTATED: &str = "whsec_cm90YXRlZC1wc3Atc2VjcmV0";
-
-fn fixture(name: &str) -> String {
-    let path = format!("{}/fixtures/{name}", env!("CARGO_MANIFEST_DIR"));
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
-}
-
-fn http_event(name: &str, replacements: &[(&str, &str)]) -> Request {
-    let mut json = fixture(name);
-    for (from, to) in replacements {
-        json = json.replace(from, to);
-    }
-    lambda_http::request::from_str(&json).expect("an HTTP API v2 event")
-}
 
 fn json_of(response: Response<Body>) -> (u16, Value) {
     let status = response.status().as_u16();

@@ -32,20 +32,10 @@ use siesta::telemetry::{root_span_id_for, trace_id_for};
 use siesta::{Engine, EngineConfig, RunId, RunStatus, TenantId};
 use siesta_lambda::Settings;
 
+mod support;
+use support::{fixture, http_event};
+
 const TENANT: &str = "default";
-
-fn fixture(name: &str) -> String {
-    let path = format!("{}/fixtures/{name}", env!("CARGO_MANIFEST_DIR"));
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
-}
-
-fn http_event(name: &str, replacements: &[(&str, &str)]) -> Request {
-    let mut json = fixture(name);
-    for (from, to) in replacements {
-        json = json.replace(from, to);
-    }
-    lambda_http::request::from_str(&json).expect("an HTTP API v2 event")
-}
 
 /// The operator's `POST /runs/{id}/operations/{position}/resolve` with `body`, as API
 /// Gateway sends it (the start fixture's request, another route).
