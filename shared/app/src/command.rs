@@ -175,15 +175,9 @@ pub(crate) fn init_dev_logging(metrics: Option<&crate::metrics::Metrics>) {
                 .with_writer(std::io::stderr)
                 .with_filter(filter),
         )
-        .with(
-            siesta_lambda::otel::layer_from_env("siesta-dev")
-                .with_filter(tracing_subscriber::filter::LevelFilter::INFO),
-        )
+        .with(siesta_lambda::otel::layer_from_env("siesta-dev"))
         // Times the engine's spans for `/metrics` whatever the log level.
-        .with(metrics.map(|m| {
-            m.layer()
-                .with_filter(tracing_subscriber::filter::LevelFilter::INFO)
-        }));
+        .with(metrics.map(|m| m.layer()));
     let _ = tracing::subscriber::set_global_default(subscriber);
 }
 

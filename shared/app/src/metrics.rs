@@ -217,8 +217,19 @@ impl Metrics {
     /// A [`tracing`] layer timing the engine's spans: each `durable_execution` span
     /// into `siesta_wakeup_duration_seconds`, each `durable_operation` span into
     /// `siesta_operation_duration_seconds`, from its creation to its close.
-    pub fn layer(&self) -> SpanTimer {
-        SpanTimer(self.clone())
+    ///
+    /// The layer is filtered to those two span names, so every other callsite of the
+    /// engine stays disabled (and costs nothing) when no other layer wants it.
+    pub fn layer<S>(&self) -> impl tracing_subscriber::Layer<S> + use<S>
+    where
+        S: Subscriber + for<'a> LookupSpan<'a>,
+    {
+        use tracing_subscriber::Layer as _;
+        let timed = tracing_subscriber::filter::filter_fn(|metadata| {
+            metadata.is_span() && matches!(metadata.name(), EXECUTION_SPAN | OPERATION_SPAN)
+        })
+        .with_max_level_hint(tracing::Level::INFO);
+        SpanTimer(self.clone()).with_filter(timed)
     }
 
     /// Count one sweep's report.

@@ -31,10 +31,7 @@ pub fn init_logging() {
     let service = std::env::var("AWS_LAMBDA_FUNCTION_NAME").unwrap_or_else(|_| "siesta".to_owned());
     let subscriber = tracing_subscriber::registry()
         .with(json_layer(std::io::stdout).with_filter(filter))
-        .with(
-            otel::layer_from_env(&service)
-                .with_filter(tracing_subscriber::filter::LevelFilter::INFO),
-        );
+        .with(otel::layer_from_env(&service));
     let _ = tracing::subscriber::set_global_default(subscriber);
 }
 

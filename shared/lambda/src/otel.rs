@@ -129,11 +129,18 @@ fn install<S>(provider: SdkTracerProvider) -> impl tracing_subscriber::Layer<S> 
 where
     S: tracing::Subscriber + for<'a> LookupSpan<'a>,
 {
+    use tracing_subscriber::Layer as _;
     let tracer = provider.tracer("siesta");
     siesta::telemetry::set_exporter(CoreExporter {
         tracer: tracer.clone(),
     });
-    tracing_opentelemetry::layer().with_tracer(tracer)
+    // The level filter sits on the layer itself, inside the caller's `Option`: a
+    // per-layer filter wrapped around a `None` layer still registers its interest in
+    // every info callsite, so each info span and event of the engine was built for a
+    // layer that does not exist (the dev bench's steps paid for it with export off).
+    tracing_opentelemetry::layer()
+        .with_tracer(tracer)
+        .with_filter(tracing_subscriber::filter::LevelFilter::INFO)
 }
 
 /// The process's one tracer provider, built at the first call with the exporter
