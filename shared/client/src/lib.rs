@@ -11,9 +11,11 @@ use reqwest::{Method, RequestBuilder};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+pub use siesta::{DivergedRun, Divergence, RunExport, SkippedRun, UpgradeReport};
 pub use siesta_api::{
-    Accepted, BuildList, BuildView, DeadLetterPage, DeadLetterView, ErrorBody, Health, Redriven,
-    RunPage, RunResult, RunView, Timeline, TimelineEventView, path_segment,
+    Accepted, BuildList, BuildView, DeadLetterPage, DeadLetterView, ErrorBody, Health, Received,
+    Redriven, RunPage, RunResult, RunView, StreamChunkView, StreamPageView, Timeline,
+    TimelineEventView, path_segment,
 };
 
 /// What a failed call went wrong with.
@@ -208,21 +210,7 @@ impl Client {
         if status.is_success() {
             return Ok((status, url, body));
         }
-        let json = serde_json::from_slice::<serde_json::Value>(&body).ok();
-        let error = json.as_ref().map(|j| &j["error"]);
-        let code = error
-            .and_then(|e| e["code"].as_str())
-            .map_or_else(|| format!("http_{}", status.as_u16()), str::to_string);
-        let message = error
-            .and_then(|e| e["message"].as_str())
-            .map(str::to_string)
-            .unwrap_or_else(|| String::from_utf8_lossy(&body).into_owned());
-        Err(Error::Api {
-            status,
-            code,
-            message,
-            body: json,
-        })
+        Err(refusal(status, &body))
     }
 
     async fn call<T: DeserializeOwned>(&self, request: RequestBuilder) -> Result<T, Error> {
@@ -237,9 +225,14 @@ impl Client {
         input: &serde_json::Value,
         options: &StartOptions,
     ) -> Result<RunView, Error> {
+        #[derive(Serialize)]
+        struct Start<'a> {
+            workflow: &'a str,
+            input: &'a serde_json::Value,
+        }
         let mut request = self
             .request(Method::POST, "/runs")
-            .json(&serde_json::json!({"workflow": workflow, "input": input}));
+            .json(&Start { workflow, input });
         if let Some(key) = &options.idempotency_key {
             request = request.header("Idempotency-Key", key);
         }
@@ -261,6 +254,13 @@ impl Client {
     /// `GET /runs/{id}`: the run.
     pub async fn get_run(&self, id: &str) -> Result<RunView, Error> {
         self.call(self.request(Method::GET, &run_path(id, "")))
+            .await
+    }
+
+    /// `GET /runs/{id}/export`: the run and its history (journal and deliveries), what
+    /// `myapp replay --history FILE` checks.
+    pub async fn export_run(&self, id: &str) -> Result<RunExport, Error> {
+        self.call(self.request(Method::GET, &run_path(id, "/export")))
             .await
     }
 
@@ -297,6 +297,69 @@ impl Client {
         .await
     }
 
+    /// `GET /runs/{id}/streams/{name}` as a JSON page: the chunks from offset `from`,
+    /// waiting up to `wait_secs` for one (or for the stream's end) when none is there
+    /// yet, at most `limit` (the API's default when unset). The page's `next` is the
+    /// next page's `from`; once `closed`, nothing follows.
+    pub async fn stream_page(
+        &self,
+        id: &str,
+        name: &str,
+        from: u64,
+        wait_secs: Option<u64>,
+        limit: Option<u32>,
+    ) -> Result<StreamPageView, Error> {
+        let mut query = vec![("from", from.to_string())];
+        if let Some(wait) = wait_secs {
+            query.push(("wait", wait.to_string()));
+        }
+        if let Some(limit) = limit {
+            query.push(("limit", limit.to_string()));
+        }
+        self.call(
+            self.request(Method::GET, &stream_path(id, name))
+                .query(&query),
+        )
+        .await
+    }
+
+    /// `GET /runs/{id}/streams/{name}` as Server-Sent Events from offset `from`: the
+    /// answer, its body the event stream (each chunk an event whose id is its offset
+    /// and whose data is a [`StreamChunkView`]; `end` last), once the API accepted.
+    pub async fn stream_events(
+        &self,
+        id: &str,
+        name: &str,
+        from: u64,
+    ) -> Result<reqwest::Response, Error> {
+        let request = self
+            .request(Method::GET, &stream_path(id, name))
+            .query(&[("from", from)])
+            .header(reqwest::header::ACCEPT, "text/event-stream");
+        let request = request.build().map_err(|source| Error::Transport {
+            url: self.base.clone(),
+            source,
+        })?;
+        let url = request.url().to_string();
+        let response = self
+            .http
+            .execute(request)
+            .await
+            .map_err(|source| Error::Transport {
+                url: url.clone(),
+                source,
+            })?;
+        if response.status().is_success() {
+            return Ok(response);
+        }
+        let status = response.status();
+        let body = response
+            .bytes()
+            .await
+            .map_err(|source| Error::Transport { url, source })?;
+        Err(refusal(status, &body))
+    }
+
     /// Its whole timeline, page after page.
     pub async fn full_timeline(&self, id: &str) -> Result<Vec<TimelineEventView>, Error> {
         let mut events = Vec::new();
@@ -321,6 +384,21 @@ impl Client {
     /// [`Client::cancel`].
     pub async fn resume(&self, id: &str, if_match: Option<u64>) -> Result<RunView, Error> {
         self.transition(&run_path(id, "/resume"), if_match).await
+    }
+
+    /// `POST /runs/{id}/upgrade`: moves the unfinished run to the build serving the
+    /// API when its journal replays there (a 409 `diverged` otherwise, the divergence
+    /// in the error's body), with `If-Match` as for [`Client::cancel`].
+    pub async fn upgrade_run(&self, id: &str, if_match: Option<u64>) -> Result<RunView, Error> {
+        self.transition(&run_path(id, "/upgrade"), if_match).await
+    }
+
+    /// `POST /builds/{build}/upgrade`: upgrades every unfinished run of `build` (`-`:
+    /// runs that recorded none) whose journal replays on the serving build; the report
+    /// lists the others.
+    pub async fn upgrade_build(&self, build: &str) -> Result<UpgradeReport, Error> {
+        let path = format!("/builds/{}/upgrade", path_segment(build));
+        self.call(self.request(Method::POST, &path)).await
     }
 
     async fn transition(&self, path: &str, if_match: Option<u64>) -> Result<RunView, Error> {
@@ -416,6 +494,27 @@ impl Client {
         self.call(request).await
     }
 
+    /// `POST /hooks/sources/{source}`: a provider's webhook, `body` exactly as signed
+    /// and `headers` its signature headers (`webhook-id`, `webhook-signature`...).
+    /// Sent without the API key: a source authenticates by its signature.
+    pub async fn source_webhook(
+        &self,
+        source: &str,
+        headers: &[(String, String)],
+        body: Vec<u8>,
+    ) -> Result<Received, Error> {
+        let url = format!("{}/hooks/sources/{}", self.base, path_segment(source));
+        let mut request = self
+            .http
+            .post(url)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body);
+        for (name, value) in headers {
+            request = request.header(name, value);
+        }
+        self.call(request).await
+    }
+
     /// `GET /dead-letters`: a page of the caller's dead letters, `limit` a page (1 to
     /// 200; the API's default when unset), after `cursor` (the previous page's
     /// `next_cursor`).
@@ -463,9 +562,34 @@ impl Client {
     }
 }
 
+/// `/runs/{id}/streams/{name}`, both encoded.
+fn stream_path(id: &str, name: &str) -> String {
+    run_path(id, &format!("/streams/{}", path_segment(name)))
+}
+
 /// `/runs/{id}` (encoded) followed by `rest`.
 fn run_path(id: &str, rest: &str) -> String {
     format!("/runs/{}{rest}", path_segment(id))
+}
+
+/// The API's refusal: `status` and the error body it sent (`{"error": {"code",
+/// "message"}}`), or the body as text when it is not one.
+fn refusal(status: StatusCode, body: &[u8]) -> Error {
+    let json = serde_json::from_slice::<serde_json::Value>(body).ok();
+    let error = json.as_ref().map(|j| &j["error"]);
+    let code = error
+        .and_then(|e| e["code"].as_str())
+        .map_or_else(|| format!("http_{}", status.as_u16()), str::to_string);
+    let message = error
+        .and_then(|e| e["message"].as_str())
+        .map(str::to_string)
+        .unwrap_or_else(|| String::from_utf8_lossy(body).into_owned());
+    Error::Api {
+        status,
+        code,
+        message,
+        body: json,
+    }
 }
 
 fn decode<T: DeserializeOwned>(url: &str, status: StatusCode, body: &[u8]) -> Result<T, Error> {

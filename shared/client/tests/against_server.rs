@@ -13,9 +13,10 @@ use std::sync::Arc;
 use serde_json::json;
 use siesta::*;
 use siesta_api::server::{Limits, serve};
-use siesta_api::{ApiKeys, ControlApi};
+use siesta_api::{ApiKeys, ControlApi, SourceConfig, WebhookReceiver, WebhookSource};
 use siesta_client::{
     Client, Error, Failure, Resolution, RunFilter, RunOutcome, StartOptions, StatusCode,
+    StreamChunkView,
 };
 
 struct Server {
@@ -43,8 +44,24 @@ fn registry() -> Registry {
         },
     );
     reg.register("quick", |_ctx: Context, n: u32| async move { Ok(n + 1) });
+    reg.register("talker", |ctx: Context, _: serde_json::Value| async move {
+        ctx.step("llm", |step| async move {
+            let tokens = step.stream("tokens");
+            for t in ["Hel", "lo"] {
+                tokens.publish(t).await?;
+            }
+            Ok(())
+        })
+        .await?;
+        ctx.wait_for_event::<serde_json::Value>("go").await?;
+        ctx.stream("tokens").publish("!").await?;
+        Ok(())
+    });
     reg
 }
+
+/// The Standard Webhooks secret of the source `go` (tenant `t`, event `go`).
+const SECRET: &str = "whsec_c2llc3RhLWNsaWVudC10ZXN0LXNlY3JldA==";
 
 /// The router with one API key (`secret`, tenant `t`), served on 127.0.0.1:0.
 async fn server() -> Server {
@@ -59,7 +76,21 @@ async fn server() -> Server {
         EngineConfig::default(),
     );
     let keys = ApiKeys::new(HashMap::from([("secret".to_string(), TenantId::from("t"))]));
-    let router = ControlApi::new(engine.clone()).authenticate(keys).router();
+    let source = WebhookSource::from_config(SourceConfig {
+        name: "go".into(),
+        tenant: "t".into(),
+        scheme: "standard-webhooks".into(),
+        secrets: vec![SECRET.into()],
+        correlation: "/run_id".into(),
+        callback: None,
+        event: Some("go".into()),
+        tolerance_secs: None,
+    })
+    .unwrap();
+    let router = ControlApi::new(engine.clone())
+        .authenticate(keys)
+        .webhooks(WebhookReceiver::new(siesta_api::DEFAULT_MAX_BODY).with_sources(vec![source]))
+        .router();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let task = tokio::spawn(async move {
@@ -277,4 +308,114 @@ async fn refusals_are_typed_errors_with_the_apis_status_code_and_message() {
         .await
         .unwrap_err();
     assert!(matches!(err, Error::Transport { .. }), "{err:?}");
+}
+
+#[tokio::test]
+async fn a_stream_is_read_by_pages_and_as_events_and_a_signed_webhook_wakes_the_run() {
+    let s = server().await;
+    let c = s.client();
+    let run = c
+        .start_run("talker", &json!(null), &StartOptions::default())
+        .await
+        .unwrap();
+    s.settle().await;
+
+    let page = c
+        .stream_page(&run.id, "tokens", 0, None, Some(2))
+        .await
+        .unwrap();
+    // A step's attempt opens with a discard of what an earlier attempt published.
+    let kinds: Vec<&str> = page.chunks.iter().map(|c| c.kind.as_str()).collect();
+    assert_eq!(kinds, ["discard", "data"], "the limit is sent");
+    assert_eq!(page.chunks[1].data, json!("Hel"));
+    let page = c
+        .stream_page(&run.id, "tokens", page.next, Some(0), None)
+        .await
+        .unwrap();
+    assert_eq!(page.chunks[0].data, json!("lo"));
+    assert!(!page.closed, "the run has not finished");
+
+    // Signed at the server's clock (a manual one), within the source's tolerance.
+    let now = s.engine.clock().now().millis() / 1000;
+    use siesta_api::signature::{Scheme, Secret, sign};
+    let body = serde_json::to_vec(&json!({"run_id": run.id})).unwrap();
+    let secret = Secret::parse(Scheme::StandardWebhooks, SECRET).unwrap();
+    let headers = sign(Scheme::StandardWebhooks, &secret, "msg-1", now, &body);
+    let received = c
+        .source_webhook("go", &headers, body.clone())
+        .await
+        .unwrap();
+    assert!(received.received && !received.duplicate);
+    let again = c.source_webhook("go", &headers, body).await.unwrap();
+    assert!(again.duplicate, "the same webhook-id is a duplicate");
+    let err = c
+        .source_webhook("go", &[], b"{}".to_vec())
+        .await
+        .unwrap_err();
+    assert_eq!(err.status(), Some(StatusCode::UNAUTHORIZED), "{err}");
+    s.settle().await;
+
+    let rest = c
+        .stream_page(&run.id, "tokens", page.next, Some(1), None)
+        .await
+        .unwrap();
+    assert_eq!(rest.chunks[0].data, json!("!"), "{rest:?}");
+
+    let events = c
+        .stream_events(&run.id, "tokens", 2)
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let chunks: Vec<StreamChunkView> = events
+        .lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .filter_map(|d| serde_json::from_str(d.trim()).ok())
+        .collect();
+    assert_eq!(chunks[0].offset, 2, "read from the offset asked");
+    assert_eq!(chunks[0].data, json!("lo"));
+    assert!(events.contains("event: end"), "{events}");
+    let err = c
+        .stream_events("no-such-run", "tokens", 0)
+        .await
+        .unwrap_err();
+    assert_eq!(err.status(), Some(StatusCode::NOT_FOUND), "{err}");
+    let err = c
+        .stream_page(&run.id, "not a name", 0, None, None)
+        .await
+        .unwrap_err();
+    assert_eq!(err.status(), Some(StatusCode::BAD_REQUEST), "{err}");
+}
+
+#[tokio::test]
+async fn a_run_is_exported_and_upgraded_alone_or_with_its_build() {
+    let s = server().await;
+    let c = s.client();
+    let run = c
+        .start_run("approve", &json!({"change": "y"}), &StartOptions::default())
+        .await
+        .unwrap();
+    s.settle().await;
+
+    let export = c.export_run(&run.id).await.unwrap();
+    assert_eq!(export.format, RunExport::FORMAT);
+    assert_eq!(export.run.id.to_string(), run.id);
+    assert!(!export.journal.is_empty());
+
+    let waiting = c.get_run(&run.id).await.unwrap();
+    let err = c
+        .upgrade_run(&run.id, Some(waiting.version + 1))
+        .await
+        .unwrap_err();
+    assert_eq!(err.status(), Some(StatusCode::PRECONDITION_FAILED), "{err}");
+    let same = c.upgrade_run(&run.id, Some(waiting.version)).await.unwrap();
+    assert_eq!(same.id, run.id, "a run on the serving build stays as it is");
+    assert_eq!(same.build_id, waiting.build_id);
+
+    let build = waiting.build_id.clone().unwrap_or_else(|| "-".into());
+    let report = c.upgrade_build(&build).await.unwrap();
+    assert!(report.diverged.is_empty(), "{report:?}");
+    let err = c.upgrade_run("no such/run", None).await.unwrap_err();
+    assert_eq!(err.status(), Some(StatusCode::NOT_FOUND), "{err}");
 }
