@@ -4,7 +4,6 @@ use std::io::IsTerminal;
 
 use anyhow::{Context as _, bail};
 use serde_json::Value;
-use siesta_client::path_segment;
 
 /// Where the server is and how to reach it.
 #[derive(Debug, Clone)]
@@ -40,37 +39,6 @@ impl Remote {
     /// Serializes an answer of the typed client for `print`.
     fn shown(value: &impl serde::Serialize) -> anyhow::Result<Value> {
         Ok(serde_json::to_value(value)?)
-    }
-
-    async fn call(
-        &self,
-        method: reqwest::Method,
-        path: &str,
-        body: Option<Value>,
-        headers: &[(&str, String)],
-    ) -> anyhow::Result<Value> {
-        let client = reqwest::Client::new();
-        let mut req = client.request(method, format!("{}{path}", self.url.trim_end_matches('/')));
-        if let Some(key) = &self.api_key {
-            req = req.bearer_auth(key);
-        }
-        for (k, v) in headers {
-            req = req.header(*k, v);
-        }
-        if let Some(body) = body {
-            req = req.json(&body);
-        }
-        let response = req
-            .send()
-            .await
-            .with_context(|| format!("reaching {}", self.url))?;
-        let status = response.status();
-        let body: Value = response.json().await.unwrap_or(Value::Null);
-        if !status.is_success() {
-            let message = body["error"]["message"].as_str().unwrap_or("no details");
-            bail!("{status}: {message}");
-        }
-        Ok(body)
     }
 
     fn print(&self, value: &Value, table: impl FnOnce(&Value)) {
@@ -229,40 +197,35 @@ impl Remote {
     /// `--json`, each chunk is one JSON line.
     pub async fn stream(&self, id: &str, name: &str, from: u64) -> anyhow::Result<()> {
         use std::io::Write as _;
+        let client = self.client();
         let mut next = from;
         loop {
-            let page = self
-                .call(
-                    reqwest::Method::GET,
-                    &format!(
-                        "/runs/{}/streams/{}?from={next}&wait=20&limit=1000",
-                        path_segment(id),
-                        path_segment(name)
-                    ),
-                    None,
-                    &[],
-                )
-                .await?;
+            let page = client
+                .stream_page(id, name, next, Some(20), Some(1000))
+                .await
+                .map_err(|e| self.failed(e))?;
             let mut out = std::io::stdout().lock();
-            for chunk in page["chunks"].as_array().into_iter().flatten() {
+            for chunk in &page.chunks {
                 if self.json {
-                    writeln!(out, "{chunk}")?;
+                    writeln!(out, "{}", serde_json::to_string(chunk)?)?;
                     continue;
                 }
-                match (chunk["kind"].as_str(), &chunk["data"]) {
-                    (Some("data"), Value::String(text)) => write!(out, "{text}")?,
-                    (Some("data"), value) => writeln!(out, "{value}")?,
-                    (Some("discard"), _) => eprintln!(
+                match (chunk.kind.as_str(), &chunk.data) {
+                    ("data", Value::String(text)) => write!(out, "{text}")?,
+                    ("data", value) => writeln!(out, "{value}")?,
+                    ("discard", _) => eprintln!(
                         "\n[{} attempt {}: what it published before is void]",
-                        chunk["step"].as_str().unwrap_or("?"),
-                        chunk["attempt"]
+                        chunk.step.as_deref().unwrap_or("?"),
+                        chunk
+                            .attempt
+                            .map_or_else(|| "null".to_owned(), |a| a.to_string())
                     ),
                     _ => {}
                 }
             }
             out.flush()?;
-            next = page["next"].as_u64().unwrap_or(next);
-            if page["closed"].as_bool().unwrap_or(true) {
+            next = page.next;
+            if page.closed {
                 if !self.json {
                     writeln!(out)?;
                 }
@@ -293,23 +256,16 @@ impl Remote {
 
     /// `runs upgrade RUN`: `POST /runs/{id}/upgrade`.
     pub async fn upgrade(&self, id: &str, if_match: Option<u64>) -> anyhow::Result<()> {
-        let headers: Vec<(&str, String)> = if_match
-            .map(|v| ("If-Match", format!("\"{v}\"")))
-            .into_iter()
-            .collect();
-        let body = self
-            .call(
-                reqwest::Method::POST,
-                &format!("/runs/{}/upgrade", path_segment(id)),
-                None,
-                &headers,
-            )
-            .await?;
-        self.print(&body, |b| {
+        let run = self
+            .client()
+            .upgrade_run(id, if_match)
+            .await
+            .map_err(|e| self.failed(e))?;
+        self.print(&Self::shown(&run)?, |_| {
             println!(
                 "run {id} is on build {} and {}",
-                b["build_id"].as_str().unwrap_or("-"),
-                paint_status(b["status"].as_str().unwrap_or(""))
+                run.build_id.as_deref().unwrap_or("-"),
+                paint_status(run.status.as_str())
             )
         });
         Ok(())
@@ -318,46 +274,40 @@ impl Remote {
     /// `runs upgrade --all --build ID`: `POST /builds/{build}/upgrade`; fails when a
     /// run of the build does not replay (each is listed with where it diverges).
     pub async fn upgrade_build(&self, build: &str) -> anyhow::Result<()> {
-        let body = self
-            .call(
-                reqwest::Method::POST,
-                &format!("/builds/{}/upgrade", path_segment(build)),
-                None,
-                &[],
-            )
-            .await?;
-        self.print(&body, |b| {
-            let list = |key: &str| b[key].as_array().cloned().unwrap_or_default();
+        let report = self
+            .client()
+            .upgrade_build(build)
+            .await
+            .map_err(|e| self.failed(e))?;
+        self.print(&Self::shown(&report)?, |_| {
             println!(
                 "build {} → {}: {} upgraded, {} diverged, {} skipped",
-                b["from"].as_str().unwrap_or(build),
-                b["to"].as_str().unwrap_or("?"),
-                list("upgraded").len(),
-                list("diverged").len(),
-                list("skipped").len()
+                report.from,
+                report.to,
+                report.upgraded.len(),
+                report.diverged.len(),
+                report.skipped.len()
             );
-            for id in list("upgraded") {
-                println!("  upgraded  {}", id.as_str().unwrap_or(""));
+            for id in &report.upgraded {
+                println!("  upgraded  {id}");
             }
-            for d in list("diverged") {
-                let kind = |k: &Value| k.as_str().unwrap_or("nothing").to_owned();
+            for d in &report.diverged {
+                let kind = |k: Option<siesta::OperationKind>| {
+                    k.map_or("nothing", siesta::OperationKind::as_str)
+                };
                 println!(
                     "  diverged  {} at {}: journal {} vs code {}",
-                    d["run_id"].as_str().unwrap_or(""),
-                    d["divergence"]["position"].as_str().unwrap_or(""),
-                    kind(&d["divergence"]["journal_kind"]),
-                    kind(&d["divergence"]["code_kind"])
+                    d.run_id,
+                    d.divergence.position,
+                    kind(d.divergence.journal_kind),
+                    kind(d.divergence.code_kind)
                 );
             }
-            for s in list("skipped") {
-                println!(
-                    "  skipped   {}: {}",
-                    s["run_id"].as_str().unwrap_or(""),
-                    s["reason"].as_str().unwrap_or("")
-                );
+            for s in &report.skipped {
+                println!("  skipped   {}: {}", s.run_id, s.reason);
             }
         });
-        let diverged = body["diverged"].as_array().map_or(0, Vec::len);
+        let diverged = report.diverged.len();
         if diverged > 0 {
             bail!(
                 "{diverged} run(s) of build {build} do not replay on the new build and stay on it"
@@ -368,15 +318,12 @@ impl Remote {
 
     /// `runs export RUN`: the run and its history as JSON on stdout.
     pub async fn export(&self, id: &str) -> anyhow::Result<()> {
-        let body = self
-            .call(
-                reqwest::Method::GET,
-                &format!("/runs/{}/export", path_segment(id)),
-                None,
-                &[],
-            )
-            .await?;
-        println!("{}", serde_json::to_string_pretty(&body)?);
+        let export = self
+            .client()
+            .export_run(id)
+            .await
+            .map_err(|e| self.failed(e))?;
+        println!("{}", serde_json::to_string_pretty(&export)?);
         Ok(())
     }
 
@@ -834,7 +781,7 @@ mod tests {
     async fn runs_stream_reads_pages_from_the_offset_asked_until_the_stream_is_closed() {
         let (url, mut seen) = recording_server(
             200,
-            serde_json::json!({"chunks": [{"offset": 4, "kind": "data", "data": "lo"}], "next": 5, "closed": true}),
+            serde_json::json!({"chunks": [{"offset": 4, "kind": "data", "data": "lo", "at": "2026-01-01T00:00:00Z"}], "next": 5, "closed": true}),
         )
         .await;
         remote(url).stream("run/1", "tokens", 4).await.unwrap();
@@ -976,7 +923,9 @@ mod tests {
                             "journal_kind": "step", "code_kind": "step", "message": "..."}}],
                         "skipped": []})
                 } else {
-                    serde_json::json!({"status": "waiting", "build_id": "app@b"})
+                    let mut run = run_view("waiting");
+                    run["build_id"] = "app@b".into();
+                    run
                 })
             }
         });
