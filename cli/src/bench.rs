@@ -251,28 +251,35 @@ struct Round {
     bytes: u64,
 }
 
-async fn round(http: &reqwest::Client, server: &Server, shape: Shape) -> anyhow::Result<Round> {
+async fn round(
+    client: &siesta_client::Client,
+    server: &Server,
+    shape: Shape,
+) -> anyhow::Result<Round> {
     let before = server.written_bytes();
     let started = Instant::now();
     let per_client = shape.runs.div_ceil(shape.clients);
     let mut tasks = tokio::task::JoinSet::new();
     for _ in 0..shape.clients {
-        let (http, url) = (http.clone(), format!("{}/runs", server.base));
+        let client = client.clone();
         tasks.spawn(async move {
             let mut latencies = Vec::with_capacity(per_client);
+            let input = serde_json::json!(shape.steps);
+            let options = siesta_client::StartOptions {
+                wait_secs: Some(60),
+                ..Default::default()
+            };
             for _ in 0..per_client {
                 let t = Instant::now();
-                let response = http
-                    .post(&url)
-                    .header("prefer", "wait=60")
-                    .json(&serde_json::json!({"workflow": "chain", "input": shape.steps}))
-                    .send()
-                    .await?;
-                let status = response.status();
-                let body: serde_json::Value = response.json().await?;
+                let run = client.start_run("chain", &input, &options).await?;
                 let expected = shape.steps * shape.steps.saturating_sub(1) / 2;
-                if body["status"] != "completed" || body["output"] != expected {
-                    bail!("run did not complete with {expected} ({status}): {body}");
+                let output = run.output.as_ref().and_then(serde_json::Value::as_u64);
+                if run.status != siesta::RunStatus::Completed || output != Some(expected) {
+                    bail!(
+                        "run did not complete with {expected} ({}): {:?}",
+                        run.status.as_str(),
+                        run.output
+                    );
                 }
                 latencies.push(t.elapsed());
             }
@@ -300,7 +307,7 @@ fn median(v: &mut [f64]) -> (f64, f64, f64) {
 
 /// Syscall counts of the server during one untimed round, from `strace -c -f`.
 async fn syscalls(
-    http: &reqwest::Client,
+    client: &siesta_client::Client,
     server: &Server,
     shape: Shape,
 ) -> anyhow::Result<Option<Vec<(String, u64)>>> {
@@ -323,7 +330,7 @@ async fn syscalls(
     };
     // strace attaches to each thread before it prints nothing; give it a moment.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    round(http, server, shape).await?;
+    round(client, server, shape).await?;
     let pid = strace.id().context("strace pid")?;
     // SIGINT makes strace detach and write its summary.
     let _ = std::process::Command::new("kill")
@@ -349,6 +356,8 @@ pub async fn run(options: BenchOptions) -> anyhow::Result<()> {
     let http = reqwest::Client::builder()
         .pool_max_idle_per_host(options.concurrency * 2)
         .build()?;
+    // One client, one connection pool, for every request of every shape.
+    let client = siesta_client::Client::with_http(http, &server.base);
     let c = options.concurrency;
     let shapes = [
         Shape {
@@ -392,7 +401,7 @@ pub async fn run(options: BenchOptions) -> anyhow::Result<()> {
     );
     // Warm up: connections, page cache, the server's allocator.
     round(
-        &http,
+        &client,
         &server,
         Shape {
             name: "warm-up",
@@ -407,7 +416,7 @@ pub async fn run(options: BenchOptions) -> anyhow::Result<()> {
         let mut p50 = Vec::new();
         let mut bytes_per_step = Vec::new();
         for _ in 0..options.rounds.max(1) {
-            let r = round(&http, &server, shape).await?;
+            let r = round(&client, &server, shape).await?;
             let steps =
                 (shape.runs.div_ceil(shape.clients) * shape.clients) as f64 * shape.steps as f64;
             let runs = steps / shape.steps as f64;
@@ -424,7 +433,7 @@ pub async fn run(options: BenchOptions) -> anyhow::Result<()> {
         println!("  p50 latency ms         min {plo:>9.2}  median {pmid:>9.2}  max {phi:>9.2}");
         println!("  bytes written per step {bmid:>9.0} (median, /proc/<pid>/io write_bytes)");
         if options.strace {
-            match syscalls(&http, &server, shape).await? {
+            match syscalls(&client, &server, shape).await? {
                 Some(counts) => {
                     let steps = (shape.runs.div_ceil(shape.clients) * shape.clients) as f64
                         * shape.steps as f64;
@@ -443,7 +452,7 @@ pub async fn run(options: BenchOptions) -> anyhow::Result<()> {
         }
     }
     if let Some(cycles) = options.replay_cycles {
-        replay::run(&http, &server.base, cycles).await?;
+        replay::run(&client, cycles).await?;
     }
     println!("server peak RSS: {} KB (VmHWM)", server.peak_rss_kb());
     drop(server.child);

@@ -10,42 +10,42 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, bail};
+use anyhow::bail;
+use siesta::RunStatus;
 
 /// How often the run is looked at.
 const SAMPLE_EVERY: Duration = Duration::from_millis(100);
 
-/// Run the shape with `cycles` cycles against the server at `base` and print its figures.
-pub(crate) async fn run(http: &reqwest::Client, base: &str, cycles: u64) -> anyhow::Result<()> {
+/// Run the shape with `cycles` cycles against the server `client` talks to and print
+/// its figures.
+pub(crate) async fn run(client: &siesta_client::Client, cycles: u64) -> anyhow::Result<()> {
     let started = Instant::now();
-    let response = http
-        .post(format!("{base}/runs"))
-        .json(&serde_json::json!({"workflow": "chain", "input": {"steps": cycles, "sleep_ms": 1}}))
-        .send()
+    let run = client
+        .start_run(
+            "chain",
+            &serde_json::json!({"steps": cycles, "sleep_ms": 1}),
+            &siesta_client::StartOptions::default(),
+        )
         .await?;
-    let body: serde_json::Value = response.json().await?;
-    let id = body["id"]
-        .as_str()
-        .with_context(|| format!("no run id in {body}"))?
-        .to_owned();
-    let url = format!("{base}/runs/{id}");
     let mut samples: Vec<(Duration, u64)> = vec![(Duration::ZERO, 0)];
     let finished = loop {
         tokio::time::sleep(SAMPLE_EVERY).await;
-        let view: serde_json::Value = http.get(&url).send().await?.json().await?;
-        let version = view["version"].as_u64().unwrap_or(0);
-        samples.push((started.elapsed(), version));
-        match view["status"].as_str() {
-            Some("completed") => break view,
-            Some("failed" | "parked" | "cancelled") => bail!("the run did not complete: {view}"),
+        let view = client.get_run(&run.id).await?;
+        samples.push((started.elapsed(), view.version));
+        match view.status {
+            RunStatus::Completed => break view,
+            RunStatus::Failed | RunStatus::Parked | RunStatus::Cancelled => {
+                bail!("the run did not complete: {view:?}")
+            }
             _ => {}
         }
     };
     let expected = cycles * cycles.saturating_sub(1) / 2;
-    if finished["output"] != expected {
+    let output = finished.output.as_ref().and_then(serde_json::Value::as_u64);
+    if output != Some(expected) {
         bail!(
-            "the run completed with {} instead of {expected}",
-            finished["output"]
+            "the run completed with {:?} instead of {expected}",
+            finished.output
         );
     }
     let total = started.elapsed();

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{Context as _, bail};
 use futures::StreamExt;
 use serde_json::{Value, json};
+use siesta_client::{Client, StartOptions};
 
 use super::Server;
 use super::sleeping::load;
@@ -41,25 +42,18 @@ struct Round {
     latencies_us: Vec<u64>,
 }
 
-async fn round(http: &reqwest::Client, base: &str, chunks: u32) -> anyhow::Result<Round> {
-    let run: Value = http
-        .post(format!("{base}/runs"))
-        .json(&json!({"workflow": "ticker", "input": {"chunks": chunks}}))
-        .send()
-        .await?
-        .error_for_status()
-        .context("starting the ticker run")?
-        .json()
-        .await?;
-    let id = run["id"].as_str().context("the run's id")?;
+async fn round(client: &Client, chunks: u32) -> anyhow::Result<Round> {
+    let run = client
+        .start_run(
+            "ticker",
+            &json!({"chunks": chunks}),
+            &StartOptions::default(),
+        )
+        .await
+        .context("starting the ticker run")?;
     // The stream is offset-addressed: read from 0, every chunk arrives however late the
     // reader connects. Latency counts only chunks published after it was connected.
-    let response = http
-        .get(format!("{base}/runs/{id}/streams/ticks?from=0"))
-        .header("accept", "text/event-stream")
-        .send()
-        .await?
-        .error_for_status()?;
+    let response = client.stream_events(&run.id, "ticks", 0).await?;
     let connected = now_us();
     let mut events = eventsource_stream::EventStream::new(response.bytes_stream());
     let mut latencies = Vec::with_capacity(chunks as usize);
@@ -114,7 +108,7 @@ fn pct(sorted: &[u64], p: f64) -> f64 {
 /// Run the bench.
 pub async fn run(options: StreamsOptions) -> anyhow::Result<()> {
     let server = Server::start(&options.durability, &[]).await?;
-    let http = reqwest::Client::new();
+    let client = Client::new(&server.base);
     println!(
         "siesta bench --streams {}: one `ticker` run per round publishes {} chunks from a step; \
          read over SSE; dev server pid {} (--durability {}), {} rounds, load {}",
@@ -125,11 +119,11 @@ pub async fn run(options: StreamsOptions) -> anyhow::Result<()> {
         options.rounds,
         load()
     );
-    round(&http, &server.base, options.chunks.min(100)).await?; // warm-up
+    round(&client, options.chunks.min(100)).await?; // warm-up
     let mut rates = Vec::new();
     let mut all = Vec::new();
     for n in 0..options.rounds.max(1) {
-        let r = round(&http, &server.base, options.chunks).await?;
+        let r = round(&client, options.chunks).await?;
         let mut sorted = r.latencies_us.clone();
         sorted.sort_unstable();
         println!(

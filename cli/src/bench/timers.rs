@@ -15,7 +15,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::bail;
-use serde_json::{Value, json};
+use serde_json::json;
+use siesta_client::{Client, RunFilter, StartOptions};
 
 use super::Server;
 use super::sleeping::{cpu_ticks, load};
@@ -33,16 +34,19 @@ pub struct TimersOptions {
 }
 
 /// Whether any `timer` run is in `status` (a page of one).
-async fn any_with(http: &reqwest::Client, base: &str, status: &str) -> anyhow::Result<bool> {
-    let page: Value = http
-        .get(format!(
-            "{base}/runs?status={status}&workflow=timer&limit=1"
-        ))
-        .send()
-        .await?
-        .json()
-        .await?;
-    Ok(page["runs"].as_array().is_some_and(|r| !r.is_empty()))
+async fn any_with(client: &Client, status: &str) -> anyhow::Result<bool> {
+    let page = client.list_runs(&timer_runs(status, 1, None)).await?;
+    Ok(!page.runs.is_empty())
+}
+
+/// `timer` runs in `status`, `limit` a page, after `cursor`.
+fn timer_runs(status: &str, limit: u32, cursor: Option<String>) -> RunFilter {
+    RunFilter {
+        status: Some(status.to_owned()),
+        workflow: Some("timer".to_owned()),
+        cursor,
+        limit: Some(limit),
+    }
 }
 
 /// Run the bench.
@@ -51,6 +55,7 @@ pub async fn run(options: TimersOptions) -> anyhow::Result<()> {
     let http = reqwest::Client::builder()
         .pool_max_idle_per_host(64)
         .build()?;
+    let client = Client::with_http(http, &server.base);
     let n = options.timers;
     let lead = Duration::from_secs(15) + Duration::from_millis(n as u64);
     let at = SystemTime::now() + lead;
@@ -68,23 +73,14 @@ pub async fn run(options: TimersOptions) -> anyhow::Result<()> {
     let t0 = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     for c in 0..CLIENTS {
-        let (http, base, until, started) = (
-            http.clone(),
-            server.base.clone(),
-            until.clone(),
-            started.clone(),
-        );
+        let (client, until, started) = (client.clone(), until.clone(), started.clone());
         let count = n / CLIENTS + usize::from(c < n % CLIENTS);
         tasks.spawn(async move {
+            let input = json!({"until": until});
             for _ in 0..count {
-                let response = http
-                    .post(format!("{base}/runs"))
-                    .json(&json!({"workflow": "timer", "input": {"until": until}}))
-                    .send()
+                client
+                    .start_run("timer", &input, &StartOptions::default())
                     .await?;
-                if response.status() != 201 {
-                    bail!("start: {}", response.status());
-                }
                 started.fetch_add(1, Ordering::Relaxed);
             }
             Ok::<_, anyhow::Error>(())
@@ -109,9 +105,7 @@ pub async fn run(options: TimersOptions) -> anyhow::Result<()> {
     }
     let started_in = t0.elapsed();
     // Every run asleep on its timer before the instant?
-    while any_with(&http, &server.base, "pending").await?
-        || any_with(&http, &server.base, "running").await?
-    {
+    while any_with(&client, "pending").await? || any_with(&client, "running").await? {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     progress.abort();
@@ -140,12 +134,11 @@ pub async fn run(options: TimersOptions) -> anyhow::Result<()> {
     let mut last_report = Instant::now();
     let mut firing = Firing::default();
     loop {
-        let waiting = any_with(&http, &server.base, "waiting").await?;
+        let waiting = any_with(&client, "waiting").await?;
         // A run whose timer fired is mid-step (`running`, or `pending` between a
         // yield and its next claim) until it completes: not done yet.
         let busy = !waiting
-            && (any_with(&http, &server.base, "running").await?
-                || any_with(&http, &server.base, "pending").await?);
+            && (any_with(&client, "running").await? || any_with(&client, "pending").await?);
         if firing.observe(fire.elapsed(), waiting, busy) {
             break;
         }
@@ -164,7 +157,7 @@ pub async fn run(options: TimersOptions) -> anyhow::Result<()> {
     let sweeps = server.sweep_tally().since(sweeps_before);
     let mut ended = Vec::new();
     for status in ["completed", "failed", "parked", "cancelled"] {
-        ended.push((status, count_with(&http, &server.base, status).await?));
+        ended.push((status, count_with(&client, status).await?));
     }
     let fired: usize = ended.iter().map(|(_, c)| c).sum();
     let completed = ended[0].1;
@@ -248,18 +241,14 @@ impl Firing {
 }
 
 /// `timer` runs in `status`, counted through the list (pages of 200).
-async fn count_with(http: &reqwest::Client, base: &str, status: &str) -> anyhow::Result<usize> {
+async fn count_with(client: &Client, status: &str) -> anyhow::Result<usize> {
     let mut count = 0;
     let mut cursor: Option<String> = None;
     loop {
-        let mut url = format!("{base}/runs?status={status}&workflow=timer&limit=200");
-        if let Some(c) = &cursor {
-            url.push_str(&format!("&cursor={c}"));
-        }
-        let page: Value = http.get(url).send().await?.json().await?;
-        count += page["runs"].as_array().map_or(0, Vec::len);
-        match page["next_cursor"].as_str() {
-            Some(c) => cursor = Some(c.to_owned()),
+        let page = client.list_runs(&timer_runs(status, 200, cursor)).await?;
+        count += page.runs.len();
+        match page.next_cursor {
+            Some(c) => cursor = Some(c),
             None => return Ok(count),
         }
     }
