@@ -7,7 +7,7 @@ use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::ServerSideEncryption;
 use bytes::{Bytes, BytesMut};
 use sha2::{Digest, Sha256};
-use siesta::ports::{ArtifactStore, StoreError, artifact_location};
+use siesta::ports::{ArtifactStore, StoreError, artifact_location, artifact_ref};
 use siesta::{ArtifactRef, RunId, TenantId};
 
 use crate::error::{code, sdk};
@@ -42,13 +42,7 @@ impl ArtifactStore for S3Artifacts {
         media_type: &str,
         bytes: Bytes,
     ) -> Result<ArtifactRef, StoreError> {
-        let sha256 = hex::encode(Sha256::digest(&bytes));
-        let artifact = ArtifactRef {
-            location: self.location(tenant, run_id, &sha256),
-            sha256,
-            size: bytes.len() as u64,
-            media_type: media_type.to_owned(),
-        };
+        let artifact = artifact_ref(tenant, run_id, media_type, &bytes);
         let result = self
             .client
             .put_object()

@@ -4,7 +4,6 @@
 use async_trait::async_trait;
 use bytes::Bytes;
 use rusqlite::{OptionalExtension, params};
-use sha2::{Digest, Sha256};
 use siesta::ports::*;
 use siesta::*;
 
@@ -23,13 +22,7 @@ impl ArtifactStore for EmbeddedBackend {
         media_type: &str,
         bytes: Bytes,
     ) -> Result<ArtifactRef, StoreError> {
-        let sha256 = hex::encode(Sha256::digest(&bytes));
-        let artifact = ArtifactRef {
-            location: self.location(tenant, run_id, &sha256),
-            sha256,
-            size: bytes.len() as u64,
-            media_type: media_type.to_owned(),
-        };
+        let artifact = artifact_ref(tenant, run_id, media_type, &bytes);
         let a = artifact.clone();
         self.tx(move |tx, _| {
                 // Content-addressed: a second writer of the same content changes nothing.

@@ -102,18 +102,7 @@ impl Engine {
         if trace_parent.is_none() {
             crate::telemetry::link_to_run(&tracing::Span::current(), &run);
         }
-        self.send_wake(
-            WakeUp {
-                tenant: tenant.clone(),
-                run_id: run.id.clone(),
-                reason: WakeReason::Started,
-                epoch_hint: 0,
-                seq_hint: Some(run.timeline_seq),
-            },
-            Duration::ZERO,
-            run.due_at,
-        )
-        .await;
+        self.send_start(&run).await;
         Ok(run)
     }
 
@@ -133,20 +122,26 @@ impl Engine {
     ) -> Result<Run, EngineError> {
         let run = self.get_run(tenant, run_id).await?;
         if run.status == RunStatus::Pending && run.epoch == FencingEpoch(0) {
-            self.send_wake(
-                WakeUp {
-                    tenant: tenant.clone(),
-                    run_id: run.id.clone(),
-                    reason: WakeReason::Started,
-                    epoch_hint: 0,
-                    seq_hint: Some(run.timeline_seq),
-                },
-                Duration::ZERO,
-                run.due_at,
-            )
-            .await;
+            self.send_start(&run).await;
         }
         Ok(run)
+    }
+
+    /// Send the wake-up that begins `run` (a start's, or its retry's). A failed send is
+    /// left to the sweep.
+    async fn send_start(&self, run: &Run) {
+        self.send_wake(
+            WakeUp {
+                tenant: run.tenant.clone(),
+                run_id: run.id.clone(),
+                reason: WakeReason::Started,
+                epoch_hint: 0,
+                seq_hint: Some(run.timeline_seq),
+            },
+            Duration::ZERO,
+            run.due_at,
+        )
+        .await;
     }
 
     /// The run, if this tenant has it.

@@ -1,5 +1,7 @@
 //! The artifact store: content-addressed blobs, and where both backends put them.
 
+use sha2::{Digest, Sha256};
+
 use super::*;
 
 /// Blob storage for artifacts and large values, content-addressed by SHA-256.
@@ -36,6 +38,23 @@ pub fn artifact_location(tenant: &TenantId, run_id: &RunId, sha256: &str) -> Str
         segment(tenant.as_str()),
         segment(run_id.as_str())
     )
+}
+
+/// The reference both backends' [`ArtifactStore::put`] gives `bytes` of run `run_id` of
+/// `tenant`: their SHA-256, their size and their [`artifact_location`].
+pub fn artifact_ref(
+    tenant: &TenantId,
+    run_id: &RunId,
+    media_type: &str,
+    bytes: &[u8],
+) -> ArtifactRef {
+    let sha256 = hex::encode(Sha256::digest(bytes));
+    ArtifactRef {
+        location: artifact_location(tenant, run_id, &sha256),
+        sha256,
+        size: bytes.len() as u64,
+        media_type: media_type.to_owned(),
+    }
 }
 
 #[cfg(test)]

@@ -123,169 +123,115 @@ where
     type IntoFuture = BoxFuture<'static, Result<S, Error>>;
 
     fn into_future(self) -> Self::IntoFuture {
-        Box::pin(async move {
-            let ConditionBuilder {
-                ctx,
-                op,
-                initial,
-                check,
-                strategy,
-                retry,
-            } = self;
-            let now = ctx.shared.now();
-            let (attempt, state, failures) = match ctx.lookup(&op).await.map(|e| e.state) {
-                Some(EntryState::Succeeded { value, .. }) => return ctx.decode(&value).await,
-                Some(EntryState::Failed { error, .. }) => return Err(Error::from_info(&error)),
-                Some(EntryState::Polling {
-                    attempt,
-                    state,
-                    next_check_at,
-                    failures,
-                }) => {
-                    if now < next_check_at {
-                        return ctx.suspend(Some(next_check_at)).await;
-                    }
-                    (attempt + 1, ctx.decode::<S>(&state).await?, failures)
-                }
-                _ => (1, initial, 0),
-            };
-            ctx.go_live();
-            ctx.boundary().await;
-            let fallback = ctx.encode(&state).await?;
-            // Each check is an attempt of the condition's step: StepStarted, then its
-            // outcome with the state it produced.
-            let started = ctx.event(
-                EventType::StepStarted,
-                SubType::WaitForCondition,
-                &op,
-                tl::EventDetails::StepStarted(tl::StepStarted { attempt }),
-            );
-            let streams = crate::context::stream::AttemptStreams::new(&ctx, &op.position, attempt);
-            // A live check, as a step's attempt is: its own span (docs/telemetry.md).
-            let span = tracing::info_span!(
-                "durable_operation",
-                operationId = %op.position,
-                name = %op.name,
-                kind = op.kind.as_str(),
-                subType = ?SubType::WaitForCondition,
-                attempt,
-                isReplay = false,
-                outcome = tracing::field::Empty,
-                "error.kind" = tracing::field::Empty,
-            );
-            let step_ctx = StepContext {
-                span: span.clone(),
-                attempt,
-                position: op.position.clone(),
-                key: None,
-                tenant: ctx.shared.tenant.clone(),
-                run_id: ctx.shared.run_id.clone(),
-                streams: streams.clone(),
-            };
-            let checked =
-                tracing::Instrument::instrument(check(state, step_ctx), span.clone()).await;
-            match &checked {
-                Ok(ConditionCheck::Done(_)) => span.record("outcome", "succeeded"),
-                Ok(ConditionCheck::Continue(_)) => span.record("outcome", "not_yet"),
-                Err(e) => span
-                    .record("outcome", "failed")
-                    .record("error.kind", e.info().kind.as_str()),
-            };
-            if checked.is_err() {
-                streams.attempt_failed().await;
+        Box::pin(run_condition(self))
+    }
+}
+
+/// The condition operation: its journaled state and attempt, then a live check, its
+/// outcome recorded as a step attempt's.
+async fn run_condition<S, F, Fut>(builder: ConditionBuilder<S, F>) -> Result<S, Error>
+where
+    S: Serialize + DeserializeOwned + Send + 'static,
+    F: FnOnce(S, StepContext) -> Fut + Send + 'static,
+    Fut: Future<Output = Result<ConditionCheck<S>, StepError>> + Send + 'static,
+{
+    let ConditionBuilder {
+        ctx,
+        op,
+        initial,
+        check,
+        strategy,
+        retry,
+    } = builder;
+    let now = ctx.shared.now();
+    let (attempt, state, failures) = match ctx.lookup(&op).await.map(|e| e.state) {
+        Some(EntryState::Succeeded { value, .. }) => return ctx.decode(&value).await,
+        Some(EntryState::Failed { error, .. }) => return Err(Error::from_info(&error)),
+        Some(EntryState::Polling {
+            attempt,
+            state,
+            next_check_at,
+            failures,
+        }) => {
+            if now < next_check_at {
+                return ctx.suspend(Some(next_check_at)).await;
             }
-            let (done, next_state) = match checked {
-                Ok(ConditionCheck::Done(s)) => (true, ctx.encode(&s).await?),
-                Ok(ConditionCheck::Continue(s)) => (false, ctx.encode(&s).await?),
-                // A check error is a failed attempt, as in a step: the retry policy
-                // decides, the state stays what it was, and the error is recorded.
-                Err(e) => {
-                    let failures = failures + 1;
-                    let error = e.info().clone();
-                    if !retry.should_retry(failures, &error) {
-                        let err = Error::new(
-                            ErrorKind::StepFailed,
-                            format!(
-                                "condition '{}' check failed after {failures} attempt(s): {e}",
-                                op.name
-                            ),
-                            Some(error.clone()),
-                        );
-                        return finish_failed(&ctx, &op, started, attempt, err, error).await;
-                    }
-                    let delay = retry.delay(failures, rand::random::<f64>());
-                    let next_check_at = ctx.shared.now().plus(delay);
-                    let ev = ctx.event(
-                        EventType::StepFailed,
-                        SubType::WaitForCondition,
-                        &op,
-                        tl::EventDetails::StepFailed(tl::StepEnded {
-                            attempt: Some(attempt),
-                            error: Some(error),
-                            next_attempt_at: Some(next_check_at),
-                            next_attempt_delay_ms: Some(delay.as_millis() as u64),
-                            retrying: Some(true),
-                            ..Default::default()
-                        }),
-                    );
-                    ctx.commit_or_suspend(Delta {
-                        journal: vec![op.entry(EntryState::Polling {
-                            attempt,
-                            state: fallback,
-                            next_check_at,
-                            failures,
-                        })],
-                        timeline: vec![started, ev],
-                        ..Delta::default()
-                    })
-                    .await;
-                    return ctx.suspend(Some(next_check_at)).await;
-                }
-            };
-            if done {
-                let value: S = ctx.decode(&next_state).await?;
-                let ev = ctx.event(
-                    EventType::StepSucceeded,
-                    SubType::WaitForCondition,
-                    &op,
-                    tl::EventDetails::StepSucceeded(tl::StepEnded {
-                        attempt: Some(attempt),
-                        result: Some(inline_detail(&next_state)),
-                        ..Default::default()
-                    }),
-                );
-                ctx.commit_or_suspend(Delta {
-                    journal: vec![op.entry(EntryState::Succeeded {
-                        value: next_state,
-                        attempt,
-                    })],
-                    timeline: vec![started, ev],
-                    ..Delta::default()
-                })
-                .await;
-                return Ok(value);
-            }
-            if attempt >= strategy.max_attempts {
+            (attempt + 1, ctx.decode::<S>(&state).await?, failures)
+        }
+        _ => (1, initial, 0),
+    };
+    ctx.go_live();
+    ctx.boundary().await;
+    let fallback = ctx.encode(&state).await?;
+    // Each check is an attempt of the condition's step: StepStarted, then its
+    // outcome with the state it produced.
+    let started = ctx.event(
+        EventType::StepStarted,
+        SubType::WaitForCondition,
+        &op,
+        tl::EventDetails::StepStarted(tl::StepStarted { attempt }),
+    );
+    let streams = crate::context::stream::AttemptStreams::new(&ctx, &op.position, attempt);
+    // A live check, as a step's attempt is: its own span (docs/telemetry.md).
+    let span = tracing::info_span!(
+        "durable_operation",
+        operationId = %op.position,
+        name = %op.name,
+        kind = op.kind.as_str(),
+        subType = ?SubType::WaitForCondition,
+        attempt,
+        isReplay = false,
+        outcome = tracing::field::Empty,
+        "error.kind" = tracing::field::Empty,
+    );
+    let step_ctx = StepContext {
+        span: span.clone(),
+        attempt,
+        position: op.position.clone(),
+        key: None,
+        tenant: ctx.shared.tenant.clone(),
+        run_id: ctx.shared.run_id.clone(),
+        streams: streams.clone(),
+    };
+    let checked = tracing::Instrument::instrument(check(state, step_ctx), span.clone()).await;
+    match &checked {
+        Ok(ConditionCheck::Done(_)) => span.record("outcome", "succeeded"),
+        Ok(ConditionCheck::Continue(_)) => span.record("outcome", "not_yet"),
+        Err(e) => span
+            .record("outcome", "failed")
+            .record("error.kind", e.info().kind.as_str()),
+    };
+    if checked.is_err() {
+        streams.attempt_failed().await;
+    }
+    let (done, next_state) = match checked {
+        Ok(ConditionCheck::Done(s)) => (true, ctx.encode(&s).await?),
+        Ok(ConditionCheck::Continue(s)) => (false, ctx.encode(&s).await?),
+        // A check error is a failed attempt, as in a step: the retry policy
+        // decides, the state stays what it was, and the error is recorded.
+        Err(e) => {
+            let failures = failures + 1;
+            let error = e.info().clone();
+            if !retry.should_retry(failures, &error) {
                 let err = Error::new(
-                    ErrorKind::ConditionNotMet,
-                    format!("condition '{}' not met after {attempt} checks", op.name),
-                    None,
+                    ErrorKind::StepFailed,
+                    format!(
+                        "condition '{}' check failed after {failures} attempt(s): {e}",
+                        op.name
+                    ),
+                    Some(error.clone()),
                 );
-                let cause = err.to_info();
-                return finish_failed(&ctx, &op, started, attempt, err, cause).await;
+                return finish_failed(&ctx, &op, started, attempt, err, error).await;
             }
-            // A check that says "not yet" succeeded, as AWS records it: the step
-            // succeeded with the new state and the delay before the next check
-            // (`Retrying` keeps the operation open); only a check that throws fails.
-            let delay = strategy.delay(attempt);
-            let next_check_at: Timestamp = ctx.shared.now().plus(delay);
+            let delay = retry.delay(failures, rand::random::<f64>());
+            let next_check_at = ctx.shared.now().plus(delay);
             let ev = ctx.event(
-                EventType::StepSucceeded,
+                EventType::StepFailed,
                 SubType::WaitForCondition,
                 &op,
-                tl::EventDetails::StepSucceeded(tl::StepEnded {
+                tl::EventDetails::StepFailed(tl::StepEnded {
                     attempt: Some(attempt),
-                    state: Some(inline_detail(&next_state)),
+                    error: Some(error),
                     next_attempt_at: Some(next_check_at),
                     next_attempt_delay_ms: Some(delay.as_millis() as u64),
                     retrying: Some(true),
@@ -295,17 +241,79 @@ where
             ctx.commit_or_suspend(Delta {
                 journal: vec![op.entry(EntryState::Polling {
                     attempt,
-                    state: next_state,
+                    state: fallback,
                     next_check_at,
-                    failures: 0,
+                    failures,
                 })],
                 timeline: vec![started, ev],
                 ..Delta::default()
             })
             .await;
-            ctx.suspend(Some(next_check_at)).await
+            return ctx.suspend(Some(next_check_at)).await;
+        }
+    };
+    if done {
+        let value: S = ctx.decode(&next_state).await?;
+        let ev = ctx.event(
+            EventType::StepSucceeded,
+            SubType::WaitForCondition,
+            &op,
+            tl::EventDetails::StepSucceeded(tl::StepEnded {
+                attempt: Some(attempt),
+                result: Some(inline_detail(&next_state)),
+                ..Default::default()
+            }),
+        );
+        ctx.commit_or_suspend(Delta {
+            journal: vec![op.entry(EntryState::Succeeded {
+                value: next_state,
+                attempt,
+            })],
+            timeline: vec![started, ev],
+            ..Delta::default()
         })
+        .await;
+        return Ok(value);
     }
+    if attempt >= strategy.max_attempts {
+        let err = Error::new(
+            ErrorKind::ConditionNotMet,
+            format!("condition '{}' not met after {attempt} checks", op.name),
+            None,
+        );
+        let cause = err.to_info();
+        return finish_failed(&ctx, &op, started, attempt, err, cause).await;
+    }
+    // A check that says "not yet" succeeded, as AWS records it: the step
+    // succeeded with the new state and the delay before the next check
+    // (`Retrying` keeps the operation open); only a check that throws fails.
+    let delay = strategy.delay(attempt);
+    let next_check_at: Timestamp = ctx.shared.now().plus(delay);
+    let ev = ctx.event(
+        EventType::StepSucceeded,
+        SubType::WaitForCondition,
+        &op,
+        tl::EventDetails::StepSucceeded(tl::StepEnded {
+            attempt: Some(attempt),
+            state: Some(inline_detail(&next_state)),
+            next_attempt_at: Some(next_check_at),
+            next_attempt_delay_ms: Some(delay.as_millis() as u64),
+            retrying: Some(true),
+            ..Default::default()
+        }),
+    );
+    ctx.commit_or_suspend(Delta {
+        journal: vec![op.entry(EntryState::Polling {
+            attempt,
+            state: next_state,
+            next_check_at,
+            failures: 0,
+        })],
+        timeline: vec![started, ev],
+        ..Delta::default()
+    })
+    .await;
+    ctx.suspend(Some(next_check_at)).await
 }
 
 /// Fail the condition with `err`; its timeline event shows `cause` (the check's own
