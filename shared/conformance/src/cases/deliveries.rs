@@ -570,6 +570,19 @@ fn completing(h: &Harness, held: &Run, to_parent: &NewDelivery) -> Checkpoint {
     cp
 }
 
+/// Claim `child`, write the checkpoint that completes it and tells its parent
+/// (`to_parent`), and check that the child is completed.
+async fn complete_child(h: &Harness, child: &Run, to_parent: &NewDelivery) {
+    let held = claim(h, child, "engine-child", LEASE).await;
+    let cp = completing(h, &held, to_parent);
+    write(h, &cp).await;
+    assert_eq!(
+        get(h, &child.tenant, &child.id).await,
+        cp.run,
+        "the child is completed"
+    );
+}
+
 /// A checkpoint's `parent_delivery` is applied with it, as `deliver` would apply it;
 /// A callback with a heartbeat timeout: each heartbeat the store accepts moves the
 /// heartbeat deadline (the last heartbeat plus the timeout); an outcome or heartbeat
@@ -743,14 +756,7 @@ pub async fn parent_delivery_is_skipped_when_duplicate_or_parent_gone(h: Harness
     create_run(&h, &child).await;
     deliver(&h, &to_parent).await;
     let parent_before = snapshot(&h, &tenant, &parent.id).await;
-    let held = claim(&h, &child, "engine-child", LEASE).await;
-    let cp = completing(&h, &held, &to_parent);
-    write(&h, &cp).await;
-    assert_eq!(
-        get(&h, &tenant, &child.id).await,
-        cp.run,
-        "the child is completed"
-    );
+    complete_child(&h, &child, &to_parent).await;
     assert_eq!(
         snapshot(&h, &tenant, &parent.id).await,
         parent_before,
@@ -763,14 +769,7 @@ pub async fn parent_delivery_is_skipped_when_duplicate_or_parent_gone(h: Harness
     create_run(&h, &child).await;
     finish(&h, &parent, RunStatus::Cancelled).await;
     let parent_before = snapshot(&h, &tenant, &parent.id).await;
-    let held = claim(&h, &child, "engine-child", LEASE).await;
-    let cp = completing(&h, &held, &to_parent);
-    write(&h, &cp).await;
-    assert_eq!(
-        get(&h, &tenant, &child.id).await,
-        cp.run,
-        "the child is completed"
-    );
+    complete_child(&h, &child, &to_parent).await;
     assert_eq!(
         snapshot(&h, &tenant, &parent.id).await,
         parent_before,
@@ -781,14 +780,7 @@ pub async fn parent_delivery_is_skipped_when_duplicate_or_parent_gone(h: Harness
     let ghost = new_run(&h, &tenant, "ghost-parent");
     let (child, to_parent) = child_of(&h, &ghost);
     create_run(&h, &child).await;
-    let held = claim(&h, &child, "engine-child", LEASE).await;
-    let cp = completing(&h, &held, &to_parent);
-    write(&h, &cp).await;
-    assert_eq!(
-        get(&h, &tenant, &child.id).await,
-        cp.run,
-        "the child is completed"
-    );
+    complete_child(&h, &child, &to_parent).await;
     assert_eq!(
         h.backend
             .store
