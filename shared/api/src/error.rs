@@ -89,6 +89,15 @@ impl ApiError {
         )
     }
 
+    /// `e` from an operation on a callback: [`EngineError::NotFound`] names the
+    /// callback, not a run.
+    pub(crate) fn on_callback(e: EngineError) -> Self {
+        match e {
+            EngineError::NotFound => ApiError::not_found("callback"),
+            other => other.into(),
+        }
+    }
+
     /// 401: no credentials, or not valid ones.
     pub fn unauthorized(message: impl Into<String>) -> Self {
         ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", message)

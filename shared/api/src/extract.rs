@@ -10,6 +10,10 @@ use http::StatusCode;
 use http::request::Parts;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use serde::de::DeserializeOwned;
+use utoipa::IntoParams;
+use utoipa::openapi::Required;
+use utoipa::openapi::path::{Parameter, ParameterBuilder, ParameterIn};
+use utoipa::openapi::schema::{ObjectBuilder, SchemaType, Type};
 
 use crate::ApiError;
 use crate::auth::Tenant;
@@ -211,6 +215,24 @@ impl<S: Send + Sync> FromRequestParts<S> for IfMatch {
             })
             .transpose()
             .map(IfMatch)
+    }
+}
+
+/// The header as the OpenAPI document describes it, once for every route that reads it.
+impl IntoParams for IfMatch {
+    fn into_params(_: impl Fn() -> Option<ParameterIn>) -> Vec<Parameter> {
+        vec![
+            ParameterBuilder::new()
+                .name("If-Match")
+                .parameter_in(ParameterIn::Header)
+                .required(Required::False)
+                .description(Some("The run's ETag; 412 when it changed since"))
+                .schema(Some(
+                    ObjectBuilder::new()
+                        .schema_type(SchemaType::from_iter([Type::String, Type::Null])),
+                ))
+                .build(),
+        ]
     }
 }
 

@@ -30,13 +30,11 @@ use crate::view::{RunView, run_answer};
     security(("bearer" = [])),
     params(
         ("id" = String, Path, description = "The run's id"),
-        ("If-Match" = Option<String>, Header, description = "The run's ETag; 412 when it changed since"),
+        IfMatch,
     ),
     responses(
-        (status = 200, description = "Cancelled", body = RunView,
-            headers(("ETag" = String, description = "The run's version"))),
-        (status = 202, description = "Cancellation requested; honoured at the next step boundary", body = RunView,
-            headers(("ETag" = String, description = "The run's version"))),
+        (status = 200, description = "Cancelled", body = RunView),
+        (status = 202, description = "Cancellation requested; honoured at the next step boundary", body = RunView),
         CancelErrors,
     )
 )]
@@ -64,11 +62,10 @@ pub(crate) async fn cancel_run(
     security(("bearer" = [])),
     params(
         ("id" = String, Path, description = "The run's id"),
-        ("If-Match" = Option<String>, Header, description = "The run's ETag; 412 when it changed since"),
+        IfMatch,
     ),
     responses(
-        (status = 202, description = "Resumed", body = RunView,
-            headers(("ETag" = String, description = "The run's version"))),
+        (status = 202, description = "Resumed", body = RunView),
         ResumeErrors,
     )
 )]
@@ -208,12 +205,11 @@ pub(crate) struct OperationPath {
     params(
         ("id" = String, Path, description = "The run's id"),
         ("position" = String, Path, description = "The tool call's position (its timeline `Id`, percent-encoded: `charge%230`, `pay%2Fcharge%230`)"),
-        ("If-Match" = Option<String>, Header, description = "The run's ETag; 412 when it changed since"),
+        IfMatch,
     ),
     request_body(content = Resolution, content_type = "application/json", description = "What happened to the call"),
     responses(
-        (status = 202, description = "Resolved; the run resumes", body = RunView,
-            headers(("ETag" = String, description = "The run's version"))),
+        (status = 202, description = "Resolved; the run resumes", body = RunView),
         (status = 400, description = "A malformed body or an unknown outcome", body = ErrorBody),
         (status = 404, description = "No such run, or no operation at this position", body = ErrorBody),
         (status = 409, description = "The run is not parked (`not_parked`, `already_finished`), or the operation is not a tool call whose outcome is unknown (`nothing_to_resolve`)", body = ErrorBody),

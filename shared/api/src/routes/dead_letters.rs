@@ -126,11 +126,10 @@ pub(crate) async fn list_dead_letters(
     security(("bearer" = [])),
     params(
         ("id" = String, Path, description = "The run the dead letter parked"),
-        ("If-Match" = Option<String>, Header, description = "The run's ETag; 412 when it changed since"),
+        IfMatch,
     ),
     responses(
-        (status = 202, description = "Redriven: the run, resumed", body = RunView,
-            headers(("ETag" = String, description = "The run's version"))),
+        (status = 202, description = "Redriven: the run, resumed", body = RunView),
         crate::responses::RedriveErrors,
     )
 )]

@@ -7,7 +7,7 @@ use http::StatusCode;
 use serde::Deserialize;
 use siesta::ports::DeliverOutcome;
 use siesta::*;
-use utoipa::ToSchema;
+use utoipa::{IntoParams, ToSchema};
 
 use crate::auth::Tenant;
 use crate::error::ApiError;
@@ -44,9 +44,12 @@ pub(crate) struct FailureBody {
 }
 
 /// The run's id and, for events, the event's name.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
 pub(crate) struct EventPath {
+    /// The run's id
     id: String,
+    /// The event's name
     name: String,
 }
 
@@ -66,8 +69,7 @@ fn accepted(outcome: DeliverOutcome) -> (StatusCode, Json<Accepted>) {
     post, path = "/runs/{id}/events/{name}", operation_id = "deliverEvent", tag = "runs",
     security(("bearer" = [])),
     params(
-        ("id" = String, Path, description = "The run's id"),
-        ("name" = String, Path, description = "The event's name"),
+        EventPath,
         ("Idempotency-Key" = Option<String>, Header, description = "The delivery's id: a repeat is acknowledged as a duplicate"),
     ),
     request_body(content = Option<serde_json::Value>, content_type = "application/json", description = "The event's value (any JSON; empty: null)"),
@@ -133,10 +135,7 @@ fn callback_delivery(key: Option<String>) -> Option<DeliveryId> {
 fn callback_answer(
     outcome: Result<DeliverOutcome, EngineError>,
 ) -> Result<(StatusCode, Json<Accepted>), ApiError> {
-    match outcome {
-        Err(EngineError::NotFound) => Err(ApiError::not_found("callback")),
-        other => Ok(accepted(other?)),
-    }
+    outcome.map(accepted).map_err(ApiError::on_callback)
 }
 
 /// Complete a callback with a result.

@@ -14,10 +14,14 @@ mod streams;
 mod values;
 mod webhooks;
 
+use utoipa::openapi::header::HeaderBuilder;
+use utoipa::openapi::{Content, OpenApi, Ref, RefOr, Response};
+use utoipa::{PartialSchema, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use crate::state::AppState;
+use crate::view::{RunResult, RunView};
 use builds::*;
 use control::*;
 use dead_letters::*;
@@ -37,7 +41,7 @@ pub use streams::{StreamChunkView, StreamPageView};
 /// Every route of the API, described, on top of `base` (the document's info and
 /// components).
 pub(crate) fn table(base: utoipa::openapi::OpenApi) -> OpenApiRouter<AppState> {
-    OpenApiRouter::with_openapi(base)
+    let mut table = OpenApiRouter::with_openapi(base)
         .routes(routes!(start_run, list_runs))
         .routes(routes!(get_run))
         .routes(routes!(get_run_result))
@@ -63,5 +67,46 @@ pub(crate) fn table(base: utoipa::openapi::OpenApi) -> OpenApiRouter<AppState> {
         .routes(routes!(list_dead_letters))
         .routes(routes!(redrive_dead_letter))
         .routes(routes!(redrive_dead_letters))
-        .routes(routes!(list_builds))
+        .routes(routes!(list_builds));
+    run_answers_carry_their_etag(table.get_openapi_mut());
+    table
+}
+
+/// Every answer that carries a run (a `RunView` or a `RunResult`) has the run's version
+/// as its `ETag` ([`crate::view::run_answer`]): the document says so here, once.
+fn run_answers_carry_their_etag(doc: &mut OpenApi) {
+    let etag = HeaderBuilder::new()
+        .schema(Some(String::schema()))
+        .description(Some("The run's version"))
+        .build();
+    for item in doc.paths.paths.values_mut() {
+        let operations = [
+            &mut item.get,
+            &mut item.put,
+            &mut item.post,
+            &mut item.delete,
+            &mut item.patch,
+        ];
+        for operation in operations.into_iter().flatten() {
+            for response in operation.responses.responses.values_mut() {
+                if let RefOr::T(response) = response
+                    && carries_a_run(response)
+                {
+                    response
+                        .headers
+                        .insert("ETag".to_owned(), RefOr::T(etag.clone()));
+                }
+            }
+        }
+    }
+}
+
+fn carries_a_run(response: &Response) -> bool {
+    let runs = [RunView::name(), RunResult::name()].map(Ref::from_schema_name);
+    response.content.values().any(|content| {
+        matches!(
+            content,
+            RefOr::T(Content { schema: Some(RefOr::Ref(r)), .. }) if runs.contains(r)
+        )
+    })
 }

@@ -105,11 +105,10 @@ pub(crate) async fn check_run_replay(
     security(("bearer" = [])),
     params(
         ("id" = String, Path, description = "The run's id"),
-        ("If-Match" = Option<String>, Header, description = "The run's ETag; 412 when it changed since"),
+        IfMatch,
     ),
     responses(
-        (status = 200, description = "The run, on this build", body = RunView,
-            headers(("ETag" = String, description = "The run's version"))),
+        (status = 200, description = "The run, on this build", body = RunView),
         UpgradeErrors,
     )
 )]

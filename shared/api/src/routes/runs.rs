@@ -86,7 +86,6 @@ pub(crate) struct TimelineQuery {
         (status = 201, description = "Started (or, with a reused Idempotency-Key, the first start)", body = RunView,
             headers(
                 ("Location" = String, description = "The run's URL"),
-                ("ETag" = String, description = "The run's version"),
                 ("Idempotent-Replayed" = Option<String>, description = "`true` when this answers a retried start"),
             ),
             links(
@@ -229,7 +228,6 @@ pub(crate) async fn list_runs(
     params(("id" = String, Path, description = "The run's id")),
     responses(
         (status = 200, description = "The run", body = RunView,
-            headers(("ETag" = String, description = "The run's version")),
             links(
                 ("CompleteCallback" = (operation_id = "succeedCallback", parameters(("callback_id" = "$response.body#/waits/0/callback_id")))),
                 ("FailCallback" = (operation_id = "failCallback", parameters(("callback_id" = "$response.body#/waits/0/callback_id")))),
@@ -261,10 +259,8 @@ pub(crate) async fn get_run(
         ("Prefer" = Option<String>, Header, description = "`wait=N` (N <= 60): wait up to N seconds for the run to finish"),
     ),
     responses(
-        (status = 200, description = "The run finished", body = RunResult,
-            headers(("ETag" = String, description = "The run's version"))),
-        (status = 202, description = "Not finished yet: the run view", body = RunView,
-            headers(("ETag" = String, description = "The run's version"))),
+        (status = 200, description = "The run finished", body = RunResult),
+        (status = 202, description = "Not finished yet: the run view", body = RunView),
         ReadRunErrors,
     )
 )]

@@ -19,17 +19,24 @@ use crate::responses::{CallbackWebhookErrors, SourceWebhookErrors};
 use crate::state::AppState;
 use crate::view::Received;
 
-/// The raw body of a webhook, within the receiver's size limit: the signature is
-/// checked over exactly these bytes.
-pub(crate) struct HookBody(Bytes);
+/// A webhook as received: its headers (the signature's, the delivery's id) and its raw
+/// body, within the receiver's size limit. The signature is checked over exactly these
+/// bytes, and an identical retry has the same delivery id.
+pub(crate) struct Hook {
+    headers: HeaderMap,
+    body: Bytes,
+}
 
-impl FromRequest<AppState> for HookBody {
+impl FromRequest<AppState> for Hook {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
-        read_body(req.into_body(), state.hooks.max_body())
-            .await
-            .map(HookBody)
+        let (parts, body) = req.into_parts();
+        let body = read_body(body, state.hooks.max_body()).await?;
+        Ok(Hook {
+            headers: parts.headers,
+            body,
+        })
     }
 }
 
@@ -50,8 +57,7 @@ impl FromRequest<AppState> for HookBody {
 pub(crate) async fn callback_webhook(
     State(app): State<AppState>,
     ApiPath(token): ApiPath<String>,
-    headers: HeaderMap,
-    HookBody(body): HookBody,
+    Hook { headers, body }: Hook,
 ) -> Result<Response, ApiError> {
     let token = CallbackId::from(token.as_str());
     let record = app.engine.backend().store.get_callback(&token).await?;
@@ -64,10 +70,7 @@ pub(crate) async fn callback_webhook(
         .engine
         .complete_callback(&token, None, Ok(value), Some(delivery))
         .await
-        .map_err(|e| match e {
-            EngineError::NotFound => ApiError::not_found("callback"),
-            other => other.into(),
-        })?;
+        .map_err(ApiError::on_callback)?;
     Ok(acknowledged(outcome))
 }
 
@@ -93,8 +96,7 @@ pub(crate) async fn callback_webhook(
 pub(crate) async fn source_webhook(
     State(app): State<AppState>,
     ApiPath(name): ApiPath<String>,
-    headers: HeaderMap,
-    HookBody(body): HookBody,
+    Hook { headers, body }: Hook,
 ) -> Result<Response, ApiError> {
     let source = app
         .hooks
@@ -126,10 +128,7 @@ pub(crate) async fn source_webhook(
         let outcome = engine
             .complete_callback(&token, Some(&source.tenant), Ok(value), Some(delivery))
             .await
-            .map_err(|e| match e {
-                EngineError::NotFound => ApiError::not_found("callback"),
-                other => other.into(),
-            })?;
+            .map_err(ApiError::on_callback)?;
         return Ok(acknowledged(outcome));
     }
     let run_id = match value.pointer(&source.correlation) {
