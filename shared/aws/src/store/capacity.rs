@@ -1,0 +1,90 @@
+//! What the store's requests cost: the capacity DynamoDB reports, and the items written
+//! by request and kind, for the cost breakdown ([`crate::AwsBackend::written_items`]).
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use aws_sdk_dynamodb::types::ConsumedCapacity;
+
+/// DynamoDB capacity consumed, in units, as DynamoDB reports it.
+#[derive(Debug, Default)]
+pub(crate) struct CapacityMeter {
+    /// Write capacity units, in thousandths.
+    write_milli: AtomicU64,
+    /// Read capacity units, in thousandths.
+    read_milli: AtomicU64,
+    /// The items written, by request and item kind, for the cost breakdown.
+    written: Mutex<BTreeMap<String, WrittenItems>>,
+}
+
+/// Items of one kind written by one kind of request, and what they cost
+/// ([`crate::AwsBackend::written_items`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct WrittenItems {
+    /// How many items were written.
+    pub items: u64,
+    /// Their size in bytes, as DynamoDB sizes items (attribute names and values).
+    pub bytes: u64,
+    /// The write units they cost: per item, its size rounded up to the next KB, twice
+    /// over in a transaction. Estimated from the sizes; DynamoDB reports only totals per
+    /// request.
+    pub write_units: f64,
+}
+
+impl CapacityMeter {
+    pub(crate) fn add(&self, write: bool, consumed: &[ConsumedCapacity]) {
+        let units: f64 = consumed.iter().filter_map(|c| c.capacity_units()).sum();
+        let milli = (units * 1000.0).round() as u64;
+        let counter = if write {
+            &self.write_milli
+        } else {
+            &self.read_milli
+        };
+        counter.fetch_add(milli, Ordering::Relaxed);
+    }
+
+    /// Note that a request `op` wrote an item of kind `what` of `bytes` bytes,
+    /// `transactional` or not.
+    pub(crate) fn note_write(&self, op: &str, what: &str, transactional: bool, bytes: usize) {
+        let kb = bytes.div_ceil(1024).max(1) as f64;
+        let label = format!(
+            "{op}: {what}{}",
+            if transactional {
+                " (transactional)"
+            } else {
+                ""
+            }
+        );
+        let mut written = self.written.lock().unwrap_or_else(|e| e.into_inner());
+        let entry = written.entry(label).or_default();
+        entry.items += 1;
+        entry.bytes += bytes as u64;
+        entry.write_units += if transactional { 2.0 * kb } else { kb };
+    }
+
+    /// Note that a single-item request `op` wrote an item of kind `what` whose size it
+    /// does not see, at the capacity DynamoDB reported.
+    pub(crate) fn note_update(&self, op: &str, what: &str, consumed: Option<&ConsumedCapacity>) {
+        let mut written = self.written.lock().unwrap_or_else(|e| e.into_inner());
+        let entry = written.entry(format!("{op}: {what}")).or_default();
+        entry.items += 1;
+        entry.write_units += consumed.and_then(|c| c.capacity_units()).unwrap_or(0.0);
+    }
+
+    /// The items written so far, by request and item kind.
+    pub(crate) fn written(&self) -> BTreeMap<String, WrittenItems> {
+        self.written
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// (write units, read units) consumed so far.
+    pub(crate) fn totals(&self) -> (f64, f64) {
+        (
+            self.write_milli.load(Ordering::Relaxed) as f64 / 1000.0,
+            self.read_milli.load(Ordering::Relaxed) as f64 / 1000.0,
+        )
+    }
+}

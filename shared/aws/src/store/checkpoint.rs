@@ -1,0 +1,140 @@
+//! The checkpoint: the run's new state, its journal entries, timeline events, callback
+//! and tool-call records, child runs and a delivery to its parent, in one transaction
+//! conditioned on the version (and epoch) it was computed from.
+
+use siesta::delivery::Decision;
+use siesta::ports::*;
+use siesta::*;
+
+use super::tx::{Role, Tx, TxOutcome, reason_of};
+use super::{DynamoStore, RACE_ATTEMPTS};
+use crate::item::*;
+
+impl DynamoStore {
+    /// How a checkpoint changes its tenant's count of unfinished runs: +1 per child
+    /// run, -1 when it moves the run from unfinished to finished. Whether it does is
+    /// read here, at the version the checkpoint is conditioned on: if the run moved on
+    /// since, the checkpoint's own condition fails and the count is not touched.
+    pub(super) async fn unfinished_delta(&self, cp: &Checkpoint) -> Result<i64, StoreError> {
+        let children = cp
+            .child_runs
+            .iter()
+            .filter(|(child, _)| !child.status.is_finished())
+            .count() as i64;
+        if !cp.run.status.is_finished() {
+            return Ok(children);
+        }
+        let finishes = match self.get_run(&cp.run.tenant, &cp.run.id).await? {
+            Some(before) => before.version == cp.expected_version && !before.status.is_finished(),
+            None => false,
+        };
+        Ok(children - i64::from(finishes))
+    }
+
+    pub(super) async fn current_run(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+    ) -> Result<Run, StoreError> {
+        self.get_run(tenant, run_id)
+            .await?
+            .ok_or(StoreError::NotFound)
+    }
+}
+
+/// [`RunStore::checkpoint`]: one `TransactWriteItems`.
+pub(super) async fn checkpoint(store: &DynamoStore, cp: &Checkpoint) -> Result<(), StoreError> {
+    let (tenant, run_id) = (&cp.run.tenant, &cp.run.id);
+    // A run moved to another build (an upgrade) and child runs are on builds the
+    // tenant's records must list.
+    if cp
+        .timeline
+        .iter()
+        .any(|e| e.event_type == EventType::RunUpgraded)
+    {
+        store.note_build(&cp.run).await?;
+    }
+    for (child, _) in &cp.child_runs {
+        store.note_build(child).await?;
+    }
+    let unfinished = store.unfinished_delta(cp).await?;
+    for _ in 0..RACE_ATTEMPTS {
+        let mut tx = Tx::default();
+        if unfinished != 0 {
+            tx.count_unfinished(&store.table, tenant, unfinished, None)?;
+        }
+        tx.put_run(
+            &store.table,
+            Role::Run,
+            run_item(&cp.run, store.retention)?,
+            cp.expected_version,
+            cp.epoch,
+            cp.timeline.first().map(|e| e.seq),
+        )?;
+        for entry in &cp.journal {
+            tx.put(
+                &store.table,
+                Role::Journal,
+                journal_item(tenant, run_id, entry)?,
+                None,
+            )?;
+        }
+        for item in timeline_items(tenant, run_id, &cp.timeline)? {
+            tx.insert(&store.table, Role::Timeline, item)?;
+        }
+        for record in &cp.callbacks {
+            let item = callback_item(record, cp.run.updated_at, store.retention)?;
+            tx.put(&store.table, Role::Callback, item, None)?;
+        }
+        for record in &cp.tool_calls {
+            let item = tool_call_item(record, store.retention)?;
+            tx.put(&store.table, Role::ToolCall, item, None)?;
+        }
+        for (child, started) in &cp.child_runs {
+            tx.insert(
+                &store.table,
+                Role::ChildRun,
+                run_item(child, store.retention)?,
+            )?;
+            tx.insert(
+                &store.table,
+                Role::ChildTimeline,
+                timeline_item(&child.tenant, &child.id, started)?,
+            )?;
+        }
+        if let Some(delivery) = &cp.parent_delivery {
+            // A missing or finished parent, or a duplicate, skips the delivery.
+            match store.plan(delivery).await {
+                Ok(Decision::Accept(plan)) => tx.delivery(&store.table, &plan, store.retention)?,
+                Ok(Decision::Duplicate) | Err(StoreError::NotFound) | Err(StoreError::Gone(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let reasons = match store.transact("checkpoint", tx).await? {
+            TxOutcome::Committed => return Ok(()),
+            TxOutcome::Cancelled(reasons) => reasons,
+        };
+        if let Some(reason) = reason_of(&reasons, Role::Run) {
+            let current = reason
+                .item
+                .as_ref()
+                .map(run_from_item)
+                .transpose()?
+                .ok_or(StoreError::NotFound)?;
+            return Err(StoreError::Conflict(Some(Box::new(current))));
+        }
+        if reason_of(&reasons, Role::Timeline).is_some() {
+            let current = store.current_run(tenant, run_id).await?;
+            return Err(StoreError::Conflict(Some(Box::new(current))));
+        }
+        if reason_of(&reasons, Role::ChildRun).is_some()
+            || reason_of(&reasons, Role::ChildTimeline).is_some()
+        {
+            return Err(StoreError::AlreadyExists);
+        }
+        // Only the parent's records moved since they were read: read them again.
+    }
+    Err(StoreError::Unavailable(
+        "checkpoint: the parent run kept changing".into(),
+    ))
+}

@@ -1,0 +1,68 @@
+//! Deliveries: read what the core's delivery decision needs (the run, the dedup record,
+//! the callback record) in one request, decide ([`siesta::delivery::decide`]), and write
+//! the accepted delivery in one transaction.
+
+use siesta::delivery::Decision;
+use siesta::ports::*;
+
+use super::reads::item_key;
+use super::tx::{Role, Tx, TxOutcome, reason_of};
+use super::{DynamoStore, RACE_ATTEMPTS};
+use crate::item::*;
+use crate::keys::*;
+
+impl DynamoStore {
+    /// Read what a delivery decides on, in one request: the run, the dedup record and
+    /// the callback record; then decide ([`siesta::delivery::decide`]).
+    pub(super) async fn plan(&self, d: &NewDelivery) -> Result<Decision, StoreError> {
+        let run_key = key(run_pk(&d.tenant, &d.run_id), RUN_SK);
+        let dedup_key = key(run_pk(&d.tenant, &d.run_id), delivery_sk(&d.id));
+        let mut keys = vec![run_key.clone(), dedup_key.clone()];
+        let callback_key = d
+            .body
+            .callback_id()
+            .map(|id| key(callback_pk(id), RECORD_SK));
+        keys.extend(callback_key.clone());
+        let mut found = self.batch_get("deliver", keys).await?;
+        let run = found
+            .remove(&item_key(&run_key)?)
+            .map(|i| run_from_item(&i))
+            .transpose()?;
+        let stored = found.contains_key(&item_key(&dedup_key)?);
+        let callback = match callback_key {
+            Some(k) => found
+                .remove(&item_key(&k)?)
+                .map(|i| callback_from_item(&i))
+                .transpose()?,
+            None => None,
+        };
+        siesta::delivery::decide(d, run, stored, callback)
+    }
+}
+
+/// [`RunStore::deliver`]: read, decide, and one `TransactWriteItems`.
+pub(super) async fn deliver(
+    store: &DynamoStore,
+    delivery: &NewDelivery,
+) -> Result<DeliverOutcome, StoreError> {
+    for _ in 0..RACE_ATTEMPTS {
+        let plan = match store.plan(delivery).await? {
+            Decision::Duplicate => return Ok(DeliverOutcome::Duplicate),
+            Decision::Accept(plan) => plan,
+        };
+        let mut tx = Tx::default();
+        tx.delivery(&store.table, &plan, store.retention)?;
+        match store.transact("deliver", tx).await? {
+            TxOutcome::Committed => return Ok(DeliverOutcome::Accepted(Box::new(plan.run))),
+            TxOutcome::Cancelled(reasons) => {
+                if reason_of(&reasons, Role::DeliveryRecord).is_some() {
+                    return Ok(DeliverOutcome::Duplicate);
+                }
+                // The run or the callback changed since the read: decide again.
+            }
+        }
+    }
+    Err(StoreError::Unavailable(
+        "deliver: the run kept changing".into(),
+    ))
+}

@@ -1,0 +1,195 @@
+//! [`RunStore`] on one DynamoDB table.
+//!
+//! Every atomic port operation is one conditional `UpdateItem` or one
+//! `TransactWriteItems`. Failed conditions come back with the item as it is
+//! (`ReturnValuesOnConditionCheckFailure: ALL_OLD`), which becomes the port's
+//! [`StoreError::Conflict`] carrying the current run. Transactions carry a
+//! `ClientRequestToken`, so the SDK's retry after an ambiguous failure (a timeout after
+//! the write may have applied) is answered by DynamoDB as the original write instead of
+//! being applied twice; single-item writes resolve the same ambiguity by looking at the
+//! item their condition failed on.
+//!
+//! A file per job: [`capacity`] (what the requests cost), [`reads`] (gets and paged
+//! queries), [`tx`] (transactions and the roles of their items), [`lifecycle`] (create,
+//! claim, renew), [`history`] (what a replay loads), [`checkpoint`], [`deliveries`],
+//! [`builds`] (the tenant's build records), [`queries`] (timeline and run listings) and
+//! [`due`] (the sweep's index). The [`RunStore`] impl here only routes each call to its
+//! file, but for the one-item reads.
+
+mod builds;
+mod capacity;
+mod checkpoint;
+mod deliveries;
+mod due;
+mod history;
+mod lifecycle;
+mod queries;
+mod reads;
+mod tx;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use aws_sdk_dynamodb::Client;
+use siesta::ports::*;
+use siesta::*;
+
+use crate::item::*;
+use crate::keys::*;
+
+pub(crate) use capacity::CapacityMeter;
+pub use capacity::WrittenItems;
+use lifecycle::unfinished_of;
+pub(crate) use reads::{consistent_get, query_page};
+
+/// How many times a write that lost a race on a record other than the caller's run
+/// (a parent run, a callback, plain contention) is re-read and retried.
+const RACE_ATTEMPTS: usize = 8;
+
+/// The run store on DynamoDB.
+pub(crate) struct DynamoStore {
+    client: Client,
+    table: String,
+    retention: Duration,
+    pub(crate) capacity: Arc<CapacityMeter>,
+}
+
+impl DynamoStore {
+    pub(crate) fn new(client: Client, table: String, retention: Duration) -> Self {
+        DynamoStore {
+            client,
+            table,
+            retention,
+            capacity: Arc::default(),
+        }
+    }
+}
+
+#[async_trait]
+impl RunStore for DynamoStore {
+    async fn create_run(&self, run: &Run, started: &TimelineEvent) -> Result<(), StoreError> {
+        self.create(run, started, None).await
+    }
+
+    async fn create_run_within(
+        &self,
+        run: &Run,
+        started: &TimelineEvent,
+        max_unfinished: u64,
+    ) -> Result<(), StoreError> {
+        self.create(run, started, Some(max_unfinished)).await
+    }
+
+    async fn unfinished_runs(&self, tenant: &TenantId) -> Result<u64, StoreError> {
+        let item = self
+            .get_item("unfinished_runs", key(quota_pk(tenant), RECORD_SK))
+            .await?;
+        Ok(unfinished_of(item.as_ref()))
+    }
+
+    async fn builds(&self, tenant: &TenantId) -> Result<Vec<BuildSummary>, StoreError> {
+        builds::builds(self, tenant).await
+    }
+
+    async fn get_run(&self, tenant: &TenantId, run_id: &RunId) -> Result<Option<Run>, StoreError> {
+        self.get_item("get_run", key(run_pk(tenant, run_id), RUN_SK))
+            .await?
+            .map(|i| run_from_item(&i))
+            .transpose()
+    }
+
+    async fn claim(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+        claim: &Claim,
+    ) -> Result<Run, StoreError> {
+        lifecycle::claim(self, tenant, run_id, claim).await
+    }
+
+    async fn renew_lease(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+        epoch: FencingEpoch,
+        expires_at: Timestamp,
+    ) -> Result<Run, StoreError> {
+        lifecycle::renew_lease(self, tenant, run_id, epoch, expires_at).await
+    }
+
+    async fn load_history(&self, tenant: &TenantId, run_id: &RunId) -> Result<History, StoreError> {
+        history::load_history(self, tenant, run_id).await
+    }
+
+    async fn load_journal(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+    ) -> Result<Vec<JournalEntry>, StoreError> {
+        history::load_journal(self, tenant, run_id).await
+    }
+
+    async fn checkpoint(&self, cp: &Checkpoint) -> Result<(), StoreError> {
+        checkpoint::checkpoint(self, cp).await
+    }
+
+    async fn deliver(&self, delivery: &NewDelivery) -> Result<DeliverOutcome, StoreError> {
+        deliveries::deliver(self, delivery).await
+    }
+
+    async fn get_callback(
+        &self,
+        callback_id: &CallbackId,
+    ) -> Result<Option<CallbackRecord>, StoreError> {
+        self.get_item("get_callback", key(callback_pk(callback_id), RECORD_SK))
+            .await?
+            .map(|i| callback_from_item(&i))
+            .transpose()
+    }
+
+    async fn get_tool_call(
+        &self,
+        tenant: &TenantId,
+        key_: &IdempotencyKey,
+    ) -> Result<Option<ToolCallRecord>, StoreError> {
+        self.get_item("get_tool_call", key(tool_call_pk(tenant, key_), RECORD_SK))
+            .await?
+            .map(|i| tool_call_from_item(&i))
+            .transpose()
+    }
+
+    async fn timeline(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<TimelineEvent>, StoreError> {
+        queries::timeline(self, tenant, run_id, after, limit).await
+    }
+
+    async fn list_runs(
+        &self,
+        tenant: &TenantId,
+        filter: &RunFilter,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<RunPage, StoreError> {
+        queries::list_runs(self, tenant, filter, cursor, limit).await
+    }
+
+    async fn due_runs(&self, before: Timestamp, limit: usize) -> Result<Vec<DueRun>, StoreError> {
+        due::due_runs(self, before, limit).await
+    }
+
+    async fn set_resend_after(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+        due_at: Timestamp,
+        resend_after: Option<Timestamp>,
+    ) -> Result<(), StoreError> {
+        due::set_resend_after(self, tenant, run_id, due_at, resend_after).await
+    }
+}

@@ -1,0 +1,129 @@
+//! Listings: a page of a run's timeline, a page of a tenant's runs.
+
+use aws_sdk_dynamodb::types::ReturnConsumedCapacity;
+use siesta::ports::*;
+use siesta::*;
+
+use super::DynamoStore;
+use super::reads::item_key;
+use crate::error::sdk;
+use crate::item::*;
+use crate::keys::*;
+
+/// [`RunStore::timeline`]: a page of the run's timeline.
+pub(super) async fn timeline(
+    store: &DynamoStore,
+    tenant: &TenantId,
+    run_id: &RunId,
+    after: u64,
+    limit: usize,
+) -> Result<Vec<TimelineEvent>, StoreError> {
+    if limit == 0 || after == u64::MAX {
+        return Ok(Vec::new());
+    }
+    let pk = run_pk(tenant, run_id);
+    let items = store
+        .query_pages(
+            "timeline",
+            |q| {
+                q.key_condition_expression("pk = :pk AND sk BETWEEN :from AND :to")
+                    .expression_attribute_values(":pk", s(&pk))
+                    .expression_attribute_values(":from", s(timeline_sk(after + 1)))
+                    .expression_attribute_values(":to", s(timeline_sk(u64::MAX)))
+                    .consistent_read(true)
+            },
+            Some(limit),
+        )
+        .await?;
+    // An item holds one or more events, under the last one's seq: the first item
+    // found may begin before `after`. Every item found holds at least one event
+    // after it, so `limit` items hold at least `limit` events.
+    let mut events = Vec::with_capacity(limit);
+    for item in &items {
+        events.extend(
+            timeline_from_item(item)?
+                .into_iter()
+                .filter(|e| e.seq > after),
+        );
+    }
+    events.truncate(limit);
+    Ok(events)
+}
+
+/// [`RunStore::list_runs`]: a page of the tenant's runs, newest first.
+pub(super) async fn list_runs(
+    store: &DynamoStore,
+    tenant: &TenantId,
+    filter: &RunFilter,
+    cursor: Option<&str>,
+    limit: usize,
+) -> Result<RunPage, StoreError> {
+    let limit = limit.clamp(1, 100);
+    let start = match cursor {
+        None => None,
+        Some(c) => {
+            let c = siesta::cursor::decode(c)?;
+            let (_, run) = c
+                .split_once('#')
+                .ok_or_else(|| StoreError::Invalid("malformed cursor".into()))?;
+            let mut k = key(run_pk(tenant, &RunId(run.to_owned())), RUN_SK);
+            k.insert(TENANT.into(), s(tenant.as_str()));
+            k.insert(CREATED_KEY.into(), s(&c));
+            Some(k)
+        }
+    };
+    // One more than the page, to know whether there is a next one.
+    let out = store
+        .client
+        .query()
+        .table_name(&store.table)
+        .index_name(TENANT_INDEX)
+        .key_condition_expression("#tenant = :tenant")
+        .expression_attribute_names("#tenant", TENANT)
+        .expression_attribute_values(":tenant", s(tenant.as_str()))
+        .scan_index_forward(false)
+        .limit(limit as i32 + 1)
+        .set_exclusive_start_key(start)
+        .return_consumed_capacity(ReturnConsumedCapacity::Total)
+        .send()
+        .await
+        .map_err(|e| sdk("list_runs", e))?;
+    if let Some(c) = out.consumed_capacity() {
+        store.capacity.add(false, std::slice::from_ref(c));
+    }
+    let mut entries = out.items.unwrap_or_default();
+    let next_cursor = if entries.len() > limit {
+        entries.truncate(limit);
+        match entries.last() {
+            Some(last) => Some(siesta::cursor::encode(&created_key_of(last)?)),
+            None => None,
+        }
+    } else {
+        None
+    };
+    if entries.is_empty() {
+        return Ok(RunPage {
+            runs: Vec::new(),
+            next_cursor,
+        });
+    }
+    // The index holds keys only (it never changes after a run is created, so
+    // checkpoints cost it nothing); the runs themselves come from one batch read.
+    let keys: Vec<Item> = entries
+        .iter()
+        .map(|e| item_key(e).map(|(pk, sk)| key(pk, sk)))
+        .collect::<Result<_, _>>()?;
+    let mut found = store.batch_get("list_runs", keys).await?;
+    let mut runs = Vec::with_capacity(entries.len());
+    for entry in &entries {
+        if let Some(item) = found.remove(&item_key(entry)?) {
+            let run = run_from_item(&item)?;
+            let wanted = filter.status.is_none_or(|s| s == run.status)
+                && filter.workflow.as_ref().is_none_or(|w| *w == run.workflow);
+            if wanted {
+                runs.push(run);
+            }
+        }
+    }
+    Ok(RunPage { runs, next_cursor })
+}

@@ -1,0 +1,324 @@
+//! Transactions: a `TransactWriteItems` under construction ([`Tx`]), each item with its
+//! role so that a cancellation reason can be traced to its cause, and its run, retried
+//! while only contention cancels it.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::types::{
+    ConditionCheck, Put, ReturnConsumedCapacity, ReturnValuesOnConditionCheckFailure,
+    TransactWriteItem, Update,
+};
+use siesta::delivery::{Accepted, CallbackChange};
+use siesta::ports::*;
+use siesta::*;
+
+use super::{DynamoStore, RACE_ATTEMPTS};
+use crate::error::sdk;
+use crate::item::*;
+use crate::keys::*;
+
+/// What a transaction item is, so a cancellation reason can be traced to its cause.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Role {
+    Run,
+    Journal,
+    Timeline,
+    Callback,
+    ToolCall,
+    ChildRun,
+    ChildTimeline,
+    DeliveryRecord,
+    DeliveryTimeline,
+    DeliveryRun,
+    DeliveryCallback,
+    /// The tenant's count of unfinished runs.
+    Quota,
+}
+
+/// One reason a transaction was cancelled, for the item at the same index.
+#[derive(Debug)]
+pub(super) struct Reason {
+    pub(super) code: String,
+    pub(super) item: Option<Item>,
+}
+
+impl Reason {
+    fn condition_failed(&self) -> bool {
+        self.code == "ConditionalCheckFailed"
+    }
+}
+
+/// A transaction under construction.
+#[derive(Default)]
+pub(super) struct Tx {
+    items: Vec<TransactWriteItem>,
+    roles: Vec<Role>,
+    /// The size of each item written (or checked), for the cost breakdown.
+    sizes: Vec<usize>,
+}
+
+/// How a transaction ended.
+pub(super) enum TxOutcome {
+    Committed,
+    /// Cancelled: the reasons, one per item, with the roles of the items.
+    Cancelled(Vec<(Role, Reason)>),
+}
+
+pub(super) fn build<T, E: std::fmt::Display>(r: Result<T, E>) -> Result<T, StoreError> {
+    r.map_err(|e| StoreError::Invalid(format!("building a DynamoDB request: {e}")))
+}
+
+pub(super) fn names(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+impl Tx {
+    pub(super) fn put(
+        &mut self,
+        table: &str,
+        role: Role,
+        item: Item,
+        condition: Option<(&str, HashMap<String, String>, Item)>,
+    ) -> Result<(), StoreError> {
+        self.sizes.push(item_size(&item));
+        let mut put = Put::builder().table_name(table).set_item(Some(item));
+        if let Some((expr, names, values)) = condition {
+            put = put
+                .condition_expression(expr)
+                .set_expression_attribute_names(Some(names).filter(|n| !n.is_empty()))
+                .set_expression_attribute_values(Some(values).filter(|v| !v.is_empty()))
+                .return_values_on_condition_check_failure(
+                    ReturnValuesOnConditionCheckFailure::AllOld,
+                );
+        }
+        self.items.push(
+            TransactWriteItem::builder()
+                .put(build(put.build())?)
+                .build(),
+        );
+        self.roles.push(role);
+        Ok(())
+    }
+
+    /// Put `item` only if nothing has its key yet.
+    pub(super) fn insert(&mut self, table: &str, role: Role, item: Item) -> Result<(), StoreError> {
+        self.put(
+            table,
+            role,
+            item,
+            Some(("attribute_not_exists(pk)", HashMap::new(), HashMap::new())),
+        )
+    }
+
+    /// Put a run item conditioned on the version read (and the writer's epoch); with
+    /// `first_event`, also on the run's timeline not reaching that `seq` yet (an item
+    /// written before the run kept its timeline seq outside the body passes).
+    pub(super) fn put_run(
+        &mut self,
+        table: &str,
+        role: Role,
+        item: Item,
+        expected_version: u64,
+        epoch: Option<FencingEpoch>,
+        first_event: Option<u64>,
+    ) -> Result<(), StoreError> {
+        let mut values = HashMap::from([(":v".to_owned(), n(expected_version))]);
+        let mut expr = "#version = :v".to_owned();
+        let mut attr_names = names(&[("#version", VERSION)]);
+        if let Some(epoch) = epoch {
+            expr.push_str(" AND #lease_epoch = :e");
+            values.insert(":e".into(), n(epoch.0));
+            attr_names.insert("#lease_epoch".into(), LEASE_EPOCH.into());
+        }
+        if let Some(first) = first_event {
+            expr.push_str(" AND (attribute_not_exists(#timeline_seq) OR #timeline_seq < :first)");
+            values.insert(":first".into(), n(first));
+            attr_names.insert("#timeline_seq".into(), TIMELINE_SEQ.into());
+        }
+        self.put(table, role, item, Some((&expr, attr_names, values)))
+    }
+
+    /// Add `delta` to the tenant's count of unfinished runs; with `below`, only while
+    /// the count is under it (a missing counter is zero).
+    pub(super) fn count_unfinished(
+        &mut self,
+        table: &str,
+        tenant: &TenantId,
+        delta: i64,
+        below: Option<u64>,
+    ) -> Result<(), StoreError> {
+        let counter = key(quota_pk(tenant), RECORD_SK);
+        // The counter item: its key and one number.
+        self.sizes.push(item_size(&counter) + UNFINISHED.len() + 4);
+        let mut update = Update::builder()
+            .table_name(table)
+            .set_key(Some(counter))
+            .update_expression("ADD #unfinished :delta")
+            .expression_attribute_names("#unfinished", UNFINISHED)
+            .expression_attribute_values(":delta", n(delta));
+        if let Some(max) = below {
+            update = update
+                .condition_expression("attribute_not_exists(#unfinished) OR #unfinished < :max")
+                .expression_attribute_values(":max", n(max))
+                .return_values_on_condition_check_failure(
+                    ReturnValuesOnConditionCheckFailure::AllOld,
+                );
+        }
+        self.items.push(
+            TransactWriteItem::builder()
+                .update(build(update.build())?)
+                .build(),
+        );
+        self.roles.push(Role::Quota);
+        Ok(())
+    }
+
+    /// The writes of an accepted delivery (see [`siesta::delivery`]): the delivery, its
+    /// event, the run under the version read, and the callback record only if the
+    /// delivery changes it — else a check that it is still as read.
+    pub(super) fn delivery(
+        &mut self,
+        table: &str,
+        plan: &Accepted,
+        retention: Duration,
+    ) -> Result<(), StoreError> {
+        self.insert(table, Role::DeliveryRecord, delivery_item(&plan.delivery)?)?;
+        self.insert(
+            table,
+            Role::DeliveryTimeline,
+            timeline_item(&plan.run.tenant, &plan.run.id, &plan.event)?,
+        )?;
+        self.put_run(
+            table,
+            Role::DeliveryRun,
+            run_item(&plan.run, retention)?,
+            plan.read_version,
+            None,
+            None,
+        )?;
+        if let Some(change) = &plan.callback {
+            // Open, and neither its deadline nor its heartbeat deadline passed when the
+            // delivery was received: a completion or heartbeat after either is refused
+            // even if the run has not yet recorded the timeout. The decision was made on
+            // a read outside this transaction, so the write checks it again.
+            let open = (
+                "#callback_status = :open AND (attribute_not_exists(#callback_deadline) OR #callback_deadline > :received) AND (attribute_not_exists(#heartbeat_deadline) OR #heartbeat_deadline > :received)",
+                names(&[
+                    ("#callback_status", CALLBACK_STATUS),
+                    ("#callback_deadline", CALLBACK_DEADLINE),
+                    ("#heartbeat_deadline", CALLBACK_HEARTBEAT_DEADLINE),
+                ]),
+                HashMap::from([
+                    (":open".to_owned(), open_callback_status()),
+                    (
+                        ":received".to_owned(),
+                        n(plan.delivery.received_at.millis()),
+                    ),
+                ]),
+            );
+            match change {
+                CallbackChange::Write(record) => {
+                    let item = callback_item(record, plan.delivery.received_at, retention)?;
+                    self.put(table, Role::DeliveryCallback, item, Some(open))?;
+                }
+                CallbackChange::RequireOpen(record) => {
+                    let checked = callback_item(record, plan.delivery.received_at, retention)?;
+                    self.sizes.push(item_size(&checked));
+                    let check = ConditionCheck::builder()
+                        .table_name(table)
+                        .set_key(Some(key(callback_pk(&record.callback_id), RECORD_SK)))
+                        .condition_expression(open.0)
+                        .set_expression_attribute_names(Some(open.1))
+                        .set_expression_attribute_values(Some(open.2));
+                    self.items.push(
+                        TransactWriteItem::builder()
+                            .condition_check(build(check.build())?)
+                            .build(),
+                    );
+                    self.roles.push(Role::DeliveryCallback);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl DynamoStore {
+    /// Run one transaction; contention-only cancellations are retried a few times.
+    pub(super) async fn transact(&self, op: &str, tx: Tx) -> Result<TxOutcome, StoreError> {
+        if tx.items.len() > MAX_TRANSACTION_ITEMS {
+            return Err(StoreError::Invalid(format!(
+                "{op}: {} items exceed DynamoDB's {MAX_TRANSACTION_ITEMS} per transaction",
+                tx.items.len()
+            )));
+        }
+        let mut backoff = Duration::from_millis(10);
+        for attempt in 1..=RACE_ATTEMPTS {
+            let result = self
+                .client
+                .transact_write_items()
+                .set_transact_items(Some(tx.items.clone()))
+                // Idempotency window: an SDK retry of this very call after a timeout is
+                // answered as the original, never applied twice.
+                .client_request_token(uuid::Uuid::new_v4().to_string())
+                .return_consumed_capacity(ReturnConsumedCapacity::Total)
+                .send()
+                .await;
+            match result {
+                Ok(out) => {
+                    self.capacity.add(true, out.consumed_capacity());
+                    for (role, size) in tx.roles.iter().zip(&tx.sizes) {
+                        self.capacity
+                            .note_write(op, &format!("{role:?}"), true, *size);
+                    }
+                    return Ok(TxOutcome::Committed);
+                }
+                Err(e) => {
+                    let cancelled = match e.as_service_error() {
+                        Some(TransactWriteItemsError::TransactionCanceledException(c)) => c
+                            .cancellation_reasons()
+                            .iter()
+                            .map(|r| Reason {
+                                code: r.code().unwrap_or("None").to_owned(),
+                                item: r.item().cloned(),
+                            })
+                            .collect::<Vec<_>>(),
+                        _ => return Err(sdk(op, e)),
+                    };
+                    if cancelled.iter().any(Reason::condition_failed) {
+                        return Ok(TxOutcome::Cancelled(
+                            tx.roles.iter().copied().zip(cancelled).collect(),
+                        ));
+                    }
+                    if cancelled.iter().any(|r| {
+                        r.code == "ValidationError" || r.code == "ItemCollectionSizeLimitExceeded"
+                    }) {
+                        return Err(StoreError::Invalid(format!("{op}: {cancelled:?}")));
+                    }
+                    // Contention or throttling only: nothing was written; try again.
+                    if attempt == RACE_ATTEMPTS {
+                        return Err(StoreError::Unavailable(format!(
+                            "{op}: transaction kept being cancelled: {cancelled:?}"
+                        )));
+                    }
+                    tokio::time::sleep(backoff).await;
+                    backoff *= 2;
+                }
+            }
+        }
+        unreachable!("the loop returns on its last attempt")
+    }
+}
+
+pub(super) fn reason_of(reasons: &[(Role, Reason)], role: Role) -> Option<&Reason> {
+    reasons
+        .iter()
+        .filter(|(r, _)| *r == role)
+        .map(|(_, reason)| reason)
+        .find(|r| r.condition_failed())
+}
