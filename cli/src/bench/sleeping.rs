@@ -16,8 +16,10 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, bail};
-use serde_json::{Value, json};
+use anyhow::bail;
+use serde_json::json;
+use siesta::RunStatus;
+use siesta_client::{RunFilter, RunOutcome, StartOptions};
 
 use super::{Server, proc_field};
 
@@ -43,58 +45,36 @@ pub struct SleepingOptions {
     pub data_dir: Option<std::path::PathBuf>,
 }
 
-/// One tenant's client.
+/// One tenant's client (its API key; the pool shared with the other tenant's).
 #[derive(Clone)]
 struct Client {
-    http: reqwest::Client,
-    base: String,
-    key: &'static str,
+    api: siesta_client::Client,
 }
 
 impl Client {
-    fn post(&self, path: &str) -> reqwest::RequestBuilder {
-        self.http
-            .post(format!("{}{path}", self.base))
-            .bearer_auth(self.key)
-    }
-
-    fn get(&self, path: &str) -> reqwest::RequestBuilder {
-        self.http
-            .get(format!("{}{path}", self.base))
-            .bearer_auth(self.key)
-    }
-
     async fn start(&self) -> anyhow::Result<(String, Duration)> {
         let t = Instant::now();
-        let response = self
-            .post("/runs")
-            .json(&json!({"workflow": "approval", "input": {"change": "rotate the keys"}}))
-            .send()
+        let run = self
+            .api
+            .start_run(
+                "approval",
+                &json!({"change": "rotate the keys"}),
+                &StartOptions::default(),
+            )
             .await?;
-        if response.status() != 201 {
-            bail!("start: {}", response.status());
-        }
-        let body: Value = response.json().await?;
-        let id = body["id"].as_str().context("run id")?.to_owned();
-        Ok((id, t.elapsed()))
+        Ok((run.id, t.elapsed()))
     }
 
-    async fn status(&self, id: &str) -> anyhow::Result<String> {
-        let body: Value = self
-            .get(&format!("/runs/{id}"))
-            .send()
-            .await?
-            .json()
-            .await?;
-        Ok(body["status"].as_str().unwrap_or_default().to_owned())
+    async fn status(&self, id: &str) -> anyhow::Result<RunStatus> {
+        Ok(self.api.get_run(id).await?.status)
     }
 
     /// Until the run reaches `status` (polled every 5 ms, at most 10 minutes).
-    async fn until(&self, id: &str, status: &str) -> anyhow::Result<()> {
+    async fn until(&self, id: &str, status: RunStatus) -> anyhow::Result<()> {
         let started = Instant::now();
         while self.status(id).await? != status {
             if started.elapsed() > Duration::from_secs(600) {
-                bail!("run {id} never reached {status}");
+                bail!("run {id} never reached {}", status.as_str());
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
@@ -105,15 +85,9 @@ impl Client {
     async fn completed(&self, id: &str) -> anyhow::Result<()> {
         let started = Instant::now();
         loop {
-            let response = self
-                .get(&format!("/runs/{id}/result"))
-                .header("prefer", "wait=30")
-                .send()
-                .await?;
-            if response.status() == 200 {
-                let body: Value = response.json().await?;
-                if body["status"] != "completed" {
-                    bail!("run {id} ended {}", body["status"]);
+            if let RunOutcome::Finished(result) = self.api.run_result(id, Some(30)).await? {
+                if result.status != RunStatus::Completed {
+                    bail!("run {id} ended {}", result.status.as_str());
                 }
                 return Ok(());
             }
@@ -132,14 +106,14 @@ impl Client {
     /// answered: the delivery stored and its wake-up sent) and until the run completed.
     async fn approve_timed(&self, id: &str) -> anyhow::Result<(Duration, Duration)> {
         let t = Instant::now();
-        let response = self
-            .post(&format!("/runs/{id}/events/approval"))
-            .json(&json!({"approved": true, "by": "bench"}))
-            .send()
+        self.api
+            .send_event(
+                id,
+                "approval",
+                &json!({"approved": true, "by": "bench"}),
+                None,
+            )
             .await?;
-        if !response.status().is_success() {
-            bail!("event: {}", response.status());
-        }
         let accepted = t.elapsed();
         self.completed(id).await?;
         Ok((accepted, t.elapsed()))
@@ -156,23 +130,14 @@ impl Client {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs() as i64);
         let t = Instant::now();
-        let mut request = self
-            .http
-            .post(format!("{}/hooks/sources/{SOURCE}", self.base))
-            .body(body.clone());
-        for (name, value) in sign(
+        let headers = sign(
             Scheme::StandardWebhooks,
             &secret,
             &format!("msg-{n}"),
             now,
             &body,
-        ) {
-            request = request.header(name, value);
-        }
-        let response = request.send().await?;
-        if !response.status().is_success() {
-            bail!("webhook: {} {}", response.status(), response.text().await?);
-        }
+        );
+        self.api.source_webhook(SOURCE, &headers, body).await?;
         self.completed(id).await?;
         Ok(t.elapsed())
     }
@@ -239,7 +204,7 @@ async fn tenant_b(b: &Client, label: &str) -> anyhow::Result<()> {
         let t = Instant::now();
         let (id, start) = b.start().await?;
         starts.push(start);
-        b.until(&id, "waiting").await?;
+        b.until(&id, RunStatus::Waiting).await?;
         waits.push(t.elapsed());
         let (event, resumed) = b.approve_timed(&id).await?;
         accepted.push(event);
@@ -283,14 +248,11 @@ pub async fn run(options: SleepingOptions) -> anyhow::Result<()> {
         .pool_max_idle_per_host(64)
         .build()?;
     let a = Client {
-        http: http.clone(),
-        base: server.base.clone(),
-        key: "key-a",
+        api: siesta_client::Client::with_http(http.clone(), &server.base)
+            .api_key(Some("key-a".to_owned())),
     };
     let b = Client {
-        http,
-        base: server.base.clone(),
-        key: "key-b",
+        api: siesta_client::Client::with_http(http, &server.base).api_key(Some("key-b".to_owned())),
     };
     let n = options.runs;
     println!(
@@ -305,7 +267,7 @@ pub async fn run(options: SleepingOptions) -> anyhow::Result<()> {
     let mut sleepers_b = Vec::new();
     for _ in 0..RESUMES {
         let (id, _) = b.start().await?;
-        b.until(&id, "waiting").await?;
+        b.until(&id, RunStatus::Waiting).await?;
         sleepers_b.push(id);
     }
 
@@ -365,13 +327,12 @@ pub async fn run(options: SleepingOptions) -> anyhow::Result<()> {
     loop {
         let mut busy = false;
         for status in ["pending", "running"] {
-            let page: Value = a
-                .get(&format!("/runs?status={status}&limit=1"))
-                .send()
-                .await?
-                .json()
-                .await?;
-            busy |= page["runs"].as_array().is_some_and(|r| !r.is_empty());
+            let filter = RunFilter {
+                status: Some(status.to_owned()),
+                limit: Some(1),
+                ..RunFilter::default()
+            };
+            busy |= !a.api.list_runs(&filter).await?.runs.is_empty();
         }
         if !busy {
             break;
@@ -444,45 +405,43 @@ pub async fn run(options: SleepingOptions) -> anyhow::Result<()> {
     let mut reads = Vec::new();
     for i in 0..SAMPLES {
         let t = Instant::now();
-        a.get(&format!("/runs/{}", pick(i)))
-            .send()
-            .await?
-            .bytes()
-            .await?;
+        a.api.get_run(pick(i)).await?;
         reads.push(t.elapsed());
     }
     row("read (GET /runs/{id}), a different run each", &mut reads);
     let mut again = Vec::new();
     for _ in 0..SAMPLES {
         let t = Instant::now();
-        a.get(&format!("/runs/{}", pick(0)))
-            .send()
-            .await?
-            .bytes()
-            .await?;
+        a.api.get_run(pick(0)).await?;
         again.push(t.elapsed());
     }
     row("read (GET /runs/{id}), the same run again", &mut again);
+    let list =
+        |status: Option<&str>, workflow: Option<&str>, limit, cursor: Option<String>| RunFilter {
+            status: status.map(str::to_owned),
+            workflow: workflow.map(str::to_owned),
+            cursor,
+            limit: Some(limit),
+        };
     for (label, query) in [
-        ("list (GET /runs?limit=50)", "limit=50"),
-        ("list (?status=waiting&limit=50)", "status=waiting&limit=50"),
+        ("list (GET /runs?limit=50)", list(None, None, 50, None)),
+        (
+            "list (?status=waiting&limit=50)",
+            list(Some("waiting"), None, 50, None),
+        ),
         (
             "list (?workflow=approval&limit=50)",
-            "workflow=approval&limit=50",
+            list(None, Some("approval"), 50, None),
         ),
         (
             "list (?status=waiting&workflow=approval&limit=50)",
-            "status=waiting&workflow=approval&limit=50",
+            list(Some("waiting"), Some("approval"), 50, None),
         ),
     ] {
         let mut lists = Vec::new();
         for _ in 0..SAMPLES / 4 {
             let t = Instant::now();
-            a.get(&format!("/runs?{query}"))
-                .send()
-                .await?
-                .bytes()
-                .await?;
+            a.api.list_runs(&query).await?;
             lists.push(t.elapsed());
         }
         row(label, &mut lists);
@@ -491,25 +450,21 @@ pub async fn run(options: SleepingOptions) -> anyhow::Result<()> {
     let deep = n / 2 / 200;
     let mut cursor = None::<String>;
     for _ in 0..deep {
-        let path = match &cursor {
-            Some(c) => format!("/runs?status=waiting&limit=200&cursor={c}"),
-            None => "/runs?status=waiting&limit=200".to_owned(),
-        };
-        let page: Value = a.get(&path).send().await?.json().await?;
-        match page["next_cursor"].as_str() {
-            Some(c) => cursor = Some(c.to_owned()),
+        let page = a
+            .api
+            .list_runs(&list(Some("waiting"), None, 200, cursor.clone()))
+            .await?;
+        match page.next_cursor {
+            Some(c) => cursor = Some(c),
             None => break,
         }
     }
     if let Some(c) = &cursor {
+        let deep_page = list(Some("waiting"), None, 50, Some(c.clone()));
         let mut lists = Vec::new();
         for _ in 0..SAMPLES / 4 {
             let t = Instant::now();
-            a.get(&format!("/runs?status=waiting&limit=50&cursor={c}"))
-                .send()
-                .await?
-                .bytes()
-                .await?;
+            a.api.list_runs(&deep_page).await?;
             lists.push(t.elapsed());
         }
         row(
