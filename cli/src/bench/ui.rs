@@ -247,19 +247,17 @@ fn load_average() -> String {
 /// Run the UI benchmark and print its report.
 pub async fn run(options: UiBenchOptions) -> anyhow::Result<()> {
     let server = DevServer::start().await?;
-    let http = reqwest::Client::new();
-    let run: Value = http
-        .post(format!("{}/runs", server.base))
-        .header("prefer", "wait=60")
-        .json(&json!({"workflow": "chain", "input": STEPS}))
-        .send()
-        .await?
-        .json()
+    let wait = siesta_client::StartOptions {
+        wait_secs: Some(60),
+        ..Default::default()
+    };
+    let run = siesta_client::Client::new(&server.base)
+        .start_run("chain", &json!(STEPS), &wait)
         .await?;
-    if run["status"] != "completed" {
-        bail!("the {STEPS}-step chain run did not complete: {run}");
+    if run.status != siesta::RunStatus::Completed {
+        bail!("the {STEPS}-step chain run did not complete: {run:?}");
     }
-    let id = run["id"].as_str().context("the run has an id")?;
+    let id = run.id.as_str();
     let url = format!("{}{}", server.base, siesta_ui::run_page_path(id));
     println!(
         "UI bench: the page of a {STEPS}-step chain run ({}), {} loads after one warm-up, load average {}",
