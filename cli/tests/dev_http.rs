@@ -69,15 +69,18 @@ async fn wait_for_status(
 async fn order_pauses_a_webhook_resumes_it_and_the_same_webhook_again_changes_nothing() {
     let (server, _dir, base) = server("").await;
     let client = reqwest::Client::new();
-    let created = client
-        .post(format!("{base}/runs"))
-        .json(&json!({"workflow": "order", "input": {"item": "Lamp", "amount": 20}}))
-        .send()
+    // Starts and reads through the typed client; the webhook stays raw HTTP, as a
+    // provider sends it to the callback's public URL.
+    let api = siesta_client::Client::with_http(client.clone(), &base);
+    let run = api
+        .start_run(
+            "order",
+            &json!({"item": "Lamp", "amount": 20}),
+            &siesta_client::StartOptions::default(),
+        )
         .await
         .unwrap();
-    assert_eq!(created.status(), 201);
-    let run: Value = created.json().await.unwrap();
-    let run_url = format!("{base}/runs/{}", run["id"].as_str().unwrap());
+    let run_url = format!("{base}/runs/{}", run.id);
     let waiting = wait_for_status(&client, &run_url, None, "waiting").await;
     let hook = waiting["waits"][0]["url"].as_str().unwrap().to_owned();
     assert!(hook.starts_with(&base), "{hook}");
@@ -91,26 +94,14 @@ async fn order_pauses_a_webhook_resumes_it_and_the_same_webhook_again_changes_no
         .await
         .unwrap();
     assert_eq!(first.status(), 200);
-    let done: Value = client
-        .get(format!("{run_url}/result"))
-        .header("Prefer", "wait=10")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(done["status"], "completed", "{done}");
-    assert_eq!(done["output"]["transaction_id"], "txn_42");
-    let version = client
-        .get(&run_url)
-        .send()
-        .await
-        .unwrap()
-        .json::<Value>()
-        .await
-        .unwrap()["version"]
-        .clone();
+    let siesta_client::RunOutcome::Finished(done) =
+        api.run_result(&run.id, Some(10)).await.unwrap()
+    else {
+        panic!("the run finished within 10 s");
+    };
+    assert_eq!(done.status, siesta::RunStatus::Completed, "{done:?}");
+    assert_eq!(done.output.unwrap()["transaction_id"], "txn_42");
+    let version = api.get_run(&run.id).await.unwrap().version;
 
     let again = client
         .post(&hook)
@@ -129,15 +120,8 @@ async fn order_pauses_a_webhook_resumes_it_and_the_same_webhook_again_changes_no
         .await
         .unwrap();
     assert_eq!(other.status(), 410, "a closed callback is gone");
-    let after: Value = client
-        .get(&run_url)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(after["version"], version, "neither changed anything");
+    let after = api.get_run(&run.id).await.unwrap();
+    assert_eq!(after.version, version, "neither changed anything");
     server.stop();
 }
 
