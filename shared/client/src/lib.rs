@@ -183,8 +183,8 @@ impl Client {
         }
     }
 
-    /// Sends `request`; the answer's status and body, or the API's error.
-    async fn send(&self, request: RequestBuilder) -> Result<(StatusCode, String, Vec<u8>), Error> {
+    /// Sends `request`; its URL and the open response, whatever its status.
+    async fn execute(&self, request: RequestBuilder) -> Result<(String, reqwest::Response), Error> {
         let request = request.build().map_err(|source| Error::Transport {
             url: self.base.clone(),
             source,
@@ -198,6 +198,12 @@ impl Client {
                 url: url.clone(),
                 source,
             })?;
+        Ok((url, response))
+    }
+
+    /// Sends `request`; the answer's status and body, or the API's error.
+    async fn send(&self, request: RequestBuilder) -> Result<(StatusCode, String, Vec<u8>), Error> {
+        let (url, response) = self.execute(request).await?;
         let status = response.status();
         let body = response
             .bytes()
@@ -336,19 +342,7 @@ impl Client {
             .request(Method::GET, &stream_path(id, name))
             .query(&[("from", from)])
             .header(reqwest::header::ACCEPT, "text/event-stream");
-        let request = request.build().map_err(|source| Error::Transport {
-            url: self.base.clone(),
-            source,
-        })?;
-        let url = request.url().to_string();
-        let response = self
-            .http
-            .execute(request)
-            .await
-            .map_err(|source| Error::Transport {
-                url: url.clone(),
-                source,
-            })?;
+        let (url, response) = self.execute(request).await?;
         if response.status().is_success() {
             return Ok(response);
         }
