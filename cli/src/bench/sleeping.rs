@@ -143,6 +143,13 @@ impl Client {
     }
 }
 
+/// `count` different indices of `0..n` (all `n` when fewer), spread evenly over them.
+fn spread(n: usize, count: usize) -> Vec<usize> {
+    let count = count.min(n);
+    // Steps of n / count ≥ 1: no index twice.
+    (0..count).map(|i| i * n / count).collect()
+}
+
 /// p50 and p99 of `samples`, in ms.
 fn p50_p99(samples: &mut [Duration]) -> (f64, f64) {
     if samples.is_empty() {
@@ -472,14 +479,19 @@ pub async fn run(options: SleepingOptions) -> anyhow::Result<()> {
             &mut lists,
         );
     }
+    // A resume completes its run, and a completed run answers another approval with
+    // 410 Gone: each resume needs a run of its own. The stride of `pick` repeats runs
+    // below 61 runs (or at a multiple of 7919); harmless for reads, not here. With fewer
+    // than 2 × RESUMES runs asleep, fewer samples.
+    let resumed = spread(ids.len(), 2 * RESUMES);
     let mut events = Vec::new();
-    for i in 0..RESUMES {
-        events.push(a.approve(pick(i + 1)).await?);
+    for &i in resumed.iter().step_by(2) {
+        events.push(a.approve(&ids[i]).await?);
     }
     row("deliver event → run completed", &mut events);
     let mut hooks = Vec::new();
-    for i in 0..RESUMES {
-        hooks.push(a.approve_by_webhook(pick(i + 1 + RESUMES), i).await?);
+    for (n, &i) in resumed.iter().skip(1).step_by(2).enumerate() {
+        hooks.push(a.approve_by_webhook(&ids[i], n).await?);
     }
     row("signed webhook → run completed", &mut hooks);
     println!(
@@ -492,4 +504,36 @@ pub async fn run(options: SleepingOptions) -> anyhow::Result<()> {
     );
     println!("(load at the end {})", load());
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::spread;
+
+    #[test]
+    fn spread_gives_different_indices_within_the_runs_however_few_there_are() {
+        for n in [1, 2, 16, 59, 60, 61, 100, 7919, 2 * 7919, 1_000_000] {
+            let picked = spread(n, 60);
+            assert_eq!(picked.len(), n.min(60), "n = {n}");
+            assert!(picked.iter().all(|&i| i < n), "n = {n}: {picked:?}");
+            let mut distinct = picked.clone();
+            distinct.sort_unstable();
+            distinct.dedup();
+            assert_eq!(distinct.len(), picked.len(), "n = {n}: {picked:?}");
+        }
+    }
+
+    #[test]
+    fn spread_covers_the_runs_from_the_first_to_the_last() {
+        let n = 1_000_000;
+        let picked = spread(n, 60);
+        assert_eq!(picked.first(), Some(&0));
+        // No gap wider than one step of n / 60, to the end included.
+        let mut ends = picked.clone();
+        ends.push(n);
+        assert!(
+            ends.windows(2).all(|w| w[1] - w[0] <= n.div_ceil(60)),
+            "{picked:?}"
+        );
+    }
 }
