@@ -1,12 +1,20 @@
-//! 10 000 runs waiting on the same deadline are timed out by the sweep in bounded pages,
-//! each exactly once, with the due index spread over every shard. `SIESTA_SWEEP_RUNS`
-//! changes the count (default 10 000).
+//! The sweep over the due index on DynamoDB, with many runs due at once. Two tests:
 //!
-//! The runs are created through the engine and driven to waiting by handling their
-//! first wake-up at once (their start messages are recorded, not queued: that is set-up,
-//! not what is tested). From the deadline on, everything goes through the real services:
-//! the sweep queries the due index on DynamoDB and sends its wake-ups to SQS, and those
-//! are received from SQS and handled by the engine.
+//! - End to end: runs waiting on the same deadline are timed out by the sweep in
+//!   bounded pages, each exactly once, each run on its shard of the due index.
+//!   `SIESTA_SWEEP_RUNS` changes the count (default 250, in pages of 100: two full pages
+//!   and a part). The runs are created through the engine and driven to waiting by
+//!   handling their first wake-up at once (their start messages are recorded, not
+//!   queued: that is set-up, not what is tested). From the deadline on, everything goes
+//!   through the real services: the sweep queries the due index on DynamoDB and sends its
+//!   wake-ups to SQS, and those are received from SQS and handled by the engine.
+//! - The bound per page, whatever the backlog: with 500 and with 2 000 runs due, a page
+//!   of the sweep costs the same requests (one `Query` per shard, nothing that grows with
+//!   the backlog) and reads the same capacity units of the due index; at 2 000 the due
+//!   index is spread evenly over every shard. The runs are
+//!   written as they stand waiting, one `create_run` each (as
+//!   `benches/sweep_per_timer.rs` seeds them): driving thousands through the engine
+//!   would prove nothing more about the sweep and cost minutes.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -27,8 +35,14 @@ use siesta::*;
 use siesta_aws::keys::{DUE_INDEX, DUE_SHARD, DUE_SHARDS, SWEEP_AT, due_shard, shard_name};
 use siesta_aws::{AwsOptions, RequestCounter, RequestCounts};
 
-/// The sweep's page size.
-const PAGE: usize = 250;
+/// The sweep's page size end to end.
+const PAGE: usize = 100;
+/// The sweep's page size where two backlogs are compared: smaller than every shard's
+/// share of the smaller backlog, so that each shard's query fills its page at both sizes
+/// and a sweep reading more than its page would read more of the larger one.
+const COMPARED_PAGE: usize = 10;
+/// Pages swept and compared at each backlog.
+const COMPARED_PAGES: usize = 3;
 /// How long every run waits for its approval.
 const DEADLINE: Duration = Duration::from_secs(3600);
 /// Requests in flight at once while creating, draining and checking.
@@ -213,16 +227,68 @@ async fn due_index_at(env: &support::Emulators, at: Timestamp) -> HashMap<String
     per_shard
 }
 
+/// Every one of `ids` is in the due index at `at`, on the shard `due_shard` gives it,
+/// and nothing else is; from 100 runs a shard on, every shard is used, evenly.
+async fn in_the_due_index(
+    env: &support::Emulators,
+    at: Timestamp,
+    tenant: &TenantId,
+    ids: &[RunId],
+) {
+    let runs = ids.len();
+    let per_shard = due_index_at(env, at).await;
+    let mut expected_shards: HashMap<String, usize> = HashMap::new();
+    for id in ids {
+        *expected_shards.entry(due_shard(tenant, id)).or_default() += 1;
+    }
+    assert_eq!(
+        per_shard, expected_shards,
+        "each run on the shard due_shard gives it"
+    );
+    assert_eq!(per_shard.values().sum::<usize>(), runs);
+    if runs >= 100 * DUE_SHARDS as usize {
+        let even = runs / DUE_SHARDS as usize;
+        assert_eq!(
+            per_shard.len(),
+            DUE_SHARDS as usize,
+            "every shard used: {per_shard:?}"
+        );
+        assert!(
+            per_shard.values().all(|n| *n > even / 2 && *n < even * 2),
+            "evenly spread: {per_shard:?}"
+        );
+    }
+    let mut spread: Vec<_> = per_shard.iter().collect();
+    spread.sort();
+    eprintln!("{runs} runs in the due index, per shard: {spread:?}");
+}
+
+/// The requests of one sweep of `due` runs, none of them already queued: the
+/// dead-letter queue read once, one `Query` per shard of the due index (each shard's
+/// share fits in one), and per due run its wake-up sent and its `resend_after` written.
+fn one_sweep(due: u64) -> RequestCounts {
+    let mut expected = RequestCounts::new();
+    let mut add = |service: &str, op: &str, n: u64| {
+        if n > 0 {
+            expected.insert((service.to_owned(), op.to_owned()), n);
+        }
+    };
+    add("sqs", "ReceiveMessage", 1);
+    add("dynamodb", "Query", u64::from(DUE_SHARDS));
+    add("sqs", "SendMessage", due);
+    add("dynamodb", "UpdateItem", due);
+    expected
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn ten_thousand_runs_waiting_on_one_deadline_are_timed_out_by_the_sweep_in_bounded_pages_each_once()
- {
+async fn runs_waiting_on_one_deadline_are_timed_out_by_the_sweep_in_bounded_pages_each_once() {
     let Some(env) = support::emulators().await else {
         return;
     };
     let runs: usize = std::env::var("SIESTA_SWEEP_RUNS")
         .ok()
         .and_then(|n| n.parse().ok())
-        .unwrap_or(10_000);
+        .unwrap_or(250);
     // The due index is global across tenants: a table of its own keeps the runs of tests
     // running beside this one out of it.
     env.in_own_table(|env| async move { sweep_at_scale(&env, runs).await })
@@ -308,33 +374,9 @@ async fn sweep_at_scale(env: &support::Emulators, runs: usize) {
         per_run(&counter, runs)
     );
 
-    // Every run is in the due index at the deadline, spread over all the shards.
+    // Every run is in the due index at the deadline, on its shard.
     let deadline = clock.now().plus(DEADLINE);
-    let per_shard = due_index_at(env, deadline).await;
-    let mut expected_shards: HashMap<String, usize> = HashMap::new();
-    for id in &ids {
-        *expected_shards.entry(due_shard(&tenant, id)).or_default() += 1;
-    }
-    assert_eq!(
-        per_shard, expected_shards,
-        "each run on the shard due_shard gives it"
-    );
-    assert_eq!(per_shard.values().sum::<usize>(), runs);
-    if runs >= 100 * DUE_SHARDS as usize {
-        let even = runs / DUE_SHARDS as usize;
-        assert_eq!(
-            per_shard.len(),
-            DUE_SHARDS as usize,
-            "every shard used: {per_shard:?}"
-        );
-        assert!(
-            per_shard.values().all(|n| *n > even / 2 && *n < even * 2),
-            "evenly spread: {per_shard:?}"
-        );
-    }
-    let mut spread: Vec<_> = per_shard.iter().collect();
-    spread.sort();
-    eprintln!("due index at the deadline, per shard: {spread:?}");
+    in_the_due_index(env, deadline, &tenant, &ids).await;
 
     let nothing_yet = engine.sweep(PAGE).await.unwrap();
     assert_eq!(
@@ -439,6 +481,20 @@ async fn sweep_at_scale(env: &support::Emulators, runs: usize) {
         Some(runs as u64),
         "one wake-up sent per fired deadline: {sweep_requests:?}"
     );
+    // Each sweep (the pages and the last, which finds nothing) one `Query` per shard and
+    // one read of the dead-letter queue; each fired deadline one send and one write.
+    let mut expected = one_sweep(runs as u64);
+    for (service, op) in [("dynamodb", "Query"), ("sqs", "ReceiveMessage")] {
+        *expected
+            .get_mut(&(service.to_owned(), op.to_owned()))
+            .unwrap() *= runs.div_ceil(PAGE) as u64 + 1;
+    }
+    assert_eq!(
+        sweep_requests,
+        expected,
+        "the sweep's requests, {} sweeps of {runs} runs",
+        runs.div_ceil(PAGE) + 1
+    );
     assert_eq!(woken.len(), runs, "every run swept");
     assert_eq!(pages, runs.div_ceil(PAGE), "full pages");
     assert!(
@@ -489,4 +545,148 @@ async fn sweep_at_scale(env: &support::Emulators, runs: usize) {
         started.elapsed().as_secs_f64(),
         total.elapsed().as_secs_f64()
     );
+}
+
+/// What one sweep page cost: its requests and the capacity units it read.
+#[derive(Debug, Clone, PartialEq)]
+struct PageCost {
+    requests: RequestCounts,
+    read_units: f64,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_sweep_page_costs_the_same_requests_and_reads_with_500_or_2000_runs_due() {
+    let Some(env) = support::emulators().await else {
+        return;
+    };
+    let mut costs = Vec::new();
+    for runs in [500, 2_000] {
+        let cost = Arc::new(Mutex::new(Vec::new()));
+        let out = cost.clone();
+        // A table of its own for each backlog: the due index is global across tenants.
+        env.in_own_table(|env| async move {
+            *out.lock().unwrap() = first_pages(&env, runs).await;
+        })
+        .await;
+        let cost = std::mem::take(&mut *cost.lock().unwrap());
+        costs.push((runs, cost));
+    }
+    let [(_, small), (_, large)] = &costs[..] else {
+        unreachable!()
+    };
+    for (runs, pages) in &costs {
+        assert_eq!(pages.len(), COMPARED_PAGES, "{runs} runs");
+        for (i, page) in pages.iter().enumerate() {
+            assert_eq!(
+                page.requests,
+                one_sweep(COMPARED_PAGE as u64),
+                "{runs} runs, page {}",
+                i + 1
+            );
+            assert!(
+                page.read_units > 0.0,
+                "{runs} runs, page {}: {page:?}",
+                i + 1
+            );
+        }
+    }
+    assert_eq!(
+        small, large,
+        "a page reads and requests the same with 500 runs due as with 2 000"
+    );
+}
+
+/// Seed `runs` runs waiting on one deadline (one `create_run` each), check the due index,
+/// and sweep the first [`COMPARED_PAGES`] pages of [`COMPARED_PAGE`] after the deadline:
+/// what each cost.
+async fn first_pages(env: &support::Emulators, runs: usize) -> Vec<PageCost> {
+    let counter = RequestCounter::new();
+    let names = env.names(5).await;
+    let aws = siesta_aws::AwsBackend::with_options(
+        &env.sdk,
+        names.clone(),
+        AwsOptions {
+            interceptors: vec![counter.interceptor()],
+            ..AwsOptions::default()
+        },
+    );
+    let backend = aws.backend();
+    let clock = Arc::new(ManualClock::new(Timestamp(1_800_000_000_000)));
+    let engine = Engine::new(
+        backend.clone(),
+        clock.clone(),
+        registry(),
+        EngineConfig::default(),
+    );
+    let tenant = TenantId::from("sweep-at-scale");
+    let now = clock.now();
+    let deadline = now.plus(DEADLINE);
+    // Fixed ids, of one width at both sizes: the same spread and item sizes every time.
+    let ids: Vec<RunId> = (0..runs).map(|i| RunId(format!("run-{i:06}"))).collect();
+    let started = Instant::now();
+    futures::stream::iter(&ids)
+        .for_each_concurrent(IN_FLIGHT, |id| {
+            let (backend, tenant) = (&backend, &tenant);
+            async move {
+                let mut run = Run::new(
+                    tenant.clone(),
+                    id.clone(),
+                    "approve",
+                    Payload::Inline(serde_json::Value::Null),
+                    now,
+                );
+                // Waiting past SQS's 15-minute delay: only the sweep wakes it.
+                run.status = RunStatus::Waiting;
+                run.due_at = Some(deadline);
+                run.timeline_seq = 1;
+                let event = TimelineEvent::execution_started(
+                    now,
+                    "approve",
+                    json!({"Workflow": "approve"}),
+                );
+                backend.store.create_run(&run, &event).await.expect("seed");
+            }
+        })
+        .await;
+    eprintln!(
+        "{runs} runs waiting, written in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    in_the_due_index(env, deadline, &tenant, &ids).await;
+    assert_eq!(
+        engine.sweep(COMPARED_PAGE).await.unwrap(),
+        SweepReport::default(),
+        "none is due before the deadline"
+    );
+
+    clock.set(deadline.plus(Duration::from_secs(1)));
+    let mut pages = Vec::new();
+    for page in 1..=COMPARED_PAGES {
+        counter.reset();
+        let before = aws.consumed_capacity().read_units;
+        let report = engine.sweep(COMPARED_PAGE).await.unwrap();
+        let read_units = aws.consumed_capacity().read_units - before;
+        assert_eq!(
+            report,
+            SweepReport {
+                due: COMPARED_PAGE,
+                woken: COMPARED_PAGE,
+                due_waits: COMPARED_PAGE,
+                ..SweepReport::default()
+            },
+            "{runs} runs, page {page}: a full page of due waits"
+        );
+        pages.push(PageCost {
+            requests: counter.snapshot(),
+            read_units,
+        });
+    }
+    eprintln!("{runs} runs due, the first pages of {COMPARED_PAGE}: {pages:?}");
+
+    // The wake-ups are not handled here: give the queues back.
+    let sqs = aws_sdk_sqs::Client::new(&env.sdk);
+    for url in [&names.queue_url, &names.dead_letter_queue_url] {
+        let _ = sqs.delete_queue().queue_url(url).send().await;
+    }
+    pages
 }
