@@ -422,7 +422,10 @@ pub async fn start(
     };
     let reaper = spawner.spawn(reap(
         engine.clone(),
-        options.retention.clone(),
+        RetentionRules {
+            policy: options.retention.clone(),
+            quotas: options.quotas.clone(),
+        },
         options.reap_every,
         options.metrics.clone(),
     ));
@@ -440,16 +443,21 @@ pub async fn start(
 /// live writes wait behind one page at most, however large the backlog.
 const REAP_PAGE: usize = 100;
 
-/// The reaper: every `every`, remove the finished runs past their retention, a page
-/// at a time until none is left. Stops, saying so, on a backend that cannot remove
-/// runs (the AWS one: a deployment's sweep function reaps its finished runs,
+/// The reaper: every `every`, remove the finished runs past their retention (their
+/// workflow's, their tenant's `retention_days`, or the server's), a page at a time
+/// until none is left. First, runs put back under a longer retention than today's are
+/// brought forward. Stops, saying so, on a backend that cannot remove runs (the AWS
+/// one: a deployment's sweep function reaps its finished runs,
 /// `siesta_aws::retention`).
-async fn reap(engine: Engine, policy: RetentionPolicy, every: Duration, metrics: Metrics) {
+async fn reap(engine: Engine, rules: RetentionRules, every: Duration, metrics: Metrics) {
+    if let Err(e) = engine.rearm_reaping(&rules).await {
+        tracing::warn!(error = %e, "retention: bringing forward the runs put back");
+    }
     loop {
         tokio::time::sleep(every).await;
         let mut removed = 0;
         loop {
-            match engine.reap(&policy, REAP_PAGE).await {
+            match engine.reap(&rules, REAP_PAGE).await {
                 Ok(report) => {
                     removed += report.removed.len();
                     metrics.reaped(report.removed.len());
@@ -495,12 +503,15 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn the_reaper_removes_a_finished_run_once_its_retention_passes_and_keeps_a_waiting_one() {
+    async fn the_reaper_removes_a_finished_run_once_its_retention_or_its_tenants_passes_and_keeps_a_waiting_one()
+     {
         let dir = tempfile::tempdir().unwrap();
         let clock = Arc::new(ManualClock::default());
         let mut options = DevOptions::new(dir.path().to_path_buf());
         options.clock = Some(clock.clone());
         options.retention = RetentionPolicy::keep_for(Some(Duration::from_secs(3600)));
+        options.quotas =
+            Quotas::parse(r#"{"tenants": {"keeper": {"retention_days": 2}}}"#).unwrap();
         options.reap_every = Duration::from_millis(20);
         options.worker_nice = 0;
         let mut registry = Registry::new();
@@ -522,6 +533,23 @@ mod tests {
             .start(&tenant, "patient", serde_json::json!({}), None)
             .await
             .unwrap();
+        let keeper = TenantId::from("keeper");
+        let kept = engine
+            .start(&keeper, "quick", serde_json::json!({}), None)
+            .await
+            .unwrap();
+        let status_of = |tenant: TenantId, id: RunId| {
+            let engine = engine.clone();
+            async move {
+                engine
+                    .backend()
+                    .store
+                    .get_run(&tenant, &id)
+                    .await
+                    .unwrap()
+                    .map(|r| r.status)
+            }
+        };
         let status = |id: RunId| {
             let (engine, tenant) = (engine.clone(), tenant.clone());
             async move {
@@ -537,6 +565,7 @@ mod tests {
         eventually("both runs went as far as they go", async || {
             status(quick.id.clone()).await == Some(RunStatus::Completed)
                 && status(patient.id.clone()).await == Some(RunStatus::Waiting)
+                && status_of(keeper.clone(), kept.id.clone()).await == Some(RunStatus::Completed)
         })
         .await;
 
@@ -550,6 +579,18 @@ mod tests {
             Some(RunStatus::Waiting),
             "a waiting run is never removed"
         );
+        assert_eq!(
+            status_of(keeper.clone(), kept.id.clone()).await,
+            Some(RunStatus::Completed),
+            "the tenant kept two days keeps its run past the server's hour"
+        );
+        clock.advance(Duration::from_secs(2 * 86_400));
+        eventually(
+            "the tenant's run is removed after its two days",
+            async || status_of(keeper.clone(), kept.id.clone()).await.is_none(),
+        )
+        .await;
+        assert_eq!(status(patient.id.clone()).await, Some(RunStatus::Waiting));
         server.stop();
     }
 

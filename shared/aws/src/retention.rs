@@ -51,9 +51,7 @@ use aws_sdk_dynamodb::types::{DeleteRequest, ReturnConsumedCapacity, WriteReques
 use aws_sdk_s3::types::{Delete, ObjectIdentifier};
 use futures::StreamExt;
 use siesta::ports::{StoreError, artifact_location};
-use siesta::{
-    CallbackId, EntryState, OperationKind, Quotas, RetentionPolicy, Run, RunId, TenantId, Timestamp,
-};
+use siesta::{CallbackId, EntryState, OperationKind, Run, RunId, TenantId, Timestamp, Verdict};
 
 use crate::error::{corrupt, sdk};
 use crate::item::{HistoryItem, Item, VERSION, history_from_item, key, n, run_from_item, s};
@@ -64,67 +62,14 @@ use crate::store::{CapacityMeter, consistent_get, query_page};
 /// invocation can last, so a reaper killed half-way is dead before another takes over.
 pub const CLAIM: Duration = Duration::from_secs(20 * 60);
 
-/// When a finished child run whose parent still exists is looked at again.
-pub const PARENT_RECHECK: Duration = Duration::from_secs(24 * 60 * 60);
+use siesta::retention::millis;
+pub use siesta::retention::{PARENT_RECHECK, RetentionRules};
 
 /// How many runs are worked on at once.
 const CONCURRENCY: usize = 4;
 
 /// The run item's attribute holding the token of the reaper that claimed it.
 const REAP_CLAIM: &str = "reap_claim";
-
-/// How long finished runs are kept: the deployment's [`RetentionPolicy`] (a default and
-/// workflows of their own) and the tenants' `retention_days` in the [`Quotas`].
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct RetentionRules {
-    /// The deployment's retention and the workflows that differ from it.
-    pub policy: RetentionPolicy,
-    /// The tenants' quotas: `retention_days` replaces the deployment's retention for a
-    /// tenant (`0`: for ever).
-    pub quotas: Quotas,
-}
-
-fn days(d: u64) -> Option<Duration> {
-    (d > 0).then(|| Duration::from_secs(d.saturating_mul(86_400)))
-}
-
-impl RetentionRules {
-    /// Rules with `policy` and no tenant of its own.
-    pub fn new(policy: RetentionPolicy) -> Self {
-        RetentionRules {
-            policy,
-            quotas: Quotas::default(),
-        }
-    }
-
-    /// How long `tenant`'s finished runs of `workflow` are kept (`None`: for ever): the
-    /// workflow's own retention if the policy names it, else the tenant's
-    /// `retention_days`, else the policy's default.
-    pub fn of(&self, tenant: &TenantId, workflow: &str) -> Option<Duration> {
-        if let Some(own) = self.policy.workflows.get(workflow) {
-            return *own;
-        }
-        match self.quotas.for_tenant(tenant).retention_days {
-            Some(d) => days(d),
-            None => self.policy.default,
-        }
-    }
-
-    /// The shortest retention any finished run can have: how long after a run finished
-    /// the reaper first looks at it (`AwsOptions::retention` of the roles that write
-    /// runs). A policy that keeps everything for ever gives [`Duration::MAX`].
-    pub fn shortest(&self) -> Duration {
-        let tenants = std::iter::once(&self.quotas.default)
-            .chain(self.quotas.tenants.values())
-            .filter_map(|q| q.retention_days.map(days));
-        std::iter::once(self.policy.default)
-            .chain(self.policy.workflows.values().copied())
-            .chain(tenants)
-            .flatten()
-            .min()
-            .unwrap_or(Duration::MAX)
-    }
-}
 
 /// What one [`Reaper::reap`] did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -173,10 +118,6 @@ pub struct Reaper {
     bucket: String,
     rules: Arc<RetentionRules>,
     capacity: Arc<CapacityMeter>,
-}
-
-fn ms(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
 fn string_of(item: &Item, name: &str) -> Result<String, StoreError> {
@@ -315,18 +256,23 @@ impl Reaper {
             return Ok(report);
         }
         let seen = (due.reap_at, run.version);
-        let Some(retention) = self.rules.of(&run.tenant, &run.workflow) else {
-            if self.move_to(&due.pk, seen, None, None).await? {
-                report.kept_for_ever += 1;
+        match self
+            .rules
+            .verdict(&run.tenant, &run.workflow, run.updated_at, now)
+        {
+            Verdict::KeepForEver => {
+                if self.move_to(&due.pk, seen, None, None).await? {
+                    report.kept_for_ever += 1;
+                }
+                return Ok(report);
             }
-            return Ok(report);
-        };
-        let end = run.updated_at.0.saturating_add(ms(retention));
-        if end > now.0 {
-            if self.move_to(&due.pk, seen, Some(end), None).await? {
-                report.rescheduled += 1;
+            Verdict::LookAgainAt(end) => {
+                if self.move_to(&due.pk, seen, Some(end.0), None).await? {
+                    report.rescheduled += 1;
+                }
+                return Ok(report);
             }
-            return Ok(report);
+            Verdict::Remove => {}
         }
         if let Some(parent) = &run.parent {
             let parent_key = key(run_pk(&run.tenant, &parent.run_id), RUN_SK);
@@ -335,7 +281,7 @@ impl Reaper {
                 .await?
                 .is_some()
             {
-                let later = now.0.saturating_add(ms(PARENT_RECHECK));
+                let later = now.0.saturating_add(millis(PARENT_RECHECK));
                 if self.move_to(&due.pk, seen, Some(later), None).await? {
                     report.waiting_for_parent += 1;
                 }
@@ -343,7 +289,7 @@ impl Reaper {
             }
         }
         let token = uuid::Uuid::new_v4().to_string();
-        let claim_end = now.0.saturating_add(ms(CLAIM));
+        let claim_end = now.0.saturating_add(millis(CLAIM));
         if !self
             .move_to(&due.pk, seen, Some(claim_end), Some(&token))
             .await?
@@ -613,59 +559,5 @@ impl Reaper {
                 _ => return Ok(deleted),
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use siesta::Quota;
-    use std::collections::BTreeMap;
-
-    const DAY: Duration = Duration::from_secs(86_400);
-
-    #[test]
-    fn a_workflow_of_its_own_beats_the_tenant_which_beats_the_deployment() {
-        let rules = RetentionRules {
-            policy: RetentionPolicy::keep_for(Some(30 * DAY))
-                .with_workflow("audit", None)
-                .with_workflow("ping", Some(Duration::from_secs(3600))),
-            quotas: Quotas {
-                default: Quota::default(),
-                tenants: BTreeMap::from([
-                    (
-                        "acme".to_owned(),
-                        Quota {
-                            retention_days: Some(7),
-                            ..Quota::default()
-                        },
-                    ),
-                    (
-                        "bank".to_owned(),
-                        Quota {
-                            retention_days: Some(0),
-                            ..Quota::default()
-                        },
-                    ),
-                ]),
-            },
-        };
-        let t = |name: &str| TenantId(name.into());
-        assert_eq!(rules.of(&t("other"), "order"), Some(30 * DAY));
-        assert_eq!(rules.of(&t("acme"), "order"), Some(7 * DAY));
-        assert_eq!(rules.of(&t("bank"), "order"), None, "0 days: for ever");
-        assert_eq!(rules.of(&t("acme"), "audit"), None);
-        assert_eq!(
-            rules.of(&t("bank"), "ping"),
-            Some(Duration::from_secs(3600))
-        );
-        assert_eq!(rules.shortest(), Duration::from_secs(3600));
-    }
-
-    #[test]
-    fn rules_that_keep_everything_for_ever_look_at_nothing() {
-        let rules = RetentionRules::new(RetentionPolicy::keep_for(None));
-        assert_eq!(rules.shortest(), Duration::MAX);
-        assert_eq!(rules.of(&TenantId("t".into()), "w"), None);
     }
 }

@@ -230,6 +230,8 @@ macro_rules! conformance_suite {
             // retention
             reaping_removes_a_finished_run_past_its_retention_and_nothing_else
             reaping_pages_oldest_first
+            reaping_honours_the_tenants_retention_under_the_workflows
+            reaping_applies_a_shortened_retention_once_rearmed
             // artifacts
             artifact_put_get_round_trip
             artifact_of_one_mebibyte_round_trips

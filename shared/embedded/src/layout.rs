@@ -247,6 +247,11 @@ const MIGRATIONS: &[Migration] = &[
         schema: crate::retention::SCHEMA,
         backfill: crate::retention::BACKFILL,
     },
+    Migration {
+        version: 5,
+        schema: crate::retention::REAP_SCHEMA,
+        backfill: crate::retention::REAP_BACKFILL,
+    },
 ];
 
 /// Apply the numbered steps the file lacks, in the transaction of [`open`]; the rows of

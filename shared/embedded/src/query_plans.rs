@@ -68,9 +68,11 @@ const EXPECTED: &[&str] = &[
     "FROM dead_letter_queue WHERE visible_at",
     "DELETE FROM dead_letter_queue WHERE receipt",
     "DELETE FROM dead_letter_queue WHERE id",
-    "UPDATE runs SET body = ?3, status = ?4, finished_at = ?5 WHERE",
-    "INDEXED BY runs_finished\n",
-    "INDEXED BY runs_finished_by_workflow",
+    "UPDATE runs SET body = ?3, status = ?4, finished_at = ?5, reap_at = ?5 WHERE",
+    "INDEXED BY runs_reap",
+    "UPDATE runs SET reap_at = ?2 WHERE key",
+    "UPDATE runs SET reap_at = ?1 WHERE reap_at > ?1",
+    "FROM reap_rules WHERE id = 0",
     "DELETE FROM journal WHERE run",
     "DELETE FROM callbacks WHERE run",
     "DELETE FROM artifacts WHERE location",
@@ -91,6 +93,7 @@ const NOT_RUN: &[&str] = &[
     "DELETE FROM tenant_unfinished; INSERT INTO tenant_unfinished (tenant, runs) SELECT",
     "UPDATE runs SET build = json_extract(body, '$.build_id')",
     "UPDATE runs SET finished_at = json_extract(body, '$.updated_at')",
+    "UPDATE runs SET reap_at = finished_at WHERE finished_at IS NOT NULL",
 ];
 
 /// The SQL statements written in the embedded backend's source (string literals that
@@ -375,15 +378,15 @@ async fn workload(backend: &crate::EmbeddedBackend, clock: &Arc<ManualClock>) {
     clock.advance(Duration::from_secs(120) + siesta::EngineConfig::default().resend_margin);
     engine.sweep(500).await.unwrap();
 
-    // Retention: the finished runs (the cancelled one) removed, of one workflow and of
-    // any.
+    // Retention: the finished runs (the cancelled one) looked at and put back under a
+    // long retention, brought forward by a shorter one, then removed.
     let now = clock.now();
-    ports
-        .store
-        .reap_finished(Some("other"), now, 10)
-        .await
-        .unwrap();
-    let removed = ports.store.reap_finished(None, now, 10).await.unwrap();
+    let long = RetentionRules::new(RetentionPolicy::keep_for(Some(Duration::from_secs(86_400))));
+    let report = ports.store.reap_due(&long, now, 10).await.unwrap();
+    assert!(report.put_back > 0, "{report:?}");
+    let short = RetentionRules::new(RetentionPolicy::keep_for(Some(Duration::from_millis(1))));
+    ports.store.rearm_reaping(&short, now).await.unwrap();
+    let removed = ports.store.reap_due(&short, now, 10).await.unwrap().removed;
     assert!(
         removed.iter().any(|r| r.run_id == runs[2].id),
         "{removed:?}"

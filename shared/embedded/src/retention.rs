@@ -1,25 +1,31 @@
-//! Removing finished runs past their retention ([`siesta::ports::RunStore::reap_finished`]).
+//! Removing finished runs past their retention ([`siesta::ports::RunStore::reap_due`]).
 //!
 //! Invariants this module keeps, and why:
-//! - **Only finished runs.** A run's `finished_at` column is set by the write that
-//!   moves it to completed, failed or cancelled (its `updated_at` then) and is `NULL`
-//!   otherwise; the removal reads the partial indexes of finished runs alone
-//!   (`runs_finished`, `runs_finished_by_workflow`) and checks the status again, so a
-//!   pending, running, waiting or parked run is never read, let alone removed,
-//!   however old it is.
-//! - **Bounded.** One call is one write of the single writer: it seeks the oldest due
-//!   runs on the index (at most `limit`) and removes each run's rows by its key, one
-//!   index seek per table. Live writes queue behind one page at most, never behind
+//! - **Only finished runs.** A run's `finished_at` and `reap_at` columns are set by
+//!   the write that moves it to completed, failed or cancelled (its `updated_at` then)
+//!   and are `NULL` otherwise; the removal reads the partial index of runs with a
+//!   `reap_at` alone (`runs_reap`) and checks the status again, so a pending, running,
+//!   waiting or parked run is never read, let alone removed, however old it is.
+//! - **Each run looked at when it is due, and not before.** `reap_at` is when the
+//!   reaper next looks at a finished run: at its finish first, then — if its own
+//!   retention ([`siesta::RetentionRules::verdict`]: its workflow's, its tenant's or
+//!   the deployment's) has not passed — at the end of it; a run kept for ever is never
+//!   due. New rules (a restart with another `--retention`) make every run put back due
+//!   once more ([`rearm`]). So a tenant or workflow kept longer than the rest is not read again
+//!   each pass, and the passes cost what is due, not what is kept.
+//! - **Bounded.** One call is one write of the single writer: it seeks the earliest
+//!   due runs on the index (at most `limit`) and removes each run's rows by its key,
+//!   one index seek per table. Live writes queue behind one page at most, never behind
 //!   a backlog of a million finished runs.
 //! - **Whole runs or nothing.** The page is one savepoint of the writer's group
 //!   commit: a process killed mid-page leaves every run as it was, and the next call
-//!   starts from the oldest due run again — there is no other place to lose.
+//!   starts from the earliest due run again — there is no other place to lose.
 //! - **Every row of the run.** The run (its `Idempotency-Key` is its id), journal,
 //!   timeline, deliveries (their ids are the dedup records), stream chunks and keys, callback
 //!   and tool-call records (their `run` column, schema version 4), queued wake-ups,
 //!   and the artifacts under the run's location. A finished child whose parent still
-//!   exists stays: the parent's delivery of its outcome may point at the child's
-//!   artifacts.
+//!   exists stays (looked at again after [`PARENT_RECHECK`]): the parent's delivery of
+//!   its outcome may point at the child's artifacts.
 //! - **The file shrinks.** The file is `auto_vacuum = INCREMENTAL` (schema version 4
 //!   switches an older file once, with a `VACUUM`): each page ends with
 //!   `PRAGMA incremental_vacuum`, which moves the pages it freed to the end of the
@@ -27,7 +33,8 @@
 
 use rusqlite::{Connection, params};
 use siesta::ports::{ReapedRun, StoreError, artifact_location};
-use siesta::{RunId, TenantId};
+use siesta::retention::{PARENT_RECHECK, ReapReport, millis};
+use siesta::{RetentionRules, RunId, TenantId, Timestamp, Verdict};
 
 use crate::sql;
 
@@ -62,29 +69,30 @@ pub(crate) fn finished_at(run: &siesta::Run) -> Option<i64> {
     run.status.is_finished().then_some(run.updated_at.0)
 }
 
-/// A finished run whose parent (if any) is gone: `runs` is the candidate.
-const PARENT_GONE: &str = "NOT EXISTS (SELECT 1 FROM runs AS parent
-    WHERE parent.tenant = runs.tenant AND parent.run_id = json_extract(runs.body, '$.parent.run_id'))";
+/// Schema version 5: when the reaper next looks at a finished run, on an index of its
+/// own, and the rules it last reaped by; the indexes of version 4 that sought finished runs by finish time go (a run
+/// kept longer than the rest was walked over by every pass).
+pub(crate) const REAP_SCHEMA: &str = "
+ALTER TABLE runs ADD COLUMN reap_at INTEGER;
+CREATE INDEX IF NOT EXISTS runs_reap ON runs (reap_at) WHERE reap_at IS NOT NULL;
+CREATE TABLE IF NOT EXISTS reap_rules (id INTEGER PRIMARY KEY CHECK (id = 0), rules TEXT NOT NULL);
+DROP INDEX IF EXISTS runs_finished;
+DROP INDEX IF EXISTS runs_finished_by_workflow;
+";
 
-/// The oldest due runs of any workflow (`?1`: finished at or before, `?2`: how many).
-fn due_any() -> String {
-    format!(
-        "SELECT key, tenant, run_id, workflow FROM runs INDEXED BY runs_finished
-          WHERE finished_at IS NOT NULL AND finished_at <= ?1
-            AND status IN ('completed', 'failed', 'cancelled') AND {PARENT_GONE}
-          ORDER BY finished_at LIMIT ?2"
-    )
-}
+/// What a file that holds finished runs needs for version 5: each looked at once more.
+pub(crate) const REAP_BACKFILL: &str =
+    "UPDATE runs SET reap_at = finished_at WHERE finished_at IS NOT NULL";
 
-/// [`due_any`] of the workflow `?3`.
-fn due_of_workflow() -> String {
-    format!(
-        "SELECT key, tenant, run_id, workflow FROM runs INDEXED BY runs_finished_by_workflow
-          WHERE workflow = ?3 AND finished_at IS NOT NULL AND finished_at <= ?1
-            AND status IN ('completed', 'failed', 'cancelled') AND {PARENT_GONE}
-          ORDER BY finished_at LIMIT ?2"
-    )
-}
+/// The earliest runs due to be looked at (`?1`: now, `?2`: how many), with whether
+/// their parent (if any) still exists.
+const DUE: &str = "SELECT key, tenant, run_id, workflow, finished_at, status,
+        EXISTS (SELECT 1 FROM runs AS parent
+                 WHERE parent.tenant = runs.tenant
+                   AND parent.run_id = json_extract(runs.body, '$.parent.run_id')) AS parent_exists
+   FROM runs INDEXED BY runs_reap
+  WHERE reap_at IS NOT NULL AND reap_at <= ?1
+  ORDER BY reap_at LIMIT ?2";
 
 /// The rows of a run in the tables keyed by its key (`?1`).
 const BY_KEY: &[&str] = &[
@@ -97,66 +105,101 @@ const BY_KEY: &[&str] = &[
     "DELETE FROM tool_calls WHERE run = ?1",
 ];
 
-/// Remove the oldest (at most `limit`) finished runs that finished at or before
-/// `before`, of `workflow` when given, with all their rows; then give the freed pages
-/// back to the file system. Inside one savepoint of the writer.
+/// Put a run back: looked at next at `?2` ([`NEVER`]: kept for ever; `NULL`: not
+/// finished).
+const PUT_BACK: &str = "UPDATE runs SET reap_at = ?2 WHERE key = ?1";
+
+/// A run kept for ever stays in the index, never due, so that new rules can bring it
+/// back ([`rearm`]).
+const NEVER: i64 = i64::MAX;
+
+/// [`siesta::ports::RunStore::rearm_reaping`]: when `rules` (their text) differ from
+/// the last ones, every run put back is due at `now`. Bounded by what was put back,
+/// and only when the rules change.
+pub(crate) fn rearm(tx: &Connection, rules: &str, now: Timestamp) -> Result<(), StoreError> {
+    use rusqlite::OptionalExtension;
+    let last: Option<String> = tx
+        .prepare_cached("SELECT rules FROM reap_rules WHERE id = 0")
+        .map_err(sql)?
+        .query_row([], |r| r.get(0))
+        .optional()
+        .map_err(sql)?;
+    if last.as_deref() == Some(rules) {
+        return Ok(());
+    }
+    tx.prepare_cached("UPDATE runs SET reap_at = ?1 WHERE reap_at > ?1")
+        .map_err(sql)?
+        .execute(params![now.0])
+        .map_err(sql)?;
+    tx.prepare_cached("INSERT OR REPLACE INTO reap_rules (id, rules) VALUES (0, ?1)")
+        .map_err(sql)?
+        .execute(params![rules])
+        .map_err(sql)?;
+    Ok(())
+}
+
+/// Look at the earliest (at most `limit`) finished runs due at `now`: remove those past
+/// their retention under `rules` with all their rows, put the rest back; then give the
+/// freed pages back to the file system. Inside one savepoint of the writer.
 pub(crate) fn reap(
     tx: &Connection,
-    workflow: Option<&str>,
-    before: i64,
+    rules: &RetentionRules,
+    now: Timestamp,
     limit: usize,
-) -> Result<Vec<ReapedRun>, StoreError> {
-    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-    let due: Vec<(i64, String, String, String)> = match workflow {
-        None => tx
-            .prepare_cached(&due_any())
+) -> Result<ReapReport, StoreError> {
+    let page = i64::try_from(limit).unwrap_or(i64::MAX);
+    type Row = (i64, String, String, String, Option<i64>, String, bool);
+    let due: Vec<Row> = tx
+        .prepare_cached(DUE)
+        .map_err(sql)?
+        .query_map(params![now.0, page], |r| {
+            Ok((
+                r.get(0)?,
+                r.get(1)?,
+                r.get(2)?,
+                r.get(3)?,
+                r.get(4)?,
+                r.get(5)?,
+                r.get(6)?,
+            ))
+        })
+        .map_err(sql)?
+        .collect::<Result<_, _>>()
+        .map_err(sql)?;
+    let mut report = ReapReport {
+        more: due.len() >= limit,
+        ..ReapReport::default()
+    };
+    for (key, tenant, run_id, workflow, finished_at, status, parent_exists) in due {
+        let tenant = TenantId(tenant);
+        let finished = ["completed", "failed", "cancelled"].contains(&status.as_str());
+        let next = match finished_at {
+            Some(at) if finished => match rules.verdict(&tenant, &workflow, Timestamp(at), now) {
+                Verdict::KeepForEver => Some(NEVER),
+                Verdict::LookAgainAt(end) => Some(end.0),
+                Verdict::Remove if parent_exists => {
+                    Some(now.0.saturating_add(millis(PARENT_RECHECK)))
+                }
+                Verdict::Remove => {
+                    remove(tx, key, &tenant, &run_id)?;
+                    report.removed.push(ReapedRun {
+                        tenant,
+                        run_id: RunId(run_id),
+                        workflow,
+                    });
+                    continue;
+                }
+            },
+            // Not finished (a status write always clears it; kept for safety): out.
+            _ => None,
+        };
+        tx.prepare_cached(PUT_BACK)
             .map_err(sql)?
-            .query_map(params![before, limit], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
-            })
-            .map_err(sql)?
-            .collect::<Result<_, _>>(),
-        Some(workflow) => tx
-            .prepare_cached(&due_of_workflow())
-            .map_err(sql)?
-            .query_map(params![before, limit, workflow], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
-            })
-            .map_err(sql)?
-            .collect::<Result<_, _>>(),
+            .execute(params![key, next])
+            .map_err(sql)?;
+        report.put_back += 1;
     }
-    .map_err(sql)?;
-    let mut removed = Vec::with_capacity(due.len());
-    for (key, tenant, run_id, workflow) in due {
-        for statement in BY_KEY {
-            tx.prepare_cached(statement)
-                .map_err(sql)?
-                .execute(params![key])
-                .map_err(sql)?;
-        }
-        tx.prepare_cached("DELETE FROM wake_queue WHERE tenant = ?1 AND run_id = ?2")
-            .map_err(sql)?
-            .execute(params![tenant, run_id])
-            .map_err(sql)?;
-        let (tenant, run_id) = (TenantId(tenant), RunId(run_id));
-        // Every location under the run is `<prefix><sha256>`; `0` follows `/`.
-        let prefix = artifact_location(&tenant, &run_id, "");
-        let end = format!("{}0", &prefix[..prefix.len() - 1]);
-        tx.prepare_cached("DELETE FROM artifacts WHERE location >= ?1 AND location < ?2")
-            .map_err(sql)?
-            .execute(params![prefix, end])
-            .map_err(sql)?;
-        tx.prepare_cached("DELETE FROM runs WHERE key = ?1")
-            .map_err(sql)?
-            .execute(params![key])
-            .map_err(sql)?;
-        removed.push(ReapedRun {
-            tenant,
-            run_id,
-            workflow,
-        });
-    }
-    if !removed.is_empty() {
+    if !report.removed.is_empty() {
         // The pragma frees one page per step of its statement: step it to the end.
         let mut vacuum = tx
             .prepare_cached("PRAGMA incremental_vacuum")
@@ -164,5 +207,31 @@ pub(crate) fn reap(
         let mut steps = vacuum.raw_query();
         while steps.next().map_err(sql)?.is_some() {}
     }
-    Ok(removed)
+    Ok(report)
+}
+
+/// Remove the run stored under `key` with every row and artifact that is its own.
+fn remove(tx: &Connection, key: i64, tenant: &TenantId, run_id: &str) -> Result<(), StoreError> {
+    for statement in BY_KEY {
+        tx.prepare_cached(statement)
+            .map_err(sql)?
+            .execute(params![key])
+            .map_err(sql)?;
+    }
+    tx.prepare_cached("DELETE FROM wake_queue WHERE tenant = ?1 AND run_id = ?2")
+        .map_err(sql)?
+        .execute(params![tenant.0, run_id])
+        .map_err(sql)?;
+    // Every location under the run is `<prefix><sha256>`; `0` follows `/`.
+    let prefix = artifact_location(tenant, &RunId(run_id.to_owned()), "");
+    let end = format!("{}0", &prefix[..prefix.len() - 1]);
+    tx.prepare_cached("DELETE FROM artifacts WHERE location >= ?1 AND location < ?2")
+        .map_err(sql)?
+        .execute(params![prefix, end])
+        .map_err(sql)?;
+    tx.prepare_cached("DELETE FROM runs WHERE key = ?1")
+        .map_err(sql)?
+        .execute(params![key])
+        .map_err(sql)?;
+    Ok(())
 }

@@ -64,7 +64,7 @@ pub(crate) fn get_keyed_run(
 /// Insert `run`; its key.
 fn put_run(tx: &Connection, run: &Run) -> Result<i64, StoreError> {
     tx.prepare_cached(
-        "INSERT INTO runs (tenant, run_id, status, workflow, created_at, due_at, body, sweep_at, build, finished_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+        "INSERT INTO runs (tenant, run_id, status, workflow, created_at, due_at, body, sweep_at, build, finished_at, reap_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10)",
     )
     .map_err(sql)?
     .execute(params![run.tenant.0, run.id.0, run.status.as_str(), run.workflow, run.created_at.0, run.due_at.map(|d| d.0), stored::run_body(run)?, run.sweep_at().map(|d| d.0), run.build_id, retention::finished_at(run)])
@@ -112,7 +112,7 @@ fn update_run_as(tx: &Connection, old: Indexed, run: &Run, body: &str) -> Result
             .execute(params![run.tenant.0, run.id.0, body]),
         (true, false) => tx
             .prepare_cached(
-                "UPDATE runs SET body = ?3, status = ?4, finished_at = ?5 WHERE tenant = ?1 AND run_id = ?2",
+                "UPDATE runs SET body = ?3, status = ?4, finished_at = ?5, reap_at = ?5 WHERE tenant = ?1 AND run_id = ?2",
             )
             .map_err(sql)?
             .execute(params![run.tenant.0, run.id.0, body, run.status.as_str(), retention::finished_at(run)]),
@@ -124,7 +124,7 @@ fn update_run_as(tx: &Connection, old: Indexed, run: &Run, body: &str) -> Result
             .execute(params![run.tenant.0, run.id.0, body, run.due_at.map(|d| d.0), sweep_at]),
         (true, true) => tx
             .prepare_cached(
-                "UPDATE runs SET body = ?3, status = ?4, due_at = ?5, sweep_at = ?6, finished_at = ?7 WHERE tenant = ?1 AND run_id = ?2",
+                "UPDATE runs SET body = ?3, status = ?4, due_at = ?5, sweep_at = ?6, finished_at = ?7, reap_at = ?7 WHERE tenant = ?1 AND run_id = ?2",
             )
             .map_err(sql)?
             .execute(params![
@@ -676,14 +676,24 @@ impl RunStore for EmbeddedBackend {
             .await
     }
 
-    async fn reap_finished(
+    async fn reap_due(
         &self,
-        workflow: Option<&str>,
-        finished_before: Timestamp,
+        rules: &siesta::RetentionRules,
+        now: Timestamp,
         limit: usize,
-    ) -> Result<Vec<ReapedRun>, StoreError> {
-        let workflow = workflow.map(str::to_owned);
-        self.tx(move |tx, _| retention::reap(tx, workflow.as_deref(), finished_before.0, limit))
+    ) -> Result<siesta::retention::ReapReport, StoreError> {
+        let rules = rules.clone();
+        self.tx(move |tx, _| retention::reap(tx, &rules, now, limit))
+            .await
+    }
+
+    async fn rearm_reaping(
+        &self,
+        rules: &siesta::RetentionRules,
+        now: Timestamp,
+    ) -> Result<(), StoreError> {
+        let rules = format!("{rules:?}");
+        self.tx(move |tx, _| retention::rearm(tx, &rules, now))
             .await
     }
 

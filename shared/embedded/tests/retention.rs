@@ -267,18 +267,19 @@ fn all_rows(conn: &Connection) -> Vec<(String, i64)> {
         .collect()
 }
 
-/// Reap at `now` minus `retention`, page after page, until none is left; how many.
+/// Reap at now with every run kept for `retention`, page after page, until none is
+/// left; how many were removed.
 async fn reap_all(ports: &Backend, clock: &ManualClock, retention: Duration) -> usize {
-    let before = Timestamp(clock.now().0 - retention.as_millis() as i64);
+    let rules = RetentionRules::new(RetentionPolicy::keep_for(Some(retention)));
     let mut removed = 0;
     loop {
         let page = ports
             .store
-            .reap_finished(None, before, 100)
+            .reap_due(&rules, clock.now(), 100)
             .await
             .expect("reap");
-        removed += page.len();
-        if page.len() < 100 {
+        removed += page.removed.len();
+        if !page.more {
             return removed;
         }
     }
@@ -411,10 +412,13 @@ async fn a_reaper_dropped_mid_page_goes_on_where_it_was_and_never_touches_a_live
             clock.advance(Duration::from_secs(1));
         }
         clock.advance(HOUR * 24);
-        let before = Timestamp(clock.now().0 - HOUR.as_millis() as i64);
+        let rules = RetentionRules::new(RetentionPolicy::keep_for(Some(HOUR)));
         // The reaper's page is handed to the writer, and the reaper goes away (a
         // dropped task), then the process with it.
-        let dropped = ports.store.reap_finished(None, before, 100).now_or_never();
+        let dropped = ports
+            .store
+            .reap_due(&rules, clock.now(), 100)
+            .now_or_never();
         assert!(dropped.is_none(), "the page was still being written");
     }
     let conn = Connection::open(&path).unwrap();
@@ -552,7 +556,7 @@ async fn each_workflow_is_kept_for_its_own_retention_and_a_run_still_waiting_for
         registry,
         EngineConfig::default(),
     );
-    let policy = RetentionPolicy::default().with_workflow("ping", Some(HOUR));
+    let policy = RetentionRules::new(RetentionPolicy::default().with_workflow("ping", Some(HOUR)));
     let approval = full_run_of(&ports, &clock, "approval", true, 100).await;
     let ping = full_run_of(&ports, &clock, "ping", true, 100).await;
     let waiting = full_run_of(&ports, &clock, "ping", false, 100).await;

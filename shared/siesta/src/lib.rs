@@ -144,7 +144,7 @@ pub use notify::RunWatch;
 pub use quota::{Quota, QuotaExceeded, QuotaLimit, Quotas};
 pub use registry::{Registry, UpgradePolicy};
 pub use replay_cache::ReplayCacheStats;
-pub use retention::{RetentionPolicy, parse_retention};
+pub use retention::{RetentionPolicy, RetentionRules, Verdict, parse_retention};
 pub use retry::{Backoff, Jitter, RetryOn, RetryStrategy};
 /// Derive it (`#[derive(JsonSchema)]`, from the `schemars` crate) on the payload types of
 /// callbacks and events, so a delivery of the wrong shape is refused when it arrives.

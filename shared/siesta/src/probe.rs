@@ -259,16 +259,24 @@ impl RunStore for ProbeStore {
             .await
     }
 
-    async fn reap_finished(
+    async fn reap_due(
         &self,
-        workflow: Option<&str>,
-        finished_before: Timestamp,
+        rules: &crate::retention::RetentionRules,
+        now: Timestamp,
         limit: usize,
-    ) -> Result<Vec<ReapedRun>, StoreError> {
+    ) -> Result<crate::retention::ReapReport, StoreError> {
         self.check()?;
         self.wrote(0);
-        self.inner
-            .reap_finished(workflow, finished_before, limit)
-            .await
+        self.inner.reap_due(rules, now, limit).await
+    }
+
+    async fn rearm_reaping(
+        &self,
+        rules: &crate::retention::RetentionRules,
+        now: Timestamp,
+    ) -> Result<(), StoreError> {
+        self.check()?;
+        self.wrote(0);
+        self.inner.rearm_reaping(rules, now).await
     }
 }

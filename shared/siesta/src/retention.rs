@@ -1,25 +1,34 @@
-//! Retention: how long a finished run is kept, and which runs are due for removal.
+//! Retention: how long a finished run is kept, and when a finished run is removed.
 //!
 //! A run is kept while it is not finished, however old (a run waiting for a webhook a
 //! year from now is never removed). Once it is finished (completed, failed,
 //! cancelled; a parked run is not finished — it waits for an operator) it is kept for
-//! the retention of its workflow, then removed with everything that is its own
-//! ([`RunStore::reap_finished`]). After that, a start with the same
-//! `Idempotency-Key` is a new start: the key named the run, and the run is gone.
+//! its retention, then removed with everything that is its own. After that, a start
+//! with the same `Idempotency-Key` is a new start: the key named the run, and the run
+//! is gone.
 //!
-//! The decision is made here, once, for every backend: a [`RetentionPolicy`] gives
-//! each workflow its retention, [`RetentionPolicy::passes`] turns it into the store
-//! calls that remove what is due at a given time, and [`reap`] makes them, a bounded
-//! page each.
+//! The decision is made here, once, for every backend: [`RetentionRules::of`] gives a
+//! run its retention (its workflow's own, else its tenant's `retention_days`, else the
+//! deployment's), and [`RetentionRules::verdict`] says what is due for a finished run
+//! at a given time. Each backend finds its finished runs by an index of when to look
+//! at them next ([`crate::ports::RunStore::reap_due`] on the embedded backend, the
+//! `reap` index on DynamoDB), so a run kept longer than others is not read again until
+//! its own end.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::ports::{ReapedRun, RunStore, StoreError};
+use crate::model::TenantId;
+use crate::ports::ReapedRun;
+use crate::quota::Quotas;
 use crate::time::Timestamp;
 
 /// How long a finished run is kept by default: 30 days.
 pub const DEFAULT_RETENTION: Duration = Duration::from_secs(30 * 24 * 60 * 60);
+
+/// When a finished child run whose parent still exists is looked at again (the
+/// parent may still read the child's outcome and the values it offloaded).
+pub const PARENT_RECHECK: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// How long finished runs are kept: a default, and workflows that differ from it.
 /// `None` keeps finished runs for ever.
@@ -36,25 +45,6 @@ impl Default for RetentionPolicy {
     fn default() -> Self {
         RetentionPolicy::keep_for(Some(DEFAULT_RETENTION))
     }
-}
-
-/// One store call of a removal: finished runs of `workflow` (any, when `None`) that
-/// finished at or before `finished_before`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ReapPass {
-    /// The workflow whose runs it removes; `None`: any workflow's.
-    pub workflow: Option<String>,
-    /// The runs that finished at or before this are due.
-    pub finished_before: Timestamp,
-}
-
-/// What one [`reap`] did.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ReapReport {
-    /// The runs removed.
-    pub removed: Vec<ReapedRun>,
-    /// Whether a pass filled its page: more runs may be due, call again.
-    pub more: bool,
 }
 
 impl RetentionPolicy {
@@ -77,75 +67,117 @@ impl RetentionPolicy {
         self
     }
 
-    /// How long `workflow`'s finished runs are kept (`None`: for ever).
+    /// How long `workflow`'s finished runs are kept by this policy alone, whatever
+    /// their tenant (`None`: for ever).
     pub fn of(&self, workflow: &str) -> Option<Duration> {
         self.workflows
             .get(workflow)
             .copied()
             .unwrap_or(self.default)
     }
+}
 
-    /// The passes that remove what is due at `now`, for the `registered` workflows:
-    /// one per workflow with a retention of its own or the default, then one over
-    /// every workflow at the longest retention of all, which removes the runs of
-    /// workflows no longer registered (kept that long, since no pass knows their own)
-    /// — left out when any workflow is kept for ever.
-    pub fn passes<'a>(
+/// How long finished runs are kept: the deployment's [`RetentionPolicy`] (a default and
+/// workflows of their own) and the tenants' `retention_days` in the [`Quotas`].
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RetentionRules {
+    /// The deployment's retention and the workflows that differ from it.
+    pub policy: RetentionPolicy,
+    /// The tenants' quotas: `retention_days` replaces the deployment's retention for a
+    /// tenant (`0`: for ever).
+    pub quotas: Quotas,
+}
+
+/// What is due for a finished run at a given time ([`RetentionRules::verdict`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Its retention has passed: remove it (unless a parent still needs it).
+    Remove,
+    /// Its retention ends at this time: look at it again then.
+    LookAgainAt(Timestamp),
+    /// It is kept for ever: never look at it again.
+    KeepForEver,
+}
+
+fn days(d: u64) -> Option<Duration> {
+    (d > 0).then(|| Duration::from_secs(d.saturating_mul(86_400)))
+}
+
+impl RetentionRules {
+    /// Rules with `policy` and no tenant of its own.
+    pub fn new(policy: RetentionPolicy) -> Self {
+        RetentionRules {
+            policy,
+            quotas: Quotas::default(),
+        }
+    }
+
+    /// How long `tenant`'s finished runs of `workflow` are kept (`None`: for ever): the
+    /// workflow's own retention if the policy names it, else the tenant's
+    /// `retention_days`, else the policy's default.
+    pub fn of(&self, tenant: &TenantId, workflow: &str) -> Option<Duration> {
+        if let Some(own) = self.policy.workflows.get(workflow) {
+            return *own;
+        }
+        match self.quotas.for_tenant(tenant).retention_days {
+            Some(d) => days(d),
+            None => self.policy.default,
+        }
+    }
+
+    /// What is due at `now` for `tenant`'s run of `workflow` that finished at
+    /// `finished_at`.
+    pub fn verdict(
         &self,
-        registered: impl IntoIterator<Item = &'a str>,
+        tenant: &TenantId,
+        workflow: &str,
+        finished_at: Timestamp,
         now: Timestamp,
-    ) -> Vec<ReapPass> {
-        let cutoff = |d: Duration| Timestamp(now.0.saturating_sub(millis(d)));
-        let mut names: Vec<&str> = registered.into_iter().collect();
-        names.extend(self.workflows.keys().map(String::as_str));
-        names.sort_unstable();
-        names.dedup();
-        let mut passes: Vec<ReapPass> = names
-            .iter()
-            .filter_map(|name| {
-                self.of(name).map(|d| ReapPass {
-                    workflow: Some((*name).to_owned()),
-                    finished_before: cutoff(d),
-                })
-            })
-            .collect();
-        let mut longest = self.default;
-        for retention in self.workflows.values() {
-            longest = match (longest, retention) {
-                (Some(a), Some(b)) => Some(a.max(*b)),
-                _ => None,
-            };
+    ) -> Verdict {
+        match self.of(tenant, workflow) {
+            None => Verdict::KeepForEver,
+            Some(retention) => {
+                let end = Timestamp(finished_at.0.saturating_add(millis(retention)));
+                if end > now {
+                    Verdict::LookAgainAt(end)
+                } else {
+                    Verdict::Remove
+                }
+            }
         }
-        if let Some(longest) = longest {
-            passes.push(ReapPass {
-                workflow: None,
-                finished_before: cutoff(longest),
-            });
-        }
-        passes
+    }
+
+    /// The shortest retention any finished run can have: how long after a run finished
+    /// the reaper first looks at it. Rules that keep everything for ever give
+    /// [`Duration::MAX`].
+    pub fn shortest(&self) -> Duration {
+        let tenants = std::iter::once(&self.quotas.default)
+            .chain(self.quotas.tenants.values())
+            .filter_map(|q| q.retention_days.map(days));
+        std::iter::once(self.policy.default)
+            .chain(self.policy.workflows.values().copied())
+            .chain(tenants)
+            .flatten()
+            .min()
+            .unwrap_or(Duration::MAX)
     }
 }
 
-fn millis(d: Duration) -> i64 {
+/// What one [`crate::Engine::reap`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReapReport {
+    /// The runs removed.
+    pub removed: Vec<ReapedRun>,
+    /// Finished runs looked at and not removed: their retention has not passed (looked
+    /// at again when it does), they are kept for ever, or their parent still exists.
+    pub put_back: usize,
+    /// Whether the page was full: more runs may be due, call again.
+    pub more: bool,
+}
+
+/// Milliseconds of `d`, saturating.
+pub fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
-}
-
-/// Make `passes` on `store`, one page of at most `limit` runs each.
-pub async fn reap(
-    store: &dyn RunStore,
-    passes: &[ReapPass],
-    limit: usize,
-) -> Result<ReapReport, StoreError> {
-    let limit = limit.max(1);
-    let mut report = ReapReport::default();
-    for pass in passes {
-        let removed = store
-            .reap_finished(pass.workflow.as_deref(), pass.finished_before, limit)
-            .await?;
-        report.more |= removed.len() >= limit;
-        report.removed.extend(removed);
-    }
-    Ok(report)
 }
 
 /// Parse a retention as `siesta dev --retention` takes it: a number and a unit —
@@ -183,6 +215,7 @@ pub fn parse_retention(text: &str) -> Result<Option<Duration>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::quota::Quota;
 
     const DAY: Duration = Duration::from_secs(86_400);
 
@@ -202,47 +235,76 @@ mod tests {
         }
     }
 
+    fn rules() -> RetentionRules {
+        RetentionRules {
+            policy: RetentionPolicy::keep_for(Some(30 * DAY))
+                .with_workflow("audit", None)
+                .with_workflow("ping", Some(Duration::from_secs(3600))),
+            quotas: Quotas {
+                default: Quota::default(),
+                tenants: BTreeMap::from([
+                    (
+                        "acme".to_owned(),
+                        Quota {
+                            retention_days: Some(7),
+                            ..Quota::default()
+                        },
+                    ),
+                    (
+                        "bank".to_owned(),
+                        Quota {
+                            retention_days: Some(0),
+                            ..Quota::default()
+                        },
+                    ),
+                ]),
+            },
+        }
+    }
+
     #[test]
-    fn each_workflow_is_reaped_at_its_own_retention_and_the_rest_at_the_longest() {
-        let now = Timestamp(100 * 86_400_000);
-        let policy = RetentionPolicy::keep_for(Some(30 * DAY))
-            .with_workflow("audit", Some(90 * DAY))
-            .with_workflow("ping", Some(DAY));
-        let passes = policy.passes(["approval", "ping"], now);
-        let at = |days: i64| Timestamp(now.0 - days * 86_400_000);
+    fn a_workflow_of_its_own_beats_the_tenant_which_beats_the_deployment() {
+        let rules = rules();
+        let t = |name: &str| TenantId(name.into());
+        assert_eq!(rules.of(&t("other"), "order"), Some(30 * DAY));
+        assert_eq!(rules.of(&t("acme"), "order"), Some(7 * DAY));
+        assert_eq!(rules.of(&t("bank"), "order"), None, "0 days: for ever");
+        assert_eq!(rules.of(&t("acme"), "audit"), None);
         assert_eq!(
-            passes,
-            vec![
-                ReapPass {
-                    workflow: Some("approval".into()),
-                    finished_before: at(30)
-                },
-                ReapPass {
-                    workflow: Some("audit".into()),
-                    finished_before: at(90)
-                },
-                ReapPass {
-                    workflow: Some("ping".into()),
-                    finished_before: at(1)
-                },
-                ReapPass {
-                    workflow: None,
-                    finished_before: at(90)
-                },
-            ]
+            rules.of(&t("bank"), "ping"),
+            Some(Duration::from_secs(3600))
+        );
+        assert_eq!(rules.shortest(), Duration::from_secs(3600));
+    }
+
+    #[test]
+    fn the_verdict_removes_at_the_end_of_the_runs_own_retention_and_not_before() {
+        let rules = rules();
+        let t = |name: &str| TenantId(name.into());
+        let finished = Timestamp(1_000);
+        let end = |d: Duration| Timestamp(finished.0 + millis(d));
+        assert_eq!(
+            rules.verdict(&t("acme"), "order", finished, Timestamp(2_000)),
+            Verdict::LookAgainAt(end(7 * DAY))
+        );
+        assert_eq!(
+            rules.verdict(&t("acme"), "order", finished, end(7 * DAY)),
+            Verdict::Remove
+        );
+        assert_eq!(
+            rules.verdict(&t("other"), "order", finished, end(7 * DAY)),
+            Verdict::LookAgainAt(end(30 * DAY))
+        );
+        assert_eq!(
+            rules.verdict(&t("bank"), "order", finished, end(3650 * DAY)),
+            Verdict::KeepForEver
         );
     }
 
     #[test]
-    fn a_workflow_kept_for_ever_is_never_reaped_nor_is_any_unregistered_one() {
-        let policy = RetentionPolicy::default().with_workflow("ledger", None);
-        let passes = policy.passes(["ledger", "approval"], Timestamp(0));
-        assert_eq!(passes.len(), 1);
-        assert_eq!(passes[0].workflow.as_deref(), Some("approval"));
-        assert!(
-            RetentionPolicy::keep_for(None)
-                .passes(["a"], Timestamp(0))
-                .is_empty()
-        );
+    fn rules_that_keep_everything_for_ever_look_at_nothing() {
+        let rules = RetentionRules::new(RetentionPolicy::keep_for(None));
+        assert_eq!(rules.shortest(), Duration::MAX);
+        assert_eq!(rules.of(&TenantId("t".into()), "w"), None);
     }
 }

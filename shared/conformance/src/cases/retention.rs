@@ -1,16 +1,18 @@
-//! Removing finished runs past their retention ([`RunStore::reap_finished`]).
+//! Removing finished runs past their retention ([`RunStore::reap_due`]).
 //!
-//! A backend that does not remove runs yet answers [`StoreError::Unsupported`]; the
-//! cases then say so on stderr and pass (the AWS backend expires items by TTL
-//! instead, which DynamoDB Local does not do: it has its own tests). Every call names
-//! the case's own workflow, so a backend shared with other cases removes nothing of
-//! theirs.
+//! A backend that does not remove runs this way answers [`StoreError::Unsupported`];
+//! the cases then say so on stderr and pass (the AWS backend has its own reaper, run
+//! by the sweep function, with its own tests). Every call's rules keep every workflow
+//! but the case's own for ever, so a backend shared with other cases removes nothing
+//! of theirs.
 
 use std::time::Duration;
 
 use bytes::Bytes;
 use siesta::ports::*;
 use siesta::*;
+
+use siesta::retention::ReapReport;
 
 use crate::Harness;
 use crate::support::*;
@@ -84,41 +86,40 @@ async fn populated(h: &Harness, tenant: &TenantId, workflow: &str) -> Populated 
     }
 }
 
+/// Rules that keep every run for ever but `workflow`'s, kept for `retention`.
+fn only(workflow: &str, retention: Duration) -> RetentionRules {
+    RetentionRules::new(RetentionPolicy::keep_for(None).with_workflow(workflow, Some(retention)))
+}
+
 /// Whether the backend removes runs; says why not on stderr when it does not. Asked
 /// before a case lets time pass: on a harness with the system clock (the AWS backend's)
 /// `advance` sleeps, and a case that would be skipped must not sleep first.
 async fn supported(h: &Harness, workflow: &str) -> bool {
-    // A cutoff before every run: nothing is due, so this removes nothing.
+    // At 1970 nothing is due, so this looks at nothing.
     let got = h
         .backend
         .store
-        .reap_finished(Some(workflow), Timestamp(0), 1)
+        .reap_due(&only(workflow, Duration::ZERO), Timestamp(0), 1)
         .await;
     match got {
         Err(StoreError::Unsupported(why)) => {
-            eprintln!("skipped: this backend does not remove finished runs yet ({why})");
+            eprintln!("skipped: this backend does not remove finished runs this way ({why})");
             false
         }
-        Err(e) => panic!("reap_finished: {e}"),
-        Ok(removed) => {
-            assert!(
-                removed.is_empty(),
-                "nothing is older than 1970: {removed:?}"
-            );
+        Err(e) => panic!("reap_due: {e}"),
+        Ok(report) => {
+            assert_eq!(report, ReapReport::default(), "nothing is due in 1970");
             true
         }
     }
 }
 
-fn ago(h: &Harness, d: Duration) -> Timestamp {
-    Timestamp(h.now().0 - d.as_millis() as i64)
-}
-
-/// A finished run past the cutoff goes with everything it owns — its run, journal,
+/// A finished run past its retention goes with everything it owns — its run, journal,
 /// timeline, deliveries, callback and tool-call records, stream chunks and artifacts
 /// — and its id is free again (an `Idempotency-Key` replay is a new start). A waiting
-/// run and a parked run of the same age, and a finished run younger than the cutoff,
-/// are left exactly as they were.
+/// run and a parked run of the same age, and a finished run younger than its
+/// retention, are left exactly as they were; the young one is not looked at again
+/// until its retention ends, and goes then.
 pub async fn reaping_removes_a_finished_run_past_its_retention_and_nothing_else(h: Harness) {
     let tenant = tenant();
     let workflow = unique("reap");
@@ -139,21 +140,24 @@ pub async fn reaping_removes_a_finished_run_past_its_retention_and_nothing_else(
         before.push(snapshot(&h, &tenant, &p.run.id).await);
     }
 
-    let removed = h
+    let rules = only(&workflow, Duration::from_secs(1800));
+    let report = h
         .backend
         .store
-        .reap_finished(Some(&workflow), ago(&h, Duration::from_secs(1800)), 100)
+        .reap_due(&rules, h.now(), 100)
         .await
-        .expect("reap_finished");
+        .expect("reap_due");
     assert_eq!(
-        removed,
+        report.removed,
         vec![ReapedRun {
             tenant: tenant.clone(),
             run_id: done_run.id.clone(),
             workflow: workflow.clone(),
         }],
-        "only the finished run past the cutoff"
+        "only the finished run past its retention"
     );
+    assert_eq!(report.put_back, 1, "the young finished run, until its end");
+    assert!(!report.more);
     let store = &h.backend.store;
     let gone = snapshot(&h, &tenant, &done.run.id).await;
     assert_eq!(gone.run, None, "the run");
@@ -216,22 +220,35 @@ pub async fn reaping_removes_a_finished_run_past_its_retention_and_nothing_else(
             .await
             .expect("a kept run's artifact");
     }
-    // Nothing else is due; the removed run's id is free again.
+    // Nothing else is due: the young run is not even read before its retention ends.
     let again = store
-        .reap_finished(Some(&workflow), h.now(), 100)
+        .reap_due(&rules, h.now(), 100)
         .await
-        .expect("reap_finished");
-    assert!(
-        again.iter().all(|r| r.run_id == young.run.id),
-        "only the young failed run is due at now: {again:?}"
+        .expect("reap_due");
+    assert_eq!(
+        again,
+        ReapReport::default(),
+        "nothing is due before the young run's end"
     );
+    h.advance(Duration::from_secs(1800)).await;
+    let at_end = store
+        .reap_due(&rules, h.now(), 100)
+        .await
+        .expect("reap_due");
+    assert_eq!(
+        at_end.removed.iter().map(|r| &r.run_id).collect::<Vec<_>>(),
+        vec![&young.run.id],
+        "the young run goes at the end of its retention"
+    );
+    // The removed run's id is free again.
     let mut reborn = new_run(&h, &tenant, &workflow);
     reborn.id = done.run.id.clone();
     create_run(&h, &reborn).await;
 }
 
-/// Runs go oldest first, at most `limit` a call, and a call after a short page finds
-/// nothing: a caller that stops after any page goes on where it stopped.
+/// Runs go oldest first, at most `limit` a call, the report saying whether the page
+/// was full, and a call after a short page finds nothing: a caller that stops after any
+/// page goes on where it stopped.
 pub async fn reaping_pages_oldest_first(h: Harness) {
     let tenant = tenant();
     let workflow = unique("reap-pages");
@@ -246,10 +263,159 @@ pub async fn reaping_pages_oldest_first(h: Harness) {
         h.advance(Duration::from_secs(60)).await;
     }
     let store = &h.backend.store;
-    let page = |limit| store.reap_finished(Some(&workflow), h.now(), limit);
-    let ids = |runs: Vec<ReapedRun>| runs.into_iter().map(|r| r.run_id).collect::<Vec<_>>();
-    assert_eq!(ids(page(2).await.expect("first page")), finished[..2]);
-    assert_eq!(ids(page(2).await.expect("second page")), finished[2..4]);
-    assert_eq!(ids(page(2).await.expect("third page")), finished[4..]);
-    assert!(page(2).await.expect("past the end").is_empty());
+    let rules = only(&workflow, Duration::from_secs(1));
+    let page = |limit| store.reap_due(&rules, h.now(), limit);
+    let ids = |report: &ReapReport| {
+        report
+            .removed
+            .iter()
+            .map(|r| r.run_id.clone())
+            .collect::<Vec<_>>()
+    };
+    let first = page(2).await.expect("first page");
+    assert_eq!((ids(&first), first.more), (finished[..2].to_vec(), true));
+    let second = page(2).await.expect("second page");
+    assert_eq!((ids(&second), second.more), (finished[2..4].to_vec(), true));
+    let third = page(2).await.expect("third page");
+    assert_eq!((ids(&third), third.more), (finished[4..].to_vec(), false));
+    assert_eq!(page(2).await.expect("past the end"), ReapReport::default());
+}
+
+/// A tenant's own retention (`retention_days` in its quota) replaces the deployment's
+/// for its runs, and a workflow's own replaces the tenant's; a tenant kept for ever
+/// (`0`) keeps its runs.
+pub async fn reaping_honours_the_tenants_retention_under_the_workflows(h: Harness) {
+    let workflow = unique("reap-tenant");
+    let own = unique("reap-own");
+    if !supported(&h, &workflow).await {
+        return;
+    }
+    let (short, long, forever) = (tenant(), tenant(), tenant());
+    let quota = |days| Quota {
+        retention_days: Some(days),
+        ..Quota::default()
+    };
+    let mut rules = only(&workflow, Duration::from_secs(0));
+    rules.policy.workflows.clear();
+    rules.policy.default = Some(Duration::from_secs(30 * 86_400));
+    rules.policy = rules
+        .policy
+        .with_workflow(own.clone(), Some(Duration::from_secs(3600)));
+    rules.quotas.tenants.insert(short.0.clone(), quota(1));
+    rules.quotas.tenants.insert(forever.0.clone(), quota(0));
+    let mut runs = Vec::new();
+    for tenant in [&short, &long, &forever] {
+        for wf in [&workflow, &own] {
+            let run = new_run(&h, tenant, wf);
+            create_run(&h, &run).await;
+            runs.push(finish(&h, &run, RunStatus::Completed).await);
+        }
+    }
+    let store = &h.backend.store;
+    let removed_after = |d: Duration| {
+        let rules = rules.clone();
+        let h = &h;
+        async move {
+            h.advance(d).await;
+            let report = store
+                .reap_due(&rules, h.now(), 100)
+                .await
+                .expect("reap_due");
+            let mut ids: Vec<RunId> = report.removed.into_iter().map(|r| r.run_id).collect();
+            ids.sort_by(|a, b| a.0.cmp(&b.0));
+            ids
+        }
+    };
+    let sorted = |mut ids: Vec<RunId>| {
+        ids.sort_by(|a, b| a.0.cmp(&b.0));
+        ids
+    };
+    // After an hour: the workflow kept an hour, in every tenant, even one kept for ever.
+    assert_eq!(
+        removed_after(Duration::from_secs(3600)).await,
+        sorted(vec![
+            runs[1].id.clone(),
+            runs[3].id.clone(),
+            runs[5].id.clone()
+        ])
+    );
+    // After a day: the tenant kept a day.
+    assert_eq!(
+        removed_after(Duration::from_secs(86_400)).await,
+        vec![runs[0].id.clone()]
+    );
+    // After thirty days: the tenant with the deployment's retention; never the one kept
+    // for ever.
+    assert_eq!(
+        removed_after(Duration::from_secs(30 * 86_400)).await,
+        vec![runs[2].id.clone()]
+    );
+    assert!(
+        removed_after(Duration::from_secs(3650 * 86_400))
+            .await
+            .is_empty()
+    );
+    assert!(
+        store
+            .get_run(&forever, &runs[4].id)
+            .await
+            .expect("get_run")
+            .is_some()
+    );
+}
+
+/// A run put back under a long retention is looked at again when the rules are
+/// rearmed with a shorter one (a server restarted with a new `--retention`), and goes
+/// at the end of the shorter one; rearming with the same rules again looks at nothing.
+pub async fn reaping_applies_a_shortened_retention_once_rearmed(h: Harness) {
+    let tenant = tenant();
+    let workflow = unique("reap-rearm");
+    if !supported(&h, &workflow).await {
+        return;
+    }
+    let store = &h.backend.store;
+    let long = only(&workflow, Duration::from_secs(30 * 86_400));
+    store
+        .rearm_reaping(&long, h.now())
+        .await
+        .expect("rearm_reaping");
+    let run = new_run(&h, &tenant, &workflow);
+    create_run(&h, &run).await;
+    let done = finish(&h, &run, RunStatus::Failed).await;
+    let report = store.reap_due(&long, h.now(), 100).await.expect("reap_due");
+    assert_eq!(report.put_back, 1, "{report:?}");
+    h.advance(Duration::from_secs(3600)).await;
+    let short = only(&workflow, Duration::from_secs(3600));
+    assert_eq!(
+        store
+            .reap_due(&short, h.now(), 100)
+            .await
+            .expect("reap_due"),
+        ReapReport::default(),
+        "put back for thirty days, it is not looked at before rearming"
+    );
+    store
+        .rearm_reaping(&long, h.now())
+        .await
+        .expect("rearm_reaping");
+    assert_eq!(
+        store
+            .reap_due(&short, h.now(), 100)
+            .await
+            .expect("reap_due"),
+        ReapReport::default(),
+        "rearming with the same rules looks at nothing again"
+    );
+    store
+        .rearm_reaping(&short, h.now())
+        .await
+        .expect("rearm_reaping");
+    let report = store
+        .reap_due(&short, h.now(), 100)
+        .await
+        .expect("reap_due");
+    assert_eq!(
+        report.removed.iter().map(|r| &r.run_id).collect::<Vec<_>>(),
+        vec![&done.id]
+    );
 }

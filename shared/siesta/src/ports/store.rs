@@ -366,35 +366,52 @@ pub trait RunStore: Send + Sync + 'static {
         resend_after: Option<Timestamp>,
     ) -> Result<(), StoreError>;
 
-    /// Remove for good up to `limit` finished runs (completed, failed, cancelled) that
-    /// finished at or before `finished_before` — of `workflow` only, when given —
-    /// oldest first, each with everything that is its own: the run (and so its
+    /// Look at up to `limit` finished runs (completed, failed, cancelled) that are due
+    /// to be looked at by `now`, earliest first, and do what `rules` say of each
+    /// ([`crate::retention::RetentionRules::verdict`], counted from when it finished):
+    /// remove it for good with everything that is its own — the run (and so its
     /// `Idempotency-Key`, which names it), its journal, timeline, deliveries and their
     /// dedup records, callback and tool-call records, stream chunks, queued wake-ups
-    /// and the artifacts stored under it. Returns the runs removed; fewer than `limit`
-    /// means none is left to remove now.
+    /// and the artifacts stored under it; or put it back, to be looked at when its
+    /// retention ends (for ever: never). A finished run is due to be looked at as soon
+    /// as it finishes; one put back is not read again before its time, so a run kept
+    /// longer than the rest costs nothing meanwhile.
     ///
     /// What it never touches: a run that is not finished (pending, running, waiting
     /// or parked), however old; and a finished child run whose parent still exists —
     /// the parent may still read the child's outcome and the values it offloaded, so
-    /// the child goes once its parent has. Each run goes in one atomic write, whole or
-    /// not at all, so a caller stopped half-way (a crash, a dropped future) leaves no
-    /// run half-removed and the next call goes on with what is left: the oldest due
-    /// run first. Bounded: one call reads and removes at most `limit` runs, never a
-    /// scan of the runs that are not due.
+    /// the child is looked at again after [`crate::retention::PARENT_RECHECK`]. Each
+    /// run goes in one atomic write, whole or not at all, so a caller stopped half-way
+    /// (a crash, a dropped future) leaves no run half-removed and the next call goes on
+    /// with what is left. Bounded: one call reads at most `limit` runs, never a scan of
+    /// the runs that are not due; the report's `more` says the page was full.
     ///
     /// Default: [`StoreError::Unsupported`] (a backend that cannot remove runs this
     /// way; the DynamoDB one has its own reaper, run by the sweep function, which
-    /// keeps each run for its workflow's or tenant's retention).
-    async fn reap_finished(
+    /// decides by the same rules).
+    async fn reap_due(
         &self,
-        workflow: Option<&str>,
-        finished_before: Timestamp,
+        rules: &crate::retention::RetentionRules,
+        now: Timestamp,
         limit: usize,
-    ) -> Result<Vec<ReapedRun>, StoreError> {
-        let _ = (workflow, finished_before, limit);
+    ) -> Result<crate::retention::ReapReport, StoreError> {
+        let _ = (rules, now, limit);
         Err(StoreError::Unsupported(
             "removing finished runs past their retention".to_owned(),
         ))
+    }
+
+    /// Called once when a server starts with its `rules`: if they differ from the rules
+    /// of the last call, every finished run put back is due at `now` again, to be
+    /// decided by the new rules — so a retention shortened since a run was put back (a
+    /// new `--retention`) applies at once rather than at the old end. Default: nothing
+    /// to do (a backend without [`RunStore::reap_due`]).
+    async fn rearm_reaping(
+        &self,
+        rules: &crate::retention::RetentionRules,
+        now: Timestamp,
+    ) -> Result<(), StoreError> {
+        let _ = (rules, now);
+        Ok(())
     }
 }
