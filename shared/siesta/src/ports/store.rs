@@ -188,7 +188,7 @@ pub struct BuildSummary {
     pub unfinished: std::collections::BTreeMap<RunStatus, u64>,
 }
 
-/// A finished run [`RunStore::reap_finished`] removed for good.
+/// A finished run [`RunStore::reap_due`] removed for good.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReapedRun {
     /// The owning tenant.
