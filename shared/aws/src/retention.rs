@@ -337,9 +337,7 @@ impl Reaper {
         };
         match update.send().await {
             Ok(out) => {
-                if let Some(c) = out.consumed_capacity() {
-                    self.capacity.add(true, std::slice::from_ref(c));
-                }
+                self.capacity.add(true, out.consumed_capacity());
                 Ok(true)
             }
             Err(e) => match e.as_service_error() {
@@ -406,9 +404,7 @@ impl Reaper {
             .await;
         match result {
             Ok(out) => {
-                if let Some(c) = out.consumed_capacity() {
-                    self.capacity.add(true, std::slice::from_ref(c));
-                }
+                self.capacity.add(true, out.consumed_capacity());
                 report.items_deleted += 1;
                 Ok(true)
             }

@@ -144,9 +144,7 @@ impl DynamoStreams {
             .send()
             .await
             .map_err(|e| sdk("stream_end", e))?;
-        if let Some(c) = out.consumed_capacity() {
-            self.capacity.add(false, std::slice::from_ref(c));
-        }
+        self.capacity.add(false, out.consumed_capacity());
         match out.items().first() {
             None => Ok(0),
             Some(item) => {
@@ -190,9 +188,7 @@ impl DynamoStreams {
                 .await;
             return match result {
                 Ok(out) => {
-                    if let Some(c) = out.consumed_capacity() {
-                        self.capacity.add(true, std::slice::from_ref(c));
-                    }
+                    self.capacity.add(true, out.consumed_capacity());
                     Ok(true)
                 }
                 Err(e) => match e.as_service_error() {
@@ -494,9 +490,7 @@ impl StreamStore for DynamoStreams {
                 .send()
                 .await
                 .map_err(|e| sdk("stream_read", e))?;
-            if let Some(c) = out.consumed_capacity() {
-                self.capacity.add(false, std::slice::from_ref(c));
-            }
+            self.capacity.add(false, out.consumed_capacity());
             for item in out.items() {
                 chunks.push(chunk_from_item(item)?);
             }

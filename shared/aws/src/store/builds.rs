@@ -52,9 +52,6 @@ impl DynamoStore {
                 .await;
             match result {
                 Ok(out) => {
-                    if let Some(c) = out.consumed_capacity() {
-                        self.capacity.add(true, std::slice::from_ref(c));
-                    }
                     self.capacity
                         .note_update("note_build", "Build", out.consumed_capacity());
                     return Ok(());

@@ -33,8 +33,17 @@ pub struct WrittenItems {
 }
 
 impl CapacityMeter {
-    pub(crate) fn add(&self, write: bool, consumed: &[ConsumedCapacity]) {
-        let units: f64 = consumed.iter().filter_map(|c| c.capacity_units()).sum();
+    /// Count the capacity one request consumed (a list per table of a transaction or a
+    /// batch, or the one of a single-item request, when DynamoDB reported any).
+    pub(crate) fn add<'a>(
+        &self,
+        write: bool,
+        consumed: impl IntoIterator<Item = &'a ConsumedCapacity>,
+    ) {
+        let units: f64 = consumed
+            .into_iter()
+            .filter_map(|c| c.capacity_units())
+            .sum();
         let milli = (units * 1000.0).round() as u64;
         let counter = if write {
             &self.write_milli
@@ -63,9 +72,10 @@ impl CapacityMeter {
         entry.write_units += if transactional { 2.0 * kb } else { kb };
     }
 
-    /// Note that a single-item request `op` wrote an item of kind `what` whose size it
-    /// does not see, at the capacity DynamoDB reported.
+    /// Count the capacity a single-item request `op` consumed, and note that it wrote an
+    /// item of kind `what` whose size it does not see, at that capacity.
     pub(crate) fn note_update(&self, op: &str, what: &str, consumed: Option<&ConsumedCapacity>) {
+        self.add(true, consumed);
         let mut written = self.written.lock().unwrap_or_else(|e| e.into_inner());
         let entry = written.entry(format!("{op}: {what}")).or_default();
         entry.items += 1;

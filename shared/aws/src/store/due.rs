@@ -95,9 +95,6 @@ pub(super) async fn set_resend_after(
         .await;
     match result {
         Ok(out) => {
-            if let Some(c) = out.consumed_capacity() {
-                store.capacity.add(true, std::slice::from_ref(c));
-            }
             store
                 .capacity
                 .note_update("set_resend_after", "Run", out.consumed_capacity());

@@ -68,9 +68,7 @@ impl DynamoStore {
     ) -> Result<Result<Run, Box<Run>>, StoreError> {
         match result {
             Ok(out) => {
-                if let Some(c) = out.consumed_capacity() {
-                    self.capacity.add(true, std::slice::from_ref(c));
-                }
+                self.capacity.add(true, out.consumed_capacity());
                 let item = out.attributes.unwrap_or_default();
                 self.capacity.note_write(op, "Run", false, item_size(&item));
                 run_from_item(&item).map(Ok)

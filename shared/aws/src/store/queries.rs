@@ -88,9 +88,7 @@ pub(super) async fn list_runs(
         .send()
         .await
         .map_err(|e| sdk("list_runs", e))?;
-    if let Some(c) = out.consumed_capacity() {
-        store.capacity.add(false, std::slice::from_ref(c));
-    }
+    store.capacity.add(false, out.consumed_capacity());
     let mut entries = out.items.unwrap_or_default();
     let next_cursor = if entries.len() > limit {
         entries.truncate(limit);

@@ -32,9 +32,7 @@ pub(crate) async fn consistent_get(
         .send()
         .await
         .map_err(|e| sdk(op, e))?;
-    if let Some(c) = out.consumed_capacity() {
-        capacity.add(false, std::slice::from_ref(c));
-    }
+    capacity.add(false, out.consumed_capacity());
     Ok(out.item)
 }
 
@@ -53,9 +51,7 @@ pub(crate) async fn query_page(
         .send()
         .await
         .map_err(|e| sdk(op, e))?;
-    if let Some(c) = out.consumed_capacity() {
-        capacity.add(false, std::slice::from_ref(c));
-    }
+    capacity.add(false, out.consumed_capacity());
     let next = out.last_evaluated_key.filter(|k| !k.is_empty());
     Ok((out.items.unwrap_or_default(), next))
 }
