@@ -550,18 +550,7 @@ mod tests {
                     .map(|r| r.status)
             }
         };
-        let status = |id: RunId| {
-            let (engine, tenant) = (engine.clone(), tenant.clone());
-            async move {
-                engine
-                    .backend()
-                    .store
-                    .get_run(&tenant, &id)
-                    .await
-                    .unwrap()
-                    .map(|r| r.status)
-            }
-        };
+        let status = |id: RunId| status_of(tenant.clone(), id);
         eventually("both runs went as far as they go", async || {
             status(quick.id.clone()).await == Some(RunStatus::Completed)
                 && status(patient.id.clone()).await == Some(RunStatus::Waiting)

@@ -375,6 +375,21 @@ pub async fn reaping_applies_a_shortened_retention_once_rearmed(h: Harness) {
     }
     let store = &h.backend.store;
     let long = only(&workflow, Duration::from_secs(30 * 86_400));
+    let short = only(&workflow, Duration::from_secs(3600));
+    // Rearm with `armed` (a server starting with those rules), then reap by `short`.
+    let start_then_reap = |armed: RetentionRules| {
+        let (h, short) = (&h, short.clone());
+        async move {
+            store
+                .rearm_reaping(&armed, h.now())
+                .await
+                .expect("rearm_reaping");
+            store
+                .reap_due(&short, h.now(), 100)
+                .await
+                .expect("reap_due")
+        }
+    };
     store
         .rearm_reaping(&long, h.now())
         .await
@@ -385,7 +400,6 @@ pub async fn reaping_applies_a_shortened_retention_once_rearmed(h: Harness) {
     let report = store.reap_due(&long, h.now(), 100).await.expect("reap_due");
     assert_eq!(report.put_back, 1, "{report:?}");
     h.advance(Duration::from_secs(3600)).await;
-    let short = only(&workflow, Duration::from_secs(3600));
     assert_eq!(
         store
             .reap_due(&short, h.now(), 100)
@@ -394,26 +408,12 @@ pub async fn reaping_applies_a_shortened_retention_once_rearmed(h: Harness) {
         ReapReport::default(),
         "put back for thirty days, it is not looked at before rearming"
     );
-    store
-        .rearm_reaping(&long, h.now())
-        .await
-        .expect("rearm_reaping");
     assert_eq!(
-        store
-            .reap_due(&short, h.now(), 100)
-            .await
-            .expect("reap_due"),
+        start_then_reap(long.clone()).await,
         ReapReport::default(),
         "rearming with the same rules looks at nothing again"
     );
-    store
-        .rearm_reaping(&short, h.now())
-        .await
-        .expect("rearm_reaping");
-    let report = store
-        .reap_due(&short, h.now(), 100)
-        .await
-        .expect("reap_due");
+    let report = start_then_reap(short.clone()).await;
     assert_eq!(
         report.removed.iter().map(|r| &r.run_id).collect::<Vec<_>>(),
         vec![&done.id]
