@@ -122,7 +122,21 @@ async fn a_file_written_before_run_keys_opens_and_its_runs_go_on() {
                 .expect(name)
         };
         assert_eq!(pragma("auto_vacuum"), 2, "incremental");
-        assert!(pragma("user_version") >= 4, "schema version");
+        assert!(pragma("user_version") >= 5, "schema version");
+        // Its finished runs, and they alone, are due to the reaper's look.
+        let due: i64 = conn
+            .query_row(
+                "SELECT count(*) FROM runs WHERE reap_at IS NOT NULL AND reap_at = finished_at",
+                [],
+                |r| r.get(0),
+            )
+            .expect("reap_at");
+        let finished = old.runs.iter().filter(|r| r.status.is_finished()).count();
+        assert!(finished > 0, "the fixture holds a finished run");
+        assert_eq!(
+            due as usize, finished,
+            "each finished run looked at once more"
+        );
     }
     // The file had no counter of unfinished runs: its runs are counted when it opens.
     let unfinished = |runs: &[Run]| {
