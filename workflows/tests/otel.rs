@@ -56,11 +56,12 @@ async fn the_order_example_through_a_callback_a_crash_and_a_retry_is_one_trace()
             .router()
     };
     let router = api(&w);
-    // The engine dies with its third journal write: create_order's outcome, the
-    // payment callback's creation, then request_payment's start (a tool call records
-    // its attempt before running it). The write is kept, the process is gone before
-    // the call runs: the journal cannot tell, so the run parks for an operator.
-    w.crash_after_writes(3);
+    // The engine dies with its second journal write: create_order's outcome, then
+    // the payment callback's creation together with request_payment's start (a tool
+    // call records its attempt before running it; the callback's opening, held, goes
+    // with that write). The write is kept, the process is gone before the call runs:
+    // the journal cannot tell, so the run parks for an operator.
+    w.crash_after_writes(2);
     let started = post(
         &router,
         "/runs",

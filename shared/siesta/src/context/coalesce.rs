@@ -18,10 +18,23 @@
 //! - **A dropped branch writes nothing.** A branch dropped while queued (a combinator's
 //!   loser) takes its delta out of the queue, as a branch dropped while waiting for the
 //!   lock never wrote.
+//! - **A held opening goes with the next write.** A wait's opening (a timer, a
+//!   callback, an event wait) is queued without waiting ([`Shared::hold_coalesced`]):
+//!   the branch suspends at once, and the opening is written, in queue order, with the
+//!   next checkpoint anyone makes — most often the suspension's own (see
+//!   [`Shared::commit`]), so a wait costs one checkpoint, not two. Until then nothing
+//!   of it has left the process (a callback's id is random and known only here), so
+//!   losing it in a crash loses nothing a replay does not make again. Whatever could
+//!   hand it to the outside world (a step's closure, a stream publish, an artifact)
+//!   first calls [`Shared::flush_held`].
+//! - **One item once per transaction.** A delta writing a journal position or a
+//!   callback record already in the batch (a held opening and its own end) starts the
+//!   next checkpoint instead: a store writes each item once per transaction.
 
 use std::sync::Arc;
 
 use super::{CommitError, Delta, Shared, Stop};
+use crate::model::{EntryState, Wait};
 use crate::ports::{MAX_TRANSACTION_BYTES, MAX_TRANSACTION_ITEMS};
 
 /// A branch's delta waiting for a checkpoint.
@@ -29,6 +42,41 @@ pub(crate) struct Queued {
     id: u64,
     delta: Delta,
     done: tokio::sync::oneshot::Sender<Result<(), CommitError>>,
+    /// A held opening: nobody waits for it (see [`Shared::hold_coalesced`]).
+    held: bool,
+}
+
+/// The answers a written batch owes: the branches waiting for it, and how many held
+/// openings it carried.
+#[derive(Default)]
+pub(super) struct Waiters {
+    senders: Vec<tokio::sync::oneshot::Sender<Result<(), CommitError>>>,
+    held: usize,
+}
+
+/// Append `delta` to `merged`, after what it holds.
+fn merge_into(merged: &mut Delta, delta: Delta) {
+    merged.journal.extend(delta.journal);
+    merged.timeline.extend(delta.timeline);
+    merged.callbacks.extend(delta.callbacks);
+    merged.tool_calls.extend(delta.tool_calls);
+    merged.child_runs.extend(delta.child_runs);
+    merged.starts.extend(delta.starts);
+    if delta.parent_delivery.is_some() {
+        merged.parent_delivery = delta.parent_delivery;
+    }
+}
+
+/// Whether `b` writes an item `a` writes too (a journal position, a callback record),
+/// or a second parent delivery: then they cannot share a transaction.
+fn clashes(a: &Delta, b: &Delta) -> bool {
+    (a.parent_delivery.is_some() && b.parent_delivery.is_some())
+        || b.journal
+            .iter()
+            .any(|e| a.journal.iter().any(|x| x.position == e.position))
+        || b.callbacks
+            .iter()
+            .any(|c| a.callbacks.iter().any(|x| x.callback_id == c.callback_id))
 }
 
 /// The branch's queue entry while it waits; dropping it un-queues the delta if no
@@ -77,41 +125,37 @@ fn weight(delta: &Delta) -> (usize, usize) {
 
 /// Take the oldest queued deltas that fit in one checkpoint beside a run of
 /// `run_bytes` (at least one), merged, with the branches to answer.
-fn take_batch(
-    queue: &mut Vec<Queued>,
-    run_bytes: usize,
-) -> (
-    Delta,
-    Vec<tokio::sync::oneshot::Sender<Result<(), CommitError>>>,
-) {
+fn take_batch(queue: &mut Vec<Queued>, run_bytes: usize) -> (Delta, Waiters) {
     let (mut items, mut bytes) = (1, run_bytes);
-    let mut merged = Delta::default();
-    let mut waiters = Vec::new();
+    // The items of the batch so far, to spot a clash with the next delta.
+    let mut written = Delta::default();
     let mut taken = 0;
     for queued in queue.iter() {
         let (i, b) = weight(&queued.delta);
-        let second_parent_delivery =
-            merged.parent_delivery.is_some() && queued.delta.parent_delivery.is_some();
         let over = items + i > MAX_TRANSACTION_ITEMS || bytes + b > MAX_TRANSACTION_BYTES;
-        if taken > 0 && (over || second_parent_delivery) {
+        if taken > 0 && (over || clashes(&written, &queued.delta)) {
             break;
         }
         items += i;
         bytes += b;
         taken += 1;
-    }
-    for queued in queue.drain(..taken) {
-        let Queued { delta, done, .. } = queued;
-        merged.journal.extend(delta.journal);
-        merged.timeline.extend(delta.timeline);
-        merged.callbacks.extend(delta.callbacks);
-        merged.tool_calls.extend(delta.tool_calls);
-        merged.child_runs.extend(delta.child_runs);
-        merged.starts.extend(delta.starts);
-        if delta.parent_delivery.is_some() {
-            merged.parent_delivery = delta.parent_delivery;
+        written.journal.extend(queued.delta.journal.iter().cloned());
+        written
+            .callbacks
+            .extend(queued.delta.callbacks.iter().cloned());
+        if written.parent_delivery.is_none() {
+            written.parent_delivery = queued.delta.parent_delivery.clone();
         }
-        waiters.push(done);
+    }
+    let mut merged = Delta::default();
+    let mut waiters = Waiters::default();
+    for queued in queue.drain(..taken) {
+        let Queued {
+            delta, done, held, ..
+        } = queued;
+        merge_into(&mut merged, delta);
+        waiters.senders.push(done);
+        waiters.held += usize::from(held);
     }
     (merged, waiters)
 }
@@ -144,6 +188,31 @@ impl Shared {
         self.queued.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Answer the branches of a batch written (or not) with `result`.
+    pub(super) fn answer(&self, waiters: Waiters, result: &Result<(), CommitError>) {
+        self.held_unwritten
+            .fetch_sub(waiters.held, std::sync::atomic::Ordering::SeqCst);
+        for waiter in waiters.senders {
+            let _ = waiter.send(result.clone());
+        }
+    }
+
+    /// Write the oldest queued deltas that fit in one checkpoint, by the holder of the
+    /// writer lock, and answer their branches.
+    async fn write_batch_locked(&self) -> Result<(), CommitError> {
+        let run_bytes = serde_json::to_vec(&self.state().run).map_or(0, |b| b.len());
+        let (merged, waiters) = take_batch(&mut self.queued(), run_bytes);
+        // Dropped during the write (a combinator's loser holding the lock), the
+        // checkpoint may still be stored while no one learns its outcome: stop the
+        // invocation so it ends aborted and no journal lacking it is kept for replay.
+        let writing =
+            AbortOnDrop::new(|| self.set_stop(Stop::Abort("dropped while writing".to_owned())));
+        let result = self.commit_locked(merged, None, |_| {}).await;
+        writing.disarm();
+        self.answer(waiters, &result);
+        result
+    }
+
     /// Write `delta` in a checkpoint, together with the deltas other branches queued
     /// meanwhile (see the module's invariants).
     pub(crate) async fn commit_coalesced(
@@ -151,14 +220,7 @@ impl Shared {
         delta: Delta,
     ) -> Result<(), CommitError> {
         let (done, mut outcome) = tokio::sync::oneshot::channel();
-        let id = {
-            let mut queue = self.queued();
-            let id = self
-                .queue_ids
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            queue.push(Queued { id, delta, done });
-            id
-        };
+        let id = self.enqueue(delta, done, false);
         let _ticket = Ticket { shared: self, id };
         let _writer = self.writer.lock().await;
         loop {
@@ -175,18 +237,131 @@ impl Shared {
                     return Err(CommitError::Aborted(why.to_owned()));
                 }
             }
+            // Its outcome reaches this branch through `outcome`.
+            let _ = self.write_batch_locked().await;
+        }
+    }
+
+    fn enqueue(
+        &self,
+        delta: Delta,
+        done: tokio::sync::oneshot::Sender<Result<(), CommitError>>,
+        held: bool,
+    ) -> u64 {
+        let mut queue = self.queued();
+        let id = self
+            .queue_ids
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if held {
+            self.held_unwritten
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+        queue.push(Queued {
+            id,
+            delta,
+            done,
+            held,
+        });
+        id
+    }
+
+    /// Queue a wait's opening to be written with the next checkpoint anyone makes,
+    /// without waiting for it (see the module's invariants). The caller must not let
+    /// anything of it leave the process before [`Shared::flush_held`].
+    pub(crate) fn hold_coalesced(&self, delta: Delta) {
+        // Nobody waits for the answer: a failed write stops the invocation (see
+        // `commit_locked`), which is all a failed opening did before.
+        let (done, _) = tokio::sync::oneshot::channel();
+        self.enqueue(delta, done, true);
+    }
+
+    /// Make every held opening durable: write what is queued up to the last of them
+    /// (waiting for a write of them already under way). Fails when one was not written.
+    pub(crate) async fn flush_held(&self) -> Result<(), CommitError> {
+        let unwritten = || {
+            self.held_unwritten
+                .load(std::sync::atomic::Ordering::SeqCst)
+                > 0
+        };
+        let aborted = || match &self.state().stop {
+            Some(Stop::Abort(why)) => Err(CommitError::Aborted(why.clone())),
+            _ => Ok(()),
+        };
+        if !unwritten() {
+            // A held opening whose write failed stopped the invocation.
+            return aborted();
+        }
+        let _writer = self.writer.lock().await;
+        while self.queued().iter().any(|q| q.held) {
+            self.write_batch_locked().await?;
+        }
+        aborted()
+    }
+
+    /// The waits the held openings record, not yet in the journal.
+    pub(crate) fn held_waits(&self) -> Vec<Wait> {
+        self.queued()
+            .iter()
+            .filter(|q| q.held)
+            .flat_map(|q| q.delta.journal.iter())
+            .filter_map(|e| match &e.state {
+                EntryState::Waiting(wait) => Some(wait.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// By the holder of the writer lock, about to write `delta`: take what is queued
+    /// (the held openings: no branch runs when the engine writes) into it, before its
+    /// own items, when all fits in one transaction; otherwise write the queue first.
+    /// Returns whom to answer once `delta` is written.
+    pub(super) async fn absorb_queued_locked(
+        &self,
+        delta: &mut Delta,
+    ) -> Result<Waiters, CommitError> {
+        loop {
             let run_bytes = serde_json::to_vec(&self.state().run).map_or(0, |b| b.len());
-            let (merged, waiters) = take_batch(&mut self.queued(), run_bytes);
-            // Dropped during the write (a combinator's loser holding the lock), the
-            // checkpoint may still be stored while no one learns its outcome: stop the
-            // invocation so it ends aborted and no journal lacking it is kept for replay.
-            let writing =
-                AbortOnDrop::new(|| self.set_stop(Stop::Abort("dropped while writing".to_owned())));
-            let result = self.commit_locked(merged, None, |_| {}).await;
-            writing.disarm();
-            for waiter in waiters {
-                let _ = waiter.send(result.clone());
+            {
+                let mut queue = self.queued();
+                if queue.is_empty() {
+                    return Ok(Waiters::default());
+                }
+                let (mut items, mut bytes) = weight(delta);
+                // The run, and the tenant's count of unfinished runs a finish touches.
+                items += 2;
+                bytes += run_bytes;
+                let mut merged = Delta::default();
+                let mut fits = true;
+                for queued in queue.iter() {
+                    let (i, b) = weight(&queued.delta);
+                    items += i;
+                    bytes += b;
+                    fits &= !clashes(&merged, &queued.delta);
+                    merged.journal.extend(queued.delta.journal.iter().cloned());
+                    merged
+                        .callbacks
+                        .extend(queued.delta.callbacks.iter().cloned());
+                    if merged.parent_delivery.is_none() {
+                        merged.parent_delivery = queued.delta.parent_delivery.clone();
+                    }
+                }
+                fits &= items <= MAX_TRANSACTION_ITEMS
+                    && bytes <= MAX_TRANSACTION_BYTES
+                    && !clashes(&merged, delta);
+                if fits {
+                    let mut merged = Delta::default();
+                    let mut waiters = Waiters::default();
+                    for queued in queue.drain(..) {
+                        merge_into(&mut merged, queued.delta);
+                        waiters.senders.push(queued.done);
+                        waiters.held += usize::from(queued.held);
+                    }
+                    merge_into(&mut merged, std::mem::take(delta));
+                    *delta = merged;
+                    return Ok(waiters);
+                }
             }
+            self.write_batch_locked().await?;
         }
     }
 }

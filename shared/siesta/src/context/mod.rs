@@ -47,11 +47,11 @@ pub use combinator::{Combinator, DurableFuture};
 pub use invoke::{InvokeBuilder, child_run_id};
 pub use step::{StepBuilder, StepContext, StepSemantics, ToolCallBuilder, idempotency_key};
 pub use stream::{StepStream, Stream};
-pub(crate) use wait::expire_callbacks;
 pub use wait::{
     Callback, CallbackBuilder, ConditionBuilder, ConditionCheck, EventBuilder, WaitBuilder,
     WaitForCallbackBuilder, WaitStrategy,
 };
+pub(crate) use wait::{expire_callbacks, held_callbacks_due};
 
 use crate::error::{Error, ErrorKind};
 use crate::model::*;
@@ -289,6 +289,8 @@ impl Context {
         }
         self.go_live();
         self.boundary().await;
+        // The artifact could carry a held callback's URL: it is made durable first.
+        self.flush_held().await;
         let artifact = match self
             .shared
             .backend
@@ -539,6 +541,29 @@ impl Context {
         self.go_live();
         delta.starts = self.starts.clone();
         if self.shared.commit_coalesced(delta).await.is_err() {
+            self.suspend::<()>(None).await;
+        }
+    }
+
+    /// Record a wait's opening, to be written with the next checkpoint anyone makes
+    /// (the suspension's, most often) rather than on its own: the caller suspends or
+    /// holds next, with nothing of the opening yet outside the process (see
+    /// `coalesce`). A replay check writes nothing, so there it is committed as usual
+    /// (which stops the check).
+    pub(crate) async fn hold_opening(&self, mut delta: Delta) {
+        if self.shared.checking {
+            return self.commit_or_suspend(delta).await;
+        }
+        self.go_live();
+        delta.starts = self.starts.clone();
+        self.shared.hold_coalesced(delta);
+    }
+
+    /// Make the held openings of waits durable before something that could hand them
+    /// to the outside world (a step's closure, a stream publish, an artifact) runs; if
+    /// that write fails, the invocation is over: block for good, as a failed checkpoint.
+    pub(crate) async fn flush_held(&self) {
+        if self.shared.flush_held().await.is_err() {
             self.suspend::<()>(None).await;
         }
     }

@@ -102,6 +102,8 @@ pub(crate) struct Shared {
     /// Branches' deltas waiting for a coalesced checkpoint (see `coalesce`).
     pub(super) queued: Mutex<Vec<super::coalesce::Queued>>,
     pub(super) queue_ids: std::sync::atomic::AtomicU64,
+    /// Held openings queued or being written (see `coalesce`).
+    pub(super) held_unwritten: std::sync::atomic::AtomicUsize,
     /// The lease watch of the invocation driving this pass (replaced on re-arm).
     watch: Mutex<Arc<LeaseWatch>>,
     /// Wakes held branches when the pass is re-armed.
@@ -223,6 +225,7 @@ impl Shared {
             writer: tokio::sync::Mutex::new(()),
             queued: Mutex::new(Vec::new()),
             queue_ids: std::sync::atomic::AtomicU64::new(0),
+            held_unwritten: std::sync::atomic::AtomicUsize::new(0),
             watch: Mutex::new(watch),
             rearmed: tokio::sync::Notify::new(),
             checking: false,
@@ -309,14 +312,19 @@ impl Shared {
     /// `mutate` shapes the run after the write. A concurrent delivery moves only the
     /// version, so the writer merges what it changed and tries again; when
     /// `expect_inbox` is set and deliveries arrived, it gives up with `InboxChanged`.
+    /// The held openings of waits go first, in the same checkpoint when they fit (see
+    /// `coalesce`): a wait's opening and the suspension after it are one write.
     pub(crate) async fn commit(
         &self,
-        delta: Delta,
+        mut delta: Delta,
         expect_inbox: Option<u64>,
         mutate: impl Fn(&mut Run),
     ) -> Result<(), CommitError> {
         let _writer = self.writer.lock().await;
-        self.commit_locked(delta, expect_inbox, mutate).await
+        let waiters = self.absorb_queued_locked(&mut delta).await?;
+        let result = self.commit_locked(delta, expect_inbox, mutate).await;
+        self.answer(waiters, &result);
+        result
     }
 
     /// [`Shared::commit`] by the holder of the writer lock.

@@ -124,6 +124,9 @@ impl Stream {
         if self.ctx.is_replaying() || shared.checking {
             return Ok(());
         }
+        // Readers outside the run see the chunk at once: what it could carry (a held
+        // callback's URL) is durable first.
+        self.ctx.flush_held().await;
         let chunk = NewChunk {
             kind,
             data,

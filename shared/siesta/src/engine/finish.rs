@@ -6,7 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{Engine, EngineError, WakeOutcome, inline_detail};
-use crate::context::{CommitError, Delta, Shared, encode_payload, expire_callbacks};
+use crate::context::{
+    CommitError, Delta, Shared, encode_payload, expire_callbacks, held_callbacks_due,
+};
 use crate::error::PANICKED;
 use crate::lifecycle::{LifecycleEvent, decide};
 use crate::model::*;
@@ -31,6 +33,22 @@ impl Engine {
         ending: Ending,
     ) -> Result<WakeOutcome, EngineError> {
         let now = self.clock.now();
+        // Openings of waits held for this checkpoint (see `context::coalesce`) are
+        // written with it when the run suspends or yields. Otherwise (a finished run
+        // closes the callbacks of its journal), or when a held callback is already due
+        // (its timeout is recorded from the journal), they are written first, on their
+        // own, as they were before holding them.
+        let held_due = held_callbacks_due(shared);
+        let suspends = matches!(ending, Ending::Suspend | Ending::Yield);
+        if (!suspends || held_due.is_some_and(|due| due <= now))
+            && let Err(e) = shared.flush_held().await
+        {
+            let why = match e {
+                CommitError::Aborted(why) => why,
+                CommitError::InboxChanged => "new deliveries arrived".to_owned(),
+            };
+            return Ok(WakeOutcome::Aborted(why));
+        }
         let (run, next_due) = {
             let st = shared.state();
             (st.run.clone(), st.next_due)
@@ -59,7 +77,12 @@ impl Engine {
         // Callbacks past their deadline time out now, even those the workflow is not
         // awaiting; the open ones make the run due at their deadline.
         let (mut delta, callback_due) = match ending {
-            Ending::Suspend | Ending::Yield => expire_callbacks(shared, &shared.state(), now),
+            Ending::Suspend | Ending::Yield => {
+                let (delta, due) = expire_callbacks(shared, &shared.state(), now);
+                // A held callback still open makes the run due at its deadline too.
+                let held = held_callbacks_due(shared).filter(|due| *due > now);
+                (delta, [due, held].into_iter().flatten().min())
+            }
             _ => (Delta::default(), None),
         };
         let mut expect_inbox = (!delta.journal.is_empty()).then(|| shared.state().inbox_loaded);

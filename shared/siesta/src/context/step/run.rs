@@ -55,6 +55,8 @@ where
             if let (Some(key), Some(lookup)) = (&key, lookup.take()) {
                 ctx.go_live();
                 ctx.boundary().await;
+                // The lookup asks the far side: held openings are durable first.
+                ctx.flush_held().await;
                 match lookup(key.clone()).await {
                     Ok(Some(value)) => {
                         return settle_success(
@@ -112,6 +114,9 @@ where
             (Some(key), _) => {
                 ctx.go_live();
                 ctx.boundary().await;
+                // The lookup asks the far side: what it could be handed (a held
+                // callback's id) is durable first.
+                ctx.flush_held().await;
                 match lookup.take() {
                     None => return park_unknown(&ctx, &op, key.clone(), attempt).await,
                     Some(lookup) => match lookup(key.clone()).await {
@@ -186,6 +191,9 @@ where
         ctx.commit_or_suspend(delta).await;
         started_event_written = true;
     }
+    // The closure may hand anything it can reach to the outside world (a held
+    // callback's id or URL above all): every held opening is durable before it runs.
+    ctx.flush_held().await;
     let streams = AttemptStreams::new(&ctx, &op.position, attempt);
     // Only here, where an attempt runs, is a span opened: replay returns above, so a
     // replayed step is never reported again as if it ran (docs/telemetry.md).

@@ -36,6 +36,9 @@ pub struct Callback<T> {
     op: Op,
     id: CallbackId,
     accepts: Option<serde_json::Value>,
+    /// The opening this pass recorded and holds for the next checkpoint (see
+    /// `Context::hold_opening`): what [`Callback::wait`] waits on until it is written.
+    held: Option<JournalEntry>,
     _t: PhantomData<fn() -> T>,
 }
 
@@ -118,6 +121,7 @@ impl<T: Send + 'static> IntoFuture for CallbackBuilder<T> {
                     op,
                     id,
                     accepts,
+                    held: None,
                     _t: PhantomData,
                 });
             }
@@ -157,8 +161,13 @@ impl<T: Send + 'static> IntoFuture for CallbackBuilder<T> {
                     heartbeat_timeout_ms: heartbeat_timeout.map(|d| d.as_millis() as u64),
                 }),
             );
-            ctx.commit_or_suspend(Delta {
-                journal: vec![entry],
+            // Not written on its own: the callback's id is random and has not left the
+            // process, so the record goes with the next checkpoint (the suspension's
+            // when the workflow waits next), and whatever could hand the id out (a
+            // step's closure, a stream publish) makes it durable first (see
+            // `coalesce`). A crash before loses an id nobody knows.
+            ctx.hold_opening(Delta {
+                journal: vec![entry.clone()],
                 timeline: vec![event],
                 callbacks: vec![record],
                 ..Delta::default()
@@ -169,6 +178,7 @@ impl<T: Send + 'static> IntoFuture for CallbackBuilder<T> {
                 op,
                 id,
                 accepts,
+                held: Some(entry),
                 _t: PhantomData,
             })
         })
@@ -204,9 +214,17 @@ impl<T: DeserializeOwned + Send + 'static> Callback<T> {
             op,
             id,
             accepts,
+            held,
             ..
         } = self;
-        let entry = ctx.shared.state().journal.get(&op.position).cloned();
+        // Held and not yet written, the opening is not in the journal yet.
+        let entry = ctx
+            .shared
+            .state()
+            .journal
+            .get(&op.position)
+            .cloned()
+            .or(held);
         let Some(entry) = entry else {
             return Err(Error::new(
                 ErrorKind::CallbackFailed,
@@ -459,6 +477,19 @@ pub(crate) fn callback_timeout(
         .to_value(),
     };
     (entry, record, event)
+}
+
+/// The earliest deadline (or heartbeat deadline) of the callbacks whose opening is held
+/// for the next checkpoint (see `Context::hold_opening`): not in the journal yet, so
+/// [`expire_callbacks`] does not see them, while the suspension must still wake the run
+/// for them.
+pub(crate) fn held_callbacks_due(shared: &crate::context::Shared) -> Option<Timestamp> {
+    let waits = shared.held_waits();
+    let st = shared.state();
+    waits
+        .iter()
+        .filter_map(|wait| callback_due(wait, &st.deliveries).map(|(due, _)| due))
+        .min()
 }
 
 /// Time out every callback of the run that passed its deadline at `now` with no

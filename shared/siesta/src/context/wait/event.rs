@@ -203,7 +203,9 @@ impl<T: DeserializeOwned + Send + 'static> IntoFuture for EventBuilder<T> {
                 return Err(err);
             }
             if fresh {
-                ctx.commit_or_suspend(Delta {
+                // The branch suspends next: the opening goes with the next checkpoint
+                // (the suspension's), not in one of its own.
+                ctx.hold_opening(Delta {
                     journal: vec![op.entry(EntryState::Waiting(waiting()))],
                     timeline: vec![started_event()],
                     ..Delta::default()

@@ -14,8 +14,8 @@ use crate::error::{Error, ErrorKind};
 use crate::model::*;
 use crate::timeline as tl;
 
-pub(crate) use callback::expire_callbacks;
 pub use callback::{Callback, CallbackBuilder};
+pub(crate) use callback::{expire_callbacks, held_callbacks_due};
 pub use condition::{ConditionBuilder, ConditionCheck, WaitStrategy};
 pub use event::EventBuilder;
 pub use timer::WaitBuilder;

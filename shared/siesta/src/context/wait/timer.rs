@@ -71,12 +71,18 @@ impl IntoFuture for WaitBuilder {
                                 ..Default::default()
                             }),
                         );
-                        ctx.commit_or_suspend(Delta {
+                        let opening = Delta {
                             journal: vec![op.entry(EntryState::Waiting(wait))],
                             timeline: vec![event],
                             ..Delta::default()
-                        })
-                        .await;
+                        };
+                        if now < fire_at {
+                            // The branch holds next: the opening goes with the next
+                            // checkpoint (the suspension's), not in one of its own.
+                            ctx.hold_opening(opening).await;
+                        } else {
+                            ctx.commit_or_suspend(opening).await;
+                        }
                         fire_at
                     }
                 };

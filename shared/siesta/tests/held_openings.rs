@@ -1,0 +1,376 @@
+//! A wait's opening is held for the run's next checkpoint: a `sleep` or a callback the
+//! run then waits on costs one checkpoint with the suspension, not two; and nothing
+//! that could hand a held callback's id to the outside world (a step's closure, a
+//! stream publish, a child run) runs before the callback is durable.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is a failed assertion"
+)]
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use serde_json::json;
+use siesta::context::{branch, child_run_id};
+use siesta::*;
+use siesta_testing::{LEASE_TTL, TestEnv};
+use support::{create, output, world};
+
+fn checkpoints(w: &TestEnv) -> u64 {
+    w.probe().checkpoints.load(Ordering::SeqCst)
+}
+
+fn event_types(timeline: &[TimelineEvent]) -> Vec<EventType> {
+    timeline.iter().map(|e| e.event_type).collect()
+}
+
+/// The callback whose id ends the URL a step or a stream was handed.
+fn callback_of(url: &str) -> CallbackId {
+    CallbackId(url.rsplit('/').next().unwrap().to_owned())
+}
+
+/// The run store a step's closure reads, as a provider's call-back would.
+type StoreSlot = Arc<std::sync::Mutex<Option<Arc<dyn siesta::ports::RunStore>>>>;
+
+fn registry(closure_runs: Arc<AtomicU32>, slot: StoreSlot) -> Registry {
+    let mut reg = Registry::new();
+    reg.register("sleeper", |ctx: Context, _: serde_json::Value| async move {
+        ctx.sleep(Duration::from_secs(60)).await?;
+        Ok(json!("rested"))
+    });
+    reg.register("hook", |ctx: Context, _: serde_json::Value| async move {
+        let cb = ctx
+            .create_callback::<serde_json::Value>("approval")
+            .timeout(Duration::from_secs(600))
+            .await?;
+        cb.wait().await
+    });
+    reg.register("event", |ctx: Context, _: serde_json::Value| async move {
+        let v: serde_json::Value = ctx
+            .wait_for_event("go")
+            .timeout(Duration::from_secs(300))
+            .await?;
+        Ok(v)
+    });
+    reg.register(
+        "unawaited",
+        |ctx: Context, _: serde_json::Value| async move {
+            // Created, never awaited: its deadline still wakes the run to time it out.
+            let _cb = ctx
+                .create_callback::<serde_json::Value>("forgotten")
+                .timeout(Duration::from_secs(300))
+                .await?;
+            ctx.sleep(Duration::from_secs(3600)).await?;
+            Ok(json!("done"))
+        },
+    );
+    reg.register(
+        "zero_sleep",
+        |ctx: Context, _: serde_json::Value| async move {
+            ctx.sleep(Duration::ZERO).await?;
+            Ok(json!("done"))
+        },
+    );
+    let runs = closure_runs.clone();
+    reg.register(
+        "hook_then_step",
+        move |ctx: Context, _: serde_json::Value| {
+            let runs = runs.clone();
+            let slot = slot.clone();
+            async move {
+                let cb = ctx.create_callback::<serde_json::Value>("payment").await?;
+                let url = cb.url();
+                let seen: bool = ctx
+                    .step("send_link", move |_| async move {
+                        runs.fetch_add(1, Ordering::SeqCst);
+                        // What a provider handed the URL would find: the callback is stored.
+                        let store = slot.lock().unwrap().clone().unwrap();
+                        let found = store.get_callback(&callback_of(&url)).await.unwrap();
+                        Ok(found.is_some_and(|c| c.status == CallbackStatus::Open))
+                    })
+                    .await?;
+                let paid = cb.wait().await?;
+                Ok(json!({"seen": seen, "paid": paid}))
+            }
+        },
+    );
+    reg.register(
+        "hook_then_publish",
+        |ctx: Context, _: serde_json::Value| async move {
+            let cb = ctx.create_callback::<serde_json::Value>("payment").await?;
+            ctx.stream("links").publish(&cb.url()).await?;
+            cb.wait().await
+        },
+    );
+    reg.register(
+        "hook_then_child",
+        |ctx: Context, _: serde_json::Value| async move {
+            let cb = ctx.create_callback::<serde_json::Value>("payment").await?;
+            let _: serde_json::Value = ctx.invoke("notify", "echo", cb.url()).await?;
+            cb.wait().await
+        },
+    );
+    reg.register("echo", |_ctx: Context, url: String| async move {
+        Ok(json!(url))
+    });
+    reg.register(
+        "branches",
+        |ctx: Context, _: serde_json::Value| async move {
+            let out = ctx
+                .parallel(
+                    "both",
+                    vec![
+                        branch(|ctx: Context| async move {
+                            ctx.sleep(Duration::from_secs(60)).await?;
+                            Ok(json!("slept"))
+                        }),
+                        branch(|ctx: Context| async move {
+                            ctx.step("work", |_| async { Ok(json!("worked")) }).await
+                        }),
+                    ],
+                )
+                .await?;
+            out.values()
+        },
+    );
+    reg
+}
+
+fn env() -> (TestEnv, Arc<AtomicU32>) {
+    let runs = Arc::new(AtomicU32::new(0));
+    let slot = StoreSlot::default();
+    let w = world(registry(runs.clone(), slot.clone()));
+    *slot.lock().unwrap() = Some(w.backend().store.clone());
+    (w, runs)
+}
+
+#[tokio::test]
+async fn a_sleep_and_the_suspension_after_it_are_one_checkpoint() {
+    let (w, _) = env();
+    let id = create(&w, "sleeper", json!(null)).await;
+    let before = checkpoints(&w);
+    w.run_until_idle().await;
+    assert_eq!(
+        checkpoints(&w) - before,
+        1,
+        "the opening went with the suspension"
+    );
+    let run = w.run(&id).await;
+    assert_eq!(run.status, RunStatus::Waiting);
+    let fire_at = w.now().plus(Duration::from_secs(60));
+    assert_eq!(
+        run.due_at,
+        Some(fire_at),
+        "the written run is due when the timer fires"
+    );
+    assert_eq!(
+        event_types(&w.timeline(&id).await),
+        [
+            EventType::ExecutionStarted,
+            EventType::WaitStarted,
+            EventType::InvocationCompleted
+        ]
+    );
+    w.advance(Duration::from_secs(60)).await;
+    assert_eq!(output(&w.run(&id).await), json!("rested"));
+}
+
+#[tokio::test]
+async fn a_callback_and_the_suspension_waiting_on_it_are_one_checkpoint() {
+    let (w, _) = env();
+    let id = create(&w, "hook", json!(null)).await;
+    let before = checkpoints(&w);
+    w.run_until_idle().await;
+    assert_eq!(
+        checkpoints(&w) - before,
+        1,
+        "the opening went with the suspension"
+    );
+    let run = w.run(&id).await;
+    assert_eq!(run.status, RunStatus::Waiting);
+    let deadline = w.now().plus(Duration::from_secs(600));
+    assert_eq!(
+        run.due_at,
+        Some(deadline),
+        "the written run is due at the timeout"
+    );
+    let cb = w.callback(&id, "approval").await;
+    let record = w
+        .backend()
+        .store
+        .get_callback(&cb)
+        .await
+        .unwrap()
+        .expect("the callback record was written with the suspension");
+    assert_eq!(record.status, CallbackStatus::Open);
+    assert_eq!(record.deadline, Some(deadline));
+    assert_eq!(
+        event_types(&w.timeline(&id).await),
+        [
+            EventType::ExecutionStarted,
+            EventType::CallbackStarted,
+            EventType::InvocationCompleted
+        ]
+    );
+    w.complete_callback(&cb, json!("yes")).await;
+    w.run_until_idle().await;
+    assert_eq!(output(&w.run(&id).await), json!("yes"));
+}
+
+#[tokio::test]
+async fn an_event_wait_and_the_suspension_are_one_checkpoint_and_it_still_times_out() {
+    let (w, _) = env();
+    let id = create(&w, "event", json!(null)).await;
+    let before = checkpoints(&w);
+    w.run_until_idle().await;
+    assert_eq!(checkpoints(&w) - before, 1);
+    let run = w.run(&id).await;
+    assert_eq!(run.due_at, Some(w.now().plus(Duration::from_secs(300))));
+    w.advance(Duration::from_secs(300)).await;
+    let run = w.run(&id).await;
+    assert_eq!(run.status, RunStatus::Failed, "{:?}", run.error);
+}
+
+#[tokio::test]
+async fn a_held_callback_nobody_awaits_still_times_out_at_its_deadline() {
+    let (w, _) = env();
+    let id = create(&w, "unawaited", json!(null)).await;
+    let before = checkpoints(&w);
+    w.run_until_idle().await;
+    assert_eq!(checkpoints(&w) - before, 1);
+    let run = w.run(&id).await;
+    assert_eq!(
+        run.due_at,
+        Some(w.now().plus(Duration::from_secs(300))),
+        "due at the callback's deadline, before the hour's sleep"
+    );
+    w.advance(Duration::from_secs(300)).await;
+    let types = event_types(&w.timeline(&id).await);
+    assert!(types.contains(&EventType::CallbackTimedOut), "{types:?}");
+    w.advance(Duration::from_secs(3600)).await;
+    assert_eq!(output(&w.run(&id).await), json!("done"));
+}
+
+#[tokio::test]
+async fn a_zero_length_sleep_opens_and_ends_as_before() {
+    let (w, _) = env();
+    let id = w.start("zero_sleep", json!(null)).await;
+    assert_eq!(output(&w.run(&id).await), json!("done"));
+    assert_eq!(
+        event_types(&w.timeline(&id).await),
+        [
+            EventType::ExecutionStarted,
+            EventType::WaitStarted,
+            EventType::WaitSucceeded,
+            EventType::ExecutionSucceeded,
+            EventType::InvocationCompleted
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_held_callback_is_stored_before_the_next_steps_closure_runs() {
+    let (w, runs) = env();
+    let id = w.start("hook_then_step", json!(null)).await;
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    let cb = w.callback(&id, "payment").await;
+    w.complete_callback(&cb, json!(42)).await;
+    w.run_until_idle().await;
+    assert_eq!(output(&w.run(&id).await), json!({"seen": true, "paid": 42}));
+}
+
+#[tokio::test]
+async fn a_step_after_a_held_callback_never_runs_when_the_callback_was_not_stored() {
+    let (w, runs) = env();
+    let id = create(&w, "hook_then_step", json!(null)).await;
+    // The checkpoint that would store the callback fails: the closure must not run.
+    w.crash_before_write(1);
+    w.run_until_idle().await;
+    assert!(w.has_crashed());
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        0,
+        "the closure ran with an unstored id"
+    );
+    w.restart();
+    w.advance(LEASE_TTL + Duration::from_secs(1)).await;
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    let cb = w.callback(&id, "payment").await;
+    w.complete_callback(&cb, json!(7)).await;
+    w.run_until_idle().await;
+    assert_eq!(output(&w.run(&id).await), json!({"seen": true, "paid": 7}));
+    let started = w
+        .timeline(&id)
+        .await
+        .iter()
+        .filter(|e| e.event_type == EventType::CallbackStarted)
+        .count();
+    assert_eq!(started, 1, "the lost opening was made again once");
+}
+
+#[tokio::test]
+async fn a_stream_publish_after_a_held_callback_waits_until_it_is_stored() {
+    let (w, _) = env();
+    let id = create(&w, "hook_then_publish", json!(null)).await;
+    w.crash_before_write(1);
+    w.run_until_idle().await;
+    assert!(w.has_crashed());
+    w.restart();
+    assert!(
+        w.stream_data(&id, "links").await.is_empty(),
+        "a URL was published whose callback was never stored"
+    );
+    w.advance(LEASE_TTL + Duration::from_secs(1)).await;
+    let links = w.stream_data(&id, "links").await;
+    assert_eq!(links.len(), 1);
+    let cb = callback_of(links[0].as_str().unwrap());
+    let record = w.backend().store.get_callback(&cb).await.unwrap();
+    assert!(record.is_some(), "the published URL's callback is stored");
+    w.complete_callback(&cb, json!("ok")).await;
+    w.run_until_idle().await;
+    assert_eq!(output(&w.run(&id).await), json!("ok"));
+}
+
+#[tokio::test]
+async fn a_child_run_handed_a_held_callbacks_url_starts_with_it_stored() {
+    let (w, _) = env();
+    let id = create(&w, "hook_then_child", json!(null)).await;
+    w.crash_before_write(1);
+    w.run_until_idle().await;
+    assert!(w.has_crashed());
+    w.restart();
+    let child = child_run_id(&id, &Position::from("notify#0"));
+    assert!(
+        w.backend()
+            .store
+            .get_run(w.tenant(), &child)
+            .await
+            .unwrap()
+            .is_none(),
+        "a child was started with a callback never stored"
+    );
+    w.advance(LEASE_TTL + Duration::from_secs(1)).await;
+    let url: String = w.output(&child).await;
+    let cb = callback_of(&url);
+    assert!(w.backend().store.get_callback(&cb).await.unwrap().is_some());
+    w.complete_callback(&cb, json!("fine")).await;
+    w.run_until_idle().await;
+    assert_eq!(output(&w.run(&id).await), json!("fine"));
+}
+
+#[tokio::test]
+async fn a_branch_sleeping_beside_a_branch_stepping_keeps_the_timeline_in_order() {
+    let (w, _) = env();
+    let id = w.start("branches", json!(null)).await;
+    let timeline = w.timeline(&id).await;
+    let at = |t: EventType| timeline.iter().position(|e| e.event_type == t).unwrap();
+    assert!(at(EventType::WaitStarted) < at(EventType::StepSucceeded));
+    let seqs: Vec<u64> = timeline.iter().map(|e| e.seq).collect();
+    assert!(seqs.windows(2).all(|p| p[0] < p[1]), "{seqs:?}");
+    w.advance(Duration::from_secs(60)).await;
+    assert_eq!(output(&w.run(&id).await), json!(["slept", "worked"]));
+}
