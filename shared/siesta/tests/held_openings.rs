@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use serde_json::json;
-use siesta::context::{branch, child_run_id};
+use siesta::context::{ConditionCheck, branch, child_run_id};
 use siesta::*;
 use siesta_testing::{LEASE_TTL, TestEnv};
 use support::{create, output, world};
@@ -76,11 +76,12 @@ fn registry(closure_runs: Arc<AtomicU32>, slot: StoreSlot) -> Registry {
         },
     );
     let runs = closure_runs.clone();
+    let step_slot = slot.clone();
     reg.register(
         "hook_then_step",
         move |ctx: Context, _: serde_json::Value| {
             let runs = runs.clone();
-            let slot = slot.clone();
+            let slot = step_slot.clone();
             async move {
                 let cb = ctx.create_callback::<serde_json::Value>("payment").await?;
                 let url = cb.url();
@@ -98,6 +99,79 @@ fn registry(closure_runs: Arc<AtomicU32>, slot: StoreSlot) -> Registry {
             }
         },
     );
+    let condition_slot = slot.clone();
+    reg.register(
+        "hook_then_condition",
+        move |ctx: Context, _: serde_json::Value| {
+            let slot = condition_slot.clone();
+            async move {
+                let cb = ctx.create_callback::<serde_json::Value>("payment").await?;
+                let id = cb.id().clone();
+                let seen: bool = ctx
+                    .wait_for_condition("stored", false, move |_, _| async move {
+                        let store = slot.lock().unwrap().clone().unwrap();
+                        let found = store.get_callback(&id).await.unwrap();
+                        Ok(ConditionCheck::Done(found.is_some()))
+                    })
+                    .await?;
+                let paid = cb.wait().await?;
+                Ok(json!({"seen": seen, "paid": paid}))
+            }
+        },
+    );
+    let submitter_slot = slot.clone();
+    reg.register("submitted", move |ctx: Context, _: serde_json::Value| {
+        let slot = submitter_slot.clone();
+        async move {
+            let paid: serde_json::Value = ctx
+                .wait_for_callback("payment", move |id, _url, _| async move {
+                    let store = slot.lock().unwrap().clone().unwrap();
+                    match store.get_callback(&id).await.unwrap() {
+                        Some(_) => Ok(()),
+                        None => Err(StepError::fatal(
+                            "the submitter was handed an unstored callback",
+                        )),
+                    }
+                })
+                .await?;
+            Ok(paid)
+        }
+    });
+    let branch_slot = slot.clone();
+    reg.register("hook_beside_step", move |ctx: Context, run: String| {
+        let slot = branch_slot.clone();
+        async move {
+            let out = ctx
+                .parallel(
+                    "both",
+                    vec![
+                        branch(|ctx: Context| async move {
+                            let cb = ctx.create_callback::<serde_json::Value>("approval").await?;
+                            cb.wait().await
+                        }),
+                        branch(move |ctx: Context| async move {
+                            ctx.step("look", move |_| async move {
+                                // The other branch's callback, opened before this step.
+                                let store = slot.lock().unwrap().clone().unwrap();
+                                let journal = store
+                                    .load_journal(
+                                        &TenantId::from("acme"),
+                                        &RunId::from(run.as_str()),
+                                    )
+                                    .await
+                                    .unwrap();
+                                Ok(json!(
+                                    journal.iter().any(|e| e.kind == OperationKind::Callback)
+                                ))
+                            })
+                            .await
+                        }),
+                    ],
+                )
+                .await?;
+            out.values()
+        }
+    });
     reg.register(
         "hook_then_publish",
         |ctx: Context, _: serde_json::Value| async move {
@@ -373,4 +447,51 @@ async fn a_branch_sleeping_beside_a_branch_stepping_keeps_the_timeline_in_order(
     assert!(seqs.windows(2).all(|p| p[0] < p[1]), "{seqs:?}");
     w.advance(Duration::from_secs(60)).await;
     assert_eq!(output(&w.run(&id).await), json!(["slept", "worked"]));
+}
+
+#[tokio::test]
+async fn a_held_callback_is_stored_before_a_conditions_check_runs() {
+    let (w, _) = env();
+    let id = w.start("hook_then_condition", json!(null)).await;
+    let cb = w.callback(&id, "payment").await;
+    w.complete_callback(&cb, json!(1)).await;
+    w.run_until_idle().await;
+    assert_eq!(output(&w.run(&id).await), json!({"seen": true, "paid": 1}));
+}
+
+#[tokio::test]
+async fn wait_for_callbacks_submitter_is_handed_a_stored_callback() {
+    let (w, _) = env();
+    let id = w.start("submitted", json!(null)).await;
+    assert_eq!(
+        w.status(&id).await,
+        RunStatus::Waiting,
+        "{:?}",
+        w.run(&id).await.error
+    );
+    let cb = w.callback(&id, "payment").await;
+    w.complete_callback(&cb, json!("paid")).await;
+    w.run_until_idle().await;
+    assert_eq!(output(&w.run(&id).await), json!("paid"));
+}
+
+#[tokio::test]
+async fn a_branchs_held_callback_is_stored_before_a_sibling_branchs_step_runs() {
+    let (w, _) = env();
+    let id = w
+        .create(
+            "hook_beside_step",
+            json!("beside-1"),
+            Some(RunId::from("beside-1")),
+        )
+        .await
+        .unwrap();
+    w.run_until_idle().await;
+    let timeline = w.timeline(&id).await;
+    let at = |t: EventType| timeline.iter().position(|e| e.event_type == t).unwrap();
+    assert!(at(EventType::CallbackStarted) < at(EventType::StepSucceeded));
+    let cb = w.callback(&id, "approval").await;
+    w.complete_callback(&cb, json!("ok")).await;
+    w.run_until_idle().await;
+    assert_eq!(output(&w.run(&id).await), json!(["ok", true]));
 }
