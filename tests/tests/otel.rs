@@ -251,10 +251,11 @@ async fn the_order_example_through_the_lambda_handlers_a_crash_a_retry_and_a_cal
         "the start request's span, linked to the run, was sent before the handler returned"
     );
 
-    // The first step invocation dies with its third journal write: create_order's
-    // outcome, the payment callback's creation, then request_payment's start (a tool
-    // call records its attempt before running it).
-    let (dying, probe) = s.dying_engine(3);
+    // The first step invocation dies with its second journal write: create_order's
+    // outcome, then the payment callback's creation together with request_payment's
+    // start (a tool call records its attempt before running it; the callback's opening,
+    // held, goes with that write).
+    let (dying, probe) = s.dying_engine(2);
     s.step(&dying).await;
     assert!(probe.is_dead(), "the invocation's process died mid-run");
     let executions = |spans: &[Span]| {
