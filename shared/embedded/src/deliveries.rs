@@ -7,6 +7,7 @@ use siesta::delivery::{CallbackChange, Decision};
 use siesta::ports::*;
 use siesta::*;
 
+use crate::retention::ReapSchedule;
 use crate::store::{Indexed, get_keyed_run, insert_event, update_run};
 use crate::{from_json, sql, to_json};
 
@@ -17,6 +18,7 @@ use crate::{from_json, sql, to_json};
 pub(crate) fn apply_delivery(
     tx: &Connection,
     d: &NewDelivery,
+    reaping: &ReapSchedule,
 ) -> Result<DeliverOutcome, StoreError> {
     let (key, run) = get_keyed_run(tx, &d.tenant.0, &d.run_id.0)?.ok_or(StoreError::NotFound)?;
     let stored = Indexed::of(&run);
@@ -47,7 +49,7 @@ pub(crate) fn apply_delivery(
         ])
         .map_err(sql)?;
     insert_event(tx, key, &accepted.run, &accepted.event)?;
-    update_run(tx, stored, &accepted.run)?;
+    update_run(tx, stored, &accepted.run, reaping)?;
     Ok(DeliverOutcome::Accepted(Box::new(accepted.run)))
 }
 

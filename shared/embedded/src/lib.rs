@@ -133,6 +133,8 @@ struct Inner {
     readers: Mutex<Vec<Connection>>,
     counters: Arc<writer::Counters>,
     max_receives: u32,
+    /// The retention rules last given, by which finishing writes set `reap_at`.
+    reaping: retention::ReapSchedule,
 }
 
 impl EmbeddedBackend {
@@ -207,6 +209,7 @@ impl EmbeddedBackend {
                 readers: Mutex::new(Vec::new()),
                 counters,
                 max_receives: options.max_receives.max(1),
+                reaping: retention::ReapSchedule::default(),
             }),
         })
     }
@@ -291,6 +294,11 @@ impl EmbeddedBackend {
         F: FnOnce(&Connection, Timestamp) -> Result<T, StoreError> + Send + 'static,
     {
         self.write(f, false, Some(tenant)).await
+    }
+
+    /// The schedule of finished runs' first look, for a write's closure.
+    fn reaping(&self) -> retention::ReapSchedule {
+        self.inner.reaping.clone()
     }
 
     async fn write<T, F>(

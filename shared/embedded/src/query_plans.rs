@@ -68,7 +68,7 @@ const EXPECTED: &[&str] = &[
     "FROM dead_letter_queue WHERE visible_at",
     "DELETE FROM dead_letter_queue WHERE receipt",
     "DELETE FROM dead_letter_queue WHERE id",
-    "UPDATE runs SET body = ?3, status = ?4, finished_at = ?5, reap_at = ?5 WHERE",
+    "UPDATE runs SET body = ?3, status = ?4, finished_at = ?5, reap_at = ?6 WHERE",
     "INDEXED BY runs_reap",
     "UPDATE runs SET reap_at = ?2 WHERE key",
     "UPDATE runs SET reap_at = ?1 WHERE reap_at > ?1",

@@ -23,6 +23,7 @@ use rusqlite::{Connection, params};
 use siesta::Timestamp;
 use siesta::ports::StoreError;
 
+use crate::retention::ReapSchedule;
 use crate::sql;
 use crate::store::{Indexed, get_run, update_run};
 
@@ -67,7 +68,9 @@ fn forget(conn: &Connection, now: Timestamp) -> Result<usize, StoreError> {
         if let Some(mut run) = get_run(conn, tenant, run_id)? {
             let stored = Indexed::of(&run);
             run.resend_after = None;
-            update_run(conn, stored, &run)?;
+            // At open no rules are known: a status change would set `reap_at` to the
+            // finish (this write changes none).
+            update_run(conn, stored, &run, &ReapSchedule::default())?;
         }
     }
     Ok(lost.len())

@@ -7,11 +7,15 @@
 //!   `reap_at` alone (`runs_reap`) and checks the status again, so a pending, running,
 //!   waiting or parked run is never read, let alone removed, however old it is.
 //! - **Each run looked at when it is due, and not before.** `reap_at` is when the
-//!   reaper next looks at a finished run: at its finish first, then — if its own
-//!   retention ([`siesta::RetentionRules::verdict`]: its workflow's, its tenant's or
-//!   the deployment's) has not passed — at the end of it; a run kept for ever is never
-//!   due. New rules (a restart with another `--retention`) make every run put back due
-//!   once more ([`rearm`]). So a tenant or workflow kept longer than the rest is not read again
+//!   reaper next looks at a finished run. The write that finishes it sets it to the
+//!   end of its own retention ([`siesta::RetentionRules::verdict`]: its workflow's, its
+//!   tenant's or the deployment's) under the rules the store was last given
+//!   ([`ReapSchedule`], set by [`rearm`]), so the reaper reads it once, when it goes; a
+//!   run kept for ever is never due. Before any rules were given (a file just opened),
+//!   it is due at its finish and put back at its end by the first pass that reads it.
+//!   The reaper still decides by the rules it is given when it reaches a run, and new
+//!   rules (a restart with another `--retention`) make every run not yet due due once
+//!   more ([`rearm`]). So a tenant or workflow kept longer than the rest is not read again
 //!   each pass, and the passes cost what is due, not what is kept.
 //! - **Bounded.** One call is one write of the single writer: it seeks the earliest
 //!   due runs on the index (at most `limit`) and removes each run's rows by its key,
@@ -30,6 +34,8 @@
 //!   switches an older file once, with a `VACUUM`): each page ends with
 //!   `PRAGMA incremental_vacuum`, which moves the pages it freed to the end of the
 //!   file and cuts them off at the next WAL checkpoint.
+
+use std::sync::{Arc, RwLock};
 
 use rusqlite::{Connection, params};
 use siesta::ports::{ReapedRun, StoreError, artifact_location};
@@ -67,6 +73,40 @@ UPDATE tool_calls SET run = (SELECT key FROM runs
 /// The finish time a run's `finished_at` column holds: its last change once finished.
 pub(crate) fn finished_at(run: &siesta::Run) -> Option<i64> {
     run.status.is_finished().then_some(run.updated_at.0)
+}
+
+/// The rules the store was last given ([`siesta::ports::RunStore::rearm_reaping`]),
+/// by which the write that finishes a run sets when the reaper first looks at it.
+/// Shared by every write of one backend; empty until the first rearm (the rules are
+/// stored as text only, to compare, so a reopened file knows none).
+#[derive(Clone, Default)]
+pub(crate) struct ReapSchedule(Arc<RwLock<Option<RetentionRules>>>);
+
+impl ReapSchedule {
+    /// Schedule the runs finished from now on by `rules` (`None`: at their finish).
+    pub(crate) fn set(&self, rules: Option<RetentionRules>) {
+        *self.0.write().unwrap_or_else(|e| e.into_inner()) = rules;
+    }
+
+    /// The `reap_at` column of `run` as a write stores it: `NULL` while it is not
+    /// finished; once finished, the end of its own retention under the rules last
+    /// given — the time the reaper would put it back to if it looked at its finish,
+    /// so it is read once, when it goes ([`NEVER`] if kept for ever) — or its finish
+    /// when no rules were given yet.
+    pub(crate) fn reap_at(&self, run: &siesta::Run) -> Option<i64> {
+        let finished = finished_at(run)?;
+        let rules = self.0.read().unwrap_or_else(|e| e.into_inner());
+        let Some(rules) = rules.as_ref() else {
+            return Some(finished);
+        };
+        let at = Timestamp(finished);
+        Some(match rules.verdict(&run.tenant, &run.workflow, at, at) {
+            Verdict::KeepForEver => NEVER,
+            Verdict::LookAgainAt(end) => end.0,
+            // No retention at all: due at once.
+            Verdict::Remove => finished,
+        })
+    }
 }
 
 /// Schema version 5: when the reaper next looks at a finished run, on an index of its
@@ -114,8 +154,8 @@ const PUT_BACK: &str = "UPDATE runs SET reap_at = ?2 WHERE key = ?1";
 const NEVER: i64 = i64::MAX;
 
 /// [`siesta::ports::RunStore::rearm_reaping`]: when `rules` (their text) differ from
-/// the last ones, every run put back is due at `now`. Bounded by what was put back,
-/// and only when the rules change.
+/// the last ones, every run not due yet (put back, or scheduled at its finish by the
+/// last rules) is due at `now`. Bounded by what is kept, and only when the rules change.
 pub(crate) fn rearm(tx: &Connection, rules: &str, now: Timestamp) -> Result<(), StoreError> {
     use rusqlite::OptionalExtension;
     let last: Option<String> = tx

@@ -9,6 +9,7 @@ use siesta::*;
 
 use crate::cursors::ListPosition;
 use crate::deliveries::{apply_delivery, get_callback, put_callback_as};
+use crate::retention::ReapSchedule;
 use crate::{EmbeddedBackend, from_json, is_constraint, sql, to_json};
 use crate::{builds, retention, stored, unfinished};
 
@@ -61,13 +62,13 @@ pub(crate) fn get_keyed_run(
     row.map(|(key, row)| Ok((key, row.run()?))).transpose()
 }
 
-/// Insert `run`; its key.
-fn put_run(tx: &Connection, run: &Run) -> Result<i64, StoreError> {
+/// Insert `run`, its `reap_at` by `reaping`; its key.
+fn put_run(tx: &Connection, run: &Run, reaping: &ReapSchedule) -> Result<i64, StoreError> {
     tx.prepare_cached(
-        "INSERT INTO runs (tenant, run_id, status, workflow, created_at, due_at, body, sweep_at, build, finished_at, reap_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10)",
+        "INSERT INTO runs (tenant, run_id, status, workflow, created_at, due_at, body, sweep_at, build, finished_at, reap_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
     )
     .map_err(sql)?
-    .execute(params![run.tenant.0, run.id.0, run.status.as_str(), run.workflow, run.created_at.0, run.due_at.map(|d| d.0), stored::run_body(run)?, run.sweep_at().map(|d| d.0), run.build_id, retention::finished_at(run)])
+    .execute(params![run.tenant.0, run.id.0, run.status.as_str(), run.workflow, run.created_at.0, run.due_at.map(|d| d.0), stored::run_body(run)?, run.sweep_at().map(|d| d.0), run.build_id, retention::finished_at(run), reaping.reap_at(run)])
     .map_err(sql)?;
     Ok(tx.last_insert_rowid())
 }
@@ -96,13 +97,25 @@ impl Indexed {
 /// Rewrite the stored run, whose indexed columns are `old`, as `run`. Only the columns that changed are set:
 /// SQLite rewrites the index entries of every column an `UPDATE` sets, and a run's
 /// status and due time change far less often than its body (a checkpoint of a running
-/// run changes neither), so most checkpoints touch the row's page and no index.
-pub(crate) fn update_run(tx: &Connection, old: Indexed, run: &Run) -> Result<(), StoreError> {
-    update_run_as(tx, old, run, &stored::run_body(run)?)
+/// run changes neither), so most checkpoints touch the row's page and no index. A
+/// status change sets `reap_at` by `reaping`.
+pub(crate) fn update_run(
+    tx: &Connection,
+    old: Indexed,
+    run: &Run,
+    reaping: &ReapSchedule,
+) -> Result<(), StoreError> {
+    update_run_as(tx, old, run, &stored::run_body(run)?, reaping)
 }
 
 /// [`update_run`] with the run already encoded as `body`.
-fn update_run_as(tx: &Connection, old: Indexed, run: &Run, body: &str) -> Result<(), StoreError> {
+fn update_run_as(
+    tx: &Connection,
+    old: Indexed,
+    run: &Run,
+    body: &str,
+    reaping: &ReapSchedule,
+) -> Result<(), StoreError> {
     let due_changed = run.due_at != old.due_at || run.sweep_at() != old.sweep_at;
     let sweep_at = run.sweep_at().map(|d| d.0);
     let changed = match (run.status != old.status, due_changed) {
@@ -112,10 +125,10 @@ fn update_run_as(tx: &Connection, old: Indexed, run: &Run, body: &str) -> Result
             .execute(params![run.tenant.0, run.id.0, body]),
         (true, false) => tx
             .prepare_cached(
-                "UPDATE runs SET body = ?3, status = ?4, finished_at = ?5, reap_at = ?5 WHERE tenant = ?1 AND run_id = ?2",
+                "UPDATE runs SET body = ?3, status = ?4, finished_at = ?5, reap_at = ?6 WHERE tenant = ?1 AND run_id = ?2",
             )
             .map_err(sql)?
-            .execute(params![run.tenant.0, run.id.0, body, run.status.as_str(), retention::finished_at(run)]),
+            .execute(params![run.tenant.0, run.id.0, body, run.status.as_str(), retention::finished_at(run), reaping.reap_at(run)]),
         (false, true) => tx
             .prepare_cached(
                 "UPDATE runs SET body = ?3, due_at = ?4, sweep_at = ?5 WHERE tenant = ?1 AND run_id = ?2",
@@ -124,7 +137,7 @@ fn update_run_as(tx: &Connection, old: Indexed, run: &Run, body: &str) -> Result
             .execute(params![run.tenant.0, run.id.0, body, run.due_at.map(|d| d.0), sweep_at]),
         (true, true) => tx
             .prepare_cached(
-                "UPDATE runs SET body = ?3, status = ?4, due_at = ?5, sweep_at = ?6, finished_at = ?7, reap_at = ?7 WHERE tenant = ?1 AND run_id = ?2",
+                "UPDATE runs SET body = ?3, status = ?4, due_at = ?5, sweep_at = ?6, finished_at = ?7, reap_at = ?8 WHERE tenant = ?1 AND run_id = ?2",
             )
             .map_err(sql)?
             .execute(params![
@@ -134,7 +147,8 @@ fn update_run_as(tx: &Connection, old: Indexed, run: &Run, body: &str) -> Result
                 run.status.as_str(),
                 run.due_at.map(|d| d.0),
                 sweep_at,
-                retention::finished_at(run)
+                retention::finished_at(run),
+                reaping.reap_at(run)
             ]),
     }
     .map_err(sql)?;
@@ -150,11 +164,16 @@ fn update_run_as(tx: &Connection, old: Indexed, run: &Run, body: &str) -> Result
     Ok(())
 }
 
-fn insert_run(tx: &Connection, run: &Run, started: &TimelineEvent) -> Result<(), StoreError> {
+fn insert_run(
+    tx: &Connection,
+    run: &Run,
+    started: &TimelineEvent,
+    reaping: &ReapSchedule,
+) -> Result<(), StoreError> {
     if get_run(tx, &run.tenant.0, &run.id.0)?.is_some() {
         return Err(StoreError::AlreadyExists);
     }
-    let key = put_run(tx, run)?;
+    let key = put_run(tx, run, reaping)?;
     insert_event(tx, key, run, started)
 }
 
@@ -340,8 +359,9 @@ fn read_journal(
 impl RunStore for EmbeddedBackend {
     async fn create_run(&self, run: &Run, started: &TimelineEvent) -> Result<(), StoreError> {
         let (run, started) = (run.clone(), started.clone());
+        let reaping = self.reaping();
         self.tx_of(run.tenant.0.clone(), move |tx, _| {
-            insert_run(tx, &run, &started)
+            insert_run(tx, &run, &started, &reaping)
         })
         .await
     }
@@ -353,6 +373,7 @@ impl RunStore for EmbeddedBackend {
         max_unfinished: u64,
     ) -> Result<(), StoreError> {
         let (run, started) = (run.clone(), started.clone());
+        let reaping = self.reaping();
         self.tx_of(run.tenant.0.clone(), move |tx, _| {
             // An existing run is reported as such, whatever the count (a retried start).
             if get_run(tx, &run.tenant.0, &run.id.0)?.is_some() {
@@ -365,7 +386,7 @@ impl RunStore for EmbeddedBackend {
                     run.tenant
                 )));
             }
-            insert_run(tx, &run, &started)
+            insert_run(tx, &run, &started, &reaping)
         })
         .await
     }
@@ -392,6 +413,7 @@ impl RunStore for EmbeddedBackend {
         claim: &Claim,
     ) -> Result<Run, StoreError> {
         let (tenant, run_id, claim) = (tenant.0.clone(), run_id.0.clone(), claim.clone());
+        let reaping = self.reaping();
         self.tx_unsynced_of(tenant.clone(), move |tx, _| {
             let mut run = get_run(tx, &tenant, &run_id)?.ok_or(StoreError::NotFound)?;
             let stored = Indexed::of(&run);
@@ -414,7 +436,7 @@ impl RunStore for EmbeddedBackend {
             run.resend_after = None;
             run.version += 1;
             run.updated_at = claim.now;
-            update_run(tx, stored, &run)?;
+            update_run(tx, stored, &run, &reaping)?;
             Ok(run)
         })
         .await
@@ -428,6 +450,7 @@ impl RunStore for EmbeddedBackend {
         expires_at: Timestamp,
     ) -> Result<Run, StoreError> {
         let (tenant, run_id) = (tenant.0.clone(), run_id.0.clone());
+        let reaping = self.reaping();
         self.tx(move |tx, _| {
             let mut run = get_run(tx, &tenant, &run_id)?.ok_or(StoreError::NotFound)?;
             let stored = Indexed::of(&run);
@@ -437,7 +460,7 @@ impl RunStore for EmbeddedBackend {
             }
             run.due_at = Some(expires_at);
             run.resend_after = None;
-            update_run(tx, stored, &run)?;
+            update_run(tx, stored, &run, &reaping)?;
             Ok(run)
         })
         .await
@@ -480,13 +503,14 @@ impl RunStore for EmbeddedBackend {
     async fn checkpoint(&self, checkpoint: &Checkpoint) -> Result<(), StoreError> {
         let cp = checkpoint.clone();
         let encoded = EncodedCheckpoint::of(&cp)?;
+        let reaping = self.reaping();
         self.tx_of(cp.run.tenant.0.clone(), move |tx, _| {
                 let (key, current) = get_keyed_run(tx, &cp.run.tenant.0, &cp.run.id.0)?.ok_or(StoreError::NotFound)?;
                 let epoch_ok = cp.epoch.is_none_or(|e| current.lease.as_ref().is_some_and(|l| l.epoch == e));
                 if current.version != cp.expected_version || !epoch_ok {
                     return Err(conflict(current));
                 }
-                update_run_as(tx, Indexed::of(&current), &cp.run, &encoded.run)?;
+                update_run_as(tx, Indexed::of(&current), &cp.run, &encoded.run, &reaping)?;
                 for (entry, stored) in cp.journal.iter().zip(&encoded.journal) {
                     let schema = stored.schema.as_ref().map(|s| schema_id(tx, s)).transpose()?;
                     tx.prepare_cached("INSERT OR REPLACE INTO journal (run, position, accepts, body) VALUES (?1, ?2, ?3, ?4)")
@@ -514,10 +538,10 @@ impl RunStore for EmbeddedBackend {
                     .map_err(sql)?;
                 }
                 for (child, started) in &cp.child_runs {
-                    insert_run(tx, child, started)?;
+                    insert_run(tx, child, started, &reaping)?;
                 }
                 if let Some(delivery) = &cp.parent_delivery {
-                    match apply_delivery(tx, delivery) {
+                    match apply_delivery(tx, delivery, &reaping) {
                         Ok(_) | Err(StoreError::NotFound) | Err(StoreError::Gone(_)) => {}
                         Err(e) => return Err(e),
                     }
@@ -529,8 +553,9 @@ impl RunStore for EmbeddedBackend {
 
     async fn deliver(&self, delivery: &NewDelivery) -> Result<DeliverOutcome, StoreError> {
         let delivery = delivery.clone();
+        let reaping = self.reaping();
         self.tx_of(delivery.tenant.0.clone(), move |tx, _| {
-            apply_delivery(tx, &delivery)
+            apply_delivery(tx, &delivery, &reaping)
         })
         .await
     }
@@ -692,9 +717,24 @@ impl RunStore for EmbeddedBackend {
         rules: &siesta::RetentionRules,
         now: Timestamp,
     ) -> Result<(), StoreError> {
-        let rules = format!("{rules:?}");
-        self.tx(move |tx, _| retention::rearm(tx, &rules, now))
-            .await
+        let (text, rules) = (format!("{rules:?}"), rules.clone());
+        let reaping = self.reaping();
+        // The runs finished from the write after this one on are scheduled by the new
+        // rules: set on the writer, in order with every other write, and only once
+        // the runs put back under older rules were brought forward.
+        let rearmed = self
+            .tx(move |tx, _| {
+                retention::rearm(tx, &text, now)?;
+                reaping.set(Some(rules));
+                Ok(())
+            })
+            .await;
+        if rearmed.is_err() {
+            // Not stored (the group's commit failed): schedule runs at their finish
+            // again, which any rules accept.
+            self.reaping().set(None);
+        }
+        rearmed
     }
 
     async fn set_resend_after(
@@ -705,12 +745,13 @@ impl RunStore for EmbeddedBackend {
         resend_after: Option<Timestamp>,
     ) -> Result<(), StoreError> {
         let (tenant, run_id) = (tenant.0.clone(), run_id.0.clone());
+        let reaping = self.reaping();
         // Bookkeeping: lost in an OS crash, it costs a duplicate wake-up or a margin.
         self.tx_unsynced(move |tx, _| match get_run(tx, &tenant, &run_id)? {
             Some(mut run) if run.due_at == Some(due_at) => {
                 let stored = Indexed::of(&run);
                 run.resend_after = resend_after;
-                update_run(tx, stored, &run)
+                update_run(tx, stored, &run, &reaping)
             }
             _ => Ok(()),
         })

@@ -61,8 +61,20 @@ async fn full_run_of(
     finish: bool,
     big: usize,
 ) -> Run {
+    full_run_in(ports, clock, "acme", workflow, finish, big).await
+}
+
+/// [`full_run`] of `tenant`'s `workflow`.
+async fn full_run_in(
+    ports: &Backend,
+    clock: &ManualClock,
+    tenant: &str,
+    workflow: &str,
+    finish: bool,
+    big: usize,
+) -> Run {
     let now = clock.now();
-    let tenant = TenantId::from("acme");
+    let tenant = TenantId::from(tenant);
     let mut run = Run::new(
         tenant.clone(),
         RunId::generate(),
@@ -583,4 +595,157 @@ async fn each_workflow_is_kept_for_its_own_retention_and_a_run_still_waiting_for
     );
     assert!(exists(&waiting).await, "a waiting run is never removed");
     assert!(!report.more);
+}
+
+/// When the reaper next looks at `run` (its `reap_at` column).
+fn reap_at(conn: &Connection, run: &Run) -> Option<i64> {
+    conn.query_row(
+        "SELECT reap_at FROM runs WHERE tenant = ?1 AND run_id = ?2",
+        [run.tenant.as_str(), run.id.as_str()],
+        |r| r.get(0),
+    )
+    .unwrap()
+}
+
+/// The ids of the runs a report says were removed.
+fn removed_ids(report: &siesta::retention::ReapReport) -> Vec<&RunId> {
+    report.removed.iter().map(|r| &r.run_id).collect()
+}
+
+#[tokio::test]
+async fn a_run_finished_after_rearming_is_not_read_before_its_retention_ends_and_goes_then() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("siesta.db");
+    let clock = Arc::new(ManualClock::default());
+    let ports = open(&path, &clock);
+    let rules = RetentionRules::new(RetentionPolicy::default());
+    ports
+        .store
+        .rearm_reaping(&rules, clock.now())
+        .await
+        .expect("rearm");
+    let run = full_run(&ports, &clock, true, 100).await;
+    let conn = Connection::open(&path).unwrap();
+    let end = run.updated_at.plus(HOUR * 24 * 30);
+    assert_eq!(reap_at(&conn, &run), Some(end.0), "due at its own end");
+
+    // Passes at its finish and a minute before its end read nothing.
+    let at_finish = ports
+        .store
+        .reap_due(&rules, clock.now(), 100)
+        .await
+        .expect("reap");
+    assert_eq!(at_finish, siesta::retention::ReapReport::default());
+    clock.advance(HOUR * 24 * 30 - Duration::from_secs(60));
+    let before_end = ports
+        .store
+        .reap_due(&rules, clock.now(), 100)
+        .await
+        .expect("reap");
+    assert_eq!(before_end, siesta::retention::ReapReport::default());
+    assert_eq!(reap_at(&conn, &run), Some(end.0), "never put back");
+
+    clock.advance(Duration::from_secs(60));
+    let at_end = ports
+        .store
+        .reap_due(&rules, clock.now(), 100)
+        .await
+        .expect("reap");
+    assert_eq!(removed_ids(&at_end), [&run.id]);
+    assert_eq!(at_end.put_back, 0, "read once, when it goes: {at_end:?}");
+}
+
+#[tokio::test]
+async fn a_workflow_kept_an_hour_goes_an_hour_after_its_finish_and_a_tenant_kept_for_ever_is_never_due()
+ {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("siesta.db");
+    let clock = Arc::new(ManualClock::default());
+    let ports = open(&path, &clock);
+    let rules = RetentionRules {
+        policy: RetentionPolicy::default().with_workflow("ping", Some(HOUR)),
+        quotas: Quotas::parse(r#"{"tenants": {"vault": {"retention_days": 0}}}"#).unwrap(),
+    };
+    ports
+        .store
+        .rearm_reaping(&rules, clock.now())
+        .await
+        .expect("rearm");
+    let ping = full_run_of(&ports, &clock, "ping", true, 100).await;
+    let vault = full_run_in(&ports, &clock, "vault", "approval", true, 100).await;
+    let conn = Connection::open(&path).unwrap();
+    assert_eq!(reap_at(&conn, &ping), Some(ping.updated_at.plus(HOUR).0));
+    assert_eq!(reap_at(&conn, &vault), Some(i64::MAX), "never due");
+
+    clock.advance(HOUR - Duration::from_secs(1));
+    let before = ports
+        .store
+        .reap_due(&rules, clock.now(), 100)
+        .await
+        .expect("reap");
+    assert_eq!(before, siesta::retention::ReapReport::default());
+    clock.advance(Duration::from_secs(1));
+    let after = ports
+        .store
+        .reap_due(&rules, clock.now(), 100)
+        .await
+        .expect("reap");
+    assert_eq!(removed_ids(&after), [&ping.id]);
+    assert_eq!(after.put_back, 0, "{after:?}");
+
+    clock.advance(HOUR * 24 * 3650);
+    let decade = ports
+        .store
+        .reap_due(&rules, clock.now(), 100)
+        .await
+        .expect("reap");
+    assert_eq!(
+        decade,
+        siesta::retention::ReapReport::default(),
+        "the tenant kept for ever is not read"
+    );
+    assert!(
+        ports
+            .store
+            .get_run(&vault.tenant, &vault.id)
+            .await
+            .unwrap()
+            .is_some()
+    );
+}
+
+#[tokio::test]
+async fn before_any_rearm_a_finished_run_is_due_at_its_finish_and_put_back_to_its_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("siesta.db");
+    let clock = Arc::new(ManualClock::default());
+    let ports = open(&path, &clock);
+    let rules = RetentionRules::new(RetentionPolicy::default());
+    let run = full_run(&ports, &clock, true, 100).await;
+    let conn = Connection::open(&path).unwrap();
+    assert_eq!(
+        reap_at(&conn, &run),
+        Some(run.updated_at.0),
+        "due at its finish"
+    );
+
+    let first = ports
+        .store
+        .reap_due(&rules, clock.now(), 100)
+        .await
+        .expect("reap");
+    assert_eq!(first.put_back, 1, "{first:?}");
+    assert!(first.removed.is_empty());
+    assert_eq!(
+        reap_at(&conn, &run),
+        Some(run.updated_at.plus(HOUR * 24 * 30).0),
+        "put back to its end"
+    );
+    clock.advance(HOUR * 24 * 30);
+    let last = ports
+        .store
+        .reap_due(&rules, clock.now(), 100)
+        .await
+        .expect("reap");
+    assert_eq!(removed_ids(&last), [&run.id]);
 }

@@ -364,9 +364,10 @@ pub async fn reaping_honours_the_tenants_retention_under_the_workflows(h: Harnes
     );
 }
 
-/// A run put back under a long retention is looked at again when the rules are
-/// rearmed with a shorter one (a server restarted with a new `--retention`), and goes
-/// at the end of the shorter one; rearming with the same rules again looks at nothing.
+/// A run put back under a long retention (or due at its end from its finish, in a
+/// store that was rearmed with it) is looked at again when the rules are rearmed with
+/// a shorter one (a server restarted with a new `--retention`), and goes at the end of
+/// the shorter one; rearming with the same rules again looks at nothing.
 pub async fn reaping_applies_a_shortened_retention_once_rearmed(h: Harness) {
     let tenant = tenant();
     let workflow = unique("reap-rearm");
@@ -397,8 +398,13 @@ pub async fn reaping_applies_a_shortened_retention_once_rearmed(h: Harness) {
     let run = new_run(&h, &tenant, &workflow);
     create_run(&h, &run).await;
     let done = finish(&h, &run, RunStatus::Failed).await;
+    // Read and put back at its finish, or (a store that schedules a finishing run by
+    // the rules it was rearmed with) not read at all: either way, not removed.
     let report = store.reap_due(&long, h.now(), 100).await.expect("reap_due");
-    assert_eq!(report.put_back, 1, "{report:?}");
+    assert!(
+        report.removed.is_empty() && report.put_back <= 1,
+        "{report:?}"
+    );
     h.advance(Duration::from_secs(3600)).await;
     assert_eq!(
         store

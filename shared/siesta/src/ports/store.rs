@@ -374,8 +374,11 @@ pub trait RunStore: Send + Sync + 'static {
     /// dedup records, callback and tool-call records, stream chunks, queued wake-ups
     /// and the artifacts stored under it; or put it back, to be looked at when its
     /// retention ends (for ever: never). A finished run is due to be looked at as soon
-    /// as it finishes; one put back is not read again before its time, so a run kept
-    /// longer than the rest costs nothing meanwhile.
+    /// as it finishes — or, once [`RunStore::rearm_reaping`] has given the store its
+    /// rules, at the end of its retention under them, so it is read once, when it goes;
+    /// one put back is not read again before its time, so a run kept longer than the
+    /// rest costs nothing meanwhile. `rules` are those last given to
+    /// [`RunStore::rearm_reaping`] (give it new ones when they change).
     ///
     /// What it never touches: a run that is not finished (pending, running, waiting
     /// or parked), however old; and a finished child run whose parent still exists —
@@ -402,10 +405,12 @@ pub trait RunStore: Send + Sync + 'static {
     }
 
     /// Called once when a server starts with its `rules`: if they differ from the rules
-    /// of the last call, every finished run put back is due at `now` again, to be
-    /// decided by the new rules — so a retention shortened since a run was put back (a
-    /// new `--retention`) applies at once rather than at the old end. Default: nothing
-    /// to do (a backend without [`RunStore::reap_due`]).
+    /// of the last call, every finished run not due yet (put back, or due at its end
+    /// under the last rules) is due at `now` again, to be decided by the new rules — so
+    /// a retention shortened since (a new `--retention`) applies at once rather than at
+    /// the old end. A store may keep `rules` to make each run that finishes from then
+    /// on due at its end rather than at its finish. Default: nothing to do (a backend
+    /// without [`RunStore::reap_due`]).
     async fn rearm_reaping(
         &self,
         rules: &crate::retention::RetentionRules,
