@@ -222,25 +222,32 @@ fn env() -> (TestEnv, Arc<AtomicU32>) {
     (w, runs)
 }
 
+/// Start `workflow` and run it until it waits: the wait's opening and the suspension
+/// are written in one checkpoint, and the run stored is waiting, due `due_in` from now
+/// (its timer, or its callback's or event's deadline).
+async fn waiting_after_one_checkpoint(w: &TestEnv, workflow: &str, due_in: Duration) -> RunId {
+    let id = create(w, workflow, json!(null)).await;
+    let before = checkpoints(w);
+    w.run_until_idle().await;
+    assert_eq!(
+        checkpoints(w) - before,
+        1,
+        "{workflow}: the opening went with the suspension"
+    );
+    let run = w.run(&id).await;
+    assert_eq!(run.status, RunStatus::Waiting, "{workflow}");
+    assert_eq!(
+        run.due_at,
+        Some(w.now().plus(due_in)),
+        "{workflow}: the written run is due when its wait ends"
+    );
+    id
+}
+
 #[tokio::test]
 async fn a_sleep_and_the_suspension_after_it_are_one_checkpoint() {
     let (w, _) = env();
-    let id = create(&w, "sleeper", json!(null)).await;
-    let before = checkpoints(&w);
-    w.run_until_idle().await;
-    assert_eq!(
-        checkpoints(&w) - before,
-        1,
-        "the opening went with the suspension"
-    );
-    let run = w.run(&id).await;
-    assert_eq!(run.status, RunStatus::Waiting);
-    let fire_at = w.now().plus(Duration::from_secs(60));
-    assert_eq!(
-        run.due_at,
-        Some(fire_at),
-        "the written run is due when the timer fires"
-    );
+    let id = waiting_after_one_checkpoint(&w, "sleeper", Duration::from_secs(60)).await;
     assert_eq!(
         event_types(&w.timeline(&id).await),
         [
@@ -256,22 +263,8 @@ async fn a_sleep_and_the_suspension_after_it_are_one_checkpoint() {
 #[tokio::test]
 async fn a_callback_and_the_suspension_waiting_on_it_are_one_checkpoint() {
     let (w, _) = env();
-    let id = create(&w, "hook", json!(null)).await;
-    let before = checkpoints(&w);
-    w.run_until_idle().await;
-    assert_eq!(
-        checkpoints(&w) - before,
-        1,
-        "the opening went with the suspension"
-    );
-    let run = w.run(&id).await;
-    assert_eq!(run.status, RunStatus::Waiting);
+    let id = waiting_after_one_checkpoint(&w, "hook", Duration::from_secs(600)).await;
     let deadline = w.now().plus(Duration::from_secs(600));
-    assert_eq!(
-        run.due_at,
-        Some(deadline),
-        "the written run is due at the timeout"
-    );
     let cb = w.callback(&id, "approval").await;
     let record = w
         .backend()
@@ -298,12 +291,7 @@ async fn a_callback_and_the_suspension_waiting_on_it_are_one_checkpoint() {
 #[tokio::test]
 async fn an_event_wait_and_the_suspension_are_one_checkpoint_and_it_still_times_out() {
     let (w, _) = env();
-    let id = create(&w, "event", json!(null)).await;
-    let before = checkpoints(&w);
-    w.run_until_idle().await;
-    assert_eq!(checkpoints(&w) - before, 1);
-    let run = w.run(&id).await;
-    assert_eq!(run.due_at, Some(w.now().plus(Duration::from_secs(300))));
+    let id = waiting_after_one_checkpoint(&w, "event", Duration::from_secs(300)).await;
     w.advance(Duration::from_secs(300)).await;
     let run = w.run(&id).await;
     assert_eq!(run.status, RunStatus::Failed, "{:?}", run.error);
@@ -312,16 +300,8 @@ async fn an_event_wait_and_the_suspension_are_one_checkpoint_and_it_still_times_
 #[tokio::test]
 async fn a_held_callback_nobody_awaits_still_times_out_at_its_deadline() {
     let (w, _) = env();
-    let id = create(&w, "unawaited", json!(null)).await;
-    let before = checkpoints(&w);
-    w.run_until_idle().await;
-    assert_eq!(checkpoints(&w) - before, 1);
-    let run = w.run(&id).await;
-    assert_eq!(
-        run.due_at,
-        Some(w.now().plus(Duration::from_secs(300))),
-        "due at the callback's deadline, before the hour's sleep"
-    );
+    // Due at the callback's deadline, before the hour's sleep.
+    let id = waiting_after_one_checkpoint(&w, "unawaited", Duration::from_secs(300)).await;
     w.advance(Duration::from_secs(300)).await;
     let types = event_types(&w.timeline(&id).await);
     assert!(types.contains(&EventType::CallbackTimedOut), "{types:?}");
