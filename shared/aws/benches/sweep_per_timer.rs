@@ -21,17 +21,13 @@
 mod support;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use siesta::*;
 use siesta_aws::{AwsOptions, RequestCounter, RequestCounts};
 
 /// The sweep's page size (the sweep function's default).
 const PAGE: usize = 250;
-/// Writes in flight at once while seeding.
-const IN_FLIGHT: usize = 64;
 
 fn main() {
     let runs: usize = std::env::var("SIESTA_SWEEP_RUNS")
@@ -85,39 +81,10 @@ async fn bench(env: &support::Emulators, runs: usize) {
     let now = clock.now();
     let deadline = now.plus(Duration::from_secs(3600));
 
+    // Asleep on a timer past SQS's 15-minute delay: only the sweep wakes them.
+    let ids: Vec<RunId> = (0..runs).map(|i| RunId(format!("timer-{i:07}"))).collect();
     let started = Instant::now();
-    let seeded = AtomicUsize::new(0);
-    futures::stream::iter(0..runs)
-        .for_each_concurrent(IN_FLIGHT, |i| {
-            let (backend, tenant, seeded) = (&backend, &tenant, &seeded);
-            async move {
-                let mut run = Run::new(
-                    tenant.clone(),
-                    RunId(format!("timer-{i:07}")),
-                    "timer",
-                    Payload::Inline(serde_json::Value::Null),
-                    now,
-                );
-                // Asleep on a timer past SQS's 15-minute delay: only the sweep wakes it.
-                run.status = RunStatus::Waiting;
-                run.due_at = Some(deadline);
-                run.timeline_seq = 1;
-                let event = TimelineEvent::execution_started(
-                    now,
-                    "timer",
-                    serde_json::json!({"Workflow": "timer"}),
-                );
-                backend.store.create_run(&run, &event).await.expect("seed");
-                let n = seeded.fetch_add(1, Ordering::Relaxed) + 1;
-                if n % 10_000 == 0 {
-                    eprintln!(
-                        "{n} runs asleep after {:.0} s",
-                        started.elapsed().as_secs_f64()
-                    );
-                }
-            }
-        })
-        .await;
+    support::seed_waiting_runs(&*backend.store, &tenant, &ids, "timer", now, deadline).await;
     let seeding = started.elapsed();
     eprintln!(
         "{runs} runs asleep in {:.1} s ({:.0} runs/s)",

@@ -11,9 +11,12 @@
 )]
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
-use siesta::ports::WakeQueue;
+use futures::StreamExt;
+use siesta::ports::{RunStore, WakeQueue};
+use siesta::{Payload, Run, RunId, RunStatus, TenantId, TimelineEvent, Timestamp};
 use tokio::sync::OnceCell;
 
 use crate::bootstrap::{NewResources, Plan};
@@ -198,4 +201,57 @@ pub async fn fail_all_until_dead_lettered(queue: &Arc<dyn WakeQueue>, max_receiv
         }
         tokio::time::sleep(Duration::from_millis(1300)).await;
     }
+}
+
+/// Writes in flight at once while [`seed_waiting_runs`] writes its backlog.
+const SEED_IN_FLIGHT: usize = 64;
+
+/// Writes each of `ids` as a run of `workflow` started at `now` would stand waiting on
+/// one deadline, `deadline`, with nothing on its way: one `create_run` each, instead of
+/// starting it and driving it to its wait through the engine (six requests a run, the
+/// slow part on DynamoDB Local). Past SQS's 15-minute delay, only the sweep wakes them.
+/// Says on stderr how far it got every 10 000 runs.
+///
+/// # Panics
+/// When a write fails: the backlog is the test's set-up.
+pub async fn seed_waiting_runs(
+    store: &dyn RunStore,
+    tenant: &TenantId,
+    ids: &[RunId],
+    workflow: &str,
+    now: Timestamp,
+    deadline: Timestamp,
+) {
+    let started = Instant::now();
+    let seeded = AtomicUsize::new(0);
+    futures::stream::iter(ids)
+        .for_each_concurrent(SEED_IN_FLIGHT, |id| {
+            let seeded = &seeded;
+            async move {
+                let mut run = Run::new(
+                    tenant.clone(),
+                    id.clone(),
+                    workflow,
+                    Payload::Inline(serde_json::Value::Null),
+                    now,
+                );
+                run.status = RunStatus::Waiting;
+                run.due_at = Some(deadline);
+                run.timeline_seq = 1;
+                let event = TimelineEvent::execution_started(
+                    now,
+                    workflow,
+                    serde_json::json!({"Workflow": workflow}),
+                );
+                store.create_run(&run, &event).await.expect("seed");
+                let n = seeded.fetch_add(1, Ordering::Relaxed) + 1;
+                if n.is_multiple_of(10_000) {
+                    eprintln!(
+                        "{n} runs waiting after {:.0} s",
+                        started.elapsed().as_secs_f64()
+                    );
+                }
+            }
+        })
+        .await;
 }

@@ -12,9 +12,10 @@
 //!   of the sweep costs the same requests (one `Query` per shard, nothing that grows with
 //!   the backlog) and reads the same capacity units of the due index; at 2 000 the due
 //!   index is spread evenly over every shard. The runs are
-//!   written as they stand waiting, one `create_run` each (as
-//!   `benches/sweep_per_timer.rs` seeds them): driving thousands through the engine
-//!   would prove nothing more about the sweep and cost minutes.
+//!   written as they stand waiting, one `create_run` each
+//!   (`siesta_aws::testing::seed_waiting_runs`, as `benches/sweep_per_timer.rs` seeds
+//!   them): driving thousands through the engine would prove nothing more about the
+//!   sweep and cost minutes.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -624,30 +625,7 @@ async fn first_pages(env: &support::Emulators, runs: usize) -> Vec<PageCost> {
     // Fixed ids, of one width at both sizes: the same spread and item sizes every time.
     let ids: Vec<RunId> = (0..runs).map(|i| RunId(format!("run-{i:06}"))).collect();
     let started = Instant::now();
-    futures::stream::iter(&ids)
-        .for_each_concurrent(IN_FLIGHT, |id| {
-            let (backend, tenant) = (&backend, &tenant);
-            async move {
-                let mut run = Run::new(
-                    tenant.clone(),
-                    id.clone(),
-                    "approve",
-                    Payload::Inline(serde_json::Value::Null),
-                    now,
-                );
-                // Waiting past SQS's 15-minute delay: only the sweep wakes it.
-                run.status = RunStatus::Waiting;
-                run.due_at = Some(deadline);
-                run.timeline_seq = 1;
-                let event = TimelineEvent::execution_started(
-                    now,
-                    "approve",
-                    json!({"Workflow": "approve"}),
-                );
-                backend.store.create_run(&run, &event).await.expect("seed");
-            }
-        })
-        .await;
+    support::seed_waiting_runs(&*backend.store, &tenant, &ids, "approve", now, deadline).await;
     eprintln!(
         "{runs} runs waiting, written in {:.1} s",
         started.elapsed().as_secs_f64()
