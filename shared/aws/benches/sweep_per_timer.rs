@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use siesta::*;
-use siesta_aws::{AwsOptions, RequestCounter, RequestCounts};
+use siesta_aws::{AwsOptions, RequestCounter};
 
 /// The sweep's page size (the sweep function's default).
 const PAGE: usize = 250;
@@ -47,15 +47,6 @@ fn main() {
             env.in_own_table(|env| async move { bench(&env, runs).await })
                 .await;
         });
-}
-
-/// Requests per fired timer, by service and operation.
-fn per_fired(counts: &RequestCounts, fired: usize) -> String {
-    counts
-        .iter()
-        .map(|((service, op), n)| format!("{service} {op} {:.3}", *n as f64 / fired as f64))
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 async fn bench(env: &support::Emulators, runs: usize) {
@@ -146,7 +137,7 @@ async fn bench(env: &support::Emulators, runs: usize) {
     );
     println!(
         "  the sweep's requests per fired timer: {}",
-        per_fired(&counts, runs)
+        support::requests_per(&counts, runs, 3)
     );
 
     // The wake-ups sent are not handled here: give the queues back.

@@ -20,7 +20,7 @@ use siesta::{Payload, Run, RunId, RunStatus, TenantId, TimelineEvent, Timestamp}
 use tokio::sync::OnceCell;
 
 use crate::bootstrap::{NewResources, Plan};
-use crate::{AwsBackend, AwsOptions, ResourceNames};
+use crate::{AwsBackend, AwsOptions, RequestCounts, ResourceNames};
 
 /// The emulators' SDK configuration and the shared table and bucket.
 #[derive(Clone)]
@@ -254,4 +254,14 @@ pub async fn seed_waiting_runs(
             }
         })
         .await;
+}
+
+/// `counts` divided by `units` (runs, fired deadlines, ...), by service and operation,
+/// each to `decimals` places: "dynamodb Query 0.040, sqs SendMessage 1.000".
+pub fn requests_per(counts: &RequestCounts, units: usize, decimals: usize) -> String {
+    counts
+        .iter()
+        .map(|((service, op), n)| format!("{service} {op} {:.decimals$}", *n as f64 / units as f64))
+        .collect::<Vec<_>>()
+        .join(", ")
 }

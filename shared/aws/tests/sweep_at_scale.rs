@@ -172,25 +172,6 @@ async fn drain(engine: &Engine, queue: &Recording, expected: usize) -> Vec<RunId
     handled.into_inner().unwrap()
 }
 
-/// Requests per run, by service and operation.
-fn per_run(counter: &RequestCounter, runs: usize) -> String {
-    counter
-        .snapshot()
-        .iter()
-        .map(|((service, op), n)| format!("{service} {op} {:.2}", *n as f64 / runs as f64))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-/// Requests per fired deadline, by service and operation.
-fn per_fired(counts: &RequestCounts, fired: usize) -> String {
-    counts
-        .iter()
-        .map(|((service, op), n)| format!("{service} {op} {:.3}", *n as f64 / fired as f64))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
 /// How many items of the due index the sweep looks at exactly at `at` (no wake-up was
 /// sent for them: their deadline is past SQS's 15 minutes), per shard, read from the
 /// index itself.
@@ -372,7 +353,7 @@ async fn sweep_at_scale(env: &support::Emulators, runs: usize) {
         "{runs} runs started and waiting in {:.1} s ({:.1} runs/s); per run: {}",
         creation.as_secs_f64(),
         runs as f64 / creation.as_secs_f64(),
-        per_run(&counter, runs)
+        support::requests_per(&counter.snapshot(), runs, 2)
     );
 
     // Every run is in the due index at the deadline, on its shard.
@@ -459,14 +440,14 @@ async fn sweep_at_scale(env: &support::Emulators, runs: usize) {
         started.elapsed().as_secs_f64(),
         sweeping.as_secs_f64(),
         handling.as_secs_f64(),
-        per_run(&counter, runs)
+        support::requests_per(&counter.snapshot(), runs, 2)
     );
     let ms = |d: &Duration| d.as_secs_f64() * 1000.0;
     let full = &page_times[..page_times.len().saturating_sub(2)];
     eprintln!(
         "the sweep's own requests per fired deadline: {}; a page of {PAGE}: first {:.0} ms, \
          median {:.0} ms, last full {:.0} ms",
-        per_fired(&sweep_requests, woken.len()),
+        support::requests_per(&sweep_requests, woken.len(), 3),
         full.first().map(ms).unwrap_or_default(),
         {
             let mut sorted: Vec<f64> = full.iter().map(ms).collect();
