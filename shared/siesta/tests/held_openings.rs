@@ -1,7 +1,9 @@
 //! A wait's opening is held for the run's next checkpoint: a `sleep` or a callback the
 //! run then waits on costs one checkpoint with the suspension, not two; and nothing
 //! that could hand a held callback's id to the outside world (a step's closure, a
-//! stream publish, a child run) runs before the callback is durable.
+//! stream publish, a child run) runs before the callback is durable. A wait's ending
+//! (a callback answered, a timer passed, an event taken) outside a combinator is held
+//! the same way: a resumed wait and the next wait are one checkpoint.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -186,6 +188,44 @@ fn registry(closure_runs: Arc<AtomicU32>, slot: StoreSlot) -> Registry {
             let cb = ctx.create_callback::<serde_json::Value>("payment").await?;
             let _: serde_json::Value = ctx.invoke("notify", "echo", cb.url()).await?;
             cb.wait().await
+        },
+    );
+    reg.register(
+        "approve_then_sleep",
+        |ctx: Context, _: serde_json::Value| async move {
+            let cb = ctx
+                .create_callback::<serde_json::Value>("approval")
+                .timeout(Duration::from_secs(600))
+                .await?;
+            let answer = cb.wait().await?;
+            ctx.sleep(Duration::from_secs(60)).await?;
+            Ok(answer)
+        },
+    );
+    let ending_slot = slot.clone();
+    reg.register(
+        "approve_then_step",
+        move |ctx: Context, _: serde_json::Value| {
+            let slot = ending_slot.clone();
+            async move {
+                let run = ctx.run_id().to_string();
+                let cb = ctx.create_callback::<serde_json::Value>("approval").await?;
+                let answer = cb.wait().await?;
+                let seen: bool = ctx
+                    .step("look", move |_| async move {
+                        // What a step handed the answer could find: the ending is stored.
+                        let store = slot.lock().unwrap().clone().unwrap();
+                        let journal = store
+                            .load_journal(&TenantId::from("acme"), &RunId::from(run.as_str()))
+                            .await
+                            .unwrap();
+                        Ok(journal.iter().any(|e| {
+                            e.name == "approval" && matches!(e.state, EntryState::Succeeded { .. })
+                        }))
+                    })
+                    .await?;
+                Ok(json!({"answer": answer, "seen": seen}))
+            }
         },
     );
     reg.register("echo", |_ctx: Context, url: String| async move {
@@ -474,4 +514,92 @@ async fn a_branchs_held_callback_is_stored_before_a_sibling_branchs_step_runs() 
     w.complete_callback(&cb, json!("ok")).await;
     w.run_until_idle().await;
     assert_eq!(output(&w.run(&id).await), json!(["ok", true]));
+}
+
+/// The delivery that ended the callback at `position`, from the journal.
+async fn consumed_by(w: &TestEnv, id: &RunId, position: &str) -> Vec<DeliveryId> {
+    w.entry(id, position)
+        .await
+        .expect("the callback's entry")
+        .consumed
+}
+
+#[tokio::test]
+async fn a_callbacks_ending_and_the_next_wait_are_one_checkpoint() {
+    let (w, _) = env();
+    let id = waiting_after_one_checkpoint(&w, "approve_then_sleep", Duration::from_secs(600)).await;
+    let cb = w.callback(&id, "approval").await;
+    let before = checkpoints(&w);
+    // Delivered, then the run is resumed until it waits again.
+    w.complete_callback(&cb, json!("yes")).await;
+    assert_eq!(
+        checkpoints(&w) - before,
+        1,
+        "the callback's ending went with the sleep's opening and the suspension"
+    );
+    let run = w.run(&id).await;
+    assert_eq!(run.status, RunStatus::Waiting);
+    assert_eq!(run.due_at, Some(w.now().plus(Duration::from_secs(60))));
+    let types = event_types(&w.timeline(&id).await);
+    assert_eq!(
+        types[types.len() - 3..],
+        [
+            EventType::CallbackSucceeded,
+            EventType::WaitStarted,
+            EventType::InvocationCompleted
+        ],
+        "{types:?}"
+    );
+    assert_eq!(consumed_by(&w, &id, "approval#0").await.len(), 1);
+    w.advance(Duration::from_secs(60)).await;
+    assert_eq!(output(&w.run(&id).await), json!("yes"));
+}
+
+#[tokio::test]
+async fn a_held_ending_is_stored_before_the_next_steps_closure_runs() {
+    let (w, _) = env();
+    let id = create(&w, "approve_then_step", json!(null)).await;
+    w.run_until_idle().await;
+    let cb = w.callback(&id, "approval").await;
+    w.complete_callback(&cb, json!("yes")).await;
+    w.run_until_idle().await;
+    assert_eq!(
+        output(&w.run(&id).await),
+        json!({"answer": "yes", "seen": true})
+    );
+}
+
+#[tokio::test]
+async fn a_held_ending_lost_in_a_crash_is_taken_again_from_the_same_delivery() {
+    let (w, _) = env();
+    let id = create(&w, "approve_then_sleep", json!(null)).await;
+    w.run_until_idle().await;
+    let cb = w.callback(&id, "approval").await;
+    // The checkpoint that would carry the ending (with the sleep's opening) never
+    // lands: the resume after the delivery dies before it.
+    w.crash_before_write(1);
+    w.complete_callback(&cb, json!("yes")).await;
+    assert!(w.has_crashed());
+    w.restart();
+    let waiting = w
+        .entry(&id, "approval#0")
+        .await
+        .expect("the callback's entry");
+    assert!(
+        matches!(waiting.state, EntryState::Waiting(_)),
+        "nothing of the ending was stored: {:?}",
+        waiting.state
+    );
+    w.advance(LEASE_TTL + Duration::from_secs(1)).await;
+    let consumed = consumed_by(&w, &id, "approval#0").await;
+    assert_eq!(consumed.len(), 1, "the replay took the one delivery again");
+    let ended = w
+        .timeline(&id)
+        .await
+        .iter()
+        .filter(|e| e.event_type == EventType::CallbackSucceeded)
+        .count();
+    assert_eq!(ended, 1, "the callback ended once in the timeline");
+    w.advance(Duration::from_secs(60)).await;
+    assert_eq!(output(&w.run(&id).await), json!("yes"));
 }

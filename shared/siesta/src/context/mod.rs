@@ -559,6 +559,26 @@ impl Context {
         self.shared.hold_coalesced(delta);
     }
 
+    /// Record a wait's ending that a replay derives again from what is stored (a
+    /// delivery taken from the run's inbox, a timer's time passed), to be written with
+    /// the next checkpoint anyone makes — most often the next wait's opening and
+    /// suspension — rather than on its own. Losing it in a crash loses nothing: the
+    /// replay takes the same delivery (the earliest one that answers the wait) or finds
+    /// the same time passed. What the workflow does with the value is held back the
+    /// same way as a held opening: whatever could hand it out first makes it durable
+    /// (see `coalesce`).
+    ///
+    /// Inside a combinator's or a batch's future it is committed as before: the
+    /// combinator may yet discard this outcome and give the delivery back (see
+    /// `claim`), which undoes only what the journal holds.
+    pub(crate) async fn hold_ending(&self, delta: Delta) {
+        let scoped = !self.shared.state().scopes.is_empty();
+        if scoped {
+            return self.commit_or_suspend(delta).await;
+        }
+        self.hold_opening(delta).await;
+    }
+
     /// Make the held openings of waits durable before something that could hand them
     /// to the outside world (a step's closure, a stream publish, an artifact) runs; if
     /// that write fails, the invocation is over: block for good, as a failed checkpoint.

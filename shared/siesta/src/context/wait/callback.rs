@@ -328,7 +328,9 @@ impl<T: DeserializeOwned + Send + 'static> Callback<T> {
                     reason: None,
                 }),
             );
-            ctx.commit_or_suspend(Delta {
+            // Derived again from the delivery on a replay: held for the next
+            // checkpoint rather than written on its own.
+            ctx.hold_ending(Delta {
                 journal: vec![entry],
                 timeline: vec![ev],
                 ..Delta::default()

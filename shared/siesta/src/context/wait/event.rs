@@ -162,7 +162,9 @@ impl<T: DeserializeOwned + Send + 'static> IntoFuture for EventBuilder<T> {
                         error: None,
                     }),
                 ));
-                ctx.commit_or_suspend(Delta {
+                // Derived again from the delivery on a replay: held for the next
+                // checkpoint rather than written on its own.
+                ctx.hold_ending(Delta {
                     journal: vec![entry],
                     timeline,
                     ..Delta::default()

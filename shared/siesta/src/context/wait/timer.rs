@@ -96,7 +96,9 @@ impl IntoFuture for WaitBuilder {
                     &op,
                     tl::EventDetails::None,
                 );
-                ctx.commit_or_suspend(Delta {
+                // The time has passed for a replay too: held for the next checkpoint
+                // rather than written on its own.
+                ctx.hold_ending(Delta {
                     journal: vec![op.entry(EntryState::Succeeded {
                         value: Payload::Inline(serde_json::Value::Null),
                         attempt: 0,
