@@ -202,6 +202,22 @@ fn registry(closure_runs: Arc<AtomicU32>, slot: StoreSlot) -> Registry {
             Ok(answer)
         },
     );
+    reg.register(
+        "two_naps",
+        |ctx: Context, _: serde_json::Value| async move {
+            ctx.sleep(Duration::from_secs(60)).await?;
+            ctx.sleep(Duration::from_secs(60)).await?;
+            Ok(json!("rested twice"))
+        },
+    );
+    reg.register(
+        "event_then_nap",
+        |ctx: Context, _: serde_json::Value| async move {
+            let v: serde_json::Value = ctx.wait_for_event("go").await?;
+            ctx.sleep(Duration::from_secs(60)).await?;
+            Ok(v)
+        },
+    );
     let ending_slot = slot.clone();
     reg.register(
         "approve_then_step",
@@ -602,4 +618,50 @@ async fn a_held_ending_lost_in_a_crash_is_taken_again_from_the_same_delivery() {
     assert_eq!(ended, 1, "the callback ended once in the timeline");
     w.advance(Duration::from_secs(60)).await;
     assert_eq!(output(&w.run(&id).await), json!("yes"));
+}
+
+#[tokio::test]
+async fn a_timers_ending_and_the_next_sleep_are_one_checkpoint() {
+    let (w, _) = env();
+    let id = waiting_after_one_checkpoint(&w, "two_naps", Duration::from_secs(60)).await;
+    let before = checkpoints(&w);
+    w.advance(Duration::from_secs(60)).await;
+    assert_eq!(
+        checkpoints(&w) - before,
+        1,
+        "the first nap's end went with the second's opening"
+    );
+    let run = w.run(&id).await;
+    assert_eq!(run.status, RunStatus::Waiting);
+    assert_eq!(run.due_at, Some(w.now().plus(Duration::from_secs(60))));
+    w.advance(Duration::from_secs(60)).await;
+    assert_eq!(output(&w.run(&id).await), json!("rested twice"));
+}
+
+#[tokio::test]
+async fn an_events_ending_and_the_next_sleep_are_one_checkpoint() {
+    let (w, _) = env();
+    let id = create(&w, "event_then_nap", json!(null)).await;
+    w.run_until_idle().await;
+    let before = checkpoints(&w);
+    w.deliver_event(&id, "go", "now").await;
+    assert_eq!(
+        checkpoints(&w) - before,
+        1,
+        "the event's taking went with the nap's opening"
+    );
+    let taken = w
+        .journal(&id)
+        .await
+        .into_iter()
+        .find(|e| e.name == "go")
+        .expect("the event wait's entry");
+    assert!(
+        matches!(taken.state, EntryState::Succeeded { .. }),
+        "{:?}",
+        taken.state
+    );
+    assert_eq!(taken.consumed.len(), 1);
+    w.advance(Duration::from_secs(60)).await;
+    assert_eq!(output(&w.run(&id).await), json!("now"));
 }
