@@ -285,19 +285,26 @@ async fn waiting_after_one_checkpoint(w: &TestEnv, workflow: &str, due_in: Durat
     let id = create(w, workflow, json!(null)).await;
     let before = checkpoints(w);
     w.run_until_idle().await;
+    waits_after_one_checkpoint_since(w, &id, before, due_in).await;
+    id
+}
+
+/// One checkpoint was written since `before` (a wait's opening, with the last wait's
+/// ending if it was held, and the suspension), and the run stored is waiting, due
+/// `due_in` from now.
+async fn waits_after_one_checkpoint_since(w: &TestEnv, id: &RunId, before: u64, due_in: Duration) {
     assert_eq!(
         checkpoints(w) - before,
         1,
-        "{workflow}: the opening went with the suspension"
+        "what was held went with the suspension"
     );
-    let run = w.run(&id).await;
-    assert_eq!(run.status, RunStatus::Waiting, "{workflow}");
+    let run = w.run(id).await;
+    assert_eq!(run.status, RunStatus::Waiting);
     assert_eq!(
         run.due_at,
         Some(w.now().plus(due_in)),
-        "{workflow}: the written run is due when its wait ends"
+        "the written run is due when its wait ends"
     );
-    id
 }
 
 #[tokio::test]
@@ -548,14 +555,7 @@ async fn a_callbacks_ending_and_the_next_wait_are_one_checkpoint() {
     let before = checkpoints(&w);
     // Delivered, then the run is resumed until it waits again.
     w.complete_callback(&cb, json!("yes")).await;
-    assert_eq!(
-        checkpoints(&w) - before,
-        1,
-        "the callback's ending went with the sleep's opening and the suspension"
-    );
-    let run = w.run(&id).await;
-    assert_eq!(run.status, RunStatus::Waiting);
-    assert_eq!(run.due_at, Some(w.now().plus(Duration::from_secs(60))));
+    waits_after_one_checkpoint_since(&w, &id, before, Duration::from_secs(60)).await;
     let types = event_types(&w.timeline(&id).await);
     assert_eq!(
         types[types.len() - 3..],
@@ -626,14 +626,8 @@ async fn a_timers_ending_and_the_next_sleep_are_one_checkpoint() {
     let id = waiting_after_one_checkpoint(&w, "two_naps", Duration::from_secs(60)).await;
     let before = checkpoints(&w);
     w.advance(Duration::from_secs(60)).await;
-    assert_eq!(
-        checkpoints(&w) - before,
-        1,
-        "the first nap's end went with the second's opening"
-    );
-    let run = w.run(&id).await;
-    assert_eq!(run.status, RunStatus::Waiting);
-    assert_eq!(run.due_at, Some(w.now().plus(Duration::from_secs(60))));
+    // The first nap's end went with the second's opening.
+    waits_after_one_checkpoint_since(&w, &id, before, Duration::from_secs(60)).await;
     w.advance(Duration::from_secs(60)).await;
     assert_eq!(output(&w.run(&id).await), json!("rested twice"));
 }
@@ -645,11 +639,8 @@ async fn an_events_ending_and_the_next_sleep_are_one_checkpoint() {
     w.run_until_idle().await;
     let before = checkpoints(&w);
     w.deliver_event(&id, "go", "now").await;
-    assert_eq!(
-        checkpoints(&w) - before,
-        1,
-        "the event's taking went with the nap's opening"
-    );
+    // The event's taking went with the nap's opening.
+    waits_after_one_checkpoint_since(&w, &id, before, Duration::from_secs(60)).await;
     let taken = w
         .journal(&id)
         .await
