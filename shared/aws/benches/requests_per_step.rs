@@ -246,22 +246,8 @@ async fn main() {
         .expect("start");
     engine.run_until_idle(100).await.expect("work");
     for i in 0..WAITS {
-        let history = aws
-            .backend()
-            .store
-            .load_history(&tenant, &run.id)
+        let callback = support::waiting_callback(&*aws.backend().store, &tenant, &run.id)
             .await
-            .expect("history");
-        let callback = history
-            .journal
-            .iter()
-            .find_map(|e| match &e.state {
-                EntryState::Waiting(Wait {
-                    kind: WaitKind::Callback { callback_id, .. },
-                    ..
-                }) => Some(callback_id.clone()),
-                _ => None,
-            })
             .expect("waiting on a callback");
         engine
             .complete_callback(

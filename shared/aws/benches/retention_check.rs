@@ -190,19 +190,7 @@ async fn bench(env: &support::Emulators) {
     }
     engine.run_until_idle(500).await.expect("work");
     for run in &finished {
-        let history = aws
-            .backend()
-            .store
-            .load_history(&tenant, run)
-            .await
-            .expect("history");
-        let callback = history.journal.iter().find_map(|e| match &e.state {
-            EntryState::Waiting(Wait {
-                kind: WaitKind::Callback { callback_id, .. },
-                ..
-            }) => Some(callback_id.clone()),
-            _ => None,
-        });
+        let callback = support::waiting_callback(&*aws.backend().store, &tenant, run).await;
         if let Some(callback) = callback {
             engine
                 .complete_callback(&callback, None, Ok(json!("yes")), None)

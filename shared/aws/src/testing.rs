@@ -16,7 +16,10 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use siesta::ports::{RunStore, WakeQueue};
-use siesta::{Payload, Run, RunId, RunStatus, TenantId, TimelineEvent, Timestamp};
+use siesta::{
+    CallbackId, EntryState, Payload, Run, RunId, RunStatus, TenantId, TimelineEvent, Timestamp,
+    Wait, WaitKind,
+};
 use tokio::sync::OnceCell;
 
 use crate::bootstrap::{NewResources, Plan};
@@ -264,4 +267,23 @@ pub fn requests_per(counts: &RequestCounts, units: usize, decimals: usize) -> St
         .map(|((service, op), n)| format!("{service} {op} {:.decimals$}", *n as f64 / units as f64))
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// The callback `run` waits on: the first journal entry waiting on a callback, if any.
+///
+/// # Panics
+/// When the run's history cannot be read.
+pub async fn waiting_callback(
+    store: &dyn RunStore,
+    tenant: &TenantId,
+    run: &RunId,
+) -> Option<CallbackId> {
+    let history = store.load_history(tenant, run).await.expect("history");
+    history.journal.iter().find_map(|e| match &e.state {
+        EntryState::Waiting(Wait {
+            kind: WaitKind::Callback { callback_id, .. },
+            ..
+        }) => Some(callback_id.clone()),
+        _ => None,
+    })
 }

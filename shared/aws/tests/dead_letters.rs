@@ -187,22 +187,8 @@ async fn on_aws_a_resumed_run_stays_resumed_through_sweeps_and_a_webhook_complet
     assert_eq!(waiting.status, RunStatus::Waiting, "{:?}", waiting.error);
 
     // The webhook: the callback completed by its id, as `POST /hooks/{token}` does.
-    let history = engine
-        .backend()
-        .store
-        .load_history(&tenant, &id)
+    let callback_id = support::waiting_callback(&*engine.backend().store, &tenant, &id)
         .await
-        .unwrap();
-    let callback_id = history
-        .journal
-        .iter()
-        .find_map(|e| match &e.state {
-            EntryState::Waiting(Wait {
-                kind: WaitKind::Callback { callback_id, .. },
-                ..
-            }) => Some(callback_id.clone()),
-            _ => None,
-        })
         .expect("the run waits on its callback");
     engine
         .complete_callback(&callback_id, None, Ok(json!({"paid": true})), None)

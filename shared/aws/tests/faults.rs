@@ -100,21 +100,8 @@ async fn order_completes_exactly_once_under(fault: Fault) {
         r.status == RunStatus::Waiting
     })
     .await;
-    let history = backend
-        .store
-        .load_history(&tenant, &run.id)
+    let callback = support::waiting_callback(&*backend.store, &tenant, &run.id)
         .await
-        .expect("history");
-    let callback = history
-        .journal
-        .iter()
-        .find_map(|e| match &e.state {
-            EntryState::Waiting(Wait {
-                kind: WaitKind::Callback { callback_id, .. },
-                ..
-            }) => Some(callback_id.clone()),
-            _ => None,
-        })
         .unwrap_or_else(|| panic!("waiting on a callback: {waiting:?}"));
 
     let payment = json!({"status": "COMPLETED", "transaction_id": "txn_1"});

@@ -230,21 +230,6 @@ fn left_without_expiry(all: &[Item], live: &BTreeSet<String>, by: i64) -> Vec<(S
         .collect()
 }
 
-async fn waiting_callback(aws: &AwsBackend, tenant: &TenantId, run: &RunId) -> CallbackId {
-    let history = aws.backend().store.load_history(tenant, run).await.unwrap();
-    history
-        .journal
-        .iter()
-        .find_map(|e| match &e.state {
-            EntryState::Waiting(Wait {
-                kind: WaitKind::Callback { callback_id, .. },
-                ..
-            }) => Some(callback_id.clone()),
-            _ => None,
-        })
-        .expect("waiting on a callback")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_finished_run_past_its_retention_leaves_nothing_and_a_waiting_run_of_its_age_is_untouched()
  {
@@ -265,7 +250,9 @@ async fn a_finished_run_past_its_retention_leaves_nothing_and_a_waiting_run_of_i
             .await
             .unwrap();
         engine.run_until_idle(50).await.unwrap();
-        let callback = waiting_callback(&aws, &tenant, &order.id).await;
+        let callback = support::waiting_callback(&*aws.backend().store, &tenant, &order.id)
+            .await
+            .expect("waiting on a callback");
         engine
             .complete_callback(
                 &callback,
