@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use serde_json::json;
 use siesta::*;
-use siesta_aws::{AwsOptions, RequestCounter, WrittenItems};
+use siesta_aws::{RequestCounter, WrittenItems};
 
 const STEPS: u32 = 100;
 const RUNS: usize = 5;
@@ -190,16 +190,7 @@ async fn main() {
     let tenant = TenantId(format!("bench-{}", uuid::Uuid::new_v4().simple()));
 
     // A: back-to-back steps.
-    let counter = RequestCounter::new();
-    let aws = env
-        .backend_with(
-            5,
-            AwsOptions {
-                interceptors: vec![counter.interceptor()],
-                ..AwsOptions::default()
-            },
-        )
-        .await;
+    let (aws, counter) = env.counted_backend(5).await;
     let engine = Engine::new(
         aws.backend(),
         Arc::new(SystemClock),

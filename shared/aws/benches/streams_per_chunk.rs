@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use serde_json::json;
 use siesta::*;
-use siesta_aws::{AwsOptions, RequestCounter};
+use siesta_aws::RequestCounter;
 
 /// The figures are per 1 000 chunks: this many.
 const CHUNKS: u64 = 1000;
@@ -122,16 +122,7 @@ async fn main() {
         return;
     };
     let tenant = TenantId(format!("bench-{}", uuid::Uuid::new_v4().simple()));
-    let counter = RequestCounter::new();
-    let aws = env
-        .backend_with(
-            5,
-            AwsOptions {
-                interceptors: vec![counter.interceptor()],
-                ..AwsOptions::default()
-            },
-        )
-        .await;
+    let (aws, counter) = env.counted_backend(5).await;
     let engine = Engine::new(
         aws.backend(),
         Arc::new(SystemClock),

@@ -24,7 +24,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use siesta::*;
-use siesta_aws::{AwsOptions, RequestCounter};
 
 /// The sweep's page size (the sweep function's default).
 const PAGE: usize = 250;
@@ -50,16 +49,8 @@ fn main() {
 }
 
 async fn bench(env: &support::Emulators, runs: usize) {
-    let counter = RequestCounter::new();
     let names = env.names(5).await;
-    let aws = siesta_aws::AwsBackend::with_options(
-        &env.sdk,
-        names.clone(),
-        AwsOptions {
-            interceptors: vec![counter.interceptor()],
-            ..AwsOptions::default()
-        },
-    );
+    let (aws, counter) = env.counted_backend_with_names(names.clone());
     let backend = aws.backend();
     let clock = Arc::new(ManualClock::new(Timestamp(1_800_000_000_000)));
     let engine = Engine::new(

@@ -23,7 +23,7 @@ use siesta::{
 use tokio::sync::OnceCell;
 
 use crate::bootstrap::{NewResources, Plan};
-use crate::{AwsBackend, AwsOptions, RequestCounts, ResourceNames};
+use crate::{AwsBackend, AwsOptions, RequestCounter, RequestCounts, ResourceNames};
 
 /// The emulators' SDK configuration and the shared table and bucket.
 #[derive(Clone)]
@@ -106,6 +106,27 @@ impl Emulators {
     pub async fn backend_with(&self, max_receives: u32, options: AwsOptions) -> AwsBackend {
         let names = self.names(max_receives).await;
         AwsBackend::with_options(&self.sdk, names, options)
+    }
+
+    /// Like [`Emulators::backend`], its requests counted by a new [`RequestCounter`].
+    pub async fn counted_backend(&self, max_receives: u32) -> (AwsBackend, RequestCounter) {
+        let names = self.names(max_receives).await;
+        self.counted_backend_with_names(names)
+    }
+
+    /// A backend on `names` (from [`Emulators::names`]), its requests counted by a new
+    /// [`RequestCounter`].
+    pub fn counted_backend_with_names(&self, names: ResourceNames) -> (AwsBackend, RequestCounter) {
+        let counter = RequestCounter::new();
+        let aws = AwsBackend::with_options(
+            &self.sdk,
+            names,
+            AwsOptions {
+                interceptors: vec![counter.interceptor()],
+                ..AwsOptions::default()
+            },
+        );
+        (aws, counter)
     }
 
     /// Like [`Emulators::backend_with`], with clients built from `sdk` (a faulty HTTP

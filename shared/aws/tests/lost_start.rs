@@ -19,7 +19,7 @@ use async_trait::async_trait;
 use serde_json::json;
 use siesta::ports::*;
 use siesta::*;
-use siesta_aws::{AwsBackend, AwsOptions, RequestCounter};
+use siesta_aws::RequestCounter;
 
 fn registry() -> Registry {
     let mut reg = Registry::new();
@@ -84,15 +84,7 @@ struct World {
 
 impl World {
     async fn new(env: &support::Emulators) -> World {
-        let counter = RequestCounter::new();
-        let aws = AwsBackend::with_options(
-            &env.sdk,
-            env.names(5).await,
-            AwsOptions {
-                interceptors: vec![counter.interceptor()],
-                ..AwsOptions::default()
-            },
-        );
+        let (aws, counter) = env.counted_backend(5).await;
         let base = aws.backend();
         let queue = Arc::new(LosesSends(base.queue.clone(), AtomicUsize::new(0)));
         let clock = Arc::new(ManualClock::new(Timestamp(1_800_000_000_000)));

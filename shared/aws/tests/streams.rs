@@ -7,7 +7,7 @@ mod support;
 use serde_json::json;
 use siesta::ports::*;
 use siesta::*;
-use siesta_aws::{AwsOptions, RequestCounter};
+use siesta_aws::RequestCounter;
 
 fn chunk(v: serde_json::Value) -> NewChunk {
     NewChunk {
@@ -21,16 +21,7 @@ fn chunk(v: serde_json::Value) -> NewChunk {
 }
 
 async fn counted(env: &support::Emulators) -> (Backend, RequestCounter) {
-    let counter = RequestCounter::new();
-    let aws = env
-        .backend_with(
-            3,
-            AwsOptions {
-                interceptors: vec![counter.interceptor()],
-                ..AwsOptions::default()
-            },
-        )
-        .await;
+    let (aws, counter) = env.counted_backend(3).await;
     (aws.backend(), counter)
 }
 

@@ -33,8 +33,8 @@ use futures::StreamExt;
 use serde_json::json;
 use siesta::ports::{Backend, DeadLetter, ReceivedWakeUp, StoreError, WakeQueue, WakeUp};
 use siesta::*;
+use siesta_aws::RequestCounts;
 use siesta_aws::keys::{DUE_INDEX, DUE_SHARD, DUE_SHARDS, SWEEP_AT, due_shard, shard_name};
-use siesta_aws::{AwsOptions, RequestCounter, RequestCounts};
 
 /// The sweep's page size end to end.
 const PAGE: usize = 100;
@@ -279,16 +279,7 @@ async fn runs_waiting_on_one_deadline_are_timed_out_by_the_sweep_in_bounded_page
 
 async fn sweep_at_scale(env: &support::Emulators, runs: usize) {
     let total = Instant::now();
-    let counter = RequestCounter::new();
-    let aws = env
-        .backend_with(
-            5,
-            AwsOptions {
-                interceptors: vec![counter.interceptor()],
-                ..AwsOptions::default()
-            },
-        )
-        .await;
+    let (aws, counter) = env.counted_backend(5).await;
     let capacity = aws.clone();
     let aws = aws.backend();
     let queue = Arc::new(Recording {
@@ -582,16 +573,8 @@ async fn a_sweep_page_costs_the_same_requests_and_reads_with_500_or_2000_runs_du
 /// and sweep the first [`COMPARED_PAGES`] pages of [`COMPARED_PAGE`] after the deadline:
 /// what each cost.
 async fn first_pages(env: &support::Emulators, runs: usize) -> Vec<PageCost> {
-    let counter = RequestCounter::new();
     let names = env.names(5).await;
-    let aws = siesta_aws::AwsBackend::with_options(
-        &env.sdk,
-        names.clone(),
-        AwsOptions {
-            interceptors: vec![counter.interceptor()],
-            ..AwsOptions::default()
-        },
-    );
+    let (aws, counter) = env.counted_backend_with_names(names.clone());
     let backend = aws.backend();
     let clock = Arc::new(ManualClock::new(Timestamp(1_800_000_000_000)));
     let engine = Engine::new(

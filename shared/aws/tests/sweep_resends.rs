@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use serde_json::json;
 use siesta::*;
-use siesta_aws::{AwsBackend, AwsOptions, RequestCounter, ResourceNames};
+use siesta_aws::{AwsBackend, ResourceNames};
 
 /// Started runs whose wake-ups wait in the queue.
 const RUNS: usize = 30;
@@ -46,16 +46,8 @@ async fn a_sweep_while_wake_ups_are_queued_sends_none_again_and_one_after_a_lost
 }
 
 async fn sweeps(env: &support::Emulators) {
-    let counter = RequestCounter::new();
     let names = env.names(5).await;
-    let aws = AwsBackend::with_options(
-        &env.sdk,
-        names.clone(),
-        AwsOptions {
-            interceptors: vec![counter.interceptor()],
-            ..AwsOptions::default()
-        },
-    );
+    let (aws, counter) = env.counted_backend_with_names(names.clone());
     let clock = Arc::new(ManualClock::new(Timestamp(1_800_000_000_000)));
     let engine = Engine::new(
         aws.backend(),
