@@ -132,8 +132,5 @@ async fn bench(env: &support::Emulators, runs: usize) {
     );
 
     // The wake-ups sent are not handled here: give the queues back.
-    let sqs = aws_sdk_sqs::Client::new(&env.sdk);
-    for url in [&names.queue_url, &names.dead_letter_queue_url] {
-        let _ = sqs.delete_queue().queue_url(url).send().await;
-    }
+    env.delete_queues(&names).await;
 }

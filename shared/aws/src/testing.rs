@@ -129,6 +129,15 @@ impl Emulators {
         (aws, counter)
     }
 
+    /// Deletes the queue pair of `names`, for a test that leaves wake-ups in it unhandled
+    /// (a failure is ignored: a queue left behind fails no test).
+    pub async fn delete_queues(&self, names: &ResourceNames) {
+        let sqs = aws_sdk_sqs::Client::new(&self.sdk);
+        for url in [&names.queue_url, &names.dead_letter_queue_url] {
+            let _ = sqs.delete_queue().queue_url(url).send().await;
+        }
+    }
+
     /// Like [`Emulators::backend_with`], with clients built from `sdk` (a faulty HTTP
     /// client, short timeouts).
     pub async fn backend_on(

@@ -626,9 +626,6 @@ async fn first_pages(env: &support::Emulators, runs: usize) -> Vec<PageCost> {
     eprintln!("{runs} runs due, the first pages of {COMPARED_PAGE}: {pages:?}");
 
     // The wake-ups are not handled here: give the queues back.
-    let sqs = aws_sdk_sqs::Client::new(&env.sdk);
-    for url in [&names.queue_url, &names.dead_letter_queue_url] {
-        let _ = sqs.delete_queue().queue_url(url).send().await;
-    }
+    env.delete_queues(&names).await;
     pages
 }
