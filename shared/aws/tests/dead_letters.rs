@@ -74,6 +74,24 @@ async fn run(engine: &Engine, tenant: &TenantId, id: &RunId) -> Run {
     engine.get_run(tenant, id).await.unwrap()
 }
 
+/// Wait until every one of `ids` has completed, polling every 50 ms, or `limit` has
+/// passed; whether they did is for the caller to check.
+async fn all_completed_within(engine: &Engine, tenant: &TenantId, ids: &[RunId], limit: Duration) {
+    let _ = tokio::time::timeout(limit, async {
+        loop {
+            let mut done = true;
+            for id in ids {
+                done &= run(engine, tenant, id).await.status == RunStatus::Completed;
+            }
+            if done {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+}
+
 /// Handle dead letters until at least `handled` have been, or 20 tries 250 ms apart
 /// have passed (SQS moves a message to the dead-letter queue a moment after its last
 /// receive); what was handled.
@@ -258,19 +276,7 @@ async fn on_aws_five_kills_in_a_row_of_a_worker_holding_a_batch_park_no_healthy_
             async move { engine.work_queue_once(10).await }
         });
         // Until the healthy runs it holds have finished (a guard, not a measurement).
-        let _ = tokio::time::timeout(Duration::from_secs(5), async {
-            loop {
-                let mut done = true;
-                for id in &healthy {
-                    done &= run(&engine, &tenant, id).await.status == RunStatus::Completed;
-                }
-                if done {
-                    return;
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        })
-        .await;
+        all_completed_within(&engine, &tenant, &healthy, Duration::from_secs(5)).await;
         worker.abort();
         let _ = worker.await;
         // Past the visibility timeout and the lease.
@@ -282,19 +288,7 @@ async fn on_aws_five_kills_in_a_row_of_a_worker_holding_a_batch_park_no_healthy_
         let engine = engine.clone();
         async move { engine.run_until_idle(5).await }
     });
-    let _ = tokio::time::timeout(Duration::from_secs(5), async {
-        loop {
-            let mut done = true;
-            for id in &healthy {
-                done &= run(&engine, &tenant, id).await.status == RunStatus::Completed;
-            }
-            if done {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    })
-    .await;
+    all_completed_within(&engine, &tenant, &healthy, Duration::from_secs(5)).await;
     leftover.abort();
     let report = handle_dead_letters_until(&engine, 1).await;
     for id in &healthy {
