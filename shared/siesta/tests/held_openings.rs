@@ -12,6 +12,7 @@
 
 mod support;
 
+use std::future::IntoFuture;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
@@ -216,6 +217,38 @@ fn registry(closure_runs: Arc<AtomicU32>, slot: StoreSlot) -> Registry {
             let v: serde_json::Value = ctx.wait_for_event("go").await?;
             ctx.sleep(Duration::from_secs(60)).await?;
             Ok(v)
+        },
+    );
+    reg.register(
+        "approve_then_child",
+        |ctx: Context, _: serde_json::Value| async move {
+            let cb = ctx.create_callback::<serde_json::Value>("approval").await?;
+            let answer = cb.wait().await?;
+            ctx.run_in_child_context("nap", |c: Context| async move {
+                c.sleep(Duration::from_secs(60)).await
+            })
+            .await?;
+            Ok(answer)
+        },
+    );
+    reg.register(
+        "approve_then_race",
+        |ctx: Context, _: serde_json::Value| async move {
+            let cb = ctx.create_callback::<serde_json::Value>("approval").await?;
+            let answer = cb.wait().await?;
+            let nap = ctx.wait("nap", Duration::from_secs(60));
+            let go = ctx.wait_for_event::<serde_json::Value>("go");
+            let first: serde_json::Value = ctx
+                .race(
+                    "nap or go",
+                    vec![
+                        Box::pin(async move { nap.await.map(|()| json!("nap")) })
+                            as siesta::context::DurableFuture<serde_json::Value>,
+                        Box::pin(go.into_future()),
+                    ],
+                )
+                .await?;
+            Ok(json!({"answer": answer, "first": first}))
         },
     );
     let ending_slot = slot.clone();
@@ -655,4 +688,62 @@ async fn an_events_ending_and_the_next_sleep_are_one_checkpoint() {
     assert_eq!(taken.consumed.len(), 1);
     w.advance(Duration::from_secs(60)).await;
     assert_eq!(output(&w.run(&id).await), json!("now"));
+}
+
+/// The run's timeline from the first `CallbackSucceeded` on, as event types.
+async fn from_the_callbacks_end(w: &TestEnv, id: &RunId) -> Vec<EventType> {
+    let types = event_types(&w.timeline(id).await);
+    let at = types
+        .iter()
+        .position(|t| *t == EventType::CallbackSucceeded)
+        .expect("the callback ended");
+    types[at..].to_vec()
+}
+
+#[tokio::test]
+async fn a_context_entered_after_a_held_ending_starts_after_it_in_the_timeline() {
+    let (w, _) = env();
+    let id = create(&w, "approve_then_child", json!(null)).await;
+    w.run_until_idle().await;
+    let cb = w.callback(&id, "approval").await;
+    let before = checkpoints(&w);
+    w.complete_callback(&cb, json!("yes")).await;
+    waits_after_one_checkpoint_since(&w, &id, before, Duration::from_secs(60)).await;
+    assert_eq!(
+        from_the_callbacks_end(&w, &id).await,
+        [
+            EventType::CallbackSucceeded,
+            EventType::ContextStarted,
+            EventType::WaitStarted,
+            EventType::InvocationCompleted
+        ],
+        "in the order the workflow did them"
+    );
+    let timeline = w.timeline(&id).await;
+    assert!(
+        timeline.windows(2).all(|p| p[0].at <= p[1].at),
+        "no event is older than the one before it"
+    );
+    w.advance(Duration::from_secs(60)).await;
+    assert_eq!(output(&w.run(&id).await), json!("yes"));
+}
+
+#[tokio::test]
+async fn a_combinator_created_after_a_held_ending_starts_after_it_in_the_timeline() {
+    let (w, _) = env();
+    let id = create(&w, "approve_then_race", json!(null)).await;
+    w.run_until_idle().await;
+    let cb = w.callback(&id, "approval").await;
+    w.complete_callback(&cb, json!("yes")).await;
+    let types = from_the_callbacks_end(&w, &id).await;
+    let started = types
+        .iter()
+        .position(|t| *t == EventType::ContextStarted)
+        .expect("the race started");
+    assert!(started > 0, "{types:?}");
+    w.deliver_event(&id, "go", "now").await;
+    assert_eq!(
+        output(&w.run(&id).await),
+        json!({"answer": "yes", "first": "now"})
+    );
 }

@@ -27,6 +27,18 @@
 //!   losing it in a crash loses nothing a replay does not make again. Whatever could
 //!   hand it to the outside world (a step's closure, a stream publish, an artifact)
 //!   first calls [`Shared::flush_held`].
+//! - **A held ending goes the same way.** A wait's ending outside a combinator's or a
+//!   batch's future (a callback answered, a timer passed, an event taken) is queued
+//!   like an opening ([`Context::hold_ending`](super::Context)): a replay derives it
+//!   again from the stored delivery or the clock, and the same flushes keep what the
+//!   workflow does with it in the process until it is durable. Inside a combinator it
+//!   is committed as before, since the combinator may discard it and give the delivery
+//!   back (see `claim`).
+//! - **Timeline in program order.** A context's start is written with the first
+//!   checkpoint inside the context, which may also carry held deltas queued before it
+//!   was entered; each queued delta's events and each start carry their place (in
+//!   `seq`, until the checkpoint numbers them), so the checkpoint lists them in the
+//!   order the workflow made them.
 //! - **One item once per transaction.** A delta writing a journal position or a
 //!   callback record already in the batch (a held opening and its own end) starts the
 //!   next checkpoint instead: a store writes each item once per transaction.
@@ -43,7 +55,7 @@ pub(crate) struct Queued {
     id: u64,
     delta: Delta,
     done: tokio::sync::oneshot::Sender<Result<(), CommitError>>,
-    /// A held opening: nobody waits for it (see [`Shared::hold_coalesced`]).
+    /// A held opening or ending: nobody waits for it (see [`Shared::hold_coalesced`]).
     held: bool,
 }
 
@@ -101,6 +113,13 @@ impl<'a> Writes<'a> {
                 .iter()
                 .any(|c| self.callbacks.contains(&c.callback_id))
     }
+}
+
+/// Where the events of the delta queued as `id` go in a checkpoint's timeline (kept in
+/// their `seq` until the checkpoint numbers them): after every context start made before
+/// it was queued (see [`Shared::start_order`]), before every one made after.
+fn queued_order(id: u64) -> u64 {
+    2 * id + 2
 }
 
 /// The branch's queue entry while it waits; dropping it un-queues the delta if no
@@ -262,7 +281,7 @@ impl Shared {
 
     fn enqueue(
         &self,
-        delta: Delta,
+        mut delta: Delta,
         done: tokio::sync::oneshot::Sender<Result<(), CommitError>>,
         held: bool,
     ) -> u64 {
@@ -270,6 +289,9 @@ impl Shared {
         let id = self
             .queue_ids
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        for event in &mut delta.timeline {
+            event.seq = queued_order(id);
+        }
         if held {
             self.held_unwritten
                 .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
@@ -283,9 +305,18 @@ impl Shared {
         id
     }
 
-    /// Queue a wait's opening to be written with the next checkpoint anyone makes,
-    /// without waiting for it (see the module's invariants). The caller must not let
-    /// anything of it leave the process before [`Shared::flush_held`].
+    /// Where a context's start made now goes in the timeline of the checkpoint that
+    /// writes it: after the events of every delta queued so far, before those queued
+    /// later and those of the checkpoint's own (see `Delta::take_starts`). A start is
+    /// written with the first checkpoint inside its context, which may also carry a
+    /// held opening or ending queued before the context was entered.
+    pub(crate) fn start_order(&self) -> u64 {
+        2 * self.queue_ids.load(std::sync::atomic::Ordering::Relaxed) + 1
+    }
+
+    /// Queue a wait's opening or ending to be written with the next checkpoint anyone
+    /// makes, without waiting for it (see the module's invariants). The caller must not
+    /// let anything of it leave the process before [`Shared::flush_held`].
     pub(crate) fn hold_coalesced(&self, delta: Delta) {
         // Nobody waits for the answer: a failed write stops the invocation (see
         // `commit_locked`), which is all a failed opening did before.
@@ -293,8 +324,9 @@ impl Shared {
         self.enqueue(delta, done, true);
     }
 
-    /// Make every held opening durable: write what is queued up to the last of them
-    /// (waiting for a write of them already under way). Fails when one was not written.
+    /// Make every held opening and ending durable: write what is queued up to the last
+    /// of them (waiting for a write of them already under way). Fails when one was not
+    /// written.
     pub(crate) async fn flush_held(&self) -> Result<(), CommitError> {
         let unwritten = || {
             self.held_unwritten
@@ -316,7 +348,8 @@ impl Shared {
         aborted()
     }
 
-    /// The waits the held openings record, not yet in the journal.
+    /// The waits the held openings record, not yet in the journal (a held ending
+    /// records none).
     pub(crate) fn held_waits(&self) -> Vec<Wait> {
         self.queued()
             .iter()

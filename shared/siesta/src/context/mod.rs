@@ -5,9 +5,13 @@
 //! - **Positions are minted at the call site**, synchronously, in creation order: the
 //!   name plus a per-parent occurrence counter. Replay is correct because a workflow
 //!   creates the same operations in the same order every time it runs.
-//! - **An outcome is journaled before the workflow sees it.** Every operation that
-//!   learns something (a step's result, a callback's payload, a timer firing) commits it
-//!   in one checkpoint and only then returns it.
+//! - **An outcome is journaled before the workflow sees it, or before anything it
+//!   leads to leaves the process.** Every operation that learns something (a step's
+//!   result, a tool call's) commits it in one checkpoint and only then returns it. A
+//!   wait's ending outside a combinator (a callback's payload, a timer firing, an event
+//!   taken) is the exception: a replay derives it again from the stored delivery or the
+//!   clock, so it is held for the next checkpoint and made durable before anything could
+//!   hand what the workflow did with it to the outside world (see `coalesce`).
 //! - **Suspension never reaches user code.** An operation that cannot complete yet
 //!   records what it waits for and holds; the engine notices that every branch is
 //!   blocked and checkpoints. It then either drops the workflow future or keeps it as a
@@ -129,7 +133,8 @@ impl Context {
                 attempt: 1,
                 key: None,
             });
-            let event = self.event(EventType::ContextStarted, sub, op, details);
+            let mut event = self.event(EventType::ContextStarted, sub, op, details);
+            event.seq = self.shared.start_order();
             child
                 .starts
                 .push(Arc::new(Mutex::new(Some((entry, event)))));
@@ -150,7 +155,8 @@ impl Context {
             attempt: 1,
             key: None,
         });
-        let event = self.event(EventType::ContextStarted, sub, op, details);
+        let mut event = self.event(EventType::ContextStarted, sub, op, details);
+        event.seq = self.shared.start_order();
         let mut st = self.shared.state();
         st.detached_starts.extend(self.starts.iter().cloned());
         st.detached_starts
@@ -579,9 +585,10 @@ impl Context {
         self.hold_opening(delta).await;
     }
 
-    /// Make the held openings of waits durable before something that could hand them
-    /// to the outside world (a step's closure, a stream publish, an artifact) runs; if
-    /// that write fails, the invocation is over: block for good, as a failed checkpoint.
+    /// Make the held openings and endings of waits durable before something that could
+    /// hand them to the outside world (a step's closure, a stream publish, an artifact)
+    /// runs; if that write fails, the invocation is over: block for good, as a failed
+    /// checkpoint.
     pub(crate) async fn flush_held(&self) {
         if self.shared.flush_held().await.is_err() {
             self.suspend::<()>(None).await;

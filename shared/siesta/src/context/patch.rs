@@ -122,7 +122,7 @@ impl Context {
             value: Payload::Inline(serde_json::json!({ "patch": id })),
             attempt: 1,
         });
-        let event = self.event(
+        let mut event = self.event(
             EventType::MarkerRecorded,
             SubType::Patch,
             op,
@@ -131,6 +131,7 @@ impl Context {
                 call: how.to_string(),
             }),
         );
+        event.seq = self.shared.start_order();
         let mut st = self.shared.state();
         st.detached_starts.extend(self.starts.iter().cloned());
         st.detached_starts

@@ -351,6 +351,12 @@ impl Shared {
             delta.journal.extend(undone);
         }
         delta.take_starts();
+        // Program order: the events of queued deltas carry their place in `seq` (see
+        // `coalesce`), starts theirs from when the context was entered; the writer's
+        // own events (still 0) go last.
+        delta
+            .timeline
+            .sort_by_key(|e| if e.seq == 0 { u64::MAX } else { e.seq });
         let now = self.now();
         for entry in &mut delta.journal {
             entry.updated_at = now;
