@@ -285,11 +285,7 @@ async fn reap_all(ports: &Backend, clock: &ManualClock, retention: Duration) -> 
     let rules = RetentionRules::new(RetentionPolicy::keep_for(Some(retention)));
     let mut removed = 0;
     loop {
-        let page = ports
-            .store
-            .reap_due(&rules, clock.now(), 100)
-            .await
-            .expect("reap");
+        let page = reap_page(ports, &rules, clock).await;
         removed += page.removed.len();
         if !page.more {
             return removed;
@@ -607,6 +603,19 @@ fn reap_at(conn: &Connection, run: &Run) -> Option<i64> {
     .unwrap()
 }
 
+/// One reaper pass by `rules` at the clock's time: a page of at most 100 runs.
+async fn reap_page(
+    ports: &Backend,
+    rules: &RetentionRules,
+    clock: &ManualClock,
+) -> siesta::retention::ReapReport {
+    ports
+        .store
+        .reap_due(rules, clock.now(), 100)
+        .await
+        .expect("reap")
+}
+
 /// The ids of the runs a report says were removed.
 fn removed_ids(report: &siesta::retention::ReapReport) -> Vec<&RunId> {
     report.removed.iter().map(|r| &r.run_id).collect()
@@ -630,27 +639,15 @@ async fn a_run_finished_after_rearming_is_not_read_before_its_retention_ends_and
     assert_eq!(reap_at(&conn, &run), Some(end.0), "due at its own end");
 
     // Passes at its finish and a minute before its end read nothing.
-    let at_finish = ports
-        .store
-        .reap_due(&rules, clock.now(), 100)
-        .await
-        .expect("reap");
+    let at_finish = reap_page(&ports, &rules, &clock).await;
     assert_eq!(at_finish, siesta::retention::ReapReport::default());
     clock.advance(HOUR * 24 * 30 - Duration::from_secs(60));
-    let before_end = ports
-        .store
-        .reap_due(&rules, clock.now(), 100)
-        .await
-        .expect("reap");
+    let before_end = reap_page(&ports, &rules, &clock).await;
     assert_eq!(before_end, siesta::retention::ReapReport::default());
     assert_eq!(reap_at(&conn, &run), Some(end.0), "never put back");
 
     clock.advance(Duration::from_secs(60));
-    let at_end = ports
-        .store
-        .reap_due(&rules, clock.now(), 100)
-        .await
-        .expect("reap");
+    let at_end = reap_page(&ports, &rules, &clock).await;
     assert_eq!(removed_ids(&at_end), [&run.id]);
     assert_eq!(at_end.put_back, 0, "read once, when it goes: {at_end:?}");
 }
@@ -678,27 +675,15 @@ async fn a_workflow_kept_an_hour_goes_an_hour_after_its_finish_and_a_tenant_kept
     assert_eq!(reap_at(&conn, &vault), Some(i64::MAX), "never due");
 
     clock.advance(HOUR - Duration::from_secs(1));
-    let before = ports
-        .store
-        .reap_due(&rules, clock.now(), 100)
-        .await
-        .expect("reap");
+    let before = reap_page(&ports, &rules, &clock).await;
     assert_eq!(before, siesta::retention::ReapReport::default());
     clock.advance(Duration::from_secs(1));
-    let after = ports
-        .store
-        .reap_due(&rules, clock.now(), 100)
-        .await
-        .expect("reap");
+    let after = reap_page(&ports, &rules, &clock).await;
     assert_eq!(removed_ids(&after), [&ping.id]);
     assert_eq!(after.put_back, 0, "{after:?}");
 
     clock.advance(HOUR * 24 * 3650);
-    let decade = ports
-        .store
-        .reap_due(&rules, clock.now(), 100)
-        .await
-        .expect("reap");
+    let decade = reap_page(&ports, &rules, &clock).await;
     assert_eq!(
         decade,
         siesta::retention::ReapReport::default(),
@@ -729,11 +714,7 @@ async fn before_any_rearm_a_finished_run_is_due_at_its_finish_and_put_back_to_it
         "due at its finish"
     );
 
-    let first = ports
-        .store
-        .reap_due(&rules, clock.now(), 100)
-        .await
-        .expect("reap");
+    let first = reap_page(&ports, &rules, &clock).await;
     assert_eq!(first.put_back, 1, "{first:?}");
     assert!(first.removed.is_empty());
     assert_eq!(
@@ -742,10 +723,6 @@ async fn before_any_rearm_a_finished_run_is_due_at_its_finish_and_put_back_to_it
         "put back to its end"
     );
     clock.advance(HOUR * 24 * 30);
-    let last = ports
-        .store
-        .reap_due(&rules, clock.now(), 100)
-        .await
-        .expect("reap");
+    let last = reap_page(&ports, &rules, &clock).await;
     assert_eq!(removed_ids(&last), [&run.id]);
 }
