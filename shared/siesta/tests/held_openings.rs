@@ -453,13 +453,11 @@ async fn a_step_after_a_held_callback_never_runs_when_the_callback_was_not_store
     w.complete_callback(&cb, json!(7)).await;
     w.run_until_idle().await;
     assert_eq!(output(&w.run(&id).await), json!({"seen": true, "paid": 7}));
-    let started = w
-        .timeline(&id)
-        .await
-        .iter()
-        .filter(|e| e.event_type == EventType::CallbackStarted)
-        .count();
-    assert_eq!(started, 1, "the lost opening was made again once");
+    assert_eq!(
+        count_of(&w, &id, EventType::CallbackStarted).await,
+        1,
+        "the lost opening was made again once"
+    );
 }
 
 #[tokio::test]
@@ -572,6 +570,24 @@ async fn a_branchs_held_callback_is_stored_before_a_sibling_branchs_step_runs() 
     assert_eq!(output(&w.run(&id).await), json!(["ok", true]));
 }
 
+/// Start `workflow` and run it until it waits on its callback `approval`: the run and
+/// the callback.
+async fn waiting_for_approval(w: &TestEnv, workflow: &str) -> (RunId, CallbackId) {
+    let id = create(w, workflow, json!(null)).await;
+    w.run_until_idle().await;
+    let cb = w.callback(&id, "approval").await;
+    (id, cb)
+}
+
+/// How many events of `event_type` the run's timeline holds.
+async fn count_of(w: &TestEnv, id: &RunId, event_type: EventType) -> usize {
+    w.timeline(id)
+        .await
+        .iter()
+        .filter(|e| e.event_type == event_type)
+        .count()
+}
+
 /// The delivery that ended the callback at `position`, from the journal.
 async fn consumed_by(w: &TestEnv, id: &RunId, position: &str) -> Vec<DeliveryId> {
     w.entry(id, position)
@@ -607,11 +623,8 @@ async fn a_callbacks_ending_and_the_next_wait_are_one_checkpoint() {
 #[tokio::test]
 async fn a_held_ending_is_stored_before_the_next_steps_closure_runs() {
     let (w, _) = env();
-    let id = create(&w, "approve_then_step", json!(null)).await;
-    w.run_until_idle().await;
-    let cb = w.callback(&id, "approval").await;
+    let (id, cb) = waiting_for_approval(&w, "approve_then_step").await;
     w.complete_callback(&cb, json!("yes")).await;
-    w.run_until_idle().await;
     assert_eq!(
         output(&w.run(&id).await),
         json!({"answer": "yes", "seen": true})
@@ -621,9 +634,7 @@ async fn a_held_ending_is_stored_before_the_next_steps_closure_runs() {
 #[tokio::test]
 async fn a_held_ending_lost_in_a_crash_is_taken_again_from_the_same_delivery() {
     let (w, _) = env();
-    let id = create(&w, "approve_then_sleep", json!(null)).await;
-    w.run_until_idle().await;
-    let cb = w.callback(&id, "approval").await;
+    let (id, cb) = waiting_for_approval(&w, "approve_then_sleep").await;
     // The checkpoint that would carry the ending (with the sleep's opening) never
     // lands: the resume after the delivery dies before it.
     w.crash_before_write(1);
@@ -642,13 +653,11 @@ async fn a_held_ending_lost_in_a_crash_is_taken_again_from_the_same_delivery() {
     w.advance(LEASE_TTL + Duration::from_secs(1)).await;
     let consumed = consumed_by(&w, &id, "approval#0").await;
     assert_eq!(consumed.len(), 1, "the replay took the one delivery again");
-    let ended = w
-        .timeline(&id)
-        .await
-        .iter()
-        .filter(|e| e.event_type == EventType::CallbackSucceeded)
-        .count();
-    assert_eq!(ended, 1, "the callback ended once in the timeline");
+    assert_eq!(
+        count_of(&w, &id, EventType::CallbackSucceeded).await,
+        1,
+        "the callback ended once in the timeline"
+    );
     w.advance(Duration::from_secs(60)).await;
     assert_eq!(output(&w.run(&id).await), json!("yes"));
 }
@@ -703,9 +712,7 @@ async fn from_the_callbacks_end(w: &TestEnv, id: &RunId) -> Vec<EventType> {
 #[tokio::test]
 async fn a_context_entered_after_a_held_ending_starts_after_it_in_the_timeline() {
     let (w, _) = env();
-    let id = create(&w, "approve_then_child", json!(null)).await;
-    w.run_until_idle().await;
-    let cb = w.callback(&id, "approval").await;
+    let (id, cb) = waiting_for_approval(&w, "approve_then_child").await;
     let before = checkpoints(&w);
     w.complete_callback(&cb, json!("yes")).await;
     waits_after_one_checkpoint_since(&w, &id, before, Duration::from_secs(60)).await;
@@ -731,9 +738,7 @@ async fn a_context_entered_after_a_held_ending_starts_after_it_in_the_timeline()
 #[tokio::test]
 async fn a_combinator_created_after_a_held_ending_starts_after_it_in_the_timeline() {
     let (w, _) = env();
-    let id = create(&w, "approve_then_race", json!(null)).await;
-    w.run_until_idle().await;
-    let cb = w.callback(&id, "approval").await;
+    let (id, cb) = waiting_for_approval(&w, "approve_then_race").await;
     w.complete_callback(&cb, json!("yes")).await;
     let types = from_the_callbacks_end(&w, &id).await;
     let started = types
