@@ -40,7 +40,20 @@ fn registry() -> Registry {
         let p: Payment = ctx.wait_for_event("paid").await?;
         Ok(json!({"txn": p.transaction_id}))
     });
+    reg.register(
+        "paid_twice",
+        |ctx: Context, _: serde_json::Value| async move {
+            let p: Payment = ctx.wait_for_event("paid").await?;
+            let r: Receipt = ctx.wait_for_event("paid").await?;
+            Ok(json!({"txn": p.transaction_id, "receipt": r.receipt_id}))
+        },
+    );
     reg
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+struct Receipt {
+    receipt_id: String,
 }
 
 fn types(timeline: &[TimelineEvent]) -> Vec<EventType> {
@@ -238,4 +251,47 @@ async fn an_event_delivery_checks_the_journal_and_never_loads_the_runs_deliverie
     );
     w.run_until_idle().await;
     assert_eq!(output(&w.run(&id).await), json!({"txn": "txn_9"}));
+}
+
+#[tokio::test]
+async fn an_event_for_the_next_wait_is_kept_while_the_stored_wait_has_one_to_take() {
+    let w = world(registry());
+    let tenant = w.tenant().clone();
+    let id = support::create(&w, "paid_twice", json!(null)).await;
+    w.run_until_idle().await;
+    let receipt = json!({"receipt_id": "r_1"});
+
+    // Nothing pending: the stored wait judges the event, and a receipt is not a payment.
+    let refused = w
+        .engine()
+        .deliver_event(&tenant, &id, "paid", receipt.clone(), None)
+        .await;
+    assert!(
+        matches!(&refused, Err(EngineError::DeliveryRejected(why)) if why.contains("transaction_id")),
+        "{refused:?}"
+    );
+
+    // The payment arrives; before the run takes it in, the receipt for its next wait
+    // (the journal cannot show that wait's type yet) is kept, not refused.
+    w.engine()
+        .deliver_event(
+            &tenant,
+            &id,
+            "paid",
+            json!({"status": "COMPLETED", "transaction_id": "txn_1"}),
+            None,
+        )
+        .await
+        .unwrap();
+    w.engine()
+        .deliver_event(&tenant, &id, "paid", receipt, None)
+        .await
+        .expect("the stored wait already has the payment: the receipt is for the next one");
+    w.run_until_idle().await;
+    let run = w.run(&id).await;
+    assert_eq!(output(&run), json!({"txn": "txn_1", "receipt": "r_1"}));
+    assert!(
+        !types(&w.timeline(&id).await).contains(&EventType::DeliveryRejected),
+        "nothing was set aside"
+    );
 }

@@ -50,7 +50,8 @@ impl Engine {
     /// Refuse an event whose payload matches none of the typed waits for it the run has
     /// registered. An event that comes before any wait for it is kept unchecked (the
     /// run may never ask for a type); if it then does not decode, the wait sets it aside.
-    /// Reads the run and its journal, not its deliveries.
+    /// Reads the run and its journal; its deliveries only to refuse, and only when some
+    /// arrived since the run last took its inbox in (see [`Self::taken_by_earlier_events`]).
     async fn check_event(
         &self,
         tenant: &TenantId,
@@ -91,13 +92,52 @@ impl Engine {
                 Err(why) => reasons.push(why),
             }
         }
-        if reasons.is_empty() {
+        if reasons.is_empty()
+            || self
+                .taken_by_earlier_events(&run, name, schemas.len())
+                .await?
+        {
             return Ok(());
         }
         Err(EngineError::DeliveryRejected(format!(
             "the payload does not match what the wait for event '{name}' accepts: {}",
             reasons.join(" | ")
         )))
+    }
+
+    /// Whether each of the run's `waits` stored waits for event `name` already has an
+    /// earlier event of that name to take: one that arrived since the run last took its
+    /// inbox in (its journal does not list it as consumed yet, though the run may have
+    /// taken it in memory, its wait's ending held for the next checkpoint). A new event
+    /// is then for a later wait, whose type the journal does not show yet, so it is kept
+    /// like an early one. Read only when the run's inbox holds deliveries it has not
+    /// taken in, so a run that holds messages it never drains costs nothing here.
+    async fn taken_by_earlier_events(
+        &self,
+        run: &Run,
+        name: &str,
+        waits: usize,
+    ) -> Result<bool, EngineError> {
+        if run.inbox_seq <= run.inbox_seen {
+            return Ok(false);
+        }
+        let history = self
+            .backend
+            .store
+            .load_history(&run.tenant, &run.id)
+            .await?;
+        let consumed: std::collections::HashSet<&DeliveryId> = history
+            .journal
+            .iter()
+            .flat_map(|e| e.consumed.iter())
+            .collect();
+        let pending = history
+            .deliveries
+            .iter()
+            .filter(|d| matches!(&d.body, DeliveryBody::Event { name: n, .. } if n == name))
+            .filter(|d| !consumed.contains(&d.id))
+            .count();
+        Ok(pending >= waits)
     }
 
     /// Inject a message into a run; it is drained at the run's next step boundary.
