@@ -323,9 +323,9 @@ pub(crate) fn on_execution_span(span: &tracing::Span, run: &crate::model::Run) {
     set_parent(span, run_trace_parent(run));
 }
 
-pub(crate) fn on_wait_ended(wait: &WaitSpan) {
+pub(crate) fn on_wait_ended(parent: &tracing::Span, wait: &WaitSpan) {
     if let Some(e) = exporter() {
-        e.wait_ended(&tracing::Span::current(), wait);
+        e.wait_ended(parent, wait);
     }
 }
 

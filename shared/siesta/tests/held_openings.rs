@@ -252,17 +252,20 @@ fn registry(closure_runs: Arc<AtomicU32>, slot: StoreSlot) -> Registry {
         },
     );
     let ending_slot = slot.clone();
+    let look_runs = closure_runs.clone();
     reg.register(
         "approve_then_step",
         move |ctx: Context, _: serde_json::Value| {
             let slot = ending_slot.clone();
+            let runs = look_runs.clone();
             async move {
                 let run = ctx.run_id().to_string();
                 let cb = ctx.create_callback::<serde_json::Value>("approval").await?;
                 let answer = cb.wait().await?;
                 let seen: bool = ctx
                     .step("look", move |_| async move {
-                        // What a step handed the answer could find: the ending is stored.
+                        runs.fetch_add(1, Ordering::SeqCst);
+                        // Whether the callback's ending is stored yet.
                         let store = slot.lock().unwrap().clone().unwrap();
                         let journal = store
                             .load_journal(&TenantId::from("acme"), &RunId::from(run.as_str()))
@@ -621,14 +624,57 @@ async fn a_callbacks_ending_and_the_next_wait_are_one_checkpoint() {
 }
 
 #[tokio::test]
-async fn a_held_ending_is_stored_before_the_next_steps_closure_runs() {
-    let (w, _) = env();
+async fn a_held_ending_goes_with_the_next_steps_checkpoint_and_its_closure_runs_first() {
+    let (w, runs) = env();
     let (id, cb) = waiting_for_approval(&w, "approve_then_step").await;
+    let before = checkpoints(&w);
     w.complete_callback(&cb, json!("yes")).await;
     assert_eq!(
         output(&w.run(&id).await),
-        json!({"answer": "yes", "seen": true})
+        json!({"answer": "yes", "seen": false}),
+        "the closure ran before the ending was stored"
     );
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    // The step's outcome with the callback's ending, then the run's end: two
+    // checkpoints (three when the ending was written before the closure).
+    assert_eq!(checkpoints(&w) - before, 2);
+    let types = from_the_callbacks_end(&w, &id).await;
+    assert_eq!(
+        types[..3],
+        [
+            EventType::CallbackSucceeded,
+            EventType::StepStarted,
+            EventType::StepSucceeded
+        ],
+        "{types:?}"
+    );
+    assert_eq!(consumed_by(&w, &id, "approval#0").await.len(), 1);
+}
+
+#[tokio::test]
+async fn a_held_ending_lost_with_the_steps_checkpoint_is_taken_again_and_the_step_runs_again() {
+    let (w, runs) = env();
+    let (id, cb) = waiting_for_approval(&w, "approve_then_step").await;
+    // The step's closure runs; the checkpoint carrying its outcome and the callback's
+    // ending never lands.
+    w.crash_before_write(1);
+    w.complete_callback(&cb, json!("yes")).await;
+    assert!(w.has_crashed());
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    w.restart();
+    w.advance(LEASE_TTL + Duration::from_secs(1)).await;
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        2,
+        "the step ran again, as after any crash before its outcome was stored"
+    );
+    assert_eq!(
+        output(&w.run(&id).await),
+        json!({"answer": "yes", "seen": false}),
+        "the replay took the same answer"
+    );
+    assert_eq!(consumed_by(&w, &id, "approval#0").await.len(), 1);
+    assert_eq!(count_of(&w, &id, EventType::CallbackSucceeded).await, 1);
 }
 
 #[tokio::test]

@@ -26,14 +26,19 @@
 //!   of it has left the process (a callback's id is random and known only here), so
 //!   losing it in a crash loses nothing a replay does not make again. Whatever could
 //!   hand it to the outside world (a step's closure, a stream publish, an artifact)
-//!   first calls [`Shared::flush_held`].
+//!   first makes it durable ([`Shared::flush_openings`]).
 //! - **A held ending goes the same way.** A wait's ending outside a combinator's or a
 //!   batch's future (a callback answered, a timer passed, an event taken) is queued
 //!   like an opening ([`Context::hold_ending`](super::Context)): a replay derives it
-//!   again from the stored delivery or the clock, and the same flushes keep what the
-//!   workflow does with it in the process until it is durable. Inside a combinator it
-//!   is committed as before, since the combinator may discard it and give the delivery
-//!   back (see `claim`).
+//!   again from the stored delivery or the clock. Unlike an opening it need not be
+//!   durable before a step's closure, a lookup, a condition's check or an artifact
+//!   ([`Shared::flush_openings`]): the step's own checkpoint carries it, and a crash
+//!   before that replays the ending and runs the step again, as after any crash
+//!   mid-step. A stream publish, which a replay does not redo, writes it first
+//!   ([`Shared::flush_held`]). Only endings derived from something stored are held: a
+//!   timeout, decided from a delivery's absence, is committed at once. Inside a
+//!   combinator it is committed as before, since the combinator may discard it and
+//!   give the delivery back (see `claim`).
 //! - **Timeline in program order.** A context's start is written with the first
 //!   checkpoint inside the context, which may also carry held deltas queued before it
 //!   was entered; each queued delta's events and each start carry their place (in
@@ -50,21 +55,43 @@ use super::{CommitError, Delta, Shared, Stop};
 use crate::model::{CallbackId, EntryState, Position, Wait};
 use crate::ports::{MAX_TRANSACTION_BYTES, MAX_TRANSACTION_ITEMS};
 
+/// What a held delta records, which decides what must wait for it to be durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Held {
+    /// A wait's opening: nothing that could hand it out (a step's closure, a stream
+    /// publish, an artifact, a lookup) runs before it is durable.
+    Opening,
+    /// A wait's ending that a replay derives again from what is stored: a step's
+    /// closure may run before it is durable (the step's own checkpoint carries it);
+    /// only a stream publish waits for it.
+    Ending,
+}
+
 /// A branch's delta waiting for a checkpoint.
 pub(crate) struct Queued {
     id: u64,
     delta: Delta,
     done: tokio::sync::oneshot::Sender<Result<(), CommitError>>,
     /// A held opening or ending: nobody waits for it (see [`Shared::hold_coalesced`]).
-    held: bool,
+    held: Option<Held>,
 }
 
 /// The answers a written batch owes: the branches waiting for it, and how many held
-/// openings it carried.
+/// openings and endings it carried.
 #[derive(Default)]
 pub(super) struct Waiters {
     senders: Vec<tokio::sync::oneshot::Sender<Result<(), CommitError>>>,
     held: usize,
+    openings: usize,
+}
+
+impl Waiters {
+    fn add(&mut self, queued: Queued) -> Delta {
+        self.senders.push(queued.done);
+        self.held += usize::from(queued.held.is_some());
+        self.openings += usize::from(queued.held == Some(Held::Opening));
+        queued.delta
+    }
 }
 
 /// Append `delta` to `merged`, after what it holds.
@@ -187,12 +214,7 @@ fn take_batch(queue: &mut Vec<Queued>, run_bytes: usize) -> (Delta, Waiters) {
     let mut merged = Delta::default();
     let mut waiters = Waiters::default();
     for queued in queue.drain(..taken) {
-        let Queued {
-            delta, done, held, ..
-        } = queued;
-        merge_into(&mut merged, delta);
-        waiters.senders.push(done);
-        waiters.held += usize::from(held);
+        merge_into(&mut merged, waiters.add(queued));
     }
     (merged, waiters)
 }
@@ -229,6 +251,8 @@ impl Shared {
     pub(super) fn answer(&self, waiters: Waiters, result: &Result<(), CommitError>) {
         self.held_unwritten
             .fetch_sub(waiters.held, std::sync::atomic::Ordering::SeqCst);
+        self.openings_unwritten
+            .fetch_sub(waiters.openings, std::sync::atomic::Ordering::SeqCst);
         for waiter in waiters.senders {
             let _ = waiter.send(result.clone());
         }
@@ -257,7 +281,7 @@ impl Shared {
         delta: Delta,
     ) -> Result<(), CommitError> {
         let (done, mut outcome) = tokio::sync::oneshot::channel();
-        let id = self.enqueue(delta, done, false);
+        let id = self.enqueue(delta, done, None);
         let _ticket = Ticket { shared: self, id };
         let _writer = self.writer.lock().await;
         loop {
@@ -283,7 +307,7 @@ impl Shared {
         &self,
         mut delta: Delta,
         done: tokio::sync::oneshot::Sender<Result<(), CommitError>>,
-        held: bool,
+        held: Option<Held>,
     ) -> u64 {
         let mut queue = self.queued();
         let id = self
@@ -292,8 +316,12 @@ impl Shared {
         for event in &mut delta.timeline {
             event.seq = queued_order(id);
         }
-        if held {
+        if held.is_some() {
             self.held_unwritten
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+        if held == Some(Held::Opening) {
+            self.openings_unwritten
                 .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         }
         queue.push(Queued {
@@ -317,22 +345,35 @@ impl Shared {
     /// Queue a wait's opening or ending to be written with the next checkpoint anyone
     /// makes, without waiting for it (see the module's invariants). The caller must not
     /// let anything of it leave the process before [`Shared::flush_held`].
-    pub(crate) fn hold_coalesced(&self, delta: Delta) {
+    pub(crate) fn hold_coalesced(&self, delta: Delta, held: Held) {
         // Nobody waits for the answer: a failed write stops the invocation (see
         // `commit_locked`), which is all a failed opening did before.
         let (done, _) = tokio::sync::oneshot::channel();
-        self.enqueue(delta, done, true);
+        self.enqueue(delta, done, Some(held));
     }
 
     /// Make every held opening and ending durable: write what is queued up to the last
     /// of them (waiting for a write of them already under way). Fails when one was not
     /// written.
     pub(crate) async fn flush_held(&self) -> Result<(), CommitError> {
-        let unwritten = || {
-            self.held_unwritten
-                .load(std::sync::atomic::Ordering::SeqCst)
-                > 0
+        self.flush(None).await
+    }
+
+    /// Make every held opening durable, and the endings queued before the last of
+    /// them; endings queued after it stay held for the next checkpoint.
+    pub(crate) async fn flush_openings(&self) -> Result<(), CommitError> {
+        self.flush(Some(Held::Opening)).await
+    }
+
+    /// Write what is queued up to the last held delta of kind `only` (any held delta
+    /// when `None`).
+    async fn flush(&self, only: Option<Held>) -> Result<(), CommitError> {
+        let counter = match only {
+            Some(Held::Opening) => &self.openings_unwritten,
+            _ => &self.held_unwritten,
         };
+        let unwritten = || counter.load(std::sync::atomic::Ordering::SeqCst) > 0;
+        let pending = |q: &Queued| q.held.is_some() && (only.is_none() || q.held == only);
         let aborted = || match &self.state().stop {
             Some(Stop::Abort(why)) => Err(CommitError::Aborted(why.clone())),
             _ => Ok(()),
@@ -342,7 +383,7 @@ impl Shared {
             return aborted();
         }
         let _writer = self.writer.lock().await;
-        while self.queued().iter().any(|q| q.held) {
+        while self.queued().iter().any(pending) {
             self.write_batch_locked().await?;
         }
         aborted()
@@ -353,7 +394,7 @@ impl Shared {
     pub(crate) fn held_waits(&self) -> Vec<Wait> {
         self.queued()
             .iter()
-            .filter(|q| q.held)
+            .filter(|q| q.held == Some(Held::Opening))
             .flat_map(|q| q.delta.journal.iter())
             .filter_map(|e| match &e.state {
                 EntryState::Waiting(wait) => Some(wait.clone()),
@@ -397,9 +438,7 @@ impl Shared {
                     let mut merged = Delta::default();
                     let mut waiters = Waiters::default();
                     for queued in queue.drain(..) {
-                        merge_into(&mut merged, queued.delta);
-                        waiters.senders.push(queued.done);
-                        waiters.held += usize::from(queued.held);
+                        merge_into(&mut merged, waiters.add(queued));
                     }
                     merge_into(&mut merged, std::mem::take(delta));
                     *delta = merged;

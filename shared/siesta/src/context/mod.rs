@@ -5,13 +5,14 @@
 //! - **Positions are minted at the call site**, synchronously, in creation order: the
 //!   name plus a per-parent occurrence counter. Replay is correct because a workflow
 //!   creates the same operations in the same order every time it runs.
-//! - **An outcome is journaled before the workflow sees it, or before anything it
-//!   leads to leaves the process.** Every operation that learns something (a step's
-//!   result, a tool call's) commits it in one checkpoint and only then returns it. A
-//!   wait's ending outside a combinator (a callback's payload, a timer firing, an event
-//!   taken) is the exception: a replay derives it again from the stored delivery or the
-//!   clock, so it is held for the next checkpoint and made durable before anything could
-//!   hand what the workflow did with it to the outside world (see `coalesce`).
+//! - **An outcome is journaled before the workflow sees it.** Every operation that
+//!   learns something (a step's result, a tool call's) commits it in one checkpoint and
+//!   only then returns it. A wait's ending outside a combinator (a callback's payload, a
+//!   timer firing, an event taken) is the exception: a replay derives it again from the
+//!   stored delivery or the clock, so it is held for the next checkpoint — a step's
+//!   closure may act on it first, and runs again, as after any crash mid-step, if that
+//!   checkpoint is lost; a stream publish, which a replay does not redo, writes it
+//!   first (see `coalesce`).
 //! - **Suspension never reaches user code.** An operation that cannot complete yet
 //!   records what it waits for and holds; the engine notices that every branch is
 //!   blocked and checkpoints. It then either drops the workflow future or keeps it as a
@@ -296,7 +297,7 @@ impl Context {
         self.go_live();
         self.boundary().await;
         // The artifact could carry a held callback's URL: it is made durable first.
-        self.flush_held().await;
+        self.flush_openings().await;
         let artifact = match self
             .shared
             .backend
@@ -556,13 +557,17 @@ impl Context {
     /// holds next, with nothing of the opening yet outside the process (see
     /// `coalesce`). A replay check writes nothing, so there it is committed as usual
     /// (which stops the check).
-    pub(crate) async fn hold_opening(&self, mut delta: Delta) {
+    pub(crate) async fn hold_opening(&self, delta: Delta) {
+        self.hold_delta(delta, coalesce::Held::Opening).await;
+    }
+
+    async fn hold_delta(&self, mut delta: Delta, held: coalesce::Held) {
         if self.shared.checking {
             return self.commit_or_suspend(delta).await;
         }
         self.go_live();
         delta.starts = self.starts.clone();
-        self.shared.hold_coalesced(delta);
+        self.shared.hold_coalesced(delta, held);
     }
 
     /// Record a wait's ending that a replay derives again from what is stored (a
@@ -570,27 +575,48 @@ impl Context {
     /// the next checkpoint anyone makes — most often the next wait's opening and
     /// suspension — rather than on its own. Losing it in a crash loses nothing: the
     /// replay takes the same delivery (the earliest one that answers the wait) or finds
-    /// the same time passed. What the workflow does with the value is held back the
-    /// same way as a held opening: whatever could hand it out first makes it durable
-    /// (see `coalesce`).
+    /// the same time passed. So the workflow may act on the value before it is durable:
+    /// a step's closure runs at once, its checkpoint carries the ending, and a crash
+    /// in between replays both as after any crash mid-step (see `coalesce`).
     ///
     /// Inside a combinator's or a batch's future it is committed as before: the
     /// combinator may yet discard this outcome and give the delivery back (see
     /// `claim`), which undoes only what the journal holds.
     pub(crate) async fn hold_ending(&self, delta: Delta) {
-        let scoped = !self.shared.state().scopes.is_empty();
+        let scoped = {
+            let mut st = self.shared.state();
+            let scoped = !st.scopes.is_empty();
+            if !scoped && crate::telemetry::exporting() {
+                for entry in &delta.journal {
+                    st.ending_spans
+                        .insert(entry.position.clone(), tracing::Span::current());
+                }
+            }
+            scoped
+        };
         if scoped {
             return self.commit_or_suspend(delta).await;
         }
-        self.hold_opening(delta).await;
+        self.hold_delta(delta, coalesce::Held::Ending).await;
     }
 
-    /// Make the held openings and endings of waits durable before something that could
-    /// hand them to the outside world (a step's closure, a stream publish, an artifact)
-    /// runs; if that write fails, the invocation is over: block for good, as a failed
+    /// Make the held openings and endings of waits durable before something that
+    /// leaves the process and is not done again by a replay (a stream publish) runs;
+    /// if that write fails, the invocation is over: block for good, as a failed
     /// checkpoint.
     pub(crate) async fn flush_held(&self) {
         if self.shared.flush_held().await.is_err() {
+            self.suspend::<()>(None).await;
+        }
+    }
+
+    /// Make the held openings of waits durable before something that could hand them
+    /// to the outside world (a step's closure, a lookup, a condition's check, an
+    /// artifact) runs. Held endings queued after the last opening stay held: what the
+    /// closure does with their values is redone by a replay, which derives the same
+    /// endings again. If the write fails, block for good, as a failed checkpoint.
+    pub(crate) async fn flush_openings(&self) {
+        if self.shared.flush_openings().await.is_err() {
             self.suspend::<()>(None).await;
         }
     }

@@ -58,6 +58,10 @@ pub(crate) struct ExecState {
     /// Publishes from the body so far, by (branch path, stream), skipped ones included:
     /// what keys a body's chunk, the same on every replay (see `stream`).
     pub(super) stream_publishes: HashMap<(String, String), u32>,
+    /// The span each held wait's ending was reached under, by position, when spans are
+    /// exported: its wait's span goes under it, not under whatever writes the ending
+    /// later (a step's span).
+    pub(super) ending_spans: HashMap<Position, tracing::Span>,
     pub(super) indexes: HashMap<String, u32>,
     /// Branches that are not durably blocked. After a poll of the workflow returns
     /// pending, zero means every branch waits on something outside the process.
@@ -102,8 +106,10 @@ pub(crate) struct Shared {
     /// Branches' deltas waiting for a coalesced checkpoint (see `coalesce`).
     pub(super) queued: Mutex<Vec<super::coalesce::Queued>>,
     pub(super) queue_ids: std::sync::atomic::AtomicU64,
-    /// Held openings queued or being written (see `coalesce`).
+    /// Held openings and endings queued or being written (see `coalesce`).
     pub(super) held_unwritten: std::sync::atomic::AtomicUsize,
+    /// Of those, the openings.
+    pub(super) openings_unwritten: std::sync::atomic::AtomicUsize,
     /// The lease watch of the invocation driving this pass (replaced on re-arm).
     watch: Mutex<Arc<LeaseWatch>>,
     /// Wakes held branches when the pass is re-armed.
@@ -206,6 +212,7 @@ impl Shared {
                 consumed,
                 counters: HashMap::new(),
                 stream_publishes: HashMap::new(),
+                ending_spans: HashMap::new(),
                 indexes: HashMap::new(),
                 running: 1,
                 next_due: None,
@@ -226,6 +233,7 @@ impl Shared {
             queued: Mutex::new(Vec::new()),
             queue_ids: std::sync::atomic::AtomicU64::new(0),
             held_unwritten: std::sync::atomic::AtomicUsize::new(0),
+            openings_unwritten: std::sync::atomic::AtomicUsize::new(0),
             watch: Mutex::new(watch),
             rearmed: tokio::sync::Notify::new(),
             checking: false,
@@ -416,15 +424,19 @@ impl Shared {
                                 .filter(|_| exporting)
                                 .and_then(|before| crate::telemetry::wait_ended(before, &entry))
                             {
-                                ended.push(wait);
+                                let parent = st
+                                    .ending_spans
+                                    .remove(&entry.position)
+                                    .unwrap_or_else(tracing::Span::current);
+                                ended.push((wait, parent));
                             }
                             st.journal.insert(entry.position.clone(), entry);
                         }
                     }
                     // Only a live pass commits, and only once its write is in: a wait's
                     // span is reported once, by the pass that saw it end.
-                    for wait in &ended {
-                        crate::telemetry::on_wait_ended(wait);
+                    for (wait, parent) in &ended {
+                        crate::telemetry::on_wait_ended(parent, wait);
                     }
                     for (child, _) in &delta.child_runs {
                         let mut wake =

@@ -56,7 +56,7 @@ where
                 ctx.go_live();
                 ctx.boundary().await;
                 // The lookup asks the far side: held openings are durable first.
-                ctx.flush_held().await;
+                ctx.flush_openings().await;
                 match lookup(key.clone()).await {
                     Ok(Some(value)) => {
                         return settle_success(
@@ -116,7 +116,7 @@ where
                 ctx.boundary().await;
                 // The lookup asks the far side: what it could be handed (a held
                 // callback's id) is durable first.
-                ctx.flush_held().await;
+                ctx.flush_openings().await;
                 match lookup.take() {
                     None => return park_unknown(&ctx, &op, key.clone(), attempt).await,
                     Some(lookup) => match lookup(key.clone()).await {
@@ -193,7 +193,7 @@ where
     }
     // The closure may hand anything it can reach to the outside world (a held
     // callback's id or URL above all): every held opening is durable before it runs.
-    ctx.flush_held().await;
+    ctx.flush_openings().await;
     let streams = AttemptStreams::new(&ctx, &op.position, attempt);
     // Only here, where an attempt runs, is a span opened: replay returns above, so a
     // replayed step is never reported again as if it ran (docs/telemetry.md).

@@ -195,7 +195,7 @@ where
     };
     // The check is user code that may reach the outside world, as a step's closure:
     // every held opening is durable before it runs.
-    ctx.flush_held().await;
+    ctx.flush_openings().await;
     let checked = tracing::Instrument::instrument(check(state, step_ctx), span.clone()).await;
     match &checked {
         Ok(ConditionCheck::Done(_)) => span.record("outcome", "succeeded"),
