@@ -72,6 +72,14 @@ fn registry(closure_runs: Arc<AtomicU32>, slot: StoreSlot) -> Registry {
         },
     );
     reg.register(
+        "opened_then_done",
+        |ctx: Context, _: serde_json::Value| async move {
+            // Created, handed nowhere, never awaited: the run ends first.
+            let _cb = ctx.create_callback::<serde_json::Value>("approval").await?;
+            Ok(json!("done"))
+        },
+    );
+    reg.register(
         "zero_sleep",
         |ctx: Context, _: serde_json::Value| async move {
             ctx.sleep(Duration::ZERO).await?;
@@ -797,4 +805,45 @@ async fn a_combinator_created_after_a_held_ending_starts_after_it_in_the_timelin
         output(&w.run(&id).await),
         json!({"answer": "yes", "first": "now"})
     );
+}
+
+#[tokio::test]
+async fn a_callbacks_ending_and_the_runs_end_are_one_checkpoint() {
+    let (w, _) = env();
+    let (id, cb) = waiting_for_approval(&w, "hook").await;
+    let before = checkpoints(&w);
+    w.complete_callback(&cb, json!("yes")).await;
+    assert_eq!(output(&w.run(&id).await), json!("yes"));
+    assert_eq!(
+        checkpoints(&w) - before,
+        1,
+        "the held ending went with the final checkpoint"
+    );
+    let record = w.backend().store.get_callback(&cb).await.unwrap().unwrap();
+    assert_eq!(
+        record.status,
+        CallbackStatus::Completed,
+        "the answered callback is not closed again by the run's end"
+    );
+    assert_eq!(consumed_by(&w, &id, "approval#0").await.len(), 1);
+    let types = from_the_callbacks_end(&w, &id).await;
+    assert_eq!(
+        types,
+        [
+            EventType::CallbackSucceeded,
+            EventType::ExecutionSucceeded,
+            EventType::InvocationCompleted
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_held_callback_the_run_ends_without_is_closed() {
+    let (w, _) = env();
+    let id = create(&w, "opened_then_done", json!(null)).await;
+    w.run_until_idle().await;
+    assert_eq!(output(&w.run(&id).await), json!("done"));
+    let cb = w.callback(&id, "approval").await;
+    let record = w.backend().store.get_callback(&cb).await.unwrap().unwrap();
+    assert_eq!(record.status, CallbackStatus::Closed);
 }

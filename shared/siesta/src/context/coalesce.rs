@@ -389,6 +389,16 @@ impl Shared {
         aborted()
     }
 
+    /// The journal entries of every held opening and ending, in the order they were
+    /// held: what the journal will hold once they are written.
+    pub(crate) fn held_entries(&self) -> Vec<crate::model::JournalEntry> {
+        self.queued()
+            .iter()
+            .filter(|q| q.held.is_some())
+            .flat_map(|q| q.delta.journal.iter().cloned())
+            .collect()
+    }
+
     /// The waits the held openings record, not yet in the journal (a held ending
     /// records none).
     pub(crate) fn held_waits(&self) -> Vec<Wait> {

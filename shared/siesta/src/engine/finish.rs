@@ -2,6 +2,7 @@
 //! time, closed callbacks, the parent's delivery), and the wake-ups that follow it.
 
 use crate::timeline as tl;
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -33,14 +34,15 @@ impl Engine {
         ending: Ending,
     ) -> Result<WakeOutcome, EngineError> {
         let now = self.clock.now();
-        // Openings of waits held for this checkpoint (see `context::coalesce`) are
-        // written with it when the run suspends or yields. Otherwise (a finished run
-        // closes the callbacks of its journal), or when a held callback is already due
-        // (its timeout is recorded from the journal), they are written first, on their
-        // own, as they were before holding them.
+        // Openings and endings of waits held for this checkpoint (see
+        // `context::coalesce`) are written with it — a finishing run closes the
+        // callbacks its journal would show open once they are written. When a held
+        // callback is already due as the run suspends (its timeout is recorded from
+        // the journal), they are written first, on their own.
         let held_due = held_callbacks_due(shared);
         let suspends = matches!(ending, Ending::Suspend | Ending::Yield);
-        if (!suspends || held_due.is_some_and(|due| due <= now))
+        if suspends
+            && held_due.is_some_and(|due| due <= now)
             && let Err(e) = shared.flush_held().await
         {
             let why = match e {
@@ -153,7 +155,15 @@ impl Engine {
         ));
         if status.is_finished() {
             // Only a finished run closes its callbacks: no scan of the journal otherwise.
-            delta.callbacks = open_callbacks(shared.state().journal.values(), &run);
+            // The held entries stand over the journal's: a callback answered, its ending
+            // held, is not closed again; one opened, held, is.
+            let held = shared.held_entries();
+            delta.callbacks = {
+                let st = shared.state();
+                let mut journal: HashMap<&Position, &JournalEntry> = st.journal.iter().collect();
+                journal.extend(held.iter().map(|e| (&e.position, e)));
+                open_callbacks(journal.into_values(), &run)
+            };
             if let Some(parent) = &run.parent {
                 let outcome = match (&ending, &output) {
                     (Ending::Complete(_), Some(payload)) => Ok(payload.clone()),
