@@ -227,6 +227,22 @@ fn registry(closure_runs: Arc<AtomicU32>, slot: StoreSlot) -> Registry {
             Ok(v)
         },
     );
+    let act_runs = closure_runs.clone();
+    reg.register(
+        "event_then_step",
+        move |ctx: Context, _: serde_json::Value| {
+            let runs = act_runs.clone();
+            async move {
+                let v: serde_json::Value = ctx.wait_for_event("go").await?;
+                let acted = v.clone();
+                ctx.step("act", move |_| async move {
+                    runs.fetch_add(1, Ordering::SeqCst);
+                    Ok(acted)
+                })
+                .await
+            }
+        },
+    );
     reg.register(
         "approve_then_child",
         |ctx: Context, _: serde_json::Value| async move {
@@ -846,4 +862,41 @@ async fn a_held_callback_the_run_ends_without_is_closed() {
     let cb = w.callback(&id, "approval").await;
     let record = w.backend().store.get_callback(&cb).await.unwrap().unwrap();
     assert_eq!(record.status, CallbackStatus::Closed);
+}
+
+#[tokio::test]
+async fn a_step_acting_on_a_held_event_acts_on_the_same_one_after_a_crash() {
+    let (w, runs) = env();
+    let id = create(&w, "event_then_step", json!(null)).await;
+    w.run_until_idle().await;
+    // The step acts on the first event; the checkpoint carrying its outcome and the
+    // event's taking never lands.
+    w.crash_before_write(1);
+    w.deliver_event(&id, "go", "first").await;
+    assert!(w.has_crashed());
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    w.restart();
+    // A second event of the same name comes before the replay.
+    w.deliver_event(&id, "go", "second").await;
+    w.advance(LEASE_TTL + Duration::from_secs(1)).await;
+    assert_eq!(
+        output(&w.run(&id).await),
+        json!("first"),
+        "the replay took the event the step acted on"
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+    let taken = consumed_by(&w, &id, "go#0").await;
+    assert_eq!(taken.len(), 1);
+    let history = w
+        .backend()
+        .store
+        .load_history(w.tenant(), &id)
+        .await
+        .unwrap();
+    let first = history
+        .deliveries
+        .iter()
+        .find(|d| matches!(&d.body, DeliveryBody::Event { value: Payload::Inline(v), .. } if *v == json!("first")))
+        .expect("the first event is stored");
+    assert_eq!(taken[0], first.id);
 }

@@ -419,16 +419,19 @@ impl Shared {
                             } else {
                                 st.waiting_callbacks.remove(&entry.position);
                             }
+                            // Taken for every entry written, so none is left behind
+                            // (an event wait that took its event at once ends a wait
+                            // the journal never held).
+                            let held_under = st.ending_spans.remove(&entry.position);
                             let before = st.journal.get(&entry.position);
                             if let Some(wait) = before
                                 .filter(|_| exporting)
                                 .and_then(|before| crate::telemetry::wait_ended(before, &entry))
                             {
-                                let parent = st
-                                    .ending_spans
-                                    .remove(&entry.position)
-                                    .unwrap_or_else(tracing::Span::current);
-                                ended.push((wait, parent));
+                                ended.push((
+                                    wait,
+                                    held_under.unwrap_or_else(tracing::Span::current),
+                                ));
                             }
                             st.journal.insert(entry.position.clone(), entry);
                         }

@@ -92,11 +92,7 @@ impl Engine {
                 Err(why) => reasons.push(why),
             }
         }
-        if reasons.is_empty()
-            || self
-                .taken_by_earlier_events(&run, name, schemas.len())
-                .await?
-        {
+        if reasons.is_empty() || self.taken_by_earlier_events(&run, name, &schemas).await? {
             return Ok(());
         }
         Err(EngineError::DeliveryRejected(format!(
@@ -105,18 +101,21 @@ impl Engine {
         )))
     }
 
-    /// Whether each of the run's `waits` stored waits for event `name` already has an
-    /// earlier event of that name to take: one that arrived since the run last took its
-    /// inbox in (its journal does not list it as consumed yet, though the run may have
-    /// taken it in memory, its wait's ending held for the next checkpoint). A new event
-    /// is then for a later wait, whose type the journal does not show yet, so it is kept
-    /// like an early one. Read only when the run's inbox holds deliveries it has not
-    /// taken in, so a run that holds messages it never drains costs nothing here.
+    /// Whether each of the run's stored waits for event `name` (typed by `schemas`, one
+    /// per wait) already has an earlier event of that name to take: one that arrived
+    /// since the run last took its inbox in (its journal does not list it as consumed
+    /// yet, though the run may have taken it in memory, its wait's ending held for the
+    /// next checkpoint) and that matches one of them (one that does not would be set
+    /// aside, and leave its wait waiting; one stored as an artifact is counted). A new
+    /// event is then for a later wait, whose type the journal does not show yet, so it
+    /// is kept like an early one. Read only when the run's inbox holds deliveries the
+    /// run has not looked at, so a run that holds messages it never drains costs
+    /// nothing here.
     async fn taken_by_earlier_events(
         &self,
         run: &Run,
         name: &str,
-        waits: usize,
+        schemas: &[&serde_json::Value],
     ) -> Result<bool, EngineError> {
         if run.inbox_seq <= run.inbox_seen {
             return Ok(false);
@@ -131,13 +130,19 @@ impl Engine {
             .iter()
             .flat_map(|e| e.consumed.iter())
             .collect();
+        let answers = |value: &Payload| match value {
+            Payload::Inline(value) => schemas
+                .iter()
+                .any(|schema| crate::accepts::check(schema, value).is_ok()),
+            Payload::Artifact(_) => true,
+        };
         let pending = history
             .deliveries
             .iter()
-            .filter(|d| matches!(&d.body, DeliveryBody::Event { name: n, .. } if n == name))
             .filter(|d| !consumed.contains(&d.id))
+            .filter(|d| matches!(&d.body, DeliveryBody::Event { name: n, value } if n == name && answers(value)))
             .count();
-        Ok(pending >= waits)
+        Ok(pending >= schemas.len())
     }
 
     /// Inject a message into a run; it is drained at the run's next step boundary.

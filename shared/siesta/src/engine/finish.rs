@@ -190,18 +190,18 @@ impl Engine {
             // The tenant's count of unfinished runs (as `Checkpoint::item_count`).
             + usize::from(!delta.child_runs.is_empty() || status.is_finished());
         let overflow = overflowing(&mut delta.callbacks, others);
-        let inbox_seen = expect_inbox.unwrap_or(run.inbox_seq);
+        // What this invocation looked at, whatever the ending: a yield or a park after a
+        // delivery came in unseen leaves it counted as unseen (the quota of pending
+        // deliveries, and the event check, which trusts that a delivery at or below
+        // `inbox_seen` was seen by the writer of the journal).
+        let inbox_seen = shared.state().inbox_loaded;
         let committed = shared
             .commit(delta, expect_inbox, |r| {
                 r.status = status;
                 r.lease = None;
                 r.due_at = due_at;
                 r.resend_after = resend_after;
-                r.inbox_seen = if expect_inbox.is_some() {
-                    inbox_seen
-                } else {
-                    r.inbox_seq
-                };
+                r.inbox_seen = inbox_seen;
                 if output.is_some() {
                     r.output = output.clone();
                 }
