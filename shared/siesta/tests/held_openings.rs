@@ -606,6 +606,15 @@ async fn waiting_for_approval(w: &TestEnv, workflow: &str) -> (RunId, CallbackId
     (id, cb)
 }
 
+/// Answer `cb` "yes" and let the resume die before its first write; then restart, the
+/// dead engine's lease still live.
+async fn answered_in_a_crash(w: &TestEnv, cb: &CallbackId) {
+    w.crash_before_write(1);
+    w.complete_callback(cb, json!("yes")).await;
+    assert!(w.has_crashed());
+    w.restart();
+}
+
 /// How many events of `event_type` the run's timeline holds.
 async fn count_of(w: &TestEnv, id: &RunId, event_type: EventType) -> usize {
     w.timeline(id)
@@ -681,11 +690,8 @@ async fn a_held_ending_lost_with_the_steps_checkpoint_is_taken_again_and_the_ste
     let (id, cb) = waiting_for_approval(&w, "approve_then_step").await;
     // The step's closure runs; the checkpoint carrying its outcome and the callback's
     // ending never lands.
-    w.crash_before_write(1);
-    w.complete_callback(&cb, json!("yes")).await;
-    assert!(w.has_crashed());
+    answered_in_a_crash(&w, &cb).await;
     assert_eq!(runs.load(Ordering::SeqCst), 1);
-    w.restart();
     w.advance(LEASE_TTL + Duration::from_secs(1)).await;
     assert_eq!(
         runs.load(Ordering::SeqCst),
@@ -707,10 +713,7 @@ async fn a_held_ending_lost_in_a_crash_is_taken_again_from_the_same_delivery() {
     let (id, cb) = waiting_for_approval(&w, "approve_then_sleep").await;
     // The checkpoint that would carry the ending (with the sleep's opening) never
     // lands: the resume after the delivery dies before it.
-    w.crash_before_write(1);
-    w.complete_callback(&cb, json!("yes")).await;
-    assert!(w.has_crashed());
-    w.restart();
+    answered_in_a_crash(&w, &cb).await;
     let waiting = w
         .entry(&id, "approval#0")
         .await
