@@ -822,6 +822,28 @@ async fn cancelling_a_waiting_run_is_immediate_and_closes_its_callbacks() {
 }
 
 #[tokio::test]
+async fn cancelling_a_run_whose_callback_was_answered_leaves_the_callback_completed() {
+    let mut reg = Registry::new();
+    reg.register("wait", |ctx: Context, _: serde_json::Value| async move {
+        let cb = ctx.create_callback::<serde_json::Value>("cb").await?;
+        cb.wait().await
+    });
+    let w = world(reg);
+    let id = create(&w, "wait", json!(null)).await;
+    w.run_until_idle().await;
+    let cb = w.open_callbacks(&id).await.pop().unwrap();
+    // Answered; the run has not taken the answer in when it is cancelled.
+    w.engine()
+        .complete_callback(&cb, None, Ok(json!("yes")), None)
+        .await
+        .unwrap();
+    let run = w.engine().cancel(w.tenant(), &id, None).await.unwrap();
+    assert_eq!(run.status, RunStatus::Cancelled);
+    let record = w.backend().store.get_callback(&cb).await.unwrap().unwrap();
+    assert_eq!(record.status, CallbackStatus::Completed);
+}
+
+#[tokio::test]
 async fn cancelling_a_running_run_is_honoured_at_the_next_step_boundary() {
     let (entered_tx, entered_rx) = tokio::sync::oneshot::channel::<()>();
     let (release_tx, release_rx) = tokio::sync::oneshot::channel::<()>();
