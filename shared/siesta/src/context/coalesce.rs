@@ -10,7 +10,9 @@
 //!   had.
 //! - **Within one transaction's limits.** A batch stops before it would pass
 //!   [`MAX_TRANSACTION_ITEMS`] or [`MAX_TRANSACTION_BYTES`] (counted as the stores count
-//!   them, the run's own item included); the rest goes in the next checkpoint. A delta
+//!   them, the run's own item included, and the starts and given-back entries every
+//!   checkpoint takes on: `Shared::pending_extra_items`); the rest goes in the next
+//!   checkpoint. A delta
 //!   too large on its own is written alone, and the store refuses it as before.
 //! - **Each branch's outcome is its batch's.** A branch returns only once the checkpoint
 //!   holding its delta was written (or failed: then every branch in it hears the
@@ -194,9 +196,10 @@ fn weight(delta: &Delta) -> (usize, usize) {
 }
 
 /// Take the oldest queued deltas that fit in one checkpoint beside a run of
-/// `run_bytes` (at least one), merged, with the branches to answer.
-fn take_batch(queue: &mut Vec<Queued>, run_bytes: usize) -> (Delta, Waiters) {
-    let (mut items, mut bytes) = (1, run_bytes);
+/// `run_bytes` and `extra_items` the checkpoint takes on anyway (at least one delta),
+/// merged, with the branches to answer.
+fn take_batch(queue: &mut Vec<Queued>, run_bytes: usize, extra_items: usize) -> (Delta, Waiters) {
+    let (mut items, mut bytes) = (1 + extra_items, run_bytes);
     // The items of the batch so far, to spot a clash with the next delta.
     let mut written = Writes::default();
     let mut taken = 0;
@@ -262,7 +265,8 @@ impl Shared {
     /// writer lock, and answer their branches.
     async fn write_batch_locked(&self) -> Result<(), CommitError> {
         let run_bytes = serde_json::to_vec(&self.state().run).map_or(0, |b| b.len());
-        let (merged, waiters) = take_batch(&mut self.queued(), run_bytes);
+        let extra = self.pending_extra_items();
+        let (merged, waiters) = take_batch(&mut self.queued(), run_bytes, extra);
         // Dropped during the write (a combinator's loser holding the lock), the
         // checkpoint may still be stored while no one learns its outcome: stop the
         // invocation so it ends aborted and no journal lacking it is kept for replay.
@@ -423,14 +427,16 @@ impl Shared {
     ) -> Result<Waiters, CommitError> {
         loop {
             let run_bytes = serde_json::to_vec(&self.state().run).map_or(0, |b| b.len());
+            let extra = self.pending_extra_items();
             {
                 let mut queue = self.queued();
                 if queue.is_empty() {
                     return Ok(Waiters::default());
                 }
                 let (mut items, mut bytes) = weight(delta);
-                // The run, and the tenant's count of unfinished runs a finish touches.
-                items += 2;
+                // The run, the tenant's count of unfinished runs a finish touches, and
+                // what the checkpoint takes on beside the deltas.
+                items += 2 + extra;
                 bytes += run_bytes;
                 let mut written = Writes::default();
                 let mut fits = true;

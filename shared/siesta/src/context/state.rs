@@ -335,6 +335,15 @@ impl Shared {
         result
     }
 
+    /// Items the next checkpoint takes on beside its delta, at most: the starts
+    /// recorded outside any delta (a patch marker, a context entered; an entry and an
+    /// event each) and the journal entries dropped operations give back (one each).
+    /// What sizes a checkpoint against the transaction's limit counts them too.
+    pub(crate) fn pending_extra_items(&self) -> usize {
+        let st = self.state();
+        2 * st.detached_starts.len() + st.releases.len()
+    }
+
     /// [`Shared::commit`] by the holder of the writer lock.
     pub(super) async fn commit_locked(
         &self,

@@ -188,7 +188,8 @@ impl Engine {
             + 2 * delta.child_runs.len()
             + delta.parent_delivery.as_ref().map_or(0, |_| 3)
             // The tenant's count of unfinished runs (as `Checkpoint::item_count`).
-            + usize::from(!delta.child_runs.is_empty() || status.is_finished());
+            + usize::from(!delta.child_runs.is_empty() || status.is_finished())
+            + shared.pending_extra_items();
         let overflow = overflowing(&mut delta.callbacks, others);
         // What this invocation looked at, whatever the ending: a yield or a park after a
         // delivery came in unseen leaves it counted as unseen (the quota of pending
