@@ -12,8 +12,8 @@
 //!   [`MAX_TRANSACTION_ITEMS`] or [`MAX_TRANSACTION_BYTES`] (counted as the stores count
 //!   them, the run's own item included, and the starts and given-back entries every
 //!   checkpoint takes on: `Shared::pending_extra_items`); the rest goes in the next
-//!   checkpoint. A delta
-//!   too large on its own is written alone, and the store refuses it as before.
+//!   checkpoint. A delta too large on its own is written alone, and the store refuses
+//!   it as before.
 //! - **Each branch's outcome is its batch's.** A branch returns only once the checkpoint
 //!   holding its delta was written (or failed: then every branch in it hears the
 //!   failure, as each would have alone).
