@@ -844,6 +844,31 @@ async fn cancelling_a_run_whose_callback_was_answered_leaves_the_callback_comple
 }
 
 #[tokio::test]
+async fn finishing_a_run_leaves_a_callback_answered_but_never_awaited_completed() {
+    let mut reg = Registry::new();
+    reg.register(
+        "unawaited",
+        |ctx: Context, _: serde_json::Value| async move {
+            let _cb = ctx.create_callback::<serde_json::Value>("cb").await?;
+            let go: serde_json::Value = ctx.wait_for_event("go").await?;
+            Ok(go)
+        },
+    );
+    let w = world(reg);
+    let id = create(&w, "unawaited", json!(null)).await;
+    w.run_until_idle().await;
+    let cb = w.open_callbacks(&id).await.pop().unwrap();
+    w.engine()
+        .complete_callback(&cb, None, Ok(json!("yes")), None)
+        .await
+        .unwrap();
+    w.deliver_event(&id, "go", "now").await;
+    assert_eq!(w.run(&id).await.status, RunStatus::Completed);
+    let record = w.backend().store.get_callback(&cb).await.unwrap().unwrap();
+    assert_eq!(record.status, CallbackStatus::Completed);
+}
+
+#[tokio::test]
 async fn cancelling_a_running_run_is_honoured_at_the_next_step_boundary() {
     let (entered_tx, entered_rx) = tokio::sync::oneshot::channel::<()>();
     let (release_tx, release_rx) = tokio::sync::oneshot::channel::<()>();

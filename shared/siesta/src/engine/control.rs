@@ -1,7 +1,6 @@
 //! An operator's control of a run: cancel, resume, resolve an unknown tool call.
 
 use crate::timeline as tl;
-use std::collections::HashSet;
 use std::time::Duration;
 
 use super::finish::{child_finished, open_callbacks, overflowing};
@@ -70,22 +69,8 @@ impl Engine {
                 next.error = Some(ErrorInfo::new("Cancelled", "the run was cancelled", false));
                 checkpoint.run = next.clone();
                 let history = self.backend.store.load_history(tenant, run_id).await?;
-                // A callback answered before the run took the answer in (its ending not
-                // journaled yet, or held and lost in a crash) stays as the answer left
-                // it, not closed over.
-                let answered: HashSet<&CallbackId> = history
-                    .deliveries
-                    .iter()
-                    .filter_map(|d| match &d.body {
-                        DeliveryBody::CallbackSucceeded { callback_id, .. }
-                        | DeliveryBody::CallbackFailed { callback_id, .. } => Some(callback_id),
-                        _ => None,
-                    })
-                    .collect();
-                checkpoint.callbacks = open_callbacks(history.journal.iter(), &run);
-                checkpoint
-                    .callbacks
-                    .retain(|r| !answered.contains(&r.callback_id));
+                checkpoint.callbacks =
+                    open_callbacks(history.journal.iter(), &history.deliveries, &run);
                 if let Some(parent) = &run.parent {
                     let outcome = Err(ErrorInfo::new(
                         "Cancelled",

@@ -2,7 +2,7 @@
 //! time, closed callbacks, the parent's delivery), and the wake-ups that follow it.
 
 use crate::timeline as tl;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -155,14 +155,14 @@ impl Engine {
         ));
         if status.is_finished() {
             // Only a finished run closes its callbacks: no scan of the journal otherwise.
-            // The held entries stand over the journal's: a callback answered, its ending
-            // held, is not closed again; one opened, held, is.
+            // The held entries stand over the journal's: a callback opened, held, is
+            // closed too.
             let held = shared.held_entries();
             delta.callbacks = {
                 let st = shared.state();
                 let mut journal: HashMap<&Position, &JournalEntry> = st.journal.iter().collect();
                 journal.extend(held.iter().map(|e| (&e.position, e)));
-                open_callbacks(journal.into_values(), &run)
+                open_callbacks(journal.into_values(), &st.deliveries, &run)
             };
             if let Some(parent) = &run.parent {
                 let outcome = match (&ending, &output) {
@@ -341,18 +341,25 @@ fn operation_name(position: &Position) -> &str {
     last.rsplit_once('#').map_or(last, |(name, _)| name)
 }
 
-/// Callback records to close because their run is finishing.
+/// Callback records to close because their run is finishing: those its journal shows
+/// waiting, but not one of its `deliveries` answers (its ending not journaled yet, or
+/// held and lost in a crash, or never awaited), which stays as the answer left it.
 pub(super) fn open_callbacks<'a>(
     entries: impl Iterator<Item = &'a JournalEntry>,
+    deliveries: &[Delivery],
     run: &Run,
 ) -> Vec<CallbackRecord> {
+    let answered: HashSet<&CallbackId> = deliveries
+        .iter()
+        .filter_map(|d| d.body.answered_callback())
+        .collect();
     entries
         .filter_map(|e| match &e.state {
             EntryState::Waiting(Wait {
                 kind: WaitKind::Callback { callback_id, .. },
                 deadline,
                 started_at,
-            }) => Some((e, callback_id, deadline, started_at)),
+            }) if !answered.contains(callback_id) => Some((e, callback_id, deadline, started_at)),
             _ => None,
         })
         .map(|(e, callback_id, deadline, started_at)| CallbackRecord {

@@ -165,6 +165,15 @@ impl DeliveryBody {
             _ => None,
         }
     }
+
+    /// The callback this delivery answers (a success or a failure; not a heartbeat).
+    pub fn answered_callback(&self) -> Option<&CallbackId> {
+        match self {
+            DeliveryBody::CallbackSucceeded { callback_id, .. }
+            | DeliveryBody::CallbackFailed { callback_id, .. } => Some(callback_id),
+            _ => None,
+        }
+    }
 }
 
 /// The outcome of a side-effecting tool call, keyed by its idempotency key.

@@ -263,7 +263,7 @@ impl<T: DeserializeOwned + Send + 'static> Callback<T> {
         // The outcome taken is claimed until the wait returns: dropped before (a
         // combinator's loser), the wait gives it back (see `claim`).
         while let Some((delivery, claim)) = ctx.take_delivery(&op, Some(waiting.clone()), |b| {
-            matches!(b, DeliveryBody::CallbackSucceeded { callback_id, .. } | DeliveryBody::CallbackFailed { callback_id, .. } if *callback_id == id)
+            b.answered_callback() == Some(&id)
         }) {
             ctx.go_live();
             let (state, event, result) = match delivery.body {
@@ -282,11 +282,23 @@ impl<T: DeserializeOwned + Send + 'static> Callback<T> {
                             accepts: accepts.clone(),
                             heartbeat: heartbeat_ms.map(|ms| CallbackHeartbeat {
                                 timeout_ms: ms,
-                                deadline: heartbeat_deadline(&id, ms, started_at, &ctx.deliveries_for(|_| true)),
+                                deadline: heartbeat_deadline(
+                                    &id,
+                                    ms,
+                                    started_at,
+                                    &ctx.deliveries_for(|_| true),
+                                ),
                             }),
                         };
-                        set_aside(&ctx, &op, SubType::Callback, &delivery.id, e, vec![reopened])
-                            .await;
+                        set_aside(
+                            &ctx,
+                            &op,
+                            SubType::Callback,
+                            &delivery.id,
+                            e,
+                            vec![reopened],
+                        )
+                        .await;
                         claim.keep();
                         continue;
                     }
@@ -519,9 +531,10 @@ pub(crate) fn expire_callbacks(
         }
     });
     for (entry, wait, callback_id) in waiting {
-        let answered = st.deliveries.iter().any(|d| {
-            matches!(&d.body, DeliveryBody::CallbackSucceeded { callback_id: c, .. } | DeliveryBody::CallbackFailed { callback_id: c, .. } if c == callback_id)
-        });
+        let answered = st
+            .deliveries
+            .iter()
+            .any(|d| d.body.answered_callback() == Some(callback_id));
         if answered {
             continue;
         }
