@@ -838,7 +838,7 @@ async fn a_callbacks_ending_and_the_runs_end_are_one_checkpoint() {
         1,
         "the held ending went with the final checkpoint"
     );
-    let record = w.backend().store.get_callback(&cb).await.unwrap().unwrap();
+    let record = w.callback_record(&cb).await;
     assert_eq!(
         record.status,
         CallbackStatus::Completed,
@@ -863,7 +863,7 @@ async fn a_held_callback_the_run_ends_without_is_closed() {
     w.run_until_idle().await;
     assert_eq!(output(&w.run(&id).await), json!("done"));
     let cb = w.callback(&id, "approval").await;
-    let record = w.backend().store.get_callback(&cb).await.unwrap().unwrap();
+    let record = w.callback_record(&cb).await;
     assert_eq!(record.status, CallbackStatus::Closed);
 }
 

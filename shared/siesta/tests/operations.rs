@@ -839,7 +839,7 @@ async fn cancelling_a_run_whose_callback_was_answered_leaves_the_callback_comple
         .unwrap();
     let run = w.engine().cancel(w.tenant(), &id, None).await.unwrap();
     assert_eq!(run.status, RunStatus::Cancelled);
-    let record = w.backend().store.get_callback(&cb).await.unwrap().unwrap();
+    let record = w.callback_record(&cb).await;
     assert_eq!(record.status, CallbackStatus::Completed);
 }
 
@@ -864,7 +864,7 @@ async fn finishing_a_run_leaves_a_callback_answered_but_never_awaited_completed(
         .unwrap();
     w.deliver_event(&id, "go", "now").await;
     assert_eq!(w.run(&id).await.status, RunStatus::Completed);
-    let record = w.backend().store.get_callback(&cb).await.unwrap().unwrap();
+    let record = w.callback_record(&cb).await;
     assert_eq!(record.status, CallbackStatus::Completed);
 }
 

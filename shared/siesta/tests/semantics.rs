@@ -38,10 +38,6 @@ fn callback_during_a_wait() -> Registry {
     reg
 }
 
-async fn callback_record(w: &TestEnv, id: &CallbackId) -> CallbackRecord {
-    w.backend().store.get_callback(id).await.unwrap().unwrap()
-}
-
 #[tokio::test]
 async fn a_callback_completed_after_its_deadline_is_refused_and_times_out_at_the_deadline() {
     let w = world(callback_during_a_wait());
@@ -61,7 +57,7 @@ async fn a_callback_completed_after_its_deadline_is_refused_and_times_out_at_the
     assert_eq!(timed_out.len(), 1, "CallbackTimedOut is recorded at 3 s");
     assert_eq!(timed_out[0].at, t0.plus(Duration::from_secs(3)));
     assert_eq!(
-        callback_record(&w, &cb).await.status,
+        w.callback_record(&cb).await.status,
         CallbackStatus::TimedOut
     );
     assert_eq!(w.run(&id).await.status, RunStatus::Waiting);
@@ -117,7 +113,7 @@ async fn a_heartbeat_or_outcome_after_the_heartbeat_deadline_is_refused_by_the_s
         w.engine().heartbeat_callback(&cb, None).await.unwrap();
     }
     w.clock().advance(Duration::from_millis(2000));
-    assert_eq!(callback_record(&w, &cb).await.status, CallbackStatus::Open);
+    assert_eq!(w.callback_record(&cb).await.status, CallbackStatus::Open);
     let before = w.timeline(&id).await.len();
     let late = w.engine().heartbeat_callback(&cb, None).await;
     assert!(
@@ -368,7 +364,7 @@ fn many_callbacks() -> Registry {
 async fn assert_all_closed(w: &TestEnv, id: &RunId, ids: &[CallbackId]) {
     assert_eq!(ids.len(), MANY);
     for cb in ids {
-        assert_eq!(callback_record(w, cb).await.status, CallbackStatus::Closed);
+        assert_eq!(w.callback_record(cb).await.status, CallbackStatus::Closed);
         let late = w
             .engine()
             .complete_callback(cb, None, Ok(json!(1)), None)

@@ -74,9 +74,9 @@ use serde::de::DeserializeOwned;
 use siesta::ports::{Backend, DeliverOutcome, History};
 use siesta::probe::ProbeStore;
 use siesta::{
-    CallbackId, Engine, EngineConfig, EngineError, EntryState, ErrorInfo, JournalEntry,
-    ManualClock, Payload, Registry, Run, RunId, RunStatus, TenantId, TimelineEvent, Timestamp,
-    Wait, WaitKind,
+    CallbackId, CallbackRecord, Engine, EngineConfig, EngineError, EntryState, ErrorInfo,
+    JournalEntry, ManualClock, Payload, Registry, Run, RunId, RunStatus, TenantId, TimelineEvent,
+    Timestamp, Wait, WaitKind,
 };
 use siesta_embedded::EmbeddedBackend;
 
@@ -543,6 +543,16 @@ impl TestEnv {
             .collect();
         open.sort();
         open.into_iter().map(|(_, id)| id).collect()
+    }
+
+    /// The stored record of callback `id`; panics if there is none.
+    pub async fn callback_record(&self, id: &CallbackId) -> CallbackRecord {
+        self.backend()
+            .store
+            .get_callback(id)
+            .await
+            .unwrap_or_else(|e| panic!("reading callback {id}: {e}"))
+            .unwrap_or_else(|| panic!("no record of callback {id}"))
     }
 
     /// The open callback the workflow created under `name`; panics if there is none.
