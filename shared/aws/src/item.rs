@@ -32,17 +32,12 @@ pub(crate) const UPDATED_AT: &str = "updated_at";
 pub(crate) const RUN_ID: &str = "run_id";
 const WORKFLOW: &str = "workflow";
 const CREATED_AT: &str = "created_at";
-const BODY: &str = "body";
+pub(crate) const BODY: &str = "body";
 /// The run's last timeline seq, beside its copy in the body, for conditions: a
-/// checkpoint's events share one item (see [`timeline_items`]), so whether one of them
-/// exists already is asked of the run.
+/// checkpoint's events share an item keyed by the run's version (see
+/// [`crate::history_item`]), so whether one of them was taken already is asked of the
+/// run.
 pub(crate) const TIMELINE_SEQ: &str = "timeline_seq";
-/// A timeline item's events when it holds more than one, as a JSON array; an item
-/// holding one has it in `body` (and every item written before events were grouped).
-const EVENTS: &str = "events";
-/// How many bytes of events one timeline item holds at most; a checkpoint's events
-/// beyond go in the next item (DynamoDB items hold 400 KB).
-const TIMELINE_ITEM_BYTES: usize = 32 * 1024;
 /// A delivery's inbox sequence number.
 pub(crate) const SEQ: &str = "seq";
 /// A callback record's status, which a delivery's condition checks.
@@ -64,7 +59,7 @@ pub(crate) fn key(pk: String, sk: impl Into<String>) -> Item {
     HashMap::from([(PK.to_owned(), s(pk)), (SK.to_owned(), s(sk))])
 }
 
-fn get_s<'a>(item: &'a Item, name: &str, what: &str) -> Result<&'a str, StoreError> {
+pub(crate) fn get_s<'a>(item: &'a Item, name: &str, what: &str) -> Result<&'a str, StoreError> {
     match item.get(name) {
         Some(AttributeValue::S(v)) => Ok(v),
         _ => Err(corrupt(what, format!("no string attribute {name}"))),
@@ -91,11 +86,11 @@ fn opt_n<T: std::str::FromStr>(
     }
 }
 
-fn to_json<T: Serialize>(v: &T) -> Result<String, StoreError> {
+pub(crate) fn to_json<T: Serialize>(v: &T) -> Result<String, StoreError> {
     serde_json::to_string(v).map_err(|e| StoreError::Invalid(e.to_string()))
 }
 
-fn from_json<T: DeserializeOwned>(item: &Item, what: &str) -> Result<T, StoreError> {
+pub(crate) fn from_json<T: DeserializeOwned>(item: &Item, what: &str) -> Result<T, StoreError> {
     serde_json::from_str(get_s(item, BODY, what)?).map_err(|e| corrupt(what, e))
 }
 
@@ -266,71 +261,6 @@ pub(crate) fn timeline_item(
     Ok(item)
 }
 
-/// The items that hold a checkpoint's timeline events, in `seq` order: as few as
-/// [`TIMELINE_ITEM_BYTES`] allows, each under the sort key of its last event (so that a
-/// `Query` from a `seq` on finds every item holding an event at or after it). A step's
-/// two events cost one item instead of two: in a transaction, two write units instead
-/// of four.
-pub(crate) fn timeline_items(
-    tenant: &TenantId,
-    run_id: &RunId,
-    events: &[TimelineEvent],
-) -> Result<Vec<Item>, StoreError> {
-    let mut items = Vec::new();
-    let mut group: Vec<String> = Vec::new();
-    let mut bytes = 0;
-    let mut last = 0;
-    for event in events {
-        let json = to_json(event)?;
-        if !group.is_empty() && bytes + json.len() > TIMELINE_ITEM_BYTES {
-            items.push(timeline_group(
-                tenant,
-                run_id,
-                last,
-                std::mem::take(&mut group),
-            ));
-            bytes = 0;
-        }
-        bytes += json.len() + 1;
-        last = event.seq;
-        group.push(json);
-    }
-    if !group.is_empty() {
-        items.push(timeline_group(tenant, run_id, last, group));
-    }
-    Ok(items)
-}
-
-fn timeline_group(tenant: &TenantId, run_id: &RunId, last: u64, mut group: Vec<String>) -> Item {
-    let mut item = key(run_pk(tenant, run_id), timeline_sk(last));
-    if group.len() == 1 {
-        item.insert(BODY.into(), s(group.remove(0)));
-    } else {
-        item.insert(EVENTS.into(), s(format!("[{}]", group.join(","))));
-    }
-    item
-}
-
-/// The timeline events stored in `item`, in `seq` order.
-pub(crate) fn timeline_from_item(item: &Item) -> Result<Vec<TimelineEvent>, StoreError> {
-    const WHAT: &str = "timeline event";
-    match item.get(EVENTS) {
-        Some(_) => serde_json::from_str(get_s(item, EVENTS, WHAT)?).map_err(|e| corrupt(WHAT, e)),
-        None => Ok(vec![from_json(item, WHAT)?]),
-    }
-}
-
-/// A run's journal entry.
-pub(crate) fn journal_item(
-    tenant: &TenantId,
-    run_id: &RunId,
-    entry: &JournalEntry,
-) -> Result<Item, StoreError> {
-    let mut item = key(run_pk(tenant, run_id), journal_sk(&entry.position));
-    item.insert(BODY.into(), s(to_json(entry)?));
-    Ok(item)
-}
-
 /// A run's delivery; its sort key is its dedup id.
 pub(crate) fn delivery_item(delivery: &Delivery) -> Result<Item, StoreError> {
     let mut item = key(
@@ -340,24 +270,6 @@ pub(crate) fn delivery_item(delivery: &Delivery) -> Result<Item, StoreError> {
     item.insert(SEQ.into(), n(delivery.seq));
     item.insert(BODY.into(), s(to_json(delivery)?));
     Ok(item)
-}
-
-/// One item of a run's history: a journal entry or a delivery.
-pub(crate) enum HistoryItem {
-    Journal(JournalEntry),
-    Delivery(Delivery),
-}
-
-/// The journal entry or delivery stored in `item`.
-pub(crate) fn history_from_item(item: &Item) -> Result<HistoryItem, StoreError> {
-    let sk = get_s(item, SK, "history")?;
-    if sk.starts_with(JOURNAL_PREFIX) {
-        Ok(HistoryItem::Journal(from_json(item, "journal entry")?))
-    } else if sk.starts_with(DELIVERY_PREFIX) {
-        Ok(HistoryItem::Delivery(from_json(item, "delivery")?))
-    } else {
-        Err(corrupt("history", format!("unexpected sort key {sk}")))
-    }
 }
 
 /// A callback's index record. A closed one gets a TTL: it only serves to tell a late
@@ -535,52 +447,6 @@ mod tests {
         assert!(matches!(run_from_item(&item), Err(StoreError::Invalid(_))));
         item.remove(STATUS);
         assert!(matches!(run_from_item(&item), Err(StoreError::Invalid(_))));
-    }
-
-    fn event(seq: u64, details: serde_json::Value) -> TimelineEvent {
-        let mut e = TimelineEvent::execution_started(Timestamp(1_000), "order", details);
-        e.seq = seq;
-        e
-    }
-
-    #[test]
-    fn a_checkpoints_events_share_one_item_under_the_last_seq() {
-        let (tenant, run) = (TenantId("t".into()), RunId("r".into()));
-        let events = vec![event(4, json!(null)), event(5, json!({"a": 1}))];
-        let items = timeline_items(&tenant, &run, &events).unwrap();
-        assert_eq!(items.len(), 1);
-        assert_eq!(items[0].get(SK), Some(&s(timeline_sk(5))));
-        assert_eq!(timeline_from_item(&items[0]).unwrap(), events);
-    }
-
-    #[test]
-    fn a_lone_event_keeps_the_layout_of_one_event_per_item() {
-        let (tenant, run) = (TenantId("t".into()), RunId("r".into()));
-        let e = event(7, json!({"x": "y"}));
-        let items = timeline_items(&tenant, &run, std::slice::from_ref(&e)).unwrap();
-        assert_eq!(items, vec![timeline_item(&tenant, &run, &e).unwrap()]);
-        assert_eq!(timeline_from_item(&items[0]).unwrap(), vec![e]);
-    }
-
-    #[test]
-    fn events_too_large_for_one_item_go_in_several_in_order() {
-        let (tenant, run) = (TenantId("t".into()), RunId("r".into()));
-        let big = "x".repeat(TIMELINE_ITEM_BYTES / 3);
-        let events: Vec<_> = (1..=5).map(|i| event(i, json!(big))).collect();
-        let items = timeline_items(&tenant, &run, &events).unwrap();
-        assert!(items.len() > 1, "{} items", items.len());
-        let mut back = Vec::new();
-        for item in &items {
-            assert!(item_size(item) < 400 * 1024);
-            let held = timeline_from_item(item).unwrap();
-            assert_eq!(
-                item.get(SK),
-                Some(&s(timeline_sk(held.last().unwrap().seq))),
-                "an item is keyed by its last event"
-            );
-            back.extend(held);
-        }
-        assert_eq!(back, events);
     }
 
     #[test]

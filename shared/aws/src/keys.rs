@@ -14,10 +14,19 @@ pub const PK: &str = "pk";
 pub const SK: &str = "sk";
 /// The sort key of a run's own item (metadata, status, lease).
 pub const RUN_SK: &str = "RUN";
-/// The sort-key prefix shared by journal entries and deliveries: what replay loads.
+/// The sort-key prefix shared by journal entries, checkpoint items and deliveries: what
+/// replay loads.
 pub const HISTORY_PREFIX: &str = "H#";
-/// The sort-key prefix of journal entries.
+/// The sort-key prefix of journal entries written one per item, before checkpoints
+/// were grouped ([`checkpoint_sk`]); such items are still read.
 pub const JOURNAL_PREFIX: &str = "H#J#";
+/// The sort-key prefix of checkpoint items: a checkpoint's journal entries and timeline
+/// events together.
+pub const CHECKPOINT_PREFIX: &str = "H#K#";
+/// Above every sort key under [`JOURNAL_PREFIX`] and [`CHECKPOINT_PREFIX`] (`$` follows
+/// `#`) and below the next prefix: `sk BETWEEN JOURNAL_PREFIX AND JOURNAL_END` reads
+/// the whole journal and no delivery.
+pub const JOURNAL_END: &str = "H#K$";
 /// The sort-key prefix of deliveries (callback outcomes, events, messages, child results).
 pub const DELIVERY_PREFIX: &str = "H#D#";
 /// The sort-key prefix of timeline events.
@@ -89,6 +98,21 @@ pub fn run_pk(tenant: &TenantId, run_id: &RunId) -> String {
 /// The sort key of a journal entry.
 pub fn journal_sk(position: &Position) -> String {
     format!("{JOURNAL_PREFIX}{}", position.0)
+}
+
+/// The sort key of part `part` of the checkpoint item written with the run at
+/// `version` and its timeline at `timeline_seq` (its last event, or the last before it
+/// when it has none). Fixed-width hex, so that the sort key orders checkpoint items as
+/// they were written (versions rise; the timeline seq never falls) and a `Query` from
+/// [`checkpoint_sk_from`] on finds every one holding an event at or after a `seq`.
+pub fn checkpoint_sk(timeline_seq: u64, version: u64, part: u16) -> String {
+    format!("{CHECKPOINT_PREFIX}{timeline_seq:016x}{version:016x}{part:04x}")
+}
+
+/// The least sort key of a checkpoint item whose timeline ends at `timeline_seq` or
+/// later.
+pub fn checkpoint_sk_from(timeline_seq: u64) -> String {
+    format!("{CHECKPOINT_PREFIX}{timeline_seq:016x}")
 }
 
 /// The sort key of a delivery; its id is the dedup key.

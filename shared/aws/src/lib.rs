@@ -41,6 +41,7 @@ mod artifacts;
 pub mod bootstrap;
 pub mod builds;
 mod error;
+mod history_item;
 mod item;
 pub mod keys;
 pub mod prune;

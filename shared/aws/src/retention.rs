@@ -54,7 +54,8 @@ use siesta::ports::{StoreError, artifact_location};
 use siesta::{CallbackId, EntryState, OperationKind, Run, RunId, TenantId, Timestamp, Verdict};
 
 use crate::error::{corrupt, sdk};
-use crate::item::{HistoryItem, Item, VERSION, history_from_item, key, n, run_from_item, s};
+use crate::history_item::{Journal, history_from_item};
+use crate::item::{Item, VERSION, key, n, run_from_item, s};
 use crate::keys::*;
 use crate::store::{CapacityMeter, consistent_get, query_page};
 
@@ -420,50 +421,56 @@ impl Reaper {
     /// unknown outcome (a finished call's record expires by TTL, and its entry no
     /// longer holds the key).
     async fn records_of(&self, tenant: &TenantId, pk: &str) -> Result<Vec<Item>, StoreError> {
-        let mut ids = BTreeSet::new();
-        let mut tool_calls = BTreeSet::new();
+        let mut journal = Journal::default();
         let mut start = None;
         loop {
             let query = self
                 .dynamodb
                 .query()
                 .table_name(&self.table)
-                .key_condition_expression("#pk = :pk AND begins_with(#sk, :journal)")
+                .key_condition_expression("#pk = :pk AND #sk BETWEEN :journal AND :end")
                 .expression_attribute_names("#pk", PK)
                 .expression_attribute_names("#sk", SK)
                 .expression_attribute_values(":pk", s(pk))
                 .expression_attribute_values(":journal", s(JOURNAL_PREFIX))
+                .expression_attribute_values(":end", s(JOURNAL_END))
                 .consistent_read(true);
             let (page, next) =
                 query_page(query, &self.capacity, "reap: read the run's journal", start).await?;
-            for item in page {
-                let HistoryItem::Journal(entry) = history_from_item(&item)? else {
-                    continue;
-                };
-                match (&entry.kind, &entry.state, &entry.handle) {
-                    (OperationKind::Callback, _, Some(handle)) => {
-                        ids.insert(CallbackId(handle.clone()));
-                    }
-                    (_, EntryState::Started { key: Some(k), .. }, _)
-                    | (_, EntryState::Unknown { key: k, .. }, _) => {
-                        tool_calls.insert(k.clone());
-                    }
-                    _ => {}
-                }
+            for item in &page {
+                // Nothing else is under the journal's keys; were a delivery there, it
+                // would name no record.
+                let _ = journal.take(history_from_item(item)?);
             }
             start = next;
             if start.is_none() {
-                return Ok(ids
-                    .iter()
-                    .map(|id| key(callback_pk(id), RECORD_SK))
-                    .chain(
-                        tool_calls
-                            .iter()
-                            .map(|k| key(tool_call_pk(tenant, k), RECORD_SK)),
-                    )
-                    .collect());
+                break;
             }
         }
+        // Each position's last entry: a call that finished no longer holds its key.
+        let mut ids = BTreeSet::new();
+        let mut tool_calls = BTreeSet::new();
+        for entry in journal.into_entries() {
+            match (&entry.kind, &entry.state, &entry.handle) {
+                (OperationKind::Callback, _, Some(handle)) => {
+                    ids.insert(CallbackId(handle.clone()));
+                }
+                (_, EntryState::Started { key: Some(k), .. }, _)
+                | (_, EntryState::Unknown { key: k, .. }, _) => {
+                    tool_calls.insert(k.clone());
+                }
+                _ => {}
+            }
+        }
+        Ok(ids
+            .iter()
+            .map(|id| key(callback_pk(id), RECORD_SK))
+            .chain(
+                tool_calls
+                    .iter()
+                    .map(|k| key(tool_call_pk(tenant, k), RECORD_SK)),
+            )
+            .collect())
     }
 
     /// Delete `keys`, 25 a request, until none is left unprocessed.

@@ -213,6 +213,7 @@ macro_rules! conformance_suite {
             concurrent_creates_for_the_last_slot_exactly_one_wins
             // reading
             timeline_pages_are_gapless
+            timeline_pages_from_every_point_across_checkpoints_and_deliveries
             list_runs_newest_first_with_cursor_paging
             list_runs_filters_by_status_and_workflow
             due_runs_order_limit_and_bound

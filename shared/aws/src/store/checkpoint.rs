@@ -1,5 +1,5 @@
-//! The checkpoint: the run's new state, its journal entries, timeline events, callback
-//! and tool-call records, child runs and a delivery to its parent, in one transaction
+//! The checkpoint: the run's new state, its journal entries and timeline events (in
+//! checkpoint items, [`crate::history_item`]), callback and tool-call records, child runs and a delivery to its parent, in one transaction
 //! conditioned on the version (and epoch) it was computed from.
 
 use siesta::delivery::Decision;
@@ -8,6 +8,7 @@ use siesta::*;
 
 use super::tx::{Role, Tx, TxOutcome, reason_of};
 use super::{DynamoStore, RACE_ATTEMPTS};
+use crate::history_item::checkpoint_items;
 use crate::item::*;
 
 impl DynamoStore {
@@ -71,16 +72,9 @@ pub(super) async fn checkpoint(store: &DynamoStore, cp: &Checkpoint) -> Result<(
             cp.epoch,
             cp.timeline.first().map(|e| e.seq),
         )?;
-        for entry in &cp.journal {
-            tx.put(
-                &store.table,
-                Role::Journal,
-                journal_item(tenant, run_id, entry)?,
-                None,
-            )?;
-        }
-        for item in timeline_items(tenant, run_id, &cp.timeline)? {
-            tx.insert(&store.table, Role::Timeline, item)?;
+        // Conditioned on being new, like the run's version it is keyed by.
+        for item in checkpoint_items(tenant, run_id, &cp.run, &cp.journal, &cp.timeline)? {
+            tx.insert(&store.table, Role::Checkpoint, item)?;
         }
         for record in &cp.callbacks {
             let item = callback_item(record, cp.run.updated_at, store.retention)?;
@@ -123,7 +117,7 @@ pub(super) async fn checkpoint(store: &DynamoStore, cp: &Checkpoint) -> Result<(
                 .ok_or(StoreError::NotFound)?;
             return Err(StoreError::Conflict(Some(Box::new(current))));
         }
-        if reason_of(&reasons, Role::Timeline).is_some() {
+        if reason_of(&reasons, Role::Checkpoint).is_some() {
             let current = store.current_run(tenant, run_id).await?;
             return Err(StoreError::Conflict(Some(Box::new(current))));
         }

@@ -5,6 +5,7 @@ use siesta::*;
 
 use super::DynamoStore;
 use crate::error::corrupt;
+use crate::history_item::{Journal, history_from_item};
 use crate::item::*;
 use crate::keys::*;
 
@@ -27,15 +28,16 @@ pub(super) async fn load_history(
             None,
         )
         .await?;
-    let mut history = History::default();
+    let mut journal = Journal::default();
+    let mut deliveries = Vec::new();
     for item in &items {
-        match history_from_item(item)? {
-            HistoryItem::Journal(entry) => history.journal.push(entry),
-            HistoryItem::Delivery(delivery) => history.deliveries.push(delivery),
-        }
+        deliveries.extend(journal.take(history_from_item(item)?));
     }
-    history.deliveries.sort_by_key(|d| d.seq);
-    Ok(history)
+    deliveries.sort_by_key(|d: &Delivery| d.seq);
+    Ok(History {
+        journal: journal.into_entries(),
+        deliveries,
+    })
 }
 
 /// [`RunStore::load_journal`]: the journal alone.
@@ -49,25 +51,23 @@ pub(super) async fn load_journal(
         .query_pages(
             "load_journal",
             |q| {
-                q.key_condition_expression("pk = :pk AND begins_with(sk, :journal)")
+                q.key_condition_expression("pk = :pk AND sk BETWEEN :journal AND :end")
                     .expression_attribute_values(":pk", s(&pk))
                     .expression_attribute_values(":journal", s(JOURNAL_PREFIX))
+                    .expression_attribute_values(":end", s(JOURNAL_END))
                     .consistent_read(true)
             },
             None,
         )
         .await?;
-    let mut journal = Vec::with_capacity(items.len());
+    let mut journal = Journal::default();
     for item in &items {
-        match history_from_item(item)? {
-            HistoryItem::Journal(entry) => journal.push(entry),
-            HistoryItem::Delivery(_) => {
-                return Err(corrupt(
-                    "load_journal",
-                    "a delivery under the journal's keys",
-                ));
-            }
+        if journal.take(history_from_item(item)?).is_some() {
+            return Err(corrupt(
+                "load_journal",
+                "a delivery under the journal's keys",
+            ));
         }
     }
-    Ok(journal)
+    Ok(journal.into_entries())
 }

@@ -5,12 +5,17 @@ use siesta::ports::*;
 use siesta::*;
 
 use super::DynamoStore;
-use super::reads::item_key;
+use super::reads::{item_key, query_page};
 use crate::error::sdk;
+use crate::history_item::timeline_from_item;
 use crate::item::*;
 use crate::keys::*;
 
-/// [`RunStore::timeline`]: a page of the run's timeline.
+/// [`RunStore::timeline`]: a page of the run's timeline, from the two kinds of item
+/// that hold events: timeline items (a run's first event, deliveries' events, and
+/// checkpoints' written before they were grouped) and checkpoint items. Each is read
+/// from `after` on until it has given `limit` events or has no more, so each gives its
+/// first `limit` events after `after`: the page is the first `limit` of both, by `seq`.
 pub(super) async fn timeline(
     store: &DynamoStore,
     tenant: &TenantId,
@@ -22,30 +27,44 @@ pub(super) async fn timeline(
         return Ok(Vec::new());
     }
     let pk = run_pk(tenant, run_id);
-    let items = store
-        .query_pages(
-            "timeline",
-            |q| {
-                q.key_condition_expression("pk = :pk AND sk BETWEEN :from AND :to")
-                    .expression_attribute_values(":pk", s(&pk))
-                    .expression_attribute_values(":from", s(timeline_sk(after + 1)))
-                    .expression_attribute_values(":to", s(timeline_sk(u64::MAX)))
-                    .consistent_read(true)
-            },
-            Some(limit),
-        )
-        .await?;
-    // An item holds one or more events, under the last one's seq: the first item
-    // found may begin before `after`. Every item found holds at least one event
-    // after it, so `limit` items hold at least `limit` events.
     let mut events = Vec::with_capacity(limit);
-    for item in &items {
-        events.extend(
-            timeline_from_item(item)?
-                .into_iter()
-                .filter(|e| e.seq > after),
-        );
+    for (from, to) in [
+        (timeline_sk(after + 1), timeline_sk(u64::MAX)),
+        (checkpoint_sk_from(after + 1), JOURNAL_END.to_owned()),
+    ] {
+        // An item is keyed by its last event's `seq` (or, a checkpoint item holding
+        // none, the last before it): the first found may begin before `after`, and a
+        // checkpoint item may hold no event after it at all.
+        let mut found = 0;
+        let mut start = None;
+        loop {
+            let query = store
+                .client
+                .query()
+                .table_name(&store.table)
+                .key_condition_expression("pk = :pk AND sk BETWEEN :from AND :to")
+                .expression_attribute_values(":pk", s(&pk))
+                .expression_attribute_values(":from", s(&from))
+                .expression_attribute_values(":to", s(&to))
+                .consistent_read(true)
+                .limit((limit - found).min(1000) as i32);
+            let (page, next) = query_page(query, &store.capacity, "timeline", start).await?;
+            for item in &page {
+                let before = events.len();
+                events.extend(
+                    timeline_from_item(item)?
+                        .into_iter()
+                        .filter(|e| e.seq > after),
+                );
+                found += events.len() - before;
+            }
+            start = next;
+            if start.is_none() || found >= limit {
+                break;
+            }
+        }
     }
+    events.sort_by_key(|e| e.seq);
     events.truncate(limit);
     Ok(events)
 }

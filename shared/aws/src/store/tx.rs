@@ -23,7 +23,9 @@ use crate::keys::*;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Role {
     Run,
-    Journal,
+    /// A checkpoint item: the checkpoint's journal entries and timeline events.
+    Checkpoint,
+    /// A run's first timeline event, at its creation.
     Timeline,
     Callback,
     ToolCall,

@@ -171,6 +171,84 @@ pub async fn timeline_pages_are_gapless(h: Harness) {
     );
 }
 
+/// A timeline written by every kind of write — the run's creation, checkpoints with
+/// several events, one event or none (a journal entry alone), deliveries between them —
+/// reads back the same from any `after` with any `limit`.
+pub async fn timeline_pages_from_every_point_across_checkpoints_and_deliveries(h: Harness) {
+    let tenant = tenant();
+    let run = create(&h, &tenant).await;
+    let held = claim(&h, &run, "engine-a", LEASE).await;
+    let mut expected = vec![started(&run)];
+    let mut current = held.clone();
+    // Events per checkpoint, a delivery after the checkpoints marked `true`: runs of
+    // checkpoints without events, after a delivery and before one, that a page must
+    // read past.
+    let checkpoints = [
+        (3, true),
+        (0, false),
+        (0, false),
+        (0, false),
+        (2, false),
+        (0, true),
+        (1, false),
+    ];
+    for (i, (events, then_deliver)) in checkpoints.into_iter().enumerate() {
+        h.advance(Duration::from_millis(3)).await;
+        let mut cp = checkpoint_over(&h, &current, Some(held.epoch), |_| {});
+        cp.journal.push(entry(
+            &h,
+            &format!("step#{i}"),
+            i as u32,
+            succeeded(serde_json::json!(i)),
+        ));
+        for e in 0..events {
+            push_event(
+                &mut cp,
+                op_event(
+                    h.now(),
+                    EventType::StepSucceeded,
+                    SubType::Step,
+                    &format!("step#{i}"),
+                    serde_json::json!({"event": e}),
+                ),
+            );
+        }
+        write(&h, &cp).await;
+        expected.extend(cp.timeline.iter().cloned());
+        current = cp.run;
+        if then_deliver {
+            let d = event_delivery(&h, &current, &format!("after-{i}"));
+            current = deliver(&h, &d).await;
+            expected.push(TimelineEvent {
+                seq: current.timeline_seq,
+                ..d.event
+            });
+        }
+    }
+    let last = expected.len();
+    assert_eq!(current.timeline_seq, last as u64);
+    for after in 0..=last {
+        for limit in 1..=3 {
+            let page = h
+                .backend
+                .store
+                .timeline(&tenant, &run.id, after as u64, limit)
+                .await
+                .expect("timeline page");
+            assert_eq!(
+                page,
+                expected[after..(after + limit).min(last)].to_vec(),
+                "timeline(after = {after}, limit = {limit})"
+            );
+        }
+    }
+    assert_eq!(
+        snapshot(&h, &tenant, &run.id).await.journal.len(),
+        checkpoints.len(),
+        "every checkpoint's entry, events or none"
+    );
+}
+
 /// `list_runs` lists a tenant's runs newest first; following cursors visits each run
 /// exactly once, across pages, even when runs share a creation time.
 pub async fn list_runs_newest_first_with_cursor_paging(h: Harness) {

@@ -1,0 +1,304 @@
+//! How a run's history is laid out: the items a checkpoint writes for its journal
+//! entries and timeline events, and the deliveries beside them.
+//!
+//! A checkpoint's journal entries and timeline events go together in one **checkpoint
+//! item** (more when they pass [`CHECKPOINT_ITEM_BYTES`]), keyed by
+//! [`checkpoint_sk`]: in a `TransactWriteItems`, where each item costs two write units
+//! per KB, a step's entry and its events in one item cost two units where two items
+//! cost four. Items written before checkpoints were grouped — one journal entry per item
+//! under [`journal_sk`], one or more timeline events per item under [`timeline_sk`] —
+//! are still read, and the deliveries' and run creations' events still have items of
+//! their own.
+//!
+//! A journal entry may be replaced by a later checkpoint (a retried step's new attempt,
+//! a call's outcome): the journal is what the items hold read in sort-key order, the
+//! last one holding a position winning ([`Journal`]). Ungrouped entries sort before
+//! every checkpoint item, and checkpoint items sort in the order they were written.
+
+use std::collections::HashMap;
+
+use siesta::ports::StoreError;
+use siesta::*;
+
+use crate::error::corrupt;
+use crate::item::{Item, from_json, get_s, key, s, to_json};
+use crate::keys::*;
+
+/// A checkpoint item's journal entries, as a JSON array.
+const JOURNAL: &str = "journal";
+/// A checkpoint item's timeline events, and a timeline item's when it holds more than
+/// one, as a JSON array; a timeline item holding one has it in `body`.
+pub(crate) const EVENTS: &str = "events";
+/// How many bytes of entries and events one checkpoint item holds at most; what a
+/// checkpoint writes beyond goes in the next one (DynamoDB items hold 400 KB, a larger
+/// entry gets an item of its own).
+pub(crate) const CHECKPOINT_ITEM_BYTES: usize = 32 * 1024;
+
+/// The items that hold a checkpoint's journal entries and timeline events: as few as
+/// [`CHECKPOINT_ITEM_BYTES`] allows, keyed by [`checkpoint_sk`] with the run's
+/// `timeline_seq` and `version` after the checkpoint. None when it writes neither.
+pub(crate) fn checkpoint_items(
+    tenant: &TenantId,
+    run_id: &RunId,
+    run: &Run,
+    journal: &[JournalEntry],
+    events: &[TimelineEvent],
+) -> Result<Vec<Item>, StoreError> {
+    // Each part: its entries' JSON, its events' JSON.
+    let mut parts: Vec<(Vec<String>, Vec<String>)> = Vec::new();
+    let mut part: (Vec<String>, Vec<String>) = Default::default();
+    let mut bytes = 0;
+    let jsons = journal
+        .iter()
+        .map(|e| to_json(e).map(|j| (j, true)))
+        .chain(events.iter().map(|e| to_json(e).map(|j| (j, false))));
+    for json in jsons {
+        let (json, is_entry) = json?;
+        if bytes > 0 && bytes + json.len() > CHECKPOINT_ITEM_BYTES {
+            parts.push(std::mem::take(&mut part));
+            bytes = 0;
+        }
+        bytes += json.len() + 1;
+        if is_entry { &mut part.0 } else { &mut part.1 }.push(json);
+    }
+    if bytes > 0 {
+        parts.push(part);
+    }
+    Ok(parts
+        .into_iter()
+        .enumerate()
+        .map(|(part, (entries, events))| {
+            let sk = checkpoint_sk(run.timeline_seq, run.version, part as u16);
+            let mut item = key(run_pk(tenant, run_id), sk);
+            if !entries.is_empty() {
+                item.insert(JOURNAL.into(), s(format!("[{}]", entries.join(","))));
+            }
+            if !events.is_empty() {
+                item.insert(EVENTS.into(), s(format!("[{}]", events.join(","))));
+            }
+            item
+        })
+        .collect())
+}
+
+/// The timeline events stored in a timeline item or a checkpoint item, in `seq` order.
+pub(crate) fn timeline_from_item(item: &Item) -> Result<Vec<TimelineEvent>, StoreError> {
+    const WHAT: &str = "timeline event";
+    let checkpoint = get_s(item, SK, WHAT)?.starts_with(CHECKPOINT_PREFIX);
+    match item.get(EVENTS) {
+        Some(_) => serde_json::from_str(get_s(item, EVENTS, WHAT)?).map_err(|e| corrupt(WHAT, e)),
+        None if checkpoint => Ok(Vec::new()),
+        None => Ok(vec![from_json(item, WHAT)?]),
+    }
+}
+
+/// One item of a run's history.
+pub(crate) enum HistoryItem {
+    /// A journal entry written alone, before checkpoints were grouped.
+    Entry(JournalEntry),
+    /// A checkpoint item's journal entries (its events are not read).
+    Checkpoint(Vec<JournalEntry>),
+    /// A delivery.
+    Delivery(Delivery),
+}
+
+/// What `item`, found under [`HISTORY_PREFIX`], holds for a replay.
+pub(crate) fn history_from_item(item: &Item) -> Result<HistoryItem, StoreError> {
+    let sk = get_s(item, SK, "history")?;
+    if sk.starts_with(CHECKPOINT_PREFIX) {
+        const WHAT: &str = "checkpoint's journal entries";
+        Ok(HistoryItem::Checkpoint(match item.get(JOURNAL) {
+            Some(_) => {
+                serde_json::from_str(get_s(item, JOURNAL, WHAT)?).map_err(|e| corrupt(WHAT, e))?
+            }
+            None => Vec::new(),
+        }))
+    } else if sk.starts_with(JOURNAL_PREFIX) {
+        Ok(HistoryItem::Entry(from_json(item, "journal entry")?))
+    } else if sk.starts_with(DELIVERY_PREFIX) {
+        Ok(HistoryItem::Delivery(from_json(item, "delivery")?))
+    } else {
+        Err(corrupt("history", format!("unexpected sort key {sk}")))
+    }
+}
+
+/// A run's journal gathered from its history items in sort-key order: an entry read
+/// later replaces one at the same position read earlier.
+#[derive(Default)]
+pub(crate) struct Journal {
+    entries: Vec<JournalEntry>,
+    at: HashMap<Position, usize>,
+}
+
+impl Journal {
+    /// Adds `entry`, replacing the entry at its position if there is one.
+    pub(crate) fn push(&mut self, entry: JournalEntry) {
+        match self.at.get(&entry.position) {
+            Some(&i) => self.entries[i] = entry,
+            None => {
+                self.at.insert(entry.position.clone(), self.entries.len());
+                self.entries.push(entry);
+            }
+        }
+    }
+
+    /// Adds what a history item holds of the journal; a delivery is handed back.
+    pub(crate) fn take(&mut self, item: HistoryItem) -> Option<Delivery> {
+        match item {
+            HistoryItem::Entry(entry) => self.push(entry),
+            HistoryItem::Checkpoint(entries) => entries.into_iter().for_each(|e| self.push(e)),
+            HistoryItem::Delivery(delivery) => return Some(delivery),
+        }
+        None
+    }
+
+    /// The entries, one per position.
+    pub(crate) fn into_entries(self) -> Vec<JournalEntry> {
+        self.entries
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::item::BODY;
+    use serde_json::json;
+
+    fn run(timeline_seq: u64, version: u64) -> Run {
+        let mut run = Run::new(
+            TenantId("t".into()),
+            RunId("r".into()),
+            "order",
+            Payload::Inline(json!(null)),
+            Timestamp(0),
+        );
+        run.timeline_seq = timeline_seq;
+        run.version = version;
+        run
+    }
+
+    fn entry(position: &str, attempt: u32) -> JournalEntry {
+        JournalEntry {
+            position: Position(position.into()),
+            index: 0,
+            kind: OperationKind::Step,
+            name: position.into(),
+            state: EntryState::Started { attempt, key: None },
+            consumed: Vec::new(),
+            handle: None,
+            updated_at: Timestamp(0),
+        }
+    }
+
+    fn event(seq: u64, details: serde_json::Value) -> TimelineEvent {
+        let mut e = TimelineEvent::execution_started(Timestamp(1_000), "order", details);
+        e.seq = seq;
+        e
+    }
+
+    fn ids() -> (TenantId, RunId) {
+        (TenantId("t".into()), RunId("r".into()))
+    }
+
+    fn journal_of(items: &[Item]) -> Vec<JournalEntry> {
+        let mut journal = Journal::default();
+        for item in items {
+            assert!(journal.take(history_from_item(item).unwrap()).is_none());
+        }
+        journal.into_entries()
+    }
+
+    #[test]
+    fn a_steps_entry_and_events_share_one_item() {
+        let (tenant, run_id) = ids();
+        let entries = vec![entry("charge#1", 1)];
+        let events = vec![event(4, json!(null)), event(5, json!({"a": 1}))];
+        let items = checkpoint_items(&tenant, &run_id, &run(5, 9), &entries, &events).unwrap();
+        assert_eq!(items.len(), 1);
+        assert_eq!(items[0].get(SK), Some(&s(checkpoint_sk(5, 9, 0))));
+        assert_eq!(timeline_from_item(&items[0]).unwrap(), events);
+        assert_eq!(journal_of(&items), entries);
+    }
+
+    #[test]
+    fn a_checkpoint_without_entries_or_events_writes_no_item() {
+        let (tenant, run_id) = ids();
+        assert!(
+            checkpoint_items(&tenant, &run_id, &run(5, 9), &[], &[])
+                .unwrap()
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn an_item_without_events_has_an_empty_timeline() {
+        let (tenant, run_id) = ids();
+        let items =
+            checkpoint_items(&tenant, &run_id, &run(5, 9), &[entry("a#1", 1)], &[]).unwrap();
+        assert!(!items[0].contains_key(EVENTS));
+        assert_eq!(timeline_from_item(&items[0]).unwrap(), Vec::new());
+    }
+
+    #[test]
+    fn a_checkpoint_too_large_for_one_item_goes_in_several_in_order() {
+        let (tenant, run_id) = ids();
+        let big = "x".repeat(CHECKPOINT_ITEM_BYTES / 3);
+        let entries: Vec<_> = (1..=4)
+            .map(|i| {
+                let mut e = entry(&format!("s#{i}"), 1);
+                e.name = big.clone();
+                e
+            })
+            .collect();
+        let events: Vec<_> = (1..=5).map(|i| event(i, json!(big))).collect();
+        let items = checkpoint_items(&tenant, &run_id, &run(5, 2), &entries, &events).unwrap();
+        assert!(items.len() > 2, "{} items", items.len());
+        let mut back = Vec::new();
+        for (i, item) in items.iter().enumerate() {
+            assert!(crate::item::item_size(item) < 400 * 1024);
+            assert_eq!(item.get(SK), Some(&s(checkpoint_sk(5, 2, i as u16))));
+            back.extend(timeline_from_item(item).unwrap());
+        }
+        assert_eq!(back, events);
+        assert_eq!(journal_of(&items), entries);
+    }
+
+    #[test]
+    fn a_later_checkpoints_entry_replaces_an_earlier_one_at_its_position() {
+        let (tenant, run_id) = ids();
+        // Written before checkpoints were grouped: one entry per item.
+        let mut legacy = key(
+            run_pk(&tenant, &run_id),
+            journal_sk(&Position("a#1".into())),
+        );
+        legacy.insert(BODY.into(), s(to_json(&entry("a#1", 1)).unwrap()));
+        let first =
+            checkpoint_items(&tenant, &run_id, &run(3, 4), &[entry("a#1", 2)], &[]).unwrap();
+        let second = checkpoint_items(
+            &tenant,
+            &run_id,
+            &run(3, 5),
+            &[entry("a#1", 3), entry("b#1", 1)],
+            &[],
+        )
+        .unwrap();
+        let mut items = vec![second[0].clone(), legacy, first[0].clone()];
+        items.sort_by_key(|item| get_s(item, SK, "test").unwrap().to_owned());
+        assert_eq!(journal_of(&items), vec![entry("a#1", 3), entry("b#1", 1)]);
+    }
+
+    #[test]
+    fn checkpoint_items_sort_in_the_order_they_were_written() {
+        // (timeline seq, version) of successive checkpoints: events or none, and
+        // deliveries' events between them.
+        let written = [(3, 4), (3, 5), (5, 6), (9, 7), (9, 8), (12, 9)];
+        let keys: Vec<_> = written
+            .iter()
+            .map(|&(seq, version)| checkpoint_sk(seq, version, 0))
+            .collect();
+        let mut sorted = keys.clone();
+        sorted.sort();
+        assert_eq!(keys, sorted);
+        assert!(journal_sk(&Position("~".into())) < keys[0]);
+    }
+}
