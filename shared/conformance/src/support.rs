@@ -122,7 +122,8 @@ pub(crate) async fn claim(h: &Harness, run: &Run, owner: &str, lease: Duration) 
 }
 
 /// A checkpoint over `current` (as read): the run with its version bumped, `updated_at`
-/// now and `mutate` applied, guarded by `epoch`.
+/// now and `mutate` applied, guarded by `epoch`; written by the run's own build when
+/// under a lease.
 pub(crate) fn checkpoint_over(
     h: &Harness,
     current: &Run,
@@ -133,7 +134,11 @@ pub(crate) fn checkpoint_over(
     run.version += 1;
     run.updated_at = h.now();
     mutate(&mut run);
-    Checkpoint::new(run, current.version, epoch)
+    let mut cp = Checkpoint::new(run, current.version, epoch);
+    // A write under the lease is the engine's, the run's own build; one without, the
+    // control plane's.
+    cp.by_own_build = epoch.is_some();
+    cp
 }
 
 /// Append `event` to the checkpoint, numbering it after the run's last event.

@@ -6,9 +6,10 @@ use siesta::delivery::Decision;
 use siesta::ports::*;
 use siesta::*;
 
+use super::history::has_checkpoint_items;
 use super::tx::{Role, Tx, TxOutcome, reason_of};
 use super::{DynamoStore, RACE_ATTEMPTS};
-use crate::history_item::checkpoint_items;
+use crate::history_item::{checkpoint_items, ungrouped_items};
 use crate::item::*;
 
 impl DynamoStore {
@@ -59,6 +60,14 @@ pub(super) async fn checkpoint(store: &DynamoStore, cp: &Checkpoint) -> Result<(
         store.note_build(child).await?;
     }
     let unfinished = store.unfinished_delta(cp).await?;
+    // The run's own build writes checkpoint items; other code (the control plane, maybe
+    // newer than the run's build) only where the run's history has them already, so
+    // that an older build, which reads no checkpoint item, can still replay its run.
+    // Only this write can add the first one, and it is conditioned on the version
+    // read: the history cannot gain one before it commits.
+    let grouped = cp.by_own_build
+        || (!cp.journal.is_empty() || !cp.timeline.is_empty())
+            && has_checkpoint_items(store, tenant, run_id).await?;
     for _ in 0..RACE_ATTEMPTS {
         let mut tx = Tx::default();
         if unfinished != 0 {
@@ -72,9 +81,19 @@ pub(super) async fn checkpoint(store: &DynamoStore, cp: &Checkpoint) -> Result<(
             cp.epoch,
             cp.timeline.first().map(|e| e.seq),
         )?;
-        // Conditioned on being new, like the run's version it is keyed by.
-        for item in checkpoint_items(tenant, run_id, &cp.run, &cp.journal, &cp.timeline)? {
-            tx.insert(&store.table, Role::Checkpoint, item)?;
+        if grouped {
+            // Conditioned on being new, like the run's version it is keyed by.
+            for item in checkpoint_items(tenant, run_id, &cp.run, &cp.journal, &cp.timeline)? {
+                tx.insert(&store.table, Role::Checkpoint, item)?;
+            }
+        } else {
+            let (entries, events) = ungrouped_items(tenant, run_id, &cp.journal, &cp.timeline)?;
+            for item in entries {
+                tx.put(&store.table, Role::Journal, item, None)?;
+            }
+            for item in events {
+                tx.insert(&store.table, Role::Timeline, item)?;
+            }
         }
         for record in &cp.callbacks {
             let item = callback_item(record, cp.run.updated_at, store.retention)?;
@@ -117,7 +136,9 @@ pub(super) async fn checkpoint(store: &DynamoStore, cp: &Checkpoint) -> Result<(
                 .ok_or(StoreError::NotFound)?;
             return Err(StoreError::Conflict(Some(Box::new(current))));
         }
-        if reason_of(&reasons, Role::Checkpoint).is_some() {
+        if reason_of(&reasons, Role::Checkpoint).is_some()
+            || reason_of(&reasons, Role::Timeline).is_some()
+        {
             let current = store.current_run(tenant, run_id).await?;
             return Err(StoreError::Conflict(Some(Box::new(current))));
         }

@@ -71,3 +71,26 @@ pub(super) async fn load_journal(
     }
     Ok(journal.into_entries())
 }
+
+/// Whether the run's history holds a checkpoint item: one key-only `Query`, `Limit 1`.
+pub(super) async fn has_checkpoint_items(
+    store: &DynamoStore,
+    tenant: &TenantId,
+    run_id: &RunId,
+) -> Result<bool, StoreError> {
+    let pk = run_pk(tenant, run_id);
+    let items = store
+        .query_pages(
+            "checkpoint: does the history hold checkpoint items",
+            |q| {
+                q.key_condition_expression("pk = :pk AND begins_with(sk, :checkpoint)")
+                    .expression_attribute_values(":pk", s(&pk))
+                    .expression_attribute_values(":checkpoint", s(CHECKPOINT_PREFIX))
+                    .projection_expression("pk")
+                    .consistent_read(true)
+            },
+            Some(1),
+        )
+        .await?;
+    Ok(!items.is_empty())
+}

@@ -11,11 +11,18 @@ use crate::history_item::timeline_from_item;
 use crate::item::*;
 use crate::keys::*;
 
+/// How many times a timeline page is read at most, while a write lands between its
+/// two queries.
+const TIMELINE_READS: usize = 3;
+
 /// [`RunStore::timeline`]: a page of the run's timeline, from the two kinds of item
 /// that hold events: timeline items (a run's first event, deliveries' events, and
 /// checkpoints' written before they were grouped) and checkpoint items. Each is read
 /// from `after` on until it has given `limit` events or has no more, so each gives its
 /// first `limit` events after `after`: the page is the first `limit` of both, by `seq`.
+/// The two queries are not one snapshot: a write committed between them can leave its
+/// event out while a later one is in. Seqs are gapless, so such a page has a hole: it
+/// is read again (a paging reader would go on after the hole and never see the event).
 pub(super) async fn timeline(
     store: &DynamoStore,
     tenant: &TenantId,
@@ -26,6 +33,25 @@ pub(super) async fn timeline(
     if limit == 0 || after == u64::MAX {
         return Ok(Vec::new());
     }
+    for _ in 1..TIMELINE_READS {
+        let page = read_timeline(store, tenant, run_id, after, limit).await?;
+        if unbroken(&page, after) {
+            return Ok(page);
+        }
+    }
+    // A hole that stays is in what is stored, not a race: the page as it is.
+    read_timeline(store, tenant, run_id, after, limit).await
+}
+
+/// Up to `limit` events after `after` from each kind of item, in `seq` order, the
+/// first `limit`.
+async fn read_timeline(
+    store: &DynamoStore,
+    tenant: &TenantId,
+    run_id: &RunId,
+    after: u64,
+    limit: usize,
+) -> Result<Vec<TimelineEvent>, StoreError> {
     let pk = run_pk(tenant, run_id);
     let mut events = Vec::with_capacity(limit);
     for (from, to) in [
@@ -67,6 +93,11 @@ pub(super) async fn timeline(
     events.sort_by_key(|e| e.seq);
     events.truncate(limit);
     Ok(events)
+}
+
+/// Whether `page` follows `after` without a hole: `after + 1`, `after + 2`, ...
+fn unbroken(page: &[TimelineEvent], after: u64) -> bool {
+    page.iter().zip(after + 1..).all(|(e, seq)| e.seq == seq)
 }
 
 /// [`RunStore::list_runs`]: a page of the tenant's runs, newest first.
@@ -143,4 +174,37 @@ pub(super) async fn list_runs(
         }
     }
     Ok(RunPage { runs, next_cursor })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn events(seqs: &[u64]) -> Vec<TimelineEvent> {
+        seqs.iter()
+            .map(|&seq| {
+                let mut e = TimelineEvent::execution_started(
+                    Timestamp(0),
+                    "order",
+                    serde_json::Value::Null,
+                );
+                e.seq = seq;
+                e
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_page_without_a_hole_is_unbroken() {
+        assert!(unbroken(&events(&[4, 5, 6]), 3));
+        assert!(unbroken(&[], 3));
+    }
+
+    #[test]
+    fn a_page_a_concurrent_write_left_a_hole_in_is_broken() {
+        // Event 11 committed between the two queries: the first missed it, the
+        // second found the checkpoint after it.
+        assert!(!unbroken(&events(&[12, 13]), 10));
+        assert!(!unbroken(&events(&[11, 12, 14]), 10));
+    }
 }

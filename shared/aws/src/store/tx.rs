@@ -25,7 +25,10 @@ pub(super) enum Role {
     Run,
     /// A checkpoint item: the checkpoint's journal entries and timeline events.
     Checkpoint,
-    /// A run's first timeline event, at its creation.
+    /// A journal entry in an item of its own (a run's history without checkpoint items).
+    Journal,
+    /// Timeline events in an item of their own: a run's first, or a checkpoint's in a
+    /// history without checkpoint items.
     Timeline,
     Callback,
     ToolCall,

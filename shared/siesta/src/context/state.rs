@@ -413,6 +413,7 @@ impl Shared {
                     tool_calls: delta.tool_calls.clone(),
                     child_runs: delta.child_runs.clone(),
                     parent_delivery: delta.parent_delivery.clone(),
+                    by_own_build: true,
                 }
             };
             match self.backend.store.checkpoint(&checkpoint).await {

@@ -55,6 +55,13 @@ pub struct Checkpoint {
     pub child_runs: Vec<(Run, TimelineEvent)>,
     /// A delivery to the parent run, when this run finishes as a child.
     pub parent_delivery: Option<NewDelivery>,
+    /// Whether the run's own build writes this (its engine, under the lease). Such a
+    /// write may change how a store lays out the run's history, since its own code
+    /// reads whatever it writes. A write made for the run by other code — the control
+    /// plane's cancel, resume, resolution, park or upgrade, which may be a newer build
+    /// than the run's — keeps the layout the run's history has, so that the run's own,
+    /// possibly older, build still reads it. `false` from [`Checkpoint::new`].
+    pub by_own_build: bool,
 }
 
 impl Checkpoint {
@@ -70,6 +77,7 @@ impl Checkpoint {
             tool_calls: Vec::new(),
             child_runs: Vec::new(),
             parent_delivery: None,
+            by_own_build: false,
         }
     }
 
@@ -310,7 +318,7 @@ pub trait RunStore: Send + Sync + 'static {
         key: &IdempotencyKey,
     ) -> Result<Option<ToolCallRecord>, StoreError>;
 
-    /// Timeline events with `seq` > `after`, oldest first, at most `limit`. One `Query`.
+    /// Timeline events with `seq` > `after`, oldest first, at most `limit`.
     async fn timeline(
         &self,
         tenant: &TenantId,
