@@ -168,7 +168,7 @@ async fn once_the_runs_build_wrote_checkpoint_items_the_control_plane_writes_the
 }
 
 #[tokio::test]
-async fn a_run_moved_to_a_newer_build_reads_its_old_entries_before_its_new_ones() {
+async fn entries_written_before_checkpoint_items_give_way_to_later_ones_at_their_position() {
     let Some(env) = support::emulators().await else {
         return;
     };

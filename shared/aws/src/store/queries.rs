@@ -22,7 +22,8 @@ const TIMELINE_READS: usize = 3;
 /// first `limit` events after `after`: the page is the first `limit` of both, by `seq`.
 /// The two queries are not one snapshot: a write committed between them can leave its
 /// event out while a later one is in. Seqs are gapless, so such a page has a hole: it
-/// is read again (a paging reader would go on after the hole and never see the event).
+/// is read again, and if writes keep landing, cut before the hole — a paging reader
+/// that went on past it would never see the event.
 pub(super) async fn timeline(
     store: &DynamoStore,
     tenant: &TenantId,
@@ -33,14 +34,18 @@ pub(super) async fn timeline(
     if limit == 0 || after == u64::MAX {
         return Ok(Vec::new());
     }
-    for _ in 1..TIMELINE_READS {
-        let page = read_timeline(store, tenant, run_id, after, limit).await?;
-        if unbroken(&page, after) {
+    let mut page = Vec::new();
+    for _ in 0..TIMELINE_READS {
+        page = read_timeline(store, tenant, run_id, after, limit).await?;
+        let run = unbroken(&page, after);
+        if run == page.len() {
             return Ok(page);
         }
+        page.truncate(run);
     }
-    // A hole that stays is in what is stored, not a race: the page as it is.
-    read_timeline(store, tenant, run_id, after, limit).await
+    // Still a hole (writes kept landing between the queries): the events before it,
+    // which the next page goes on from.
+    Ok(page)
 }
 
 /// Up to `limit` events after `after` from each kind of item, in `seq` order, the
@@ -95,9 +100,13 @@ async fn read_timeline(
     Ok(events)
 }
 
-/// Whether `page` follows `after` without a hole: `after + 1`, `after + 2`, ...
-fn unbroken(page: &[TimelineEvent], after: u64) -> bool {
-    page.iter().zip(after + 1..).all(|(e, seq)| e.seq == seq)
+/// How many of `page`'s events follow `after` without a hole: `after + 1`, `after + 2`,
+/// ...
+fn unbroken(page: &[TimelineEvent], after: u64) -> usize {
+    page.iter()
+        .zip(after + 1..)
+        .take_while(|(e, seq)| e.seq == *seq)
+        .count()
 }
 
 /// [`RunStore::list_runs`]: a page of the tenant's runs, newest first.
@@ -196,15 +205,15 @@ mod tests {
 
     #[test]
     fn a_page_without_a_hole_is_unbroken() {
-        assert!(unbroken(&events(&[4, 5, 6]), 3));
-        assert!(unbroken(&[], 3));
+        assert_eq!(unbroken(&events(&[4, 5, 6]), 3), 3);
+        assert_eq!(unbroken(&[], 3), 0);
     }
 
     #[test]
-    fn a_page_a_concurrent_write_left_a_hole_in_is_broken() {
+    fn a_page_a_concurrent_write_left_a_hole_in_is_unbroken_only_before_it() {
         // Event 11 committed between the two queries: the first missed it, the
         // second found the checkpoint after it.
-        assert!(!unbroken(&events(&[12, 13]), 10));
-        assert!(!unbroken(&events(&[11, 12, 14]), 10));
+        assert_eq!(unbroken(&events(&[12, 13]), 10), 0);
+        assert_eq!(unbroken(&events(&[11, 12, 14]), 10), 2);
     }
 }
