@@ -16,6 +16,7 @@ use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use fantoccini::error::{CmdError, ErrorStatus};
 use fantoccini::{Client, ClientBuilder, Locator};
 use futures::FutureExt as _;
 use serde_json::{Value, json};
@@ -253,6 +254,19 @@ async fn find(client: &Client, css: &str) -> fantoccini::elements::Element {
         .unwrap_or_else(|e| panic!("the page shows {css}: {e}"))
 }
 
+/// The text of the element `css` finds, found again if the page's live refresh
+/// replaced it between the find and the read (a stale element).
+async fn text_of(client: &Client, css: &str) -> String {
+    for _ in 0..10 {
+        match find(client, css).await.text().await {
+            Ok(text) => return text,
+            Err(CmdError::Standard(e)) if e.error == ErrorStatus::StaleElementReference => {}
+            Err(e) => panic!("the text of {css}: {e}"),
+        }
+    }
+    panic!("{css} kept being replaced while read")
+}
+
 /// The instant the first `<time>` under `css` shows (its `datetime`, RFC 3339 in local
 /// time).
 async fn time_shown(client: &Client, css: &str) -> String {
@@ -322,7 +336,7 @@ async fn an_order_is_paid_through_the_ui_and_its_waterfall_shows_the_steps() {
     client.goto(&format!("{base}/")).await.unwrap();
     let row = format!(r#"tr[data-run-id="{id}"]"#);
     find(client, &format!(r#"{row} .badge[data-status="waiting"]"#)).await;
-    let text = find(client, &row).await.text().await.unwrap();
+    let text = text_of(client, &row).await;
     assert!(text.contains("order"), "{text}");
     screenshot(client, "ui-runs.png").await;
 
@@ -332,11 +346,7 @@ async fn an_order_is_paid_through_the_ui_and_its_waterfall_shows_the_steps() {
         .click()
         .await
         .unwrap();
-    let shown = find(client, "code.callback-url")
-        .await
-        .text()
-        .await
-        .unwrap();
+    let shown = text_of(client, "code.callback-url").await;
     let view: Value = reqwest::get(format!("{base}/runs/{id}"))
         .await
         .unwrap()
@@ -355,7 +365,7 @@ async fn an_order_is_paid_through_the_ui_and_its_waterfall_shows_the_steps() {
         &time_shown(client, ".wait time").await,
         view["waits"][0]["deadline"].as_str().unwrap(),
     );
-    let meta = find(client, ".meta").await.text().await.unwrap();
+    let meta = text_of(client, ".meta").await;
     assert!(!meta.contains("duration —"), "a duration so far: {meta}");
 
     // The payment arrives through the UI's callback action, confirmed in its dialog.
@@ -369,7 +379,7 @@ async fn an_order_is_paid_through_the_ui_and_its_waterfall_shows_the_steps() {
     body.send_keys(r#"{"status": "COMPLETED", "transaction_id": "tx-from-the-ui"}"#)
         .await
         .unwrap();
-    let what = find(client, "#dialog #what").await.text().await.unwrap();
+    let what = text_of(client, "#dialog #what").await;
     assert!(
         what.contains("/succeed"),
         "the dialog says what it sends: {what}"
@@ -385,7 +395,7 @@ async fn an_order_is_paid_through_the_ui_and_its_waterfall_shows_the_steps() {
         )
         .await;
     }
-    let page = find(client, "main").await.text().await.unwrap();
+    let page = text_of(client, "main").await;
     assert!(page.contains("tx-from-the-ui"), "the output is shown");
     let done: Value = reqwest::get(format!("{base}/runs/{id}/timeline"))
         .await
@@ -397,7 +407,7 @@ async fn an_order_is_paid_through_the_ui_and_its_waterfall_shows_the_steps() {
         &time_shown(client, "#events tr.ev time").await,
         done["events"][0]["EventTimestamp"].as_str().unwrap(),
     );
-    let lifecycle = find(client, "#lifecycle").await.text().await.unwrap();
+    let lifecycle = text_of(client, "#lifecycle").await;
     assert!(
         lifecycle.contains("Completed at") && !lifecycle.contains("after —"),
         "when and after how long: {lifecycle}"
@@ -543,7 +553,7 @@ async fn the_waterfall_shows_attempts_and_nested_items_and_an_event_is_sent_thro
             .unwrap()
             .len();
         assert!(items >= 3, "the map's items are nested under it: {items}");
-        let lifecycle = find(client, "#lifecycle").await.text().await.unwrap();
+        let lifecycle = text_of(client, "#lifecycle").await;
         assert!(lifecycle.contains("event go is delivered"), "{lifecycle}");
         // The child run is linked from its row, and links back to its parent.
         let child = find(client, r#".wf-row[data-op="child#0"][data-state="ok"] a"#)
@@ -598,7 +608,7 @@ async fn a_parked_run_is_explained_and_resumed_through_the_ui() {
         let id = run["id"].as_str().unwrap();
         client.goto(&format!("{base}/ui/runs/{id}")).await.unwrap();
         find(client, r#"h1 .badge[data-status="parked"]"#).await;
-        let lifecycle = find(client, "#lifecycle").await.text().await.unwrap();
+        let lifecycle = text_of(client, "#lifecycle").await;
         assert!(lifecycle.contains("needs an operator"), "{lifecycle}");
         assert!(lifecycle.contains("partner is down"), "{lifecycle}");
         find(
@@ -614,7 +624,7 @@ async fn a_parked_run_is_explained_and_resumed_through_the_ui() {
             .click()
             .await
             .unwrap();
-        let what = find(client, "#dialog #what").await.text().await.unwrap();
+        let what = text_of(client, "#dialog #what").await;
         assert!(what.contains(&format!("POST /runs/{id}/resume")), "{what}");
         find(client, "#dialog-confirm").await.click().await.unwrap();
         find(client, r#"#events tr.ev[data-type="RunResumed"]"#).await;
@@ -796,7 +806,7 @@ async fn an_unknown_tool_call_is_resolved_through_the_ui() {
         client.goto(&format!("{base}/ui/runs/{id}")).await.unwrap();
         find(client, r#"h1 .badge[data-status="parked"]"#).await;
         find(client, "body[data-painted]").await;
-        let lifecycle = find(client, "#lifecycle").await.text().await.unwrap();
+        let lifecycle = text_of(client, "#lifecycle").await;
         assert!(lifecycle.contains("tool call"), "{lifecycle}");
         find(
             client,
@@ -814,7 +824,7 @@ async fn an_unknown_tool_call_is_resolved_through_the_ui() {
         let value = find(client, r#"#dialog textarea[name="value"]"#).await;
         value.clear().await.unwrap();
         value.send_keys(r#""charged by hand""#).await.unwrap();
-        let what = find(client, "#dialog #what").await.text().await.unwrap();
+        let what = text_of(client, "#dialog #what").await;
         assert!(
             what.contains(&format!("POST /runs/{id}/operations/charge%230/resolve")),
             "{what}"
@@ -833,7 +843,7 @@ async fn an_unknown_tool_call_is_resolved_through_the_ui() {
         // with the operator's value as the call's result.
         env.run_until_idle().await;
         find(client, r#"h1 .badge[data-status="completed"]"#).await;
-        let page = find(client, "main").await.text().await.unwrap();
+        let page = text_of(client, "main").await;
         assert!(page.contains("charged by hand"), "the output is shown");
         server.abort();
     })
@@ -930,7 +940,7 @@ async fn the_models_words_arrive_live_and_the_refund_is_approved_on_the_run_page
         let by = find(client, r#"#dialog input[name="by"]"#).await;
         by.clear().await.unwrap();
         by.send_keys("alice").await.unwrap();
-        let what = find(client, "#dialog #what").await.text().await.unwrap();
+        let what = text_of(client, "#dialog #what").await;
         assert!(what.contains(&format!("POST /runs/{id}/events/approval")), "{what}");
         assert!(what.contains(r#"{"approved":true,"by":"alice"}"#), "{what}");
         find(client, "#dialog-confirm").await.click().await.unwrap();
