@@ -59,28 +59,17 @@ pub(crate) fn checkpoint_items(
     journal: &[JournalEntry],
     events: &[TimelineEvent],
 ) -> Result<Vec<Item>, StoreError> {
-    // Each part: its entries' JSON, its events' JSON.
-    let mut parts: Vec<(Vec<String>, Vec<String>)> = Vec::new();
-    let mut part: (Vec<String>, Vec<String>) = Default::default();
-    let mut bytes = 0;
+    // Each JSON tagged with whether it is an entry (else an event).
     let jsons = journal
         .iter()
         .map(|e| to_json(e).map(|j| (j, true)))
         .chain(events.iter().map(|e| to_json(e).map(|j| (j, false))));
-    for json in jsons {
-        let (json, is_entry) = json?;
-        if bytes > 0 && bytes + json.len() > CHECKPOINT_ITEM_BYTES {
-            parts.push(std::mem::take(&mut part));
-            bytes = 0;
-        }
-        bytes += json.len() + 1;
-        if is_entry { &mut part.0 } else { &mut part.1 }.push(json);
-    }
-    if bytes > 0 {
-        parts.push(part);
-    }
+    let parts = in_parts(jsons)?.into_iter().map(|part| {
+        let (entries, events): (Vec<_>, Vec<_>) = part.into_iter().partition(|(_, e)| *e);
+        let json = |v: Vec<(String, bool)>| v.into_iter().map(|(j, _)| j).collect::<Vec<_>>();
+        (json(entries), json(events))
+    });
     parts
-        .into_iter()
         .enumerate()
         .map(|(part, (entries, events))| {
             let sk = checkpoint_sk(run.timeline_seq, run.version, part as u16);
@@ -110,6 +99,29 @@ pub(crate) fn checkpoint_items(
             )
         })
         .collect()
+}
+
+/// `jsons`, in order, in groups of at most [`CHECKPOINT_ITEM_BYTES`] of JSON each (one
+/// larger alone in its group), each JSON with its tag.
+fn in_parts<T>(
+    jsons: impl Iterator<Item = Result<(String, T), StoreError>>,
+) -> Result<Vec<Vec<(String, T)>>, StoreError> {
+    let mut parts = Vec::new();
+    let mut part = Vec::new();
+    let mut bytes = 0;
+    for json in jsons {
+        let (json, tag) = json?;
+        if !part.is_empty() && bytes + json.len() > CHECKPOINT_ITEM_BYTES {
+            parts.push(std::mem::take(&mut part));
+            bytes = 0;
+        }
+        bytes += json.len() + 1;
+        part.push((json, tag));
+    }
+    if !part.is_empty() {
+        parts.push(part);
+    }
+    Ok(parts)
 }
 
 /// The deflated JSON object `{"journal": [...], "events": [...]}` of already serialized
@@ -179,28 +191,18 @@ pub(crate) fn ungrouped_items(
             Ok(item)
         })
         .collect::<Result<_, StoreError>>()?;
-    let mut timeline = Vec::new();
-    let mut group: Vec<String> = Vec::new();
-    let mut bytes = 0;
-    let mut last = 0;
-    let mut close = |group: Vec<String>, last: u64| {
-        let mut item = key(pk.clone(), timeline_sk(last));
-        item.insert(EVENTS.into(), s(format!("[{}]", group.join(","))));
-        timeline.push(item);
-    };
-    for event in events {
-        let json = to_json(event)?;
-        if !group.is_empty() && bytes + json.len() > CHECKPOINT_ITEM_BYTES {
-            close(std::mem::take(&mut group), last);
-            bytes = 0;
-        }
-        bytes += json.len() + 1;
-        last = event.seq;
-        group.push(json);
-    }
-    if !group.is_empty() {
-        close(group, last);
-    }
+    let jsons = events.iter().map(|e| to_json(e).map(|j| (j, e.seq)));
+    let timeline = in_parts(jsons)?
+        .into_iter()
+        .map(|group| {
+            // Keyed by its last event.
+            let last = group.last().map_or(0, |(_, seq)| *seq);
+            let mut item = key(pk.clone(), timeline_sk(last));
+            let events: Vec<_> = group.into_iter().map(|(j, _)| j).collect();
+            item.insert(EVENTS.into(), s(format!("[{}]", events.join(","))));
+            item
+        })
+        .collect();
     Ok((entries, timeline))
 }
 
