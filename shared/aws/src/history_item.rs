@@ -10,6 +10,16 @@
 //! are still read, and the deliveries' and run creations' events still have items of
 //! their own.
 //!
+//! A checkpoint of the run's own build that needs one checkpoint item and writes no
+//! other record (a step's, typically) leaves it in the run item instead, as the run's
+//! **history tail** ([`TAIL`], [`TAIL_SK`]): one plain conditional write of one item,
+//! one write unit when the run item stays under 1 KB, where a transaction of two items
+//! costs four. The next such checkpoint first archives the tail as the checkpoint item
+//! it stands for (a plain put of committed content, so repeating it is harmless), then
+//! replaces it; other writers keep it. A reader reads the run item first and its
+//! history after ([`with_tail`]): the tail a later write replaces is archived before
+//! that write, so the reader finds it one place or the other.
+//!
 //! A journal entry may be replaced by a later checkpoint (a retried step's new attempt,
 //! a call's outcome): the journal is what the items hold read in sort-key order, the
 //! last one holding a position winning ([`Journal`]). Ungrouped entries sort before
@@ -29,7 +39,9 @@ use siesta::ports::StoreError;
 use siesta::*;
 
 use crate::error::corrupt;
-use crate::item::{BODY, Item, from_json, get_s, item_size, key, s, to_json};
+use crate::item::{
+    BODY, Item, TAIL, TAIL_SK, VERSION, from_json, get_s, item_size, key, s, to_json,
+};
 use crate::keys::*;
 
 /// A checkpoint item's journal entries, as a JSON array.
@@ -99,6 +111,204 @@ pub(crate) fn checkpoint_items(
             )
         })
         .collect()
+}
+
+/// How many checkpoints a history tail holds at most: the checkpoint that would add one
+/// more archives it instead (a write request per this many steps).
+const TAIL_CHECKPOINTS: u64 = 3;
+/// How many bytes a history tail holds at most, deflated: every write of the run item
+/// is billed for it, so a checkpoint that would take it past this archives it instead.
+const TAIL_BYTES: usize = 1024;
+
+/// A history tail as it is deflated: the entries and events of its checkpoints in the
+/// order they were written (what an archived tail holds, [`PACKED`]), and how many
+/// checkpoints they are.
+#[derive(serde::Serialize, Deserialize)]
+struct PackedTail {
+    journal: Vec<serde_json::Value>,
+    events: Vec<serde_json::Value>,
+    #[serde(default)]
+    checkpoints: u64,
+}
+
+/// What a checkpoint kept in the run item writes: the history tail it leaves, and the
+/// tail it replaces to archive first, if any.
+pub(crate) struct TailWrite {
+    /// The tail's sort key once archived: its last checkpoint's ([`checkpoint_sk`]).
+    pub(crate) sk: String,
+    /// The tail, deflated.
+    pub(crate) packed: Vec<u8>,
+    /// The tail it replaces, as the checkpoint item it is archived as.
+    pub(crate) archive: Option<Item>,
+}
+
+/// The history tail a checkpoint leaves in the run item instead of its checkpoint item,
+/// given the tail `previous` the run item holds at `expected_version` (as the item it
+/// is archived as). The checkpoint joins that tail when the tail's last checkpoint made
+/// `expected_version` (no other write came between: the tail's checkpoints are
+/// consecutive, so nothing sorts between them once archived as one item) and it stays
+/// within [`TAIL_CHECKPOINTS`] and [`TAIL_BYTES`]; else `previous` is archived and the
+/// checkpoint starts a tail. `None` when the checkpoint writes neither entries nor
+/// events, or more than one item's worth.
+pub(crate) fn next_tail(
+    run: &Run,
+    expected_version: u64,
+    journal: &[JournalEntry],
+    events: &[TimelineEvent],
+    previous: Option<Item>,
+) -> Result<Option<TailWrite>, StoreError> {
+    let raw = |json: String| {
+        serde_json::from_str::<serde_json::Value>(&json)
+            .map_err(|e| StoreError::Invalid(e.to_string()))
+    };
+    let jsons = journal
+        .iter()
+        .map(|e| to_json(e).map(|j| (j, true)))
+        .chain(events.iter().map(|e| to_json(e).map(|j| (j, false))));
+    let mut parts = in_parts(jsons)?;
+    if parts.len() != 1 {
+        return Ok(None);
+    }
+    let mut tail = PackedTail {
+        journal: Vec::new(),
+        events: Vec::new(),
+        checkpoints: 1,
+    };
+    for (json, is_entry) in parts.remove(0) {
+        let json = raw(json)?;
+        if is_entry {
+            tail.journal.push(json);
+        } else {
+            tail.events.push(json);
+        }
+    }
+    let sk = checkpoint_sk(run.timeline_seq, run.version, 0);
+    let fresh = deflate(&tail)?;
+    let Some(previous) = previous else {
+        return Ok(Some(TailWrite {
+            sk,
+            packed: fresh,
+            archive: None,
+        }));
+    };
+    let joins = checkpoint_version(get_s(&previous, SK, "history tail")?) == Some(expected_version);
+    if joins && let Some(mut joined) = unpack::<PackedTail>(&previous, "history tail")? {
+        joined.checkpoints = joined.checkpoints.max(1) + 1;
+        joined.journal.append(&mut tail.journal);
+        joined.events.append(&mut tail.events);
+        let packed = deflate(&joined)?;
+        if joined.checkpoints <= TAIL_CHECKPOINTS && packed.len() <= TAIL_BYTES {
+            return Ok(Some(TailWrite {
+                sk,
+                packed,
+                archive: None,
+            }));
+        }
+    }
+    Ok(Some(TailWrite {
+        sk,
+        packed: fresh,
+        archive: Some(previous),
+    }))
+}
+
+/// What a history tail (as the item it is archived as) holds, when its last
+/// checkpoint made `version`: for a transaction's checkpoint conditioned on that
+/// version to write ahead of its own entries and events, in its own checkpoint items
+/// (the two are consecutive, so nothing sorts between them). `None` when it did not.
+pub(crate) fn tail_before(tail: &Item, version: u64) -> Result<Option<TailContents>, StoreError> {
+    if checkpoint_version(get_s(tail, SK, "history tail")?) != Some(version) {
+        return Ok(None);
+    }
+    unpack::<TailContents>(tail, "history tail")?
+        .ok_or_else(|| corrupt("history tail", "not deflated"))
+        .map(Some)
+}
+
+/// What a history tail holds: its checkpoints' entries and events, in order.
+#[derive(Debug, PartialEq, Deserialize)]
+pub(crate) struct TailContents {
+    #[serde(default)]
+    pub(crate) journal: Vec<JournalEntry>,
+    #[serde(default)]
+    pub(crate) events: Vec<TimelineEvent>,
+}
+
+fn deflate(tail: &PackedTail) -> Result<Vec<u8>, StoreError> {
+    let json = serde_json::to_vec(tail).map_err(|e| StoreError::Invalid(e.to_string()))?;
+    let mut deflate = DeflateEncoder::new(Vec::new(), Compression::default());
+    deflate
+        .write_all(&json)
+        .and_then(|()| deflate.finish())
+        .map_err(|e| StoreError::Invalid(format!("deflating a history tail: {e}")))
+}
+
+/// The history tail `run_item` holds, as the checkpoint item it is archived as.
+pub(crate) fn archived_tail(run_item: &Item) -> Result<Option<Item>, StoreError> {
+    const WHAT: &str = "history tail";
+    let Some(tail) = run_item.get(TAIL) else {
+        return Ok(None);
+    };
+    let mut item = key(
+        get_s(run_item, PK, WHAT)?.to_owned(),
+        get_s(run_item, TAIL_SK, WHAT)?,
+    );
+    item.insert(PACKED.into(), tail.clone());
+    Ok(Some(item))
+}
+
+/// `items`, read after `run_item`, without the checkpoint items of checkpoints
+/// committed after that read (of a version past the run item's).
+pub(crate) fn committed_by(items: Vec<Item>, run_item: &Item) -> Result<Vec<Item>, StoreError> {
+    let version: u64 = match run_item.get(VERSION) {
+        Some(AttributeValue::N(v)) => v
+            .parse()
+            .map_err(|_| corrupt("run", format!("version {v} is not a number")))?,
+        _ => return Err(corrupt("run", "no version")),
+    };
+    let mut kept = Vec::with_capacity(items.len() + 1);
+    for item in items {
+        let sk = get_s(&item, SK, "history")?;
+        if checkpoint_version(sk).is_none_or(|v| v <= version) {
+            kept.push(item);
+        }
+    }
+    Ok(kept)
+}
+
+/// How many bytes a history tail (as the item it is archived as) adds to its run item.
+pub(crate) fn tail_size(tail: &Item) -> usize {
+    let sk = tail
+        .get(SK)
+        .map_or(0, |sk| sk.as_s().map_or(0, String::len));
+    let packed = tail
+        .get(PACKED)
+        .map_or(0, |z| z.as_b().map_or(0, |b| b.as_ref().len()));
+    TAIL_SK.len() + sk + TAIL.len() + packed
+}
+
+/// What the run's history was when `run_item` was read: `items`, from one query of its
+/// history in sort-key order made after that read ([`committed_by`] it), with the run
+/// item's tail among them in its place. A tail archived since the read is found once.
+pub(crate) fn with_tail(
+    items: Vec<Item>,
+    run_item: Option<&Item>,
+) -> Result<Vec<Item>, StoreError> {
+    let Some(run_item) = run_item else {
+        return Ok(items);
+    };
+    let mut items = committed_by(items, run_item)?;
+    if let Some(tail) = archived_tail(run_item)? {
+        let sk = get_s(&tail, SK, "history tail")?.to_owned();
+        let at = items.partition_point(|i| get_s(i, SK, "history").is_ok_and(|k| k < sk.as_str()));
+        let archived = items
+            .get(at)
+            .is_some_and(|i| get_s(i, SK, "history").is_ok_and(|k| k == sk));
+        if !archived {
+            items.insert(at, tail);
+        }
+    }
+    Ok(items)
 }
 
 /// `jsons`, in order, in groups of at most [`CHECKPOINT_ITEM_BYTES`] of JSON each (one
@@ -493,6 +703,242 @@ mod tests {
             back.extend(held);
         }
         assert_eq!(back, events);
+    }
+
+    /// The tail a checkpoint starts: its sort key and content.
+    fn checkpoint_tail(
+        run: &Run,
+        journal: &[JournalEntry],
+        events: &[TimelineEvent],
+    ) -> Result<Option<(String, Vec<u8>)>, StoreError> {
+        Ok(next_tail(run, 0, journal, events, None)?.map(|t| (t.sk, t.packed)))
+    }
+
+    #[test]
+    fn consecutive_checkpoints_share_a_tail_which_the_one_past_its_limit_archives() {
+        let (tenant, run_id) = ids();
+        let mut current = run(1, 1);
+        current.tenant = tenant.clone();
+        current.id = run_id.clone();
+        let mut tail: Option<Item> = None;
+        let mut archived = Vec::new();
+        let mut written = Vec::new();
+        for step in 0..7u64 {
+            let expected = current.version;
+            current.version += 1;
+            current.timeline_seq += 1;
+            let e = entry(&format!("s#{step}"), 1);
+            let ev = event(current.timeline_seq, json!({"Result": step}));
+            written.push((e.clone(), ev.clone()));
+            let write = next_tail(&current, expected, &[e], &[ev], tail.take())
+                .unwrap()
+                .unwrap();
+            assert_eq!(
+                write.sk,
+                checkpoint_sk(current.timeline_seq, current.version, 0)
+            );
+            archived.extend(write.archive);
+            let mut run_item = crate::item::run_item(&current, std::time::Duration::ZERO).unwrap();
+            run_item.insert(TAIL_SK.into(), s(write.sk));
+            run_item.insert(TAIL.into(), AttributeValue::B(Blob::new(write.packed)));
+            tail = archived_tail(&run_item).unwrap();
+        }
+        // Three checkpoints to a tail: steps 0-2 and 3-5 archived, 6 in the tail.
+        assert_eq!(archived.len(), 2);
+        assert_eq!(archived[0].get(SK), Some(&s(checkpoint_sk(4, 4, 0))));
+        assert_eq!(archived[1].get(SK), Some(&s(checkpoint_sk(7, 7, 0))));
+        let mut items = archived.clone();
+        items.extend(tail);
+        let events: Vec<_> = items
+            .iter()
+            .flat_map(|i| timeline_from_item(i).unwrap())
+            .collect();
+        assert_eq!(
+            events,
+            written.iter().map(|(_, ev)| ev.clone()).collect::<Vec<_>>()
+        );
+        assert_eq!(
+            journal_of(&items),
+            written.iter().map(|(e, _)| e.clone()).collect::<Vec<_>>()
+        );
+    }
+
+    #[test]
+    fn a_checkpoint_after_another_write_archives_the_tail_instead_of_joining_it() {
+        let first = next_tail(&run(2, 2), 1, &[entry("a#1", 1)], &[], None)
+            .unwrap()
+            .unwrap();
+        let (tenant, run_id) = ids();
+        let mut previous = key(run_pk(&tenant, &run_id), first.sk.clone());
+        previous.insert(PACKED.into(), AttributeValue::B(Blob::new(first.packed)));
+        // A delivery made version 3: the next checkpoint is conditioned on it.
+        let next = next_tail(
+            &run(3, 4),
+            3,
+            &[entry("b#1", 1)],
+            &[],
+            Some(previous.clone()),
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(next.archive, Some(previous.clone()));
+        // Without it, the two share the tail.
+        let joined = next_tail(&run(3, 3), 2, &[entry("b#1", 1)], &[], Some(previous))
+            .unwrap()
+            .unwrap();
+        assert!(joined.archive.is_none());
+    }
+
+    #[test]
+    fn a_tail_is_taken_into_the_next_checkpoint_only_when_it_came_right_before() {
+        let (tenant, run_id) = ids();
+        let events = vec![event(3, json!(null))];
+        let first = next_tail(&run(3, 5), 4, &[entry("a#1", 1)], &events, None)
+            .unwrap()
+            .unwrap();
+        let mut tail = key(run_pk(&tenant, &run_id), first.sk);
+        tail.insert(PACKED.into(), AttributeValue::B(Blob::new(first.packed)));
+        assert_eq!(
+            tail_before(&tail, 5).unwrap(),
+            Some(TailContents {
+                journal: vec![entry("a#1", 1)],
+                events
+            })
+        );
+        assert_eq!(tail_before(&tail, 6).unwrap(), None, "a write came between");
+    }
+
+    #[test]
+    fn a_checkpoint_that_would_take_the_tail_past_its_bytes_archives_it() {
+        // Text deflate cannot shrink much: pseudo-random hex (xorshift), each half a
+        // tail deflated.
+        let noise = |n: usize| {
+            let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ n as u64;
+            (0..n)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    format!("{:x}", x % 16)
+                })
+                .collect::<String>()
+        };
+        let mut big = entry("a#1", 1);
+        big.name = noise(TAIL_BYTES * 3 / 2);
+        let first = next_tail(&run(2, 2), 1, &[big], &[], None)
+            .unwrap()
+            .unwrap();
+        let (tenant, run_id) = ids();
+        let mut previous = key(run_pk(&tenant, &run_id), first.sk);
+        previous.insert(PACKED.into(), AttributeValue::B(Blob::new(first.packed)));
+        let mut next_big = entry("b#1", 1);
+        next_big.name = noise(TAIL_BYTES * 3 / 2 + 7);
+        let next = next_tail(&run(3, 3), 2, &[next_big], &[], Some(previous.clone()))
+            .unwrap()
+            .unwrap();
+        assert_eq!(next.archive, Some(previous));
+    }
+
+    /// The run item of `run` holding the tail `tail` (a checkpoint's, from
+    /// [`checkpoint_tail`]).
+    fn run_with_tail(run: &Run, tail: Option<(String, Vec<u8>)>) -> Item {
+        let mut item = crate::item::run_item(run, std::time::Duration::ZERO).unwrap();
+        if let Some((sk, packed)) = tail {
+            item.insert(TAIL_SK.into(), s(sk));
+            item.insert(TAIL.into(), AttributeValue::B(Blob::new(packed)));
+        }
+        item
+    }
+
+    #[test]
+    fn a_tail_archived_is_the_checkpoint_item_it_stands_for() {
+        let (tenant, run_id) = ids();
+        let mut step = run(5, 9);
+        step.tenant = tenant.clone();
+        step.id = run_id.clone();
+        let entries = vec![entry("charge#1", 1)];
+        let events = vec![event(4, json!(null)), event(5, json!({"a": 1}))];
+        let tail = checkpoint_tail(&step, &entries, &events).unwrap().unwrap();
+        assert_eq!(tail.0, checkpoint_sk(5, 9, 0));
+        let archived = archived_tail(&run_with_tail(&step, Some(tail)))
+            .unwrap()
+            .unwrap();
+        assert_eq!(archived.get(SK), Some(&s(checkpoint_sk(5, 9, 0))));
+        assert_eq!(archived.get(PK), Some(&s(run_pk(&tenant, &run_id))));
+        assert_eq!(timeline_from_item(&archived).unwrap(), events);
+        assert_eq!(journal_of(&[archived]), entries);
+        assert!(
+            archived_tail(&run_with_tail(&step, None))
+                .unwrap()
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn a_checkpoint_of_more_than_one_item_or_of_nothing_has_no_tail() {
+        let big = "x".repeat(CHECKPOINT_ITEM_BYTES / 2);
+        let events: Vec<_> = (1..=3).map(|i| event(i, json!(big))).collect();
+        assert!(checkpoint_tail(&run(3, 2), &[], &events).unwrap().is_none());
+        assert!(checkpoint_tail(&run(3, 2), &[], &[]).unwrap().is_none());
+    }
+
+    #[test]
+    fn the_history_read_after_the_run_item_has_its_tail_once_in_its_place() {
+        let (tenant, run_id) = ids();
+        let at = |seq, version| {
+            let mut r = run(seq, version);
+            r.tenant = tenant.clone();
+            r.id = run_id.clone();
+            r
+        };
+        let item = |r: &Run, e: JournalEntry| {
+            checkpoint_items(&tenant, &run_id, r, &[e], &[])
+                .unwrap()
+                .remove(0)
+        };
+        // Checkpoints at versions 3 and 5 in items, 6 in the tail (a delivery made 4,
+        // then 7 moved the run on, keeping the tail).
+        let mut current = at(7, 7);
+        let tail = checkpoint_tail(&at(6, 6), &[entry("a#1", 3)], &[]).unwrap();
+        let first = item(&at(3, 3), entry("a#1", 1));
+        let second = item(&at(5, 5), entry("b#1", 1));
+        let run_item = run_with_tail(&current, tail);
+        let archived = archived_tail(&run_item).unwrap().unwrap();
+        let sks = |items: &[Item]| {
+            items
+                .iter()
+                .map(|i| get_s(i, SK, "test").unwrap().to_owned())
+                .collect::<Vec<_>>()
+        };
+        // Not archived yet: the tail joins in its place, last here.
+        let history = with_tail(vec![first.clone(), second.clone()], Some(&run_item)).unwrap();
+        assert_eq!(
+            sks(&history),
+            sks(&[first.clone(), second.clone(), archived.clone()])
+        );
+        assert_eq!(journal_of(&history), vec![entry("a#1", 3), entry("b#1", 1)]);
+        // Archived between the two reads, and a checkpoint of version 8 committed (as a
+        // checkpoint item): the tail once, the later checkpoint not at all.
+        let later = item(&at(8, 8), entry("a#1", 9));
+        let read = vec![first.clone(), second.clone(), archived.clone(), later];
+        let history = with_tail(read, Some(&run_item)).unwrap();
+        assert_eq!(
+            sks(&history),
+            sks(&[first.clone(), second.clone(), archived.clone()])
+        );
+        assert_eq!(journal_of(&history), vec![entry("a#1", 3), entry("b#1", 1)]);
+        // A tail older than a checkpoint item (a transaction's, which keeps the tail):
+        // the later item's entry wins.
+        current.version = 9;
+        let tx_item = item(&at(8, 8), entry("a#1", 4));
+        let run_item = run_with_tail(
+            &current,
+            checkpoint_tail(&at(6, 6), &[entry("a#1", 3)], &[]).unwrap(),
+        );
+        let history = with_tail(vec![first, tx_item], Some(&run_item)).unwrap();
+        assert_eq!(journal_of(&history), vec![entry("a#1", 4)]);
+        // No run item, nothing to add.
+        assert!(with_tail(Vec::new(), None).unwrap().is_empty());
     }
 
     #[test]

@@ -38,6 +38,35 @@ pub(crate) const BODY: &str = "body";
 /// [`crate::history_item`]), so whether one of them was taken already is asked of the
 /// run.
 pub(crate) const TIMELINE_SEQ: &str = "timeline_seq";
+/// The token of the reaper that claimed a finished run.
+pub(crate) const REAP_CLAIM: &str = "reap_claim";
+/// Set on a run item by the code that created it when every writer of that code keeps
+/// the run's history tail ([`TAIL`]): only such a run's own build writes one. A build
+/// from before tails rewrites a run item whole and would drop it; runs stay on the
+/// build that created them, so such a build only writes run items without this mark.
+pub(crate) const KEEPS_TAIL: &str = "keeps_tail";
+/// The sort key the history tail has once archived as a checkpoint item.
+pub(crate) const TAIL_SK: &str = "tail_sk";
+/// The history tail: the run's last checkpoint item that its own build wrote, kept in
+/// the run item until the next such checkpoint archives it (see
+/// [`crate::history_item`]), deflated.
+pub(crate) const TAIL: &str = "tail";
+/// The attributes a run item may have that [`run_item`] leaves out when the run has no
+/// use for them: a write of the whole run removes those it does not set. (The history
+/// tail and its mark are not among them: writers of the whole run keep them.)
+const RUN_OPTIONAL: [&str; 11] = [
+    LEASE_OWNER,
+    LEASE_EXPIRES,
+    LEASE_EPOCH,
+    DUE_AT,
+    SWEEP_AT,
+    DUE_SHARD,
+    RESEND_AFTER,
+    REAP_SHARD,
+    REAP_AT,
+    BUILD_KEY,
+    REAP_CLAIM,
+];
 /// A delivery's inbox sequence number.
 pub(crate) const SEQ: &str = "seq";
 /// A callback record's status, which a delivery's condition checks.
@@ -129,12 +158,17 @@ fn value_size(v: &AttributeValue) -> usize {
 #[derive(Serialize, Deserialize)]
 struct RunBody {
     input: Payload,
+    // An absent option reads as `None` in every build: left out, the run item is
+    // smaller on every write.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     output: Option<Payload>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     error: Option<ErrorInfo>,
     inbox_seq: u64,
     inbox_seen: u64,
     timeline_seq: u64,
     cancel_requested: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     parent: Option<ParentLink>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     build_id: Option<String>,
@@ -206,6 +240,50 @@ pub(crate) fn run_item(run: &Run, retention: Duration) -> Result<Item, StoreErro
     };
     item.insert(BODY.into(), s(to_json(&body)?));
     Ok(item)
+}
+
+/// The run item of a run being created: [`run_item`] marked as keeping its history
+/// tail ([`KEEPS_TAIL`]).
+pub(crate) fn new_run_item(run: &Run, retention: Duration) -> Result<Item, StoreError> {
+    let mut item = run_item(run, retention)?;
+    item.insert(KEEPS_TAIL.into(), AttributeValue::Bool(true));
+    Ok(item)
+}
+
+/// An `UpdateItem` expression that writes the whole run `item` over the one stored,
+/// keeping only its history tail (unless `drop_tail`) and mark: `SET` each attribute of
+/// `item` but its key, `REMOVE` each of [`RUN_OPTIONAL`] it lacks. With its names and
+/// values.
+pub(crate) fn run_update(item: &Item, drop_tail: bool) -> (String, HashMap<String, String>, Item) {
+    let mut names = HashMap::new();
+    let mut values = HashMap::new();
+    let mut set = Vec::new();
+    let mut attrs: Vec<_> = item
+        .iter()
+        .filter(|(name, _)| name.as_str() != PK && name.as_str() != SK)
+        .collect();
+    attrs.sort_by_key(|(name, _)| name.as_str());
+    for (i, (name, value)) in attrs.into_iter().enumerate() {
+        names.insert(format!("#w{i}"), name.clone());
+        values.insert(format!(":w{i}"), value.clone());
+        set.push(format!("#w{i} = :w{i}"));
+    }
+    let mut remove = Vec::new();
+    let tail: &[&str] = if drop_tail { &[TAIL_SK, TAIL] } else { &[] };
+    for (i, name) in RUN_OPTIONAL
+        .iter()
+        .chain(tail)
+        .filter(|name| !item.contains_key(**name))
+        .enumerate()
+    {
+        names.insert(format!("#r{i}"), (*name).to_owned());
+        remove.push(format!("#r{i}"));
+    }
+    let mut expr = format!("SET {}", set.join(", "));
+    if !remove.is_empty() {
+        expr.push_str(&format!(" REMOVE {}", remove.join(", ")));
+    }
+    (expr, names, values)
 }
 
 /// The run stored in `item`.
@@ -438,6 +516,103 @@ mod tests {
             !done.contains_key(EXPIRES_AT),
             "the run item goes last, by the reaper, never before its other items"
         );
+    }
+
+    /// The attributes every run item has.
+    const RUN_ALWAYS: [&str; 14] = [
+        PK,
+        SK,
+        TENANT,
+        RUN_ID,
+        WORKFLOW,
+        STATUS,
+        VERSION,
+        EPOCH,
+        CREATED_AT,
+        UPDATED_AT,
+        TIMELINE_SEQ,
+        CREATED_KEY,
+        BODY,
+        // Only on a run being created, kept by every later write.
+        KEEPS_TAIL,
+    ];
+
+    #[test]
+    fn a_whole_run_write_removes_every_attribute_a_run_item_may_lack() {
+        // Every attribute any run item has (a live run with lease, due time and resend,
+        // a finished one in the reap index, a new one) is always set, or removed by a
+        // write of a run that lacks it.
+        let mut live = sample();
+        live.due_at = Some(Timestamp(1_700_000_100_000));
+        live.resend_after = Some(Timestamp(1_700_000_200_000));
+        let mut done = sample();
+        done.status = RunStatus::Completed;
+        done.lease = None;
+        done.due_at = None;
+        let items = [
+            run_item(&live, Duration::from_secs(60)).unwrap(),
+            run_item(&done, Duration::from_secs(60)).unwrap(),
+            new_run_item(&sample(), Duration::from_secs(60)).unwrap(),
+        ];
+        for item in &items {
+            for name in item.keys() {
+                assert!(
+                    RUN_ALWAYS.contains(&name.as_str()) || RUN_OPTIONAL.contains(&name.as_str()),
+                    "{name} is neither always written nor removed when absent"
+                );
+            }
+        }
+        let (expr, names, values) = run_update(&items[1], false);
+        let removed: Vec<_> = expr
+            .split(" REMOVE ")
+            .nth(1)
+            .unwrap()
+            .split(", ")
+            .map(|n| names[n].as_str())
+            .collect();
+        for name in [
+            LEASE_OWNER,
+            LEASE_EXPIRES,
+            LEASE_EPOCH,
+            DUE_AT,
+            BUILD_KEY,
+            REAP_CLAIM,
+        ] {
+            assert!(removed.contains(&name), "{name} removed: {expr}");
+        }
+        assert!(!removed.contains(&REAP_AT), "set, not removed");
+        assert!(
+            !names.values().any(|n| n == PK
+                || n == SK
+                || n == TAIL
+                || n == TAIL_SK
+                || n == KEEPS_TAIL),
+            "the key is not written, the tail and its mark are kept: {expr}"
+        );
+        assert_eq!(
+            values.len(),
+            items[1].len() - 2,
+            "every attribute but the key"
+        );
+    }
+
+    #[test]
+    fn a_run_body_leaves_out_empty_options_and_reads_back_with_them_written() {
+        let run = sample();
+        let item = run_item(&run, Duration::ZERO).unwrap();
+        let body = get_s(&item, BODY, "test").unwrap();
+        assert!(
+            !body.contains("\"output\"") && !body.contains("\"parent\""),
+            "{body}"
+        );
+        // As builds before this wrote it.
+        let mut old = item.clone();
+        let mut json: serde_json::Value = serde_json::from_str(body).unwrap();
+        json["output"] = json!(null);
+        json["error"] = json!(null);
+        json["parent"] = json!(null);
+        old.insert(BODY.into(), s(json.to_string()));
+        assert_eq!(run_from_item(&old).unwrap(), run);
     }
 
     #[test]

@@ -109,6 +109,13 @@ pub fn checkpoint_sk(timeline_seq: u64, version: u64, part: u16) -> String {
     format!("{CHECKPOINT_PREFIX}{timeline_seq:016x}{version:016x}{part:04x}")
 }
 
+/// The run version a checkpoint item's sort key names (the version its checkpoint
+/// committed), if `sk` is one.
+pub fn checkpoint_version(sk: &str) -> Option<u64> {
+    let hex = sk.strip_prefix(CHECKPOINT_PREFIX)?.get(16..32)?;
+    u64::from_str_radix(hex, 16).ok()
+}
+
 /// The least sort key of a checkpoint item whose timeline ends at `timeline_seq` or
 /// later.
 pub fn checkpoint_sk_from(timeline_seq: u64) -> String {

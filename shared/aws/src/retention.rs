@@ -54,8 +54,8 @@ use siesta::ports::{StoreError, artifact_location};
 use siesta::{CallbackId, EntryState, OperationKind, Run, RunId, TenantId, Timestamp, Verdict};
 
 use crate::error::{corrupt, sdk};
-use crate::history_item::{Journal, history_from_item};
-use crate::item::{Item, VERSION, key, n, run_from_item, s};
+use crate::history_item::{Journal, history_from_item, with_tail};
+use crate::item::{Item, REAP_CLAIM, VERSION, key, n, run_from_item, s};
 use crate::keys::*;
 use crate::store::{CapacityMeter, consistent_get, query_page};
 
@@ -68,9 +68,6 @@ pub use siesta::retention::{PARENT_RECHECK, RetentionRules};
 
 /// How many runs are worked on at once.
 const CONCURRENCY: usize = 4;
-
-/// The run item's attribute holding the token of the reaper that claimed it.
-const REAP_CLAIM: &str = "reap_claim";
 
 /// What one [`Reaper::reap`] did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -297,7 +294,7 @@ impl Reaper {
         {
             return Ok(report);
         }
-        if self.remove(&run, &token, &mut report).await? {
+        if self.remove(&run, &item, &token, &mut report).await? {
             report.removed.push((run.tenant.clone(), run.id.clone()));
         }
         Ok(report)
@@ -356,13 +353,14 @@ impl Reaper {
     async fn remove(
         &self,
         run: &Run,
+        run_item: &Item,
         token: &str,
         report: &mut ReapReport,
     ) -> Result<bool, StoreError> {
         let pk = run_pk(&run.tenant, &run.id);
         // The records outside the partition first: the journal that names them goes
         // with the partition.
-        let keys = self.records_of(&run.tenant, &pk).await?;
+        let keys = self.records_of(&run.tenant, &pk, run_item).await?;
         report.records_deleted += keys.len();
         self.delete_items(keys).await?;
         report.objects_deleted += self.delete_objects(&run.tenant, &run.id).await?;
@@ -420,8 +418,14 @@ impl Reaper {
     /// callbacks' records, and the tool-call records of calls it left started or of
     /// unknown outcome (a finished call's record expires by TTL, and its entry no
     /// longer holds the key).
-    async fn records_of(&self, tenant: &TenantId, pk: &str) -> Result<Vec<Item>, StoreError> {
+    async fn records_of(
+        &self,
+        tenant: &TenantId,
+        pk: &str,
+        run_item: &Item,
+    ) -> Result<Vec<Item>, StoreError> {
         let mut journal = Journal::default();
+        let mut items = Vec::new();
         let mut start = None;
         loop {
             let query = self
@@ -437,15 +441,16 @@ impl Reaper {
                 .consistent_read(true);
             let (page, next) =
                 query_page(query, &self.capacity, "reap: read the run's journal", start).await?;
-            for item in &page {
-                // Nothing else is under the journal's keys; were a delivery there, it
-                // would name no record.
-                let _ = journal.take(history_from_item(item)?);
-            }
+            items.extend(page);
             start = next;
             if start.is_none() {
                 break;
             }
+        }
+        for item in &with_tail(items, Some(run_item))? {
+            // Nothing else is under the journal's keys; were a delivery there, it
+            // would name no record.
+            let _ = journal.take(history_from_item(item)?);
         }
         // Each position's last entry: a call that finished no longer holds its key.
         let mut ids = BTreeSet::new();

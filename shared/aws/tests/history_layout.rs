@@ -1,8 +1,10 @@
-//! How a checkpoint lays out a run's history on DynamoDB: the run's own build writes
-//! checkpoint items (`H#K#`); code other than the run's build — the control plane, which
-//! may be newer — writes them only where the history has them already, so that a run
-//! whose build predates them stays readable by that build (which reads `H#J#` entries
-//! and `T#` events only).
+//! How a checkpoint lays out a run's history on DynamoDB: the run's own build keeps a
+//! step's checkpoint in the run item (its history tail), up to three in a row, and
+//! archives them as one checkpoint item (`H#K#`) before the next; its other checkpoints
+//! are checkpoint items. Code other than the run's build — the control plane, which may
+//! be newer — writes checkpoint items only where the history has them already (or a
+//! tail), so that a run whose build predates them stays readable by that build (which
+//! reads `H#J#` entries and `T#` events only), and keeps the tail.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -21,7 +23,7 @@ use siesta::*;
 
 type Item = HashMap<String, AttributeValue>;
 
-async fn sort_keys(env: &support::Emulators, run: &Run) -> Vec<String> {
+async fn items(env: &support::Emulators, run: &Run) -> Vec<Item> {
     let client = aws_sdk_dynamodb::Client::new(&env.sdk);
     let pk = siesta_aws::keys::run_pk(&run.tenant, &run.id);
     let out = client
@@ -33,11 +35,25 @@ async fn sort_keys(env: &support::Emulators, run: &Run) -> Vec<String> {
         .send()
         .await
         .unwrap();
-    let items: Vec<Item> = out.items.unwrap_or_default();
-    items
+    out.items.unwrap_or_default()
+}
+
+async fn sort_keys(env: &support::Emulators, run: &Run) -> Vec<String> {
+    items(env, run)
+        .await
         .iter()
         .map(|i| i["sk"].as_s().unwrap().clone())
         .collect()
+}
+
+/// The sort key the run item's history tail would have archived, if it holds one.
+async fn tail_sk(env: &support::Emulators, run: &Run) -> Option<String> {
+    items(env, run)
+        .await
+        .iter()
+        .find(|i| i["sk"].as_s().unwrap() == "RUN")
+        .and_then(|i| i.get("tail_sk"))
+        .map(|sk| sk.as_s().unwrap().clone())
 }
 
 fn entry(position: &str, attempt: u32, at: Timestamp) -> JournalEntry {
@@ -130,7 +146,8 @@ async fn the_control_plane_keeps_a_history_without_checkpoint_items_without_them
 }
 
 #[tokio::test]
-async fn once_the_runs_build_wrote_checkpoint_items_the_control_plane_writes_them_too() {
+async fn once_the_runs_build_kept_a_history_tail_the_control_plane_writes_checkpoint_items_and_keeps_it()
+ {
     let Some(env) = support::emulators().await else {
         return;
     };
@@ -138,15 +155,27 @@ async fn once_the_runs_build_wrote_checkpoint_items_the_control_plane_writes_the
     let run = new_run(&backend).await;
     let own = checkpoint(&run, vec![entry("charge#0", 1, run.updated_at)], true);
     backend.store.checkpoint(&own).await.unwrap();
-    let control = checkpoint(&own.run, vec![entry("charge#0", 2, run.updated_at)], false);
+    assert!(
+        tail_sk(&env, &run).await.is_some(),
+        "a step's checkpoint in the run item"
+    );
+    let control = checkpoint(
+        &own.run,
+        vec![
+            entry("charge#0", 2, run.updated_at),
+            entry("ship#0", 1, run.updated_at),
+        ],
+        false,
+    );
     backend.store.checkpoint(&control).await.unwrap();
     let keys = sort_keys(&env, &run).await;
     assert_eq!(
         keys.iter().filter(|k| k.starts_with("H#K#")).count(),
-        2,
-        "{keys:?}"
+        1,
+        "the control plane's: {keys:?}"
     );
     assert!(keys.iter().all(|k| !k.starts_with("H#J#")), "{keys:?}");
+    assert!(tail_sk(&env, &run).await.is_some(), "the tail kept");
     let history = backend
         .store
         .load_history(&run.tenant, &run.id)
@@ -165,6 +194,199 @@ async fn once_the_runs_build_wrote_checkpoint_items_the_control_plane_writes_the
         timeline.iter().map(|e| e.seq).collect::<Vec<_>>(),
         vec![1, 2, 3]
     );
+}
+
+#[tokio::test]
+async fn a_runs_steps_share_its_history_tail_three_at_a_time_and_read_back_whole() {
+    let Some(env) = support::emulators().await else {
+        return;
+    };
+    let backend = env.backend(3).await.backend();
+    let run = new_run(&backend).await;
+    let mut current = run.clone();
+    let mut written = Vec::new();
+    for step in 0..7 {
+        let cp = checkpoint(
+            &current,
+            vec![entry(&format!("work#{step}"), 1, run.updated_at)],
+            true,
+        );
+        backend.store.checkpoint(&cp).await.unwrap();
+        written.extend(cp.journal.clone());
+        current = cp.run;
+        // Paged by twos, the timeline is whole after every step.
+        let mut seqs = Vec::new();
+        loop {
+            let page = backend
+                .store
+                .timeline(&run.tenant, &run.id, seqs.last().copied().unwrap_or(0), 2)
+                .await
+                .unwrap();
+            if page.is_empty() {
+                break;
+            }
+            seqs.extend(page.iter().map(|e| e.seq));
+        }
+        assert_eq!(seqs, (1..=current.timeline_seq).collect::<Vec<_>>());
+    }
+    let keys = sort_keys(&env, &run).await;
+    assert_eq!(
+        keys.iter().filter(|k| k.starts_with("H#K#")).count(),
+        2,
+        "steps 0-2 and 3-5 archived: {keys:?}"
+    );
+    assert!(
+        tail_sk(&env, &run).await.is_some(),
+        "step 6 in the run item"
+    );
+    let history = backend
+        .store
+        .load_history(&run.tenant, &run.id)
+        .await
+        .unwrap();
+    assert_eq!(history.journal, written);
+}
+
+#[tokio::test]
+async fn a_transaction_of_the_runs_own_build_takes_the_tail_out_of_the_run_item() {
+    let Some(env) = support::emulators().await else {
+        return;
+    };
+    let backend = env.backend(3).await.backend();
+    let run = new_run(&backend).await;
+    let step = checkpoint(&run, vec![entry("work#0", 1, run.updated_at)], true);
+    backend.store.checkpoint(&step).await.unwrap();
+    assert!(tail_sk(&env, &run).await.is_some());
+    // A checkpoint that opens a callback writes a transaction: the step's entry and
+    // event go into its checkpoint item, none is left in the run item.
+    let mut open = checkpoint(
+        &step.run,
+        vec![entry("approval#0", 1, run.updated_at)],
+        true,
+    );
+    open.callbacks.push(CallbackRecord {
+        callback_id: CallbackId(format!("cb-{}", uuid::Uuid::new_v4().simple())),
+        tenant: run.tenant.clone(),
+        run_id: run.id.clone(),
+        position: Position::from("approval#0"),
+        status: CallbackStatus::Open,
+        deadline: None,
+        created_at: run.updated_at,
+        accepts: None,
+        heartbeat: None,
+    });
+    backend.store.checkpoint(&open).await.unwrap();
+    assert_eq!(tail_sk(&env, &run).await, None);
+    let keys = sort_keys(&env, &run).await;
+    assert_eq!(
+        keys.iter().filter(|k| k.starts_with("H#K#")).count(),
+        1,
+        "the two consecutive checkpoints in one item: {keys:?}"
+    );
+    let history = backend
+        .store
+        .load_history(&run.tenant, &run.id)
+        .await
+        .unwrap();
+    assert_eq!(
+        history.journal,
+        vec![step.journal[0].clone(), open.journal[0].clone()]
+    );
+    let timeline = backend
+        .store
+        .timeline(&run.tenant, &run.id, 0, 10)
+        .await
+        .unwrap();
+    assert_eq!(
+        timeline.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        vec![1, 2, 3]
+    );
+}
+
+#[tokio::test]
+async fn a_tail_archived_by_a_writer_that_crashed_before_replacing_it_is_read_once() {
+    let Some(env) = support::emulators().await else {
+        return;
+    };
+    let backend = env.backend(3).await.backend();
+    let run = new_run(&backend).await;
+    let first = checkpoint(&run, vec![entry("work#0", 1, run.updated_at)], true);
+    backend.store.checkpoint(&first).await.unwrap();
+    // The archive's put landed, the update did not.
+    let client = aws_sdk_dynamodb::Client::new(&env.sdk);
+    let run_item = items(&env, &run)
+        .await
+        .into_iter()
+        .find(|i| i["sk"].as_s().unwrap() == "RUN")
+        .unwrap();
+    client
+        .put_item()
+        .table_name(&env.table)
+        .item("pk", run_item["pk"].clone())
+        .item("sk", run_item["tail_sk"].clone())
+        .item("z", run_item["tail"].clone())
+        .send()
+        .await
+        .unwrap();
+    // The next step joins the tail all the same (what it decides depends on its own
+    // checkpoint, which a replay may compute otherwise).
+    let second = checkpoint(&first.run, vec![entry("work#1", 1, run.updated_at)], true);
+    backend.store.checkpoint(&second).await.unwrap();
+    let timeline = backend
+        .store
+        .timeline(&run.tenant, &run.id, 0, 10)
+        .await
+        .unwrap();
+    assert_eq!(
+        timeline.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        vec![1, 2, 3]
+    );
+    let history = backend
+        .store
+        .load_history(&run.tenant, &run.id)
+        .await
+        .unwrap();
+    assert_eq!(
+        history.journal,
+        vec![first.journal[0].clone(), second.journal[0].clone()]
+    );
+}
+
+#[tokio::test]
+async fn a_run_created_without_the_mark_of_a_tail_keeping_build_gets_checkpoint_items() {
+    let Some(env) = support::emulators().await else {
+        return;
+    };
+    let backend = env.backend(3).await.backend();
+    let run = new_run(&backend).await;
+    // As a build from before history tails created it.
+    aws_sdk_dynamodb::Client::new(&env.sdk)
+        .update_item()
+        .table_name(&env.table)
+        .key(
+            "pk",
+            AttributeValue::S(siesta_aws::keys::run_pk(&run.tenant, &run.id)),
+        )
+        .key("sk", AttributeValue::S("RUN".into()))
+        .update_expression("REMOVE keeps_tail")
+        .send()
+        .await
+        .unwrap();
+    let own = checkpoint(&run, vec![entry("charge#0", 1, run.updated_at)], true);
+    backend.store.checkpoint(&own).await.unwrap();
+    assert_eq!(tail_sk(&env, &run).await, None);
+    let keys = sort_keys(&env, &run).await;
+    assert_eq!(
+        keys.iter().filter(|k| k.starts_with("H#K#")).count(),
+        1,
+        "{keys:?}"
+    );
+    let history = backend
+        .store
+        .load_history(&run.tenant, &run.id)
+        .await
+        .unwrap();
+    assert_eq!(history.journal, own.journal);
 }
 
 #[tokio::test]

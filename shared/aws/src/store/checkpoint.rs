@@ -1,16 +1,20 @@
 //! The checkpoint: the run's new state, its journal entries and timeline events (in
-//! checkpoint items, [`crate::history_item`]), callback and tool-call records, child runs and a delivery to its parent, in one transaction
-//! conditioned on the version (and epoch) it was computed from.
+//! checkpoint items, [`crate::history_item`]), callback and tool-call records, child
+//! runs and a delivery to its parent, in one transaction conditioned on the version
+//! (and epoch) it was computed from — or, when it writes only the run and one
+//! checkpoint item's worth, in the run item alone ([`super::tail`]).
 
 use siesta::delivery::Decision;
 use siesta::ports::*;
 use siesta::*;
 
 use super::history::has_checkpoint_items;
-use super::tx::{Role, Tx, TxOutcome, reason_of};
+use super::tail::checkpoint_in_tail;
+use super::tx::{Expected, Role, TailKept, Tx, TxOutcome, reason_of};
 use super::{DynamoStore, RACE_ATTEMPTS};
-use crate::history_item::{checkpoint_items, ungrouped_items};
+use crate::history_item::{checkpoint_items, tail_before, tail_size, ungrouped_items};
 use crate::item::*;
+use crate::keys::run_pk;
 
 impl DynamoStore {
     /// How a checkpoint changes its tenant's count of unfinished runs: +1 per child
@@ -60,11 +64,40 @@ pub(super) async fn checkpoint(store: &DynamoStore, cp: &Checkpoint) -> Result<(
         store.note_build(child).await?;
     }
     let unfinished = store.unfinished_delta(cp).await?;
+    // A step's checkpoint, typically: one item's worth of history and nothing else to
+    // write atomically with it.
+    let alone = cp.by_own_build
+        && unfinished == 0
+        && cp.callbacks.is_empty()
+        && cp.tool_calls.is_empty()
+        && cp.child_runs.is_empty()
+        && cp.parent_delivery.is_none();
+    if alone && checkpoint_in_tail(store, cp).await? {
+        return Ok(());
+    }
     // The run's own build writes checkpoint items; other code (the control plane, maybe
     // newer than the run's build) only where the run's history has them already, so
     // that an older build, which reads no checkpoint item, can still replay its run.
     // Only this write can add the first one, and it is conditioned on the version
     // read: the history cannot gain one before it commits.
+    // The run's own build takes the run item's history tail along: into this
+    // checkpoint's items when the tail's checkpoints came right before it, else as its
+    // own checkpoint item beside them. The run item is left without it, small for the
+    // writes that follow (a delivery, a claim), which DynamoDB bills by its size.
+    let pk = run_pk(tenant, run_id);
+    let previous_tail = match cp.by_own_build {
+        true => store.tail_at(&pk, cp.expected_version).await?.flatten(),
+        false => None,
+    };
+    let (mut journal, mut timeline, mut archive) = (Vec::new(), Vec::new(), None);
+    if let Some(tail) = &previous_tail {
+        match tail_before(tail, cp.expected_version)? {
+            Some(contents) => (journal, timeline) = (contents.journal, contents.events),
+            None => archive = Some(tail.clone()),
+        }
+    }
+    journal.extend(cp.journal.iter().cloned());
+    timeline.extend(cp.timeline.iter().cloned());
     let grouped = cp.by_own_build
         || (!cp.journal.is_empty() || !cp.timeline.is_empty())
             && has_checkpoint_items(store, tenant, run_id).await?;
@@ -77,13 +110,21 @@ pub(super) async fn checkpoint(store: &DynamoStore, cp: &Checkpoint) -> Result<(
             &store.table,
             Role::Run,
             run_item(&cp.run, store.retention)?,
-            cp.expected_version,
-            cp.epoch,
-            cp.timeline.first().map(|e| e.seq),
+            Expected::of(cp),
+            match &previous_tail {
+                Some(tail) => TailKept::Dropped {
+                    bytes: tail_size(tail),
+                },
+                None => TailKept::Kept,
+            },
         )?;
+        if let Some(archive) = &archive {
+            // Committed content under its own key (see `super::tail`).
+            tx.put(&store.table, Role::Checkpoint, archive.clone(), None)?;
+        }
         if grouped {
             // Conditioned on being new, like the run's version it is keyed by.
-            for item in checkpoint_items(tenant, run_id, &cp.run, &cp.journal, &cp.timeline)? {
+            for item in checkpoint_items(tenant, run_id, &cp.run, &journal, &timeline)? {
                 tx.insert(&store.table, Role::Checkpoint, item)?;
             }
         } else {
@@ -107,7 +148,7 @@ pub(super) async fn checkpoint(store: &DynamoStore, cp: &Checkpoint) -> Result<(
             tx.insert(
                 &store.table,
                 Role::ChildRun,
-                run_item(child, store.retention)?,
+                new_run_item(child, store.retention)?,
             )?;
             tx.insert(
                 &store.table,
@@ -124,7 +165,14 @@ pub(super) async fn checkpoint(store: &DynamoStore, cp: &Checkpoint) -> Result<(
             }
         }
         let reasons = match store.transact("checkpoint", tx).await? {
-            TxOutcome::Committed => return Ok(()),
+            TxOutcome::Committed => {
+                if cp.by_own_build {
+                    store
+                        .tails
+                        .emptied(&pk, cp.expected_version, cp.run.version);
+                }
+                return Ok(());
+            }
             TxOutcome::Cancelled(reasons) => reasons,
         };
         if let Some(reason) = reason_of(&reasons, Role::Run) {

@@ -5,17 +5,33 @@ use siesta::*;
 
 use super::DynamoStore;
 use crate::error::corrupt;
-use crate::history_item::{Journal, history_from_item};
+use crate::history_item::{Journal, history_from_item, with_tail};
 use crate::item::*;
 use crate::keys::*;
 
-/// [`RunStore::load_history`]: the journal and the deliveries, in one paged query.
+/// The run item, read before the history so that a tail archived since is found in
+/// the history ([`with_tail`]), and remembered for the run's next checkpoint.
+async fn run_item_first(
+    store: &DynamoStore,
+    op: &str,
+    pk: &str,
+) -> Result<Option<Item>, StoreError> {
+    let item = store.get_item(op, key(pk.to_owned(), RUN_SK)).await?;
+    if let Some(item) = &item {
+        store.tails.remember(item)?;
+    }
+    Ok(item)
+}
+
+/// [`RunStore::load_history`]: the journal and the deliveries, in one paged query
+/// after the run item (for its history tail).
 pub(super) async fn load_history(
     store: &DynamoStore,
     tenant: &TenantId,
     run_id: &RunId,
 ) -> Result<History, StoreError> {
     let pk = run_pk(tenant, run_id);
+    let run = run_item_first(store, "load_history: the run", &pk).await?;
     let items = store
         .query_pages(
             "load_history",
@@ -28,6 +44,7 @@ pub(super) async fn load_history(
             None,
         )
         .await?;
+    let items = with_tail(items, run.as_ref())?;
     let mut journal = Journal::default();
     let mut deliveries = Vec::new();
     for item in &items {
@@ -40,13 +57,15 @@ pub(super) async fn load_history(
     })
 }
 
-/// [`RunStore::load_journal`]: the journal alone.
+/// [`RunStore::load_journal`]: the journal alone (and the run item first, for its
+/// history tail).
 pub(super) async fn load_journal(
     store: &DynamoStore,
     tenant: &TenantId,
     run_id: &RunId,
 ) -> Result<Vec<JournalEntry>, StoreError> {
     let pk = run_pk(tenant, run_id);
+    let run = run_item_first(store, "load_journal: the run", &pk).await?;
     let items = store
         .query_pages(
             "load_journal",
@@ -60,6 +79,7 @@ pub(super) async fn load_journal(
             None,
         )
         .await?;
+    let items = with_tail(items, run.as_ref())?;
     let mut journal = Journal::default();
     for item in &items {
         if journal.take(history_from_item(item)?).is_some() {
@@ -72,7 +92,8 @@ pub(super) async fn load_journal(
     Ok(journal.into_entries())
 }
 
-/// Whether the run's history holds a checkpoint item: one key-only `Query`, `Limit 1`.
+/// Whether the run's history holds a checkpoint item: one key-only `Query`, `Limit 1`,
+/// and if it finds none, whether the run item holds one as its history tail.
 pub(super) async fn has_checkpoint_items(
     store: &DynamoStore,
     tenant: &TenantId,
@@ -92,5 +113,14 @@ pub(super) async fn has_checkpoint_items(
             Some(1),
         )
         .await?;
-    Ok(!items.is_empty())
+    if !items.is_empty() {
+        return Ok(true);
+    }
+    let run = store
+        .get_item(
+            "checkpoint: does the run item hold a history tail",
+            key(pk, RUN_SK),
+        )
+        .await?;
+    Ok(run.is_some_and(|r| r.contains_key(TAIL_SK)))
 }

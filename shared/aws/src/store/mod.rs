@@ -11,7 +11,7 @@
 //!
 //! A file per job: [`capacity`] (what the requests cost), [`reads`] (gets and paged
 //! queries), [`tx`] (transactions and the roles of their items), [`lifecycle`] (create,
-//! claim, renew), [`history`] (what a replay loads), [`checkpoint`], [`deliveries`],
+//! claim, renew), [`history`] (what a replay loads), [`checkpoint`] (and [`tail`], a checkpoint kept in the run item), [`deliveries`],
 //! [`builds`] (the tenant's build records), [`queries`] (timeline and run listings) and
 //! [`due`] (the sweep's index). The [`RunStore`] impl here only routes each call to its
 //! file, but for the one-item reads.
@@ -25,6 +25,7 @@ mod history;
 mod lifecycle;
 mod queries;
 mod reads;
+mod tail;
 mod tx;
 
 use std::sync::Arc;
@@ -53,6 +54,8 @@ pub(crate) struct DynamoStore {
     table: String,
     retention: Duration,
     pub(crate) capacity: Arc<CapacityMeter>,
+    /// The history tails of the runs it read or wrote last.
+    tails: tail::Tails,
 }
 
 impl DynamoStore {
@@ -62,6 +65,7 @@ impl DynamoStore {
             table,
             retention,
             capacity: Arc::default(),
+            tails: tail::Tails::default(),
         }
     }
 }

@@ -7,7 +7,7 @@ use siesta::*;
 use super::DynamoStore;
 use super::reads::{item_key, query_page};
 use crate::error::sdk;
-use crate::history_item::timeline_from_item;
+use crate::history_item::{archived_tail, committed_by, timeline_from_item};
 use crate::item::*;
 use crate::keys::*;
 
@@ -15,9 +15,10 @@ use crate::keys::*;
 /// two queries.
 const TIMELINE_READS: usize = 3;
 
-/// [`RunStore::timeline`]: a page of the run's timeline, from the two kinds of item
-/// that hold events: timeline items (a run's first event, deliveries' events, and
-/// checkpoints' written before they were grouped) and checkpoint items. Each is read
+/// [`RunStore::timeline`]: a page of the run's timeline, from the kinds of item that
+/// hold events: timeline items (a run's first event, deliveries' events, and
+/// checkpoints' written before they were grouped), checkpoint items, and the run item's
+/// history tail (read first: see [`crate::history_item`]). Each is read
 /// from `after` on until it has given `limit` events or has no more, so each gives its
 /// first `limit` events after `after`: the page is the first `limit` of both, by `seq`.
 /// The two queries are not one snapshot: a write committed between them can leave its
@@ -58,7 +59,18 @@ async fn read_timeline(
     limit: usize,
 ) -> Result<Vec<TimelineEvent>, StoreError> {
     let pk = run_pk(tenant, run_id);
+    let run = store
+        .get_item("timeline: the run", key(pk.clone(), RUN_SK))
+        .await?;
+    let tail = run.as_ref().map(archived_tail).transpose()?.flatten();
     let mut events = Vec::with_capacity(limit);
+    if let Some(tail) = &tail {
+        events.extend(
+            timeline_from_item(tail)?
+                .into_iter()
+                .filter(|e| e.seq > after),
+        );
+    }
     for (from, to) in [
         (timeline_sk(after + 1), timeline_sk(u64::MAX)),
         (checkpoint_sk_from(after + 1), JOURNAL_END.to_owned()),
@@ -80,6 +92,15 @@ async fn read_timeline(
                 .consistent_read(true)
                 .limit((limit - found).min(1000) as i32);
             let (page, next) = query_page(query, &store.capacity, "timeline", start).await?;
+            // Without the checkpoints committed after the run item was read, nor the
+            // tail if it was archived since (its events are in already).
+            let mut page = match &run {
+                Some(run) => committed_by(page, run)?,
+                None => page,
+            };
+            if let Some(tail) = &tail {
+                page.retain(|i| i.get(SK) != tail.get(SK));
+            }
             for item in &page {
                 let before = events.len();
                 events.extend(
@@ -96,6 +117,10 @@ async fn read_timeline(
         }
     }
     events.sort_by_key(|e| e.seq);
+    // A checkpoint's events can be held twice: a history tail archived by a writer
+    // that then crashed, and the same tail joined by the next step (see
+    // `super::tail`). An event's seq is its identity.
+    events.dedup_by_key(|e| e.seq);
     events.truncate(limit);
     Ok(events)
 }

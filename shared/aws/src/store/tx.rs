@@ -120,32 +120,42 @@ impl Tx {
         )
     }
 
-    /// Put a run item conditioned on the version read (and the writer's epoch); with
-    /// `first_event`, also on the run's timeline not reaching that `seq` yet (an item
-    /// written before the run kept its timeline seq outside the body passes).
+    /// Write a whole run item over the one stored (an `UpdateItem`, [`run_update`])
+    /// on the condition `expected`, keeping its history tail or dropping it.
     pub(super) fn put_run(
         &mut self,
         table: &str,
         role: Role,
         item: Item,
-        expected_version: u64,
-        epoch: Option<FencingEpoch>,
-        first_event: Option<u64>,
+        expected: Expected,
+        tail: TailKept,
     ) -> Result<(), StoreError> {
-        let mut values = HashMap::from([(":v".to_owned(), n(expected_version))]);
-        let mut expr = "#version = :v".to_owned();
-        let mut attr_names = names(&[("#version", VERSION)]);
-        if let Some(epoch) = epoch {
-            expr.push_str(" AND #lease_epoch = :e");
-            values.insert(":e".into(), n(epoch.0));
-            attr_names.insert("#lease_epoch".into(), LEASE_EPOCH.into());
-        }
-        if let Some(first) = first_event {
-            expr.push_str(" AND (attribute_not_exists(#timeline_seq) OR #timeline_seq < :first)");
-            values.insert(":first".into(), n(first));
-            attr_names.insert("#timeline_seq".into(), TIMELINE_SEQ.into());
-        }
-        self.put(table, role, item, Some((&expr, attr_names, values)))
+        // An update is billed by the item before or after, whichever is larger.
+        let tail_bytes = match tail {
+            TailKept::Kept => 0,
+            TailKept::Dropped { bytes } => bytes,
+        };
+        self.sizes.push(item_size(&item) + tail_bytes);
+        let drop_tail = matches!(tail, TailKept::Dropped { .. });
+        let (update, mut attr_names, mut values) = run_update(&item, drop_tail);
+        let (condition, condition_names, condition_values) = expected.condition();
+        attr_names.extend(condition_names);
+        values.extend(condition_values);
+        let update = Update::builder()
+            .table_name(table)
+            .set_key(Some(key(get_s(&item, PK, "run")?.to_owned(), RUN_SK)))
+            .update_expression(update)
+            .condition_expression(condition)
+            .set_expression_attribute_names(Some(attr_names))
+            .set_expression_attribute_values(Some(values))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+        self.items.push(
+            TransactWriteItem::builder()
+                .update(build(update.build())?)
+                .build(),
+        );
+        self.roles.push(role);
+        Ok(())
     }
 
     /// Add `delta` to the tenant's count of unfinished runs; with `below`, only while
@@ -202,9 +212,12 @@ impl Tx {
             table,
             Role::DeliveryRun,
             run_item(&plan.run, retention)?,
-            plan.read_version,
-            None,
-            None,
+            Expected {
+                version: plan.read_version,
+                epoch: None,
+                first_event: None,
+            },
+            TailKept::Kept,
         )?;
         if let Some(change) = &plan.callback {
             // Open, and neither its deadline nor its heartbeat deadline passed when the
@@ -318,6 +331,62 @@ impl DynamoStore {
         }
         unreachable!("the loop returns on its last attempt")
     }
+}
+
+/// What a write of a whole run item expects of the run item it writes over.
+pub(super) struct Expected {
+    /// The version read.
+    pub(super) version: u64,
+    /// The writer's fencing epoch, if it holds a lease.
+    pub(super) epoch: Option<FencingEpoch>,
+    /// The seq of the first event it writes: the run's timeline must not reach it yet
+    /// (an item written before the run kept its timeline seq outside the body passes).
+    pub(super) first_event: Option<u64>,
+}
+
+impl Expected {
+    /// What a checkpoint expects.
+    pub(super) fn of(cp: &Checkpoint) -> Self {
+        Expected {
+            version: cp.expected_version,
+            epoch: cp.epoch,
+            first_event: cp.timeline.first().map(|e| e.seq),
+        }
+    }
+
+    /// The condition expression, with its names and values.
+    pub(super) fn condition(&self) -> (String, HashMap<String, String>, Item) {
+        run_condition(self.version, self.epoch, self.first_event)
+    }
+}
+
+/// What a write of a whole run item does with the history tail the item holds.
+pub(super) enum TailKept {
+    /// Keeps it.
+    Kept,
+    /// Removes it (it was written into checkpoint items beside), its size known.
+    Dropped { bytes: usize },
+}
+
+fn run_condition(
+    expected_version: u64,
+    epoch: Option<FencingEpoch>,
+    first_event: Option<u64>,
+) -> (String, HashMap<String, String>, Item) {
+    let mut values = HashMap::from([(":v".to_owned(), n(expected_version))]);
+    let mut expr = "#version = :v".to_owned();
+    let mut attr_names = names(&[("#version", VERSION)]);
+    if let Some(epoch) = epoch {
+        expr.push_str(" AND #lease_epoch = :e");
+        values.insert(":e".into(), n(epoch.0));
+        attr_names.insert("#lease_epoch".into(), LEASE_EPOCH.into());
+    }
+    if let Some(first) = first_event {
+        expr.push_str(" AND (attribute_not_exists(#timeline_seq) OR #timeline_seq < :first)");
+        values.insert(":first".into(), n(first));
+        attr_names.insert("#timeline_seq".into(), TIMELINE_SEQ.into());
+    }
+    (expr, attr_names, values)
 }
 
 pub(super) fn reason_of(reasons: &[(Role, Reason)], role: Role) -> Option<&Reason> {

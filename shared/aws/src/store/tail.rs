@@ -1,0 +1,231 @@
+//! A checkpoint kept in the run item as its history tail (see [`crate::history_item`]):
+//! the previous tail archived by a plain put, then one conditional `UpdateItem` of the
+//! run item holding the new one. And what the store remembers of the tails it read and
+//! wrote, so that a run's next step need not read its run item again to archive one.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+use aws_sdk_dynamodb::primitives::Blob;
+use aws_sdk_dynamodb::types::{
+    AttributeValue, ReturnConsumedCapacity, ReturnValuesOnConditionCheckFailure,
+};
+use siesta::ports::*;
+
+use super::DynamoStore;
+use super::tx::Expected;
+use crate::error::sdk;
+use crate::history_item::{archived_tail, next_tail, tail_size};
+use crate::item::*;
+use crate::keys::*;
+
+/// How many runs' tails a store remembers; past it, it forgets them all (a forgotten
+/// tail costs one read of its run item).
+const REMEMBERED: usize = 4096;
+
+/// What the store knows of a run item at one version: whether its run keeps a history
+/// tail ([`KEEPS_TAIL`]), and the tail it holds, as the checkpoint item it is archived
+/// as.
+#[derive(Clone)]
+struct Known {
+    version: u64,
+    keeps_tail: bool,
+    tail: Option<Item>,
+}
+
+/// The history tails of the runs whose run item the store read or wrote last, by
+/// partition key. A run item at a given version never changes, so what is remembered
+/// stays true; it is only ever stale by version.
+#[derive(Default)]
+pub(crate) struct Tails(Mutex<HashMap<String, Known>>);
+
+impl Tails {
+    fn put(&self, pk: String, known: Known) {
+        let mut tails = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if tails.len() >= REMEMBERED {
+            tails.clear();
+        }
+        tails.insert(pk, known);
+    }
+
+    /// Remember the tail of `run_item`, read or written.
+    pub(super) fn remember(&self, run_item: &Item) -> Result<(), StoreError> {
+        let pk = get_s(run_item, PK, "run")?.to_owned();
+        let known = Known {
+            version: run_from_item(run_item)?.version,
+            keeps_tail: matches!(run_item.get(KEEPS_TAIL), Some(AttributeValue::Bool(true))),
+            tail: archived_tail(run_item)?,
+        };
+        self.put(pk, known);
+        Ok(())
+    }
+
+    /// Remember that the run item at `version` holds no tail, having held one or not
+    /// before at the version it was written over (`keeps_tail` unchanged): a
+    /// transaction's write.
+    pub(super) fn emptied(&self, pk: &str, before: u64, version: u64) {
+        let keeps_tail = {
+            let tails = self.0.lock().unwrap_or_else(|e| e.into_inner());
+            match tails.get(pk) {
+                Some(known) if known.version == before => known.keeps_tail,
+                _ => return,
+            }
+        };
+        self.put(
+            pk.to_owned(),
+            Known {
+                version,
+                keeps_tail,
+                tail: None,
+            },
+        );
+    }
+
+    fn at(&self, pk: &str, version: u64) -> Option<Known> {
+        let tails = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        tails.get(pk).filter(|k| k.version == version).cloned()
+    }
+}
+
+/// How many bytes the history tail of `run_item` adds to it.
+fn tail_size_in(run_item: &Item) -> usize {
+    archived_tail(run_item)
+        .ok()
+        .flatten()
+        .as_ref()
+        .map_or(0, tail_size)
+}
+
+impl DynamoStore {
+    /// The tail of the run item at `version`, as the item it is archived as: from
+    /// memory, else read. `None` when the run keeps no tail or is no longer at
+    /// `version` (a write conditioned on it then fails anyway).
+    pub(super) async fn tail_at(
+        &self,
+        pk: &str,
+        version: u64,
+    ) -> Result<Option<Option<Item>>, StoreError> {
+        let known = match self.tails.at(pk, version) {
+            Some(known) => Some(known),
+            None => {
+                if let Some(item) = self
+                    .get_item(
+                        "checkpoint: read the history tail",
+                        key(pk.to_owned(), RUN_SK),
+                    )
+                    .await?
+                {
+                    self.tails.remember(&item)?;
+                }
+                self.tails.at(pk, version)
+            }
+        };
+        Ok(known.filter(|k| k.keeps_tail).map(|k| k.tail))
+    }
+}
+
+/// [`RunStore::checkpoint`] of a checkpoint that writes nothing but its run and one
+/// checkpoint item's worth of entries and events, kept in the run item. Whether it
+/// could: not when the run keeps no tail or the checkpoint needs more than one item
+/// (the caller writes a transaction).
+pub(super) async fn checkpoint_in_tail(
+    store: &DynamoStore,
+    cp: &Checkpoint,
+) -> Result<bool, StoreError> {
+    let pk = run_pk(&cp.run.tenant, &cp.run.id);
+    if cp.journal.is_empty() && cp.timeline.is_empty() {
+        return Ok(false);
+    }
+    let Some(previous) = store.tail_at(&pk, cp.expected_version).await? else {
+        return Ok(false);
+    };
+    let before_tail = previous.as_ref().map_or(0, tail_size);
+    let Some(tail) = next_tail(
+        &cp.run,
+        cp.expected_version,
+        &cp.journal,
+        &cp.timeline,
+        previous,
+    )?
+    else {
+        return Ok(false);
+    };
+    if let Some(archive) = tail.archive {
+        // Committed content under its own key: written again by a retry, or by a
+        // writer that then loses the run's condition, it is the same item.
+        let size = item_size(&archive);
+        let out = store
+            .client
+            .put_item()
+            .table_name(&store.table)
+            .set_item(Some(archive))
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await
+            .map_err(|e| sdk("checkpoint: archive the history tail", e))?;
+        store.capacity.add(true, out.consumed_capacity());
+        store
+            .capacity
+            .note_write("checkpoint", "Tail archived", false, size);
+    }
+    let mut item = run_item(&cp.run, store.retention)?;
+    item.insert(TAIL_SK.into(), s(&tail.sk));
+    item.insert(TAIL.into(), AttributeValue::B(Blob::new(tail.packed)));
+    let (update, mut names, mut values) = run_update(&item, false);
+    let (condition, condition_names, condition_values) = Expected::of(cp).condition();
+    names.extend(condition_names);
+    names.insert("#keeps_tail".into(), KEEPS_TAIL.into());
+    values.extend(condition_values);
+    let result = store
+        .client
+        .update_item()
+        .table_name(&store.table)
+        .set_key(Some(key(pk, RUN_SK)))
+        .update_expression(update)
+        .condition_expression(format!("{condition} AND attribute_exists(#keeps_tail)"))
+        .set_expression_attribute_names(Some(names))
+        .set_expression_attribute_values(Some(values))
+        .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+        .return_consumed_capacity(ReturnConsumedCapacity::Total)
+        .send()
+        .await;
+    match result {
+        Ok(out) => {
+            store.capacity.add(true, out.consumed_capacity());
+            // Billed by the item before or after, whichever is larger.
+            let before = item_size(&item) - tail_size_in(&item) + before_tail;
+            store.capacity.note_write(
+                "checkpoint",
+                "Run with tail",
+                false,
+                item_size(&item).max(before),
+            );
+            item.insert(KEEPS_TAIL.into(), AttributeValue::Bool(true));
+            store.tails.remember(&item)?;
+            Ok(true)
+        }
+        Err(e) => match e.as_service_error() {
+            Some(UpdateItemError::ConditionalCheckFailedException(c)) => {
+                let Some(current) = c.item() else {
+                    return Err(StoreError::NotFound);
+                };
+                // The SDK's retry of a write that applied, its answer lost, finds the
+                // run as this very write left it.
+                let run = run_from_item(current)?;
+                let ours = run.version == cp.run.version
+                    && cp
+                        .epoch
+                        .is_none_or(|e| run.lease.as_ref().is_some_and(|l| l.epoch == e))
+                    && current.get(TAIL_SK) == item.get(TAIL_SK)
+                    && current.get(TAIL) == item.get(TAIL);
+                if ours {
+                    store.tails.remember(current)?;
+                    return Ok(true);
+                }
+                Err(StoreError::Conflict(Some(Box::new(run))))
+            }
+            _ => Err(sdk("checkpoint", e)),
+        },
+    }
+}
