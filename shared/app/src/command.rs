@@ -154,7 +154,12 @@ impl DevArgs {
                 "AWS backend: table {}, bucket {}, queue {}",
                 names.table, names.bucket, names.queue_url
             );
-            options.backend = Some(siesta_aws::AwsBackend::new(&sdk, names).backend());
+            let aws = siesta_aws::AwsOptions {
+                history_tails: self.shared.history_tails == "on",
+                ..siesta_aws::AwsOptions::default()
+            };
+            options.backend =
+                Some(siesta_aws::AwsBackend::with_options(&sdk, names, aws).backend());
         }
         Ok(options)
     }

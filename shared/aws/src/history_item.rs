@@ -149,7 +149,7 @@ pub(crate) struct TailWrite {
 /// consecutive, so nothing sorts between them once archived as one item) and it stays
 /// within [`TAIL_CHECKPOINTS`] and [`TAIL_BYTES`]; else `previous` is archived and the
 /// checkpoint starts a tail. `None` when the checkpoint writes neither entries nor
-/// events, or more than one item's worth.
+/// events, or more than [`TAIL_BYTES`] deflated.
 pub(crate) fn next_tail(
     run: &Run,
     expected_version: u64,
@@ -184,6 +184,11 @@ pub(crate) fn next_tail(
     }
     let sk = checkpoint_sk(run.timeline_seq, run.version, 0);
     let fresh = deflate(&tail)?;
+    if fresh.len() > TAIL_BYTES {
+        // Every write of the run item until the next step (a claim, a renewal, a
+        // delivery) would be billed for it: a checkpoint item of its own instead.
+        return Ok(None);
+    }
     let Some(previous) = previous else {
         return Ok(Some(TailWrite {
             sk,
@@ -824,7 +829,14 @@ mod tests {
                 .collect::<String>()
         };
         let mut big = entry("a#1", 1);
-        big.name = noise(TAIL_BYTES * 3 / 2);
+        big.name = noise(TAIL_BYTES * 3);
+        assert!(
+            next_tail(&run(2, 2), 1, &[big.clone()], &[], None)
+                .unwrap()
+                .is_none(),
+            "alone past the bytes: a checkpoint item of its own"
+        );
+        big.name = noise(TAIL_BYTES);
         let first = next_tail(&run(2, 2), 1, &[big], &[], None)
             .unwrap()
             .unwrap();
@@ -832,7 +844,7 @@ mod tests {
         let mut previous = key(run_pk(&tenant, &run_id), first.sk);
         previous.insert(PACKED.into(), AttributeValue::B(Blob::new(first.packed)));
         let mut next_big = entry("b#1", 1);
-        next_big.name = noise(TAIL_BYTES * 3 / 2 + 7);
+        next_big.name = noise(TAIL_BYTES + 7);
         let next = next_tail(&run(3, 3), 2, &[next_big], &[], Some(previous.clone()))
             .unwrap()
             .unwrap();

@@ -80,6 +80,10 @@ pub struct AwsOptions {
     pub retention: Duration,
     /// Interceptors added to all three clients (request counting, fault injection).
     pub interceptors: Vec<SharedInterceptor>,
+    /// Whether the runs this backend creates keep their steps' checkpoints in their run
+    /// item (the history tail, docs/dynamodb.md): off while any function of the
+    /// deployment may still run code from before history tails, which would drop one.
+    pub history_tails: bool,
 }
 
 impl Default for AwsOptions {
@@ -87,6 +91,7 @@ impl Default for AwsOptions {
         AwsOptions {
             retention: Duration::from_secs(30 * 24 * 3600),
             interceptors: Vec::new(),
+            history_tails: true,
         }
     }
 }
@@ -155,6 +160,7 @@ impl AwsBackend {
             dynamodb.clone(),
             names.table.clone(),
             options.retention,
+            options.history_tails,
         ));
         AwsBackend {
             reaping: (dynamodb.clone(), s3.clone(), names.clone()),

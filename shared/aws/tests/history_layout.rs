@@ -353,6 +353,28 @@ async fn a_tail_archived_by_a_writer_that_crashed_before_replacing_it_is_read_on
 }
 
 #[tokio::test]
+async fn with_history_tails_off_a_new_runs_steps_get_checkpoint_items() {
+    let Some(env) = support::emulators().await else {
+        return;
+    };
+    let options = siesta_aws::AwsOptions {
+        history_tails: false,
+        ..siesta_aws::AwsOptions::default()
+    };
+    let backend = env.backend_with(3, options).await.backend();
+    let run = new_run(&backend).await;
+    let step = checkpoint(&run, vec![entry("work#0", 1, run.updated_at)], true);
+    backend.store.checkpoint(&step).await.unwrap();
+    assert_eq!(tail_sk(&env, &run).await, None);
+    let keys = sort_keys(&env, &run).await;
+    assert_eq!(
+        keys.iter().filter(|k| k.starts_with("H#K#")).count(),
+        1,
+        "{keys:?}"
+    );
+}
+
+#[tokio::test]
 async fn a_run_created_without_the_mark_of_a_tail_keeping_build_gets_checkpoint_items() {
     let Some(env) = support::emulators().await else {
         return;

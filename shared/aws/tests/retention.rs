@@ -116,6 +116,7 @@ async fn backend(
         AwsOptions {
             retention: shortest,
             interceptors,
+            ..AwsOptions::default()
         },
     )
     .await

@@ -62,6 +62,9 @@ pub struct Settings {
     pub quotas: siesta::Quotas,
     /// An SSM parameter holding the quotas instead (`SIESTA_QUOTAS_PARAMETER`).
     pub quotas_parameter: Option<String>,
+    /// Whether runs created keep a history tail on DynamoDB (`SIESTA_HISTORY_TAILS`,
+    /// `on` or `off`, default `on`).
+    pub history_tails: bool,
 }
 
 /// Where the AWS backend's resources are: the same flags and variables for the Lambda
@@ -121,6 +124,13 @@ pub struct SharedArgs {
     /// (`audit=0,ping=12h`); a workflow's own retention in code wins over both.
     #[arg(long, env = "SIESTA_RETENTION_WORKFLOWS", default_value = "")]
     pub retention_workflows: String,
+    /// On DynamoDB, whether runs created from now on keep their steps' checkpoints in
+    /// their run item (the history tail: one write per step instead of a transaction,
+    /// docs/dynamodb.md): `on` (default) or `off`. Off while any function of the
+    /// deployment may still run code from before history tails (an update from such a
+    /// version, a rollback to one): that code would drop a tail.
+    #[arg(long, env = "SIESTA_HISTORY_TAILS", default_value = "on", value_parser = ["on", "off"])]
+    pub history_tails: String,
 }
 
 impl SharedArgs {
@@ -235,6 +245,7 @@ impl Settings {
             quotas: siesta::Quotas::parse(&env.quotas)
                 .map_err(|e| SetupError::Config(format!("SIESTA_QUOTAS: {e}")))?,
             quotas_parameter: blank_is_none(env.quotas_parameter),
+            history_tails: env.shared.history_tails == "on",
         })
     }
 
@@ -277,6 +288,7 @@ impl Settings {
     pub fn aws_backend(&self, sdk: &aws_config::SdkConfig) -> AwsBackend {
         let options = AwsOptions {
             retention: self.retention_rules().shortest(),
+            history_tails: self.history_tails,
             ..AwsOptions::default()
         };
         AwsBackend::with_options(sdk, self.resources.clone(), options)
@@ -387,6 +399,16 @@ mod tests {
         assert_eq!((settings.reap_page, settings.sweep_page), (100, 500));
         assert_eq!(settings.tenant_claim, "tenant");
         assert!(settings.webhook_sources_parameter.is_none());
+    }
+
+    #[test]
+    fn history_tails_are_on_unless_turned_off_and_take_only_on_or_off() {
+        let default = Settings::parse_from(with_resources(&[])).unwrap();
+        assert!(default.history_tails);
+        let off = Settings::parse_from(with_resources(&["--history-tails", "off"])).unwrap();
+        assert!(!off.history_tails);
+        let err = Settings::parse_from(with_resources(&["--history-tails", "yes"])).unwrap_err();
+        assert!(err.to_string().contains("SIESTA_HISTORY_TAILS"), "{err}");
     }
 
     #[test]

@@ -14,7 +14,6 @@ use super::tx::{Expected, Role, TailKept, Tx, TxOutcome, reason_of};
 use super::{DynamoStore, RACE_ATTEMPTS};
 use crate::history_item::{checkpoint_items, tail_before, tail_size, ungrouped_items};
 use crate::item::*;
-use crate::keys::run_pk;
 
 impl DynamoStore {
     /// How a checkpoint changes its tenant's count of unfinished runs: +1 per child
@@ -84,9 +83,8 @@ pub(super) async fn checkpoint(store: &DynamoStore, cp: &Checkpoint) -> Result<(
     // checkpoint's items when the tail's checkpoints came right before it, else as its
     // own checkpoint item beside them. The run item is left without it, small for the
     // writes that follow (a delivery, a claim), which DynamoDB bills by its size.
-    let pk = run_pk(tenant, run_id);
     let previous_tail = match cp.by_own_build {
-        true => store.tail_at(&pk, cp.expected_version).await?.flatten(),
+        true => store.tail_at(&cp.run, cp.expected_version).await?.flatten(),
         false => None,
     };
     let (mut journal, mut timeline, mut archive) = (Vec::new(), Vec::new(), None);
@@ -145,11 +143,7 @@ pub(super) async fn checkpoint(store: &DynamoStore, cp: &Checkpoint) -> Result<(
             tx.put(&store.table, Role::ToolCall, item, None)?;
         }
         for (child, started) in &cp.child_runs {
-            tx.insert(
-                &store.table,
-                Role::ChildRun,
-                new_run_item(child, store.retention)?,
-            )?;
+            tx.insert(&store.table, Role::ChildRun, store.new_run_item(child)?)?;
             tx.insert(
                 &store.table,
                 Role::ChildTimeline,
@@ -167,9 +161,7 @@ pub(super) async fn checkpoint(store: &DynamoStore, cp: &Checkpoint) -> Result<(
         let reasons = match store.transact("checkpoint", tx).await? {
             TxOutcome::Committed => {
                 if cp.by_own_build {
-                    store
-                        .tails
-                        .emptied(&pk, cp.expected_version, cp.run.version);
+                    store.tails.emptied(&cp.run, cp.expected_version);
                 }
                 return Ok(());
             }

@@ -31,7 +31,7 @@ impl DynamoStore {
         // fails leaves a build record that counts no run).
         self.note_build(run).await?;
         let mut tx = Tx::default();
-        tx.insert(&self.table, Role::Run, new_run_item(run, self.retention)?)?;
+        tx.insert(&self.table, Role::Run, self.new_run_item(run)?)?;
         tx.insert(
             &self.table,
             Role::Timeline,

@@ -56,16 +56,33 @@ pub(crate) struct DynamoStore {
     pub(crate) capacity: Arc<CapacityMeter>,
     /// The history tails of the runs it read or wrote last.
     tails: tail::Tails,
+    /// Whether the runs it creates keep a history tail ([`KEEPS_TAIL`]).
+    history_tails: bool,
 }
 
 impl DynamoStore {
-    pub(crate) fn new(client: Client, table: String, retention: Duration) -> Self {
+    /// The item of a run being created: marked as keeping a history tail when this
+    /// store writes them.
+    fn new_run_item(&self, run: &Run) -> Result<Item, StoreError> {
+        match self.history_tails {
+            true => new_run_item(run, self.retention),
+            false => run_item(run, self.retention),
+        }
+    }
+
+    pub(crate) fn new(
+        client: Client,
+        table: String,
+        retention: Duration,
+        history_tails: bool,
+    ) -> Self {
         DynamoStore {
             client,
             table,
             retention,
             capacity: Arc::default(),
             tails: tail::Tails::default(),
+            history_tails,
         }
     }
 }

@@ -78,7 +78,8 @@ async fn read_timeline(
         // An item is keyed by its last event's `seq` (or, a checkpoint item holding
         // none, the last before it): the first found may begin before `after`, and a
         // checkpoint item may hold no event after it at all.
-        let mut found = 0;
+        // The seqs this kind of item gave: an event held twice counts once.
+        let mut found = std::collections::BTreeSet::new();
         let mut start = None;
         loop {
             let query = store
@@ -90,7 +91,7 @@ async fn read_timeline(
                 .expression_attribute_values(":from", s(&from))
                 .expression_attribute_values(":to", s(&to))
                 .consistent_read(true)
-                .limit((limit - found).min(1000) as i32);
+                .limit((limit - found.len().min(limit)).clamp(1, 1000) as i32);
             let (page, next) = query_page(query, &store.capacity, "timeline", start).await?;
             // Without the checkpoints committed after the run item was read, nor the
             // tail if it was archived since (its events are in already).
@@ -102,16 +103,16 @@ async fn read_timeline(
                 page.retain(|i| i.get(SK) != tail.get(SK));
             }
             for item in &page {
-                let before = events.len();
-                events.extend(
-                    timeline_from_item(item)?
-                        .into_iter()
-                        .filter(|e| e.seq > after),
-                );
-                found += events.len() - before;
+                for event in timeline_from_item(item)?
+                    .into_iter()
+                    .filter(|e| e.seq > after)
+                {
+                    found.insert(event.seq);
+                    events.push(event);
+                }
             }
             start = next;
-            if start.is_none() || found >= limit {
+            if start.is_none() || found.len() >= limit {
                 break;
             }
         }

@@ -12,6 +12,7 @@ use aws_sdk_dynamodb::types::{
     AttributeValue, ReturnConsumedCapacity, ReturnValuesOnConditionCheckFailure,
 };
 use siesta::ports::*;
+use siesta::{Run, Timestamp};
 
 use super::DynamoStore;
 use super::tx::Expected;
@@ -35,56 +36,59 @@ struct Known {
 }
 
 /// The history tails of the runs whose run item the store read or wrote last, by
-/// partition key. A run item at a given version never changes, so what is remembered
-/// stays true; it is only ever stale by version.
+/// partition key and creation time (a run id comes back after its run was removed, when
+/// an `Idempotency-Key` is replayed past the retention). A run item at a given version
+/// never changes, so what is remembered stays true; it is only ever stale by version.
 #[derive(Default)]
-pub(crate) struct Tails(Mutex<HashMap<String, Known>>);
+pub(crate) struct Tails(Mutex<HashMap<(String, Timestamp), Known>>);
 
 impl Tails {
-    fn put(&self, pk: String, known: Known) {
+    fn put(&self, run: (String, Timestamp), known: Known) {
         let mut tails = self.0.lock().unwrap_or_else(|e| e.into_inner());
         if tails.len() >= REMEMBERED {
             tails.clear();
         }
-        tails.insert(pk, known);
+        tails.insert(run, known);
     }
 
     /// Remember the tail of `run_item`, read or written.
     pub(super) fn remember(&self, run_item: &Item) -> Result<(), StoreError> {
         let pk = get_s(run_item, PK, "run")?.to_owned();
+        let run = run_from_item(run_item)?;
         let known = Known {
-            version: run_from_item(run_item)?.version,
+            version: run.version,
             keeps_tail: matches!(run_item.get(KEEPS_TAIL), Some(AttributeValue::Bool(true))),
             tail: archived_tail(run_item)?,
         };
-        self.put(pk, known);
+        self.put((pk, run.created_at), known);
         Ok(())
     }
 
     /// Remember that the run item at `version` holds no tail, having held one or not
     /// before at the version it was written over (`keeps_tail` unchanged): a
     /// transaction's write.
-    pub(super) fn emptied(&self, pk: &str, before: u64, version: u64) {
+    pub(super) fn emptied(&self, run: &Run, before: u64) {
+        let key = (run_pk(&run.tenant, &run.id), run.created_at);
         let keeps_tail = {
             let tails = self.0.lock().unwrap_or_else(|e| e.into_inner());
-            match tails.get(pk) {
+            match tails.get(&key) {
                 Some(known) if known.version == before => known.keeps_tail,
                 _ => return,
             }
         };
         self.put(
-            pk.to_owned(),
+            key,
             Known {
-                version,
+                version: run.version,
                 keeps_tail,
                 tail: None,
             },
         );
     }
 
-    fn at(&self, pk: &str, version: u64) -> Option<Known> {
+    fn at(&self, run: &(String, Timestamp), version: u64) -> Option<Known> {
         let tails = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        tails.get(pk).filter(|k| k.version == version).cloned()
+        tails.get(run).filter(|k| k.version == version).cloned()
     }
 }
 
@@ -98,27 +102,26 @@ fn tail_size_in(run_item: &Item) -> usize {
 }
 
 impl DynamoStore {
-    /// The tail of the run item at `version`, as the item it is archived as: from
+    /// The tail of `run`'s item at `version`, as the item it is archived as: from
     /// memory, else read. `None` when the run keeps no tail or is no longer at
     /// `version` (a write conditioned on it then fails anyway).
     pub(super) async fn tail_at(
         &self,
-        pk: &str,
+        run: &Run,
         version: u64,
     ) -> Result<Option<Option<Item>>, StoreError> {
-        let known = match self.tails.at(pk, version) {
+        let pk = run_pk(&run.tenant, &run.id);
+        let remembered = (pk.clone(), run.created_at);
+        let known = match self.tails.at(&remembered, version) {
             Some(known) => Some(known),
             None => {
                 if let Some(item) = self
-                    .get_item(
-                        "checkpoint: read the history tail",
-                        key(pk.to_owned(), RUN_SK),
-                    )
+                    .get_item("checkpoint: read the history tail", key(pk, RUN_SK))
                     .await?
                 {
                     self.tails.remember(&item)?;
                 }
-                self.tails.at(pk, version)
+                self.tails.at(&remembered, version)
             }
         };
         Ok(known.filter(|k| k.keeps_tail).map(|k| k.tail))
@@ -137,7 +140,7 @@ pub(super) async fn checkpoint_in_tail(
     if cp.journal.is_empty() && cp.timeline.is_empty() {
         return Ok(false);
     }
-    let Some(previous) = store.tail_at(&pk, cp.expected_version).await? else {
+    let Some(previous) = store.tail_at(&cp.run, cp.expected_version).await? else {
         return Ok(false);
     };
     let before_tail = previous.as_ref().map_or(0, tail_size);
@@ -211,14 +214,16 @@ pub(super) async fn checkpoint_in_tail(
                     return Err(StoreError::NotFound);
                 };
                 // The SDK's retry of a write that applied, its answer lost, finds the
-                // run as this very write left it.
+                // run holding this very write's tail — perhaps at a later version, a
+                // delivery or the control plane having written since, which keep the
+                // tail. The tail's key names the version this write made, and only the
+                // run's own next step replaces it: found, it is this write's.
                 let run = run_from_item(current)?;
-                let ours = run.version == cp.run.version
+                let ours = current.get(TAIL_SK) == item.get(TAIL_SK)
+                    && current.get(TAIL) == item.get(TAIL)
                     && cp
                         .epoch
-                        .is_none_or(|e| run.lease.as_ref().is_some_and(|l| l.epoch == e))
-                    && current.get(TAIL_SK) == item.get(TAIL_SK)
-                    && current.get(TAIL) == item.get(TAIL);
+                        .is_none_or(|e| run.lease.as_ref().is_some_and(|l| l.epoch == e));
                 if ours {
                     store.tails.remember(current)?;
                     return Ok(true);
@@ -227,5 +232,40 @@ pub(super) async fn checkpoint_in_tail(
             }
             _ => Err(sdk("checkpoint", e)),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use siesta::{Payload, RunId, TenantId};
+
+    fn run_item_at(created_at: i64, version: u64) -> Item {
+        let mut run = Run::new(
+            TenantId("t".into()),
+            RunId("r".into()),
+            "order",
+            Payload::Inline(json!(null)),
+            Timestamp(created_at),
+        );
+        run.version = version;
+        let mut item = new_run_item(&run, std::time::Duration::ZERO).unwrap();
+        item.insert(TAIL_SK.into(), s(checkpoint_sk(3, version, 0)));
+        item.insert(TAIL.into(), AttributeValue::B(Blob::new(vec![1, 2, 3])));
+        item
+    }
+
+    #[test]
+    fn a_tail_remembered_is_of_that_run_at_that_version_only() {
+        let tails = Tails::default();
+        tails.remember(&run_item_at(1_000, 5)).unwrap();
+        let pk = run_pk(&TenantId("t".into()), &RunId("r".into()));
+        let known = tails.at(&(pk.clone(), Timestamp(1_000)), 5).unwrap();
+        assert!(known.keeps_tail && known.tail.is_some());
+        assert!(tails.at(&(pk.clone(), Timestamp(1_000)), 6).is_none());
+        // The same run id, a run created later (the first removed, its idempotency key
+        // replayed): nothing known of it.
+        assert!(tails.at(&(pk, Timestamp(2_000)), 5).is_none());
     }
 }
