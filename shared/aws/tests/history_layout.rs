@@ -56,6 +56,33 @@ async fn tail_sk(env: &support::Emulators, run: &Run) -> Option<String> {
         .map(|sk| sk.as_s().unwrap().clone())
 }
 
+/// The run's journal, as a replay loads it.
+async fn journal(backend: &Backend, run: &Run) -> Vec<JournalEntry> {
+    backend
+        .store
+        .load_history(&run.tenant, &run.id)
+        .await
+        .unwrap()
+        .journal
+}
+
+/// The seqs of the run's first ten timeline events.
+async fn timeline_seqs(backend: &Backend, run: &Run) -> Vec<u64> {
+    backend
+        .store
+        .timeline(&run.tenant, &run.id, 0, 10)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.seq)
+        .collect()
+}
+
+/// How many checkpoint items the run's history has.
+fn checkpoint_items(keys: &[String]) -> usize {
+    keys.iter().filter(|k| k.starts_with("H#K#")).count()
+}
+
 fn entry(position: &str, attempt: u32, at: Timestamp) -> JournalEntry {
     JournalEntry {
         position: Position::from(position),
@@ -127,20 +154,10 @@ async fn the_control_plane_keeps_a_history_without_checkpoint_items_without_them
         "no checkpoint item: {keys:?}"
     );
     assert!(keys.contains(&"H#J#charge#0".to_owned()), "{keys:?}");
-    let history = backend
-        .store
-        .load_history(&run.tenant, &run.id)
-        .await
-        .unwrap();
-    assert_eq!(history.journal, cp.journal);
-    let timeline = backend
-        .store
-        .timeline(&run.tenant, &run.id, 0, 10)
-        .await
-        .unwrap();
+    assert_eq!(journal(&backend, &run).await, cp.journal);
     assert_eq!(
-        timeline.len(),
-        2,
+        timeline_seqs(&backend, &run).await,
+        vec![1, 2],
         "the run's first event and the checkpoint's"
     );
 }
@@ -169,31 +186,15 @@ async fn once_the_runs_build_kept_a_history_tail_the_control_plane_writes_checkp
     );
     backend.store.checkpoint(&control).await.unwrap();
     let keys = sort_keys(&env, &run).await;
-    assert_eq!(
-        keys.iter().filter(|k| k.starts_with("H#K#")).count(),
-        1,
-        "the control plane's: {keys:?}"
-    );
+    assert_eq!(checkpoint_items(&keys), 1, "the control plane's: {keys:?}");
     assert!(keys.iter().all(|k| !k.starts_with("H#J#")), "{keys:?}");
     assert!(tail_sk(&env, &run).await.is_some(), "the tail kept");
-    let history = backend
-        .store
-        .load_history(&run.tenant, &run.id)
-        .await
-        .unwrap();
     assert_eq!(
-        history.journal, control.journal,
+        journal(&backend, &run).await,
+        control.journal,
         "the later entry at the position"
     );
-    let timeline = backend
-        .store
-        .timeline(&run.tenant, &run.id, 0, 10)
-        .await
-        .unwrap();
-    assert_eq!(
-        timeline.iter().map(|e| e.seq).collect::<Vec<_>>(),
-        vec![1, 2, 3]
-    );
+    assert_eq!(timeline_seqs(&backend, &run).await, vec![1, 2, 3]);
 }
 
 #[tokio::test]
@@ -231,7 +232,7 @@ async fn a_runs_steps_share_its_history_tail_three_at_a_time_and_read_back_whole
     }
     let keys = sort_keys(&env, &run).await;
     assert_eq!(
-        keys.iter().filter(|k| k.starts_with("H#K#")).count(),
+        checkpoint_items(&keys),
         2,
         "steps 0-2 and 3-5 archived: {keys:?}"
     );
@@ -239,12 +240,7 @@ async fn a_runs_steps_share_its_history_tail_three_at_a_time_and_read_back_whole
         tail_sk(&env, &run).await.is_some(),
         "step 6 in the run item"
     );
-    let history = backend
-        .store
-        .load_history(&run.tenant, &run.id)
-        .await
-        .unwrap();
-    assert_eq!(history.journal, written);
+    assert_eq!(journal(&backend, &run).await, written);
 }
 
 #[tokio::test]
@@ -279,28 +275,15 @@ async fn a_transaction_of_the_runs_own_build_takes_the_tail_out_of_the_run_item(
     assert_eq!(tail_sk(&env, &run).await, None);
     let keys = sort_keys(&env, &run).await;
     assert_eq!(
-        keys.iter().filter(|k| k.starts_with("H#K#")).count(),
+        checkpoint_items(&keys),
         1,
         "the two consecutive checkpoints in one item: {keys:?}"
     );
-    let history = backend
-        .store
-        .load_history(&run.tenant, &run.id)
-        .await
-        .unwrap();
     assert_eq!(
-        history.journal,
+        journal(&backend, &run).await,
         vec![step.journal[0].clone(), open.journal[0].clone()]
     );
-    let timeline = backend
-        .store
-        .timeline(&run.tenant, &run.id, 0, 10)
-        .await
-        .unwrap();
-    assert_eq!(
-        timeline.iter().map(|e| e.seq).collect::<Vec<_>>(),
-        vec![1, 2, 3]
-    );
+    assert_eq!(timeline_seqs(&backend, &run).await, vec![1, 2, 3]);
 }
 
 #[tokio::test]
@@ -332,22 +315,9 @@ async fn a_tail_archived_by_a_writer_that_crashed_before_replacing_it_is_read_on
     // checkpoint, which a replay may compute otherwise).
     let second = checkpoint(&first.run, vec![entry("work#1", 1, run.updated_at)], true);
     backend.store.checkpoint(&second).await.unwrap();
-    let timeline = backend
-        .store
-        .timeline(&run.tenant, &run.id, 0, 10)
-        .await
-        .unwrap();
+    assert_eq!(timeline_seqs(&backend, &run).await, vec![1, 2, 3]);
     assert_eq!(
-        timeline.iter().map(|e| e.seq).collect::<Vec<_>>(),
-        vec![1, 2, 3]
-    );
-    let history = backend
-        .store
-        .load_history(&run.tenant, &run.id)
-        .await
-        .unwrap();
-    assert_eq!(
-        history.journal,
+        journal(&backend, &run).await,
         vec![first.journal[0].clone(), second.journal[0].clone()]
     );
 }
@@ -367,11 +337,7 @@ async fn with_history_tails_off_a_new_runs_steps_get_checkpoint_items() {
     backend.store.checkpoint(&step).await.unwrap();
     assert_eq!(tail_sk(&env, &run).await, None);
     let keys = sort_keys(&env, &run).await;
-    assert_eq!(
-        keys.iter().filter(|k| k.starts_with("H#K#")).count(),
-        1,
-        "{keys:?}"
-    );
+    assert_eq!(checkpoint_items(&keys), 1, "{keys:?}");
 }
 
 #[tokio::test]
@@ -398,17 +364,8 @@ async fn a_run_created_without_the_mark_of_a_tail_keeping_build_gets_checkpoint_
     backend.store.checkpoint(&own).await.unwrap();
     assert_eq!(tail_sk(&env, &run).await, None);
     let keys = sort_keys(&env, &run).await;
-    assert_eq!(
-        keys.iter().filter(|k| k.starts_with("H#K#")).count(),
-        1,
-        "{keys:?}"
-    );
-    let history = backend
-        .store
-        .load_history(&run.tenant, &run.id)
-        .await
-        .unwrap();
-    assert_eq!(history.journal, own.journal);
+    assert_eq!(checkpoint_items(&keys), 1, "{keys:?}");
+    assert_eq!(journal(&backend, &run).await, own.journal);
 }
 
 #[tokio::test]
@@ -429,15 +386,10 @@ async fn entries_written_before_checkpoint_items_give_way_to_later_ones_at_their
     backend.store.checkpoint(&old).await.unwrap();
     let new = checkpoint(&old.run, vec![entry("charge#0", 2, run.updated_at)], true);
     backend.store.checkpoint(&new).await.unwrap();
-    let mut journal = backend
-        .store
-        .load_history(&run.tenant, &run.id)
-        .await
-        .unwrap()
-        .journal;
-    journal.sort_by(|a, b| a.position.0.cmp(&b.position.0));
+    let mut entries = journal(&backend, &run).await;
+    entries.sort_by(|a, b| a.position.0.cmp(&b.position.0));
     assert_eq!(
-        journal,
+        entries,
         vec![new.journal[0].clone(), old.journal[1].clone()]
     );
 }
