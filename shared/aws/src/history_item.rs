@@ -40,7 +40,7 @@ use siesta::*;
 
 use crate::error::corrupt;
 use crate::item::{
-    BODY, Item, TAIL, TAIL_SK, VERSION, from_json, get_s, item_size, key, s, to_json,
+    BODY, Item, TAIL, TAIL_SK, VERSION, from_json, get_n, get_s, item_size, key, s, to_json,
 };
 use crate::keys::*;
 
@@ -71,16 +71,9 @@ pub(crate) fn checkpoint_items(
     journal: &[JournalEntry],
     events: &[TimelineEvent],
 ) -> Result<Vec<Item>, StoreError> {
-    // Each JSON tagged with whether it is an entry (else an event).
-    let jsons = journal
-        .iter()
-        .map(|e| to_json(e).map(|j| (j, true)))
-        .chain(events.iter().map(|e| to_json(e).map(|j| (j, false))));
-    let parts = in_parts(jsons)?.into_iter().map(|part| {
-        let (entries, events): (Vec<_>, Vec<_>) = part.into_iter().partition(|(_, e)| *e);
-        let json = |v: Vec<(String, bool)>| v.into_iter().map(|(j, _)| j).collect::<Vec<_>>();
-        (json(entries), json(events))
-    });
+    let parts = in_parts(tagged_json(journal, events))?
+        .into_iter()
+        .map(entries_and_events);
     parts
         .enumerate()
         .map(|(part, (entries, events))| {
@@ -100,7 +93,7 @@ pub(crate) fn checkpoint_items(
             if plain_units <= 1 {
                 return Ok(plain_item);
             }
-            let packed = pack(&entries, &events)?;
+            let packed = pack(&entries, &events, None)?;
             item.insert(PACKED.into(), AttributeValue::B(Blob::new(packed)));
             Ok(
                 if item_size(&item).div_ceil(WRITE_UNIT_BYTES) < plain_units {
@@ -120,10 +113,11 @@ const TAIL_CHECKPOINTS: u64 = 3;
 /// is billed for it, so a checkpoint that would take it past this archives it instead.
 const TAIL_BYTES: usize = 1024;
 
-/// A history tail as it is deflated: the entries and events of its checkpoints in the
-/// order they were written (what an archived tail holds, [`PACKED`]), and how many
-/// checkpoints they are.
-#[derive(serde::Serialize, Deserialize)]
+/// A history tail as it is deflated ([`pack`]): the entries and events of its
+/// checkpoints in the order they were written (what an archived tail holds,
+/// [`PACKED`]), and how many checkpoints they are. Read to join one more, so each
+/// entry and event is kept as JSON.
+#[derive(Deserialize)]
 struct PackedTail {
     journal: Vec<serde_json::Value>,
     events: Vec<serde_json::Value>,
@@ -157,33 +151,25 @@ pub(crate) fn next_tail(
     events: &[TimelineEvent],
     previous: Option<Item>,
 ) -> Result<Option<TailWrite>, StoreError> {
-    let raw = |json: String| {
-        serde_json::from_str::<serde_json::Value>(&json)
-            .map_err(|e| StoreError::Invalid(e.to_string()))
-    };
-    let jsons = journal
-        .iter()
-        .map(|e| to_json(e).map(|j| (j, true)))
-        .chain(events.iter().map(|e| to_json(e).map(|j| (j, false))));
-    let mut parts = in_parts(jsons)?;
+    let mut parts = in_parts(tagged_json(journal, events))?;
     if parts.len() != 1 {
         return Ok(None);
     }
-    let mut tail = PackedTail {
-        journal: Vec::new(),
-        events: Vec::new(),
-        checkpoints: 1,
+    let (entries, events) = entries_and_events(parts.remove(0));
+    // In a tail every entry and event is written as `serde_json::Value` writes it
+    // (keys sorted), as the tail's earlier checkpoints are when it is read back to join
+    // one more: the same key order throughout deflates smaller (in the bench, enough
+    // to keep a step's run item under 1 KB).
+    let sorted = |jsons: Vec<String>| {
+        jsons
+            .iter()
+            .map(|j| serde_json::from_str::<serde_json::Value>(j).map(|v| v.to_string()))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| StoreError::Invalid(e.to_string()))
     };
-    for (json, is_entry) in parts.remove(0) {
-        let json = raw(json)?;
-        if is_entry {
-            tail.journal.push(json);
-        } else {
-            tail.events.push(json);
-        }
-    }
+    let (entries, events) = (sorted(entries)?, sorted(events)?);
     let sk = checkpoint_sk(run.timeline_seq, run.version, 0);
-    let fresh = deflate(&tail)?;
+    let fresh = pack(&entries, &events, Some(1))?;
     if fresh.len() > TAIL_BYTES {
         // Every write of the run item until the next step (a claim, a renewal, a
         // delivery) would be billed for it: a checkpoint item of its own instead.
@@ -197,12 +183,19 @@ pub(crate) fn next_tail(
         }));
     };
     let joins = checkpoint_version(get_s(&previous, SK, "history tail")?) == Some(expected_version);
-    if joins && let Some(mut joined) = unpack::<PackedTail>(&previous, "history tail")? {
-        joined.checkpoints = joined.checkpoints.max(1) + 1;
-        joined.journal.append(&mut tail.journal);
-        joined.events.append(&mut tail.events);
-        let packed = deflate(&joined)?;
-        if joined.checkpoints <= TAIL_CHECKPOINTS && packed.len() <= TAIL_BYTES {
+    if joins && let Some(joined) = unpack::<PackedTail>(&previous, "history tail")? {
+        let checkpoints = joined.checkpoints.max(1) + 1;
+        let json = |v: Vec<serde_json::Value>, more: &[String]| {
+            let mut all: Vec<String> = v.iter().map(serde_json::Value::to_string).collect();
+            all.extend_from_slice(more);
+            all
+        };
+        let packed = pack(
+            &json(joined.journal, &entries),
+            &json(joined.events, &events),
+            Some(checkpoints),
+        )?;
+        if checkpoints <= TAIL_CHECKPOINTS && packed.len() <= TAIL_BYTES {
             return Ok(Some(TailWrite {
                 sk,
                 packed,
@@ -239,15 +232,6 @@ pub(crate) struct TailContents {
     pub(crate) events: Vec<TimelineEvent>,
 }
 
-fn deflate(tail: &PackedTail) -> Result<Vec<u8>, StoreError> {
-    let json = serde_json::to_vec(tail).map_err(|e| StoreError::Invalid(e.to_string()))?;
-    let mut deflate = DeflateEncoder::new(Vec::new(), Compression::default());
-    deflate
-        .write_all(&json)
-        .and_then(|()| deflate.finish())
-        .map_err(|e| StoreError::Invalid(format!("deflating a history tail: {e}")))
-}
-
 /// The history tail `run_item` holds, as the checkpoint item it is archived as.
 pub(crate) fn archived_tail(run_item: &Item) -> Result<Option<Item>, StoreError> {
     const WHAT: &str = "history tail";
@@ -265,12 +249,7 @@ pub(crate) fn archived_tail(run_item: &Item) -> Result<Option<Item>, StoreError>
 /// `items`, read after `run_item`, without the checkpoint items of checkpoints
 /// committed after that read (of a version past the run item's).
 pub(crate) fn committed_by(items: Vec<Item>, run_item: &Item) -> Result<Vec<Item>, StoreError> {
-    let version: u64 = match run_item.get(VERSION) {
-        Some(AttributeValue::N(v)) => v
-            .parse()
-            .map_err(|_| corrupt("run", format!("version {v} is not a number")))?,
-        _ => return Err(corrupt("run", "no version")),
-    };
+    let version: u64 = get_n(run_item, VERSION, "run")?;
     let mut kept = Vec::with_capacity(items.len() + 1);
     for item in items {
         let sk = get_s(&item, SK, "history")?;
@@ -316,6 +295,25 @@ pub(crate) fn with_tail(
     Ok(items)
 }
 
+/// A checkpoint's entries and events as JSON, in that order, each tagged with whether
+/// it is an entry (else an event): what [`in_parts`] groups.
+fn tagged_json<'a>(
+    journal: &'a [JournalEntry],
+    events: &'a [TimelineEvent],
+) -> impl Iterator<Item = Result<(String, bool), StoreError>> + 'a {
+    journal
+        .iter()
+        .map(|e| to_json(e).map(|j| (j, true)))
+        .chain(events.iter().map(|e| to_json(e).map(|j| (j, false))))
+}
+
+/// One part of [`tagged_json`]: its entries' JSON, its events' JSON.
+fn entries_and_events(part: Vec<(String, bool)>) -> (Vec<String>, Vec<String>) {
+    let (entries, events): (Vec<_>, Vec<_>) = part.into_iter().partition(|(_, e)| *e);
+    let json = |v: Vec<(String, bool)>| v.into_iter().map(|(j, _)| j).collect();
+    (json(entries), json(events))
+}
+
 /// `jsons`, in order, in groups of at most [`CHECKPOINT_ITEM_BYTES`] of JSON each (one
 /// larger alone in its group), each JSON with its tag.
 fn in_parts<T>(
@@ -340,10 +338,15 @@ fn in_parts<T>(
 }
 
 /// The deflated JSON object `{"journal": [...], "events": [...]}` of already serialized
-/// entries and events.
-fn pack(entries: &[String], events: &[String]) -> Result<Vec<u8>, StoreError> {
+/// entries and events; a history tail's with `"checkpoints": n` too ([`PackedTail`]).
+fn pack(
+    entries: &[String],
+    events: &[String],
+    checkpoints: Option<u64>,
+) -> Result<Vec<u8>, StoreError> {
+    let count = checkpoints.map_or(String::new(), |n| format!(",\"checkpoints\":{n}"));
     let json = format!(
-        "{{\"journal\":[{}],\"events\":[{}]}}",
+        "{{\"journal\":[{}],\"events\":[{}]{count}}}",
         entries.join(","),
         events.join(",")
     );

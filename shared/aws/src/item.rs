@@ -31,7 +31,7 @@ pub(crate) const LEASE_EPOCH: &str = "lease_epoch";
 pub(crate) const UPDATED_AT: &str = "updated_at";
 pub(crate) const RUN_ID: &str = "run_id";
 const WORKFLOW: &str = "workflow";
-const CREATED_AT: &str = "created_at";
+pub(crate) const CREATED_AT: &str = "created_at";
 pub(crate) const BODY: &str = "body";
 /// The run's last timeline seq, beside its copy in the body, for conditions: a
 /// checkpoint's events share an item keyed by the run's version (see
@@ -40,10 +40,10 @@ pub(crate) const BODY: &str = "body";
 pub(crate) const TIMELINE_SEQ: &str = "timeline_seq";
 /// The token of the reaper that claimed a finished run.
 pub(crate) const REAP_CLAIM: &str = "reap_claim";
-/// Set on a run item by the code that created it when every writer of that code keeps
-/// the run's history tail ([`TAIL`]): only such a run's own build writes one. A build
-/// from before tails rewrites a run item whole and would drop it; runs stay on the
-/// build that created them, so such a build only writes run items without this mark.
+/// Set on a run item created while history tails are on (`AwsOptions::history_tails`):
+/// only such a run's own build writes a tail ([`TAIL`]). Code from before tails
+/// rewrites a run item whole and would drop one, so they are turned on only once no
+/// function of the deployment runs such code (docs/dynamodb.md, "History tails").
 pub(crate) const KEEPS_TAIL: &str = "keeps_tail";
 /// The sort key the history tail has once archived as a checkpoint item.
 pub(crate) const TAIL_SK: &str = "tail_sk";
@@ -95,7 +95,11 @@ pub(crate) fn get_s<'a>(item: &'a Item, name: &str, what: &str) -> Result<&'a st
     }
 }
 
-fn get_n<T: std::str::FromStr>(item: &Item, name: &str, what: &str) -> Result<T, StoreError> {
+pub(crate) fn get_n<T: std::str::FromStr>(
+    item: &Item,
+    name: &str,
+    what: &str,
+) -> Result<T, StoreError> {
     match item.get(name) {
         Some(AttributeValue::N(v)) => v
             .parse()

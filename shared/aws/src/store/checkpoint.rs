@@ -74,11 +74,6 @@ pub(super) async fn checkpoint(store: &DynamoStore, cp: &Checkpoint) -> Result<(
     if alone && checkpoint_in_tail(store, cp).await? {
         return Ok(());
     }
-    // The run's own build writes checkpoint items; other code (the control plane, maybe
-    // newer than the run's build) only where the run's history has them already, so
-    // that an older build, which reads no checkpoint item, can still replay its run.
-    // Only this write can add the first one, and it is conditioned on the version
-    // read: the history cannot gain one before it commits.
     // The run's own build takes the run item's history tail along: into this
     // checkpoint's items when the tail's checkpoints came right before it, else as its
     // own checkpoint item beside them. The run item is left without it, small for the
@@ -96,6 +91,11 @@ pub(super) async fn checkpoint(store: &DynamoStore, cp: &Checkpoint) -> Result<(
     }
     journal.extend(cp.journal.iter().cloned());
     timeline.extend(cp.timeline.iter().cloned());
+    // The run's own build writes checkpoint items; other code (the control plane, maybe
+    // newer than the run's build) only where the run's history has them already, so
+    // that an older build, which reads no checkpoint item, can still replay its run.
+    // Only this write can add the first one, and it is conditioned on the version
+    // read: the history cannot gain one before it commits.
     let grouped = cp.by_own_build
         || (!cp.journal.is_empty() || !cp.timeline.is_empty())
             && has_checkpoint_items(store, tenant, run_id).await?;

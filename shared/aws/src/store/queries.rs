@@ -93,15 +93,12 @@ async fn read_timeline(
                 .consistent_read(true)
                 .limit((limit - found.len().min(limit)).clamp(1, 1000) as i32);
             let (page, next) = query_page(query, &store.capacity, "timeline", start).await?;
-            // Without the checkpoints committed after the run item was read, nor the
-            // tail if it was archived since (its events are in already).
-            let mut page = match &run {
+            // Without the checkpoints committed after the run item was read. The tail,
+            // if archived since, gives its events twice: one each, below.
+            let page = match &run {
                 Some(run) => committed_by(page, run)?,
                 None => page,
             };
-            if let Some(tail) = &tail {
-                page.retain(|i| i.get(SK) != tail.get(SK));
-            }
             for item in &page {
                 for event in timeline_from_item(item)?
                     .into_iter()
@@ -118,9 +115,10 @@ async fn read_timeline(
         }
     }
     events.sort_by_key(|e| e.seq);
-    // A checkpoint's events can be held twice: a history tail archived by a writer
-    // that then crashed, and the same tail joined by the next step (see
-    // `super::tail`). An event's seq is its identity.
+    // A checkpoint's events can be held twice: the run item's tail and its archive
+    // written since the run item was read, or a tail archived by a writer that then
+    // crashed and the same tail joined by the next step (see `super::tail`). An
+    // event's seq is its identity.
     events.dedup_by_key(|e| e.seq);
     events.truncate(limit);
     Ok(events)

@@ -15,7 +15,7 @@ use siesta::ports::*;
 use siesta::{Run, Timestamp};
 
 use super::DynamoStore;
-use super::tx::Expected;
+use super::tx::{Expected, RunWrite};
 use crate::error::sdk;
 use crate::history_item::{archived_tail, next_tail, tail_size};
 use crate::item::*;
@@ -54,13 +54,13 @@ impl Tails {
     /// Remember the tail of `run_item`, read or written.
     pub(super) fn remember(&self, run_item: &Item) -> Result<(), StoreError> {
         let pk = get_s(run_item, PK, "run")?.to_owned();
-        let run = run_from_item(run_item)?;
+        let created_at = Timestamp(get_n(run_item, CREATED_AT, "run")?);
         let known = Known {
-            version: run.version,
+            version: get_n(run_item, VERSION, "run")?,
             keeps_tail: matches!(run_item.get(KEEPS_TAIL), Some(AttributeValue::Bool(true))),
             tail: archived_tail(run_item)?,
         };
-        self.put((pk, run.created_at), known);
+        self.put((pk, created_at), known);
         Ok(())
     }
 
@@ -90,15 +90,6 @@ impl Tails {
         let tails = self.0.lock().unwrap_or_else(|e| e.into_inner());
         tails.get(run).filter(|k| k.version == version).cloned()
     }
-}
-
-/// How many bytes the history tail of `run_item` adds to it.
-fn tail_size_in(run_item: &Item) -> usize {
-    archived_tail(run_item)
-        .ok()
-        .flatten()
-        .as_ref()
-        .map_or(0, tail_size)
 }
 
 impl DynamoStore {
@@ -173,22 +164,24 @@ pub(super) async fn checkpoint_in_tail(
             .note_write("checkpoint", "Tail archived", false, size);
     }
     let mut item = run_item(&cp.run, store.retention)?;
+    // Billed by the item before or after, whichever is larger.
+    let before = item_size(&item) + before_tail;
     item.insert(TAIL_SK.into(), s(&tail.sk));
     item.insert(TAIL.into(), AttributeValue::B(Blob::new(tail.packed)));
-    let (update, mut names, mut values) = run_update(&item, false);
-    let (condition, condition_names, condition_values) = Expected::of(cp).condition();
-    names.extend(condition_names);
-    names.insert("#keeps_tail".into(), KEEPS_TAIL.into());
-    values.extend(condition_values);
+    let expected = Expected {
+        keeps_tail: true,
+        ..Expected::of(cp)
+    };
+    let write = RunWrite::new(&item, &expected, false);
     let result = store
         .client
         .update_item()
         .table_name(&store.table)
         .set_key(Some(key(pk, RUN_SK)))
-        .update_expression(update)
-        .condition_expression(format!("{condition} AND attribute_exists(#keeps_tail)"))
-        .set_expression_attribute_names(Some(names))
-        .set_expression_attribute_values(Some(values))
+        .update_expression(write.update)
+        .condition_expression(write.condition)
+        .set_expression_attribute_names(Some(write.names))
+        .set_expression_attribute_values(Some(write.values))
         .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
         .return_consumed_capacity(ReturnConsumedCapacity::Total)
         .send()
@@ -196,8 +189,6 @@ pub(super) async fn checkpoint_in_tail(
     match result {
         Ok(out) => {
             store.capacity.add(true, out.consumed_capacity());
-            // Billed by the item before or after, whichever is larger.
-            let before = item_size(&item) - tail_size_in(&item) + before_tail;
             store.capacity.note_write(
                 "checkpoint",
                 "Run with tail",

@@ -136,18 +136,14 @@ impl Tx {
             TailKept::Dropped { bytes } => bytes,
         };
         self.sizes.push(item_size(&item) + tail_bytes);
-        let drop_tail = matches!(tail, TailKept::Dropped { .. });
-        let (update, mut attr_names, mut values) = run_update(&item, drop_tail);
-        let (condition, condition_names, condition_values) = expected.condition();
-        attr_names.extend(condition_names);
-        values.extend(condition_values);
+        let write = RunWrite::new(&item, &expected, matches!(tail, TailKept::Dropped { .. }));
         let update = Update::builder()
             .table_name(table)
             .set_key(Some(key(get_s(&item, PK, "run")?.to_owned(), RUN_SK)))
-            .update_expression(update)
-            .condition_expression(condition)
-            .set_expression_attribute_names(Some(attr_names))
-            .set_expression_attribute_values(Some(values))
+            .update_expression(write.update)
+            .condition_expression(write.condition)
+            .set_expression_attribute_names(Some(write.names))
+            .set_expression_attribute_values(Some(write.values))
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
         self.items.push(
             TransactWriteItem::builder()
@@ -216,6 +212,7 @@ impl Tx {
                 version: plan.read_version,
                 epoch: None,
                 first_event: None,
+                keeps_tail: false,
             },
             TailKept::Kept,
         )?;
@@ -342,6 +339,9 @@ pub(super) struct Expected {
     /// The seq of the first event it writes: the run's timeline must not reach it yet
     /// (an item written before the run kept its timeline seq outside the body passes).
     pub(super) first_event: Option<u64>,
+    /// Whether the run must keep a history tail ([`KEEPS_TAIL`]): a write that puts one
+    /// in it.
+    pub(super) keeps_tail: bool,
 }
 
 impl Expected {
@@ -351,12 +351,56 @@ impl Expected {
             version: cp.expected_version,
             epoch: cp.epoch,
             first_event: cp.timeline.first().map(|e| e.seq),
+            keeps_tail: false,
         }
     }
 
     /// The condition expression, with its names and values.
-    pub(super) fn condition(&self) -> (String, HashMap<String, String>, Item) {
-        run_condition(self.version, self.epoch, self.first_event)
+    fn condition(&self) -> (String, HashMap<String, String>, Item) {
+        let mut values = HashMap::from([(":v".to_owned(), n(self.version))]);
+        let mut expr = "#version = :v".to_owned();
+        let mut attr_names = names(&[("#version", VERSION)]);
+        if let Some(epoch) = self.epoch {
+            expr.push_str(" AND #lease_epoch = :e");
+            values.insert(":e".into(), n(epoch.0));
+            attr_names.insert("#lease_epoch".into(), LEASE_EPOCH.into());
+        }
+        if let Some(first) = self.first_event {
+            expr.push_str(" AND (attribute_not_exists(#timeline_seq) OR #timeline_seq < :first)");
+            values.insert(":first".into(), n(first));
+            attr_names.insert("#timeline_seq".into(), TIMELINE_SEQ.into());
+        }
+        if self.keeps_tail {
+            expr.push_str(" AND attribute_exists(#keeps_tail)");
+            attr_names.insert("#keeps_tail".into(), KEEPS_TAIL.into());
+        }
+        (expr, attr_names, values)
+    }
+}
+
+/// A write of the whole run `item` over the one stored ([`run_update`], dropping its
+/// history tail or not) on the condition `expected`: the update and condition
+/// expressions, with their names and values. In a transaction ([`Tx::put_run`]) and
+/// alone (a step's checkpoint, `super::tail`).
+pub(super) struct RunWrite {
+    pub(super) update: String,
+    pub(super) condition: String,
+    pub(super) names: HashMap<String, String>,
+    pub(super) values: Item,
+}
+
+impl RunWrite {
+    pub(super) fn new(item: &Item, expected: &Expected, drop_tail: bool) -> Self {
+        let (update, mut names, mut values) = run_update(item, drop_tail);
+        let (condition, condition_names, condition_values) = expected.condition();
+        names.extend(condition_names);
+        values.extend(condition_values);
+        RunWrite {
+            update,
+            condition,
+            names,
+            values,
+        }
     }
 }
 
@@ -366,27 +410,6 @@ pub(super) enum TailKept {
     Kept,
     /// Removes it (it was written into checkpoint items beside), its size known.
     Dropped { bytes: usize },
-}
-
-fn run_condition(
-    expected_version: u64,
-    epoch: Option<FencingEpoch>,
-    first_event: Option<u64>,
-) -> (String, HashMap<String, String>, Item) {
-    let mut values = HashMap::from([(":v".to_owned(), n(expected_version))]);
-    let mut expr = "#version = :v".to_owned();
-    let mut attr_names = names(&[("#version", VERSION)]);
-    if let Some(epoch) = epoch {
-        expr.push_str(" AND #lease_epoch = :e");
-        values.insert(":e".into(), n(epoch.0));
-        attr_names.insert("#lease_epoch".into(), LEASE_EPOCH.into());
-    }
-    if let Some(first) = first_event {
-        expr.push_str(" AND (attribute_not_exists(#timeline_seq) OR #timeline_seq < :first)");
-        values.insert(":first".into(), n(first));
-        attr_names.insert("#timeline_seq".into(), TIMELINE_SEQ.into());
-    }
-    (expr, attr_names, values)
 }
 
 pub(super) fn reason_of(reasons: &[(Role, Reason)], role: Role) -> Option<&Reason> {
