@@ -2,9 +2,12 @@
 //! LocalStack (S3, SQS), resources made from infra/template.yaml. Skips without the
 //! emulators unless the test command requires them.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use siesta::retention::RetentionPolicy;
+use siesta::{Context, ManualClock, Registry, RunId, RunStatus, TenantId};
 use siesta_api::signature::{Scheme, Secret, sign};
 use siesta_app::dev::{DevOptions, start};
 
@@ -166,4 +169,94 @@ async fn on_the_aws_backend_a_list_cursor_put_raw_into_the_next_url_pages_throug
     // here is listed, each page reached through the cursor as it came.
     assert!(listed.is_superset(&started), "{listed:?} ⊉ {started:?}");
     server.stop();
+}
+
+/// `siesta dev --backend aws --retention 1h`: the dev server's reaper is the AWS
+/// backend's, at the given retention — a finished run is gone once an hour has passed
+/// on the server's clock, a run still waiting (started at the same time) is not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_the_aws_backend_the_dev_server_removes_a_finished_run_past_its_retention_and_keeps_a_waiting_one()
+ {
+    let Some(env) = siesta_aws::testing::emulators().await else {
+        return;
+    };
+    // A table of its own: the reaper reads the whole table's reap index.
+    env.in_own_table(|env| async move {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = Arc::new(ManualClock::default());
+        let mut options = DevOptions::new(dir.path().to_owned());
+        options.clock = Some(clock.clone());
+        options.reap_every = Duration::from_millis(50);
+        options.retention = RetentionPolicy::keep_for(Some(Duration::from_secs(3600)));
+        options.use_aws(
+            &env.sdk,
+            env.names(5).await,
+            siesta_aws::AwsOptions::default(),
+        );
+        let mut registry = Registry::new();
+        registry.register(
+            "quick",
+            |_: Context, _: Value| async move { Ok(json!("done")) },
+        );
+        registry.register("patient", |ctx: Context, _: Value| async move {
+            ctx.wait_for_event::<Value>("go").await
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let server = start(listener, options, registry).await.unwrap();
+        let engine = server.engine.clone();
+        let tenant = TenantId::from("default");
+        let quick = engine
+            .start(&tenant, "quick", json!({}), None)
+            .await
+            .unwrap();
+        let patient = engine
+            .start(&tenant, "patient", json!({}), None)
+            .await
+            .unwrap();
+        let status = |id: RunId| {
+            let engine = engine.clone();
+            let tenant = tenant.clone();
+            async move { engine.get_run(&tenant, &id).await.map(|r| r.status) }
+        };
+        for _ in 0..400 {
+            if status(quick.id.clone()).await.ok() == Some(RunStatus::Completed)
+                && status(patient.id.clone()).await.ok() == Some(RunStatus::Waiting)
+            {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        assert_eq!(
+            status(quick.id.clone()).await.unwrap(),
+            RunStatus::Completed
+        );
+        assert_eq!(
+            status(patient.id.clone()).await.unwrap(),
+            RunStatus::Waiting
+        );
+
+        clock.advance(Duration::from_secs(3700));
+        let mut removed = false;
+        for _ in 0..400 {
+            if matches!(
+                engine.get_run(&tenant, &quick.id).await,
+                Err(siesta::EngineError::NotFound)
+            ) {
+                removed = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        assert!(
+            removed,
+            "the finished run is removed once its retention passed"
+        );
+        assert_eq!(
+            status(patient.id.clone()).await.unwrap(),
+            RunStatus::Waiting,
+            "a waiting run of the same age is kept"
+        );
+        server.stop();
+    })
+    .await;
 }

@@ -154,12 +154,14 @@ impl DevArgs {
                 "AWS backend: table {}, bucket {}, queue {}",
                 names.table, names.bucket, names.queue_url
             );
-            let aws = siesta_aws::AwsOptions {
-                history_tails: self.shared.history_tails == "on",
-                ..siesta_aws::AwsOptions::default()
-            };
-            options.backend =
-                Some(siesta_aws::AwsBackend::with_options(&sdk, names, aws).backend());
+            options.use_aws(
+                &sdk,
+                names,
+                siesta_aws::AwsOptions {
+                    history_tails: self.shared.history_tails == "on",
+                    ..siesta_aws::AwsOptions::default()
+                },
+            );
         }
         Ok(options)
     }

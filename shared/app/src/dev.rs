@@ -74,6 +74,11 @@ pub struct DevOptions {
     /// How often the reaper looks for finished runs past their retention (default:
     /// every 30 s, so a run goes within a minute of its retention passing).
     pub reap_every: Duration,
+    /// The AWS backend's reaper, when [`DevOptions::backend`] is the AWS backend
+    /// (`siesta dev --backend aws`): it removes finished runs in the engine's place,
+    /// which the AWS store leaves to it (it deletes S3 objects too). Made with the same
+    /// [`DevOptions::retention`] and quotas.
+    pub aws_reaper: Option<siesta_aws::retention::Reaper>,
 }
 
 impl std::fmt::Debug for DevOptions {
@@ -103,6 +108,7 @@ impl std::fmt::Debug for DevOptions {
             .field("upgrade_policy", &self.upgrade_policy)
             .field("retention", &self.retention)
             .field("reap_every", &self.reap_every)
+            .field("aws_reaper", &self.aws_reaper.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -131,7 +137,32 @@ impl DevOptions {
             upgrade_policy: UpgradePolicy::UpgradeWhenReplays,
             retention: RetentionPolicy::default(),
             reap_every: Duration::from_secs(30),
+            aws_reaper: None,
         }
+    }
+
+    /// Run on the AWS backend over `names` (`siesta dev --backend aws`), as the
+    /// deployment's functions do (`Settings::aws_backend`): finished runs enter the reap
+    /// index at the shortest retention of [`DevOptions::retention`] and the tenants'
+    /// quotas (set those first; `aws.retention` is replaced), and the AWS backend's
+    /// reaper removes them ([`DevOptions::aws_reaper`]).
+    pub fn use_aws(
+        &mut self,
+        sdk: &aws_config::SdkConfig,
+        names: siesta_aws::ResourceNames,
+        aws: siesta_aws::AwsOptions,
+    ) {
+        let rules = RetentionRules {
+            policy: self.retention.clone(),
+            quotas: self.quotas.clone(),
+        };
+        let aws = siesta_aws::AwsOptions {
+            retention: rules.shortest(),
+            ..aws
+        };
+        let backend = siesta_aws::AwsBackend::with_options(sdk, names, aws);
+        self.aws_reaper = Some(backend.reaper(rules));
+        self.backend = Some(backend.backend());
     }
 
     /// Parse `key=tenant,key2=tenant2` (the `SIESTA_API_KEYS` format).
@@ -420,15 +451,16 @@ pub async fn start(
             }
         })
     };
-    let reaper = spawner.spawn(reap(
-        engine.clone(),
-        RetentionRules {
-            policy: options.retention.clone(),
-            quotas: options.quotas.clone(),
-        },
-        options.reap_every,
-        options.metrics.clone(),
-    ));
+    let rules = RetentionRules {
+        policy: options.retention.clone(),
+        quotas: options.quotas.clone(),
+    };
+    let reaping = Reaping {
+        engine: engine.clone(),
+        rules,
+        aws: options.aws_reaper.clone(),
+    };
+    let reaper = spawner.spawn(reap(reaping, options.reap_every, options.metrics.clone()));
     Ok(DevServer {
         addr,
         engine,
@@ -443,25 +475,58 @@ pub async fn start(
 /// live writes wait behind one page at most, however large the backlog.
 const REAP_PAGE: usize = 100;
 
+/// Who removes finished runs past their retention: the engine, through its store (the
+/// embedded backend), by these rules — or, on the AWS backend (`siesta dev --backend
+/// aws`), the AWS backend's reaper, which the deployment's sweep function also runs (the
+/// AWS store leaves reaping to it), on the engine's clock.
+struct Reaping {
+    engine: Engine,
+    rules: RetentionRules,
+    aws: Option<siesta_aws::retention::Reaper>,
+}
+
+impl Reaping {
+    /// Bring forward the runs put back under a longer retention than today's (the
+    /// embedded backend; the AWS reap index is keyed by the shortest retention).
+    async fn rearm(&self) -> Result<(), EngineError> {
+        match &self.aws {
+            Some(_) => Ok(()),
+            None => self.engine.rearm_reaping(&self.rules).await,
+        }
+    }
+
+    /// One page: how many runs it removed, and whether more may be due.
+    async fn page(&self) -> Result<(usize, bool), EngineError> {
+        match &self.aws {
+            Some(reaper) => {
+                let report = reaper.reap(self.engine.clock().now(), REAP_PAGE).await?;
+                Ok((report.removed.len(), report.more))
+            }
+            None => {
+                let report = self.engine.reap(&self.rules, REAP_PAGE).await?;
+                Ok((report.removed.len(), report.more))
+            }
+        }
+    }
+}
+
 /// The reaper: every `every`, remove the finished runs past their retention (their
 /// workflow's, their tenant's `retention_days`, or the server's), a page at a time
 /// until none is left. First, runs put back under a longer retention than today's are
-/// brought forward. Stops, saying so, on a backend that cannot remove runs (the AWS
-/// one: a deployment's sweep function reaps its finished runs,
-/// `siesta_aws::retention`).
-async fn reap(engine: Engine, rules: RetentionRules, every: Duration, metrics: Metrics) {
-    if let Err(e) = engine.rearm_reaping(&rules).await {
+/// brought forward. Stops, saying so, on a backend that cannot remove runs.
+async fn reap(reaping: Reaping, every: Duration, metrics: Metrics) {
+    if let Err(e) = reaping.rearm().await {
         tracing::warn!(error = %e, "retention: bringing forward the runs put back");
     }
     loop {
         tokio::time::sleep(every).await;
         let mut removed = 0;
         loop {
-            match engine.reap(&rules, REAP_PAGE).await {
-                Ok(report) => {
-                    removed += report.removed.len();
-                    metrics.reaped(report.removed.len());
-                    if !report.more {
+            match reaping.page().await {
+                Ok((page, more)) => {
+                    removed += page;
+                    metrics.reaped(page);
+                    if !more {
                         break;
                     }
                 }

@@ -181,8 +181,10 @@ struct RunBody {
 }
 
 /// The TTL of a record closed at `at`: kept for `retention`, then removed by DynamoDB.
+/// A deployment that keeps everything for ever has a retention of [`Duration::MAX`]:
+/// the sum saturates rather than wrapping round to a time long past.
 fn expiry(at: Timestamp, retention: Duration) -> AttributeValue {
-    n((at.0.max(0) as u64 / 1000) + retention.as_secs())
+    n((at.0.max(0) as u64 / 1000).saturating_add(retention.as_secs()))
 }
 
 fn millis(d: Duration) -> i64 {
@@ -520,6 +522,17 @@ mod tests {
             !done.contains_key(EXPIRES_AT),
             "the run item goes last, by the reaper, never before its other items"
         );
+    }
+
+    #[test]
+    fn a_record_kept_for_ever_expires_at_the_end_of_time_not_in_the_past() {
+        let at = Timestamp(1_700_000_000_000);
+        assert_eq!(
+            expiry(at, Duration::from_secs(60)),
+            n(1_700_000_060u64),
+            "seconds since the epoch, retention after it closed"
+        );
+        assert_eq!(expiry(at, Duration::MAX), n(u64::MAX));
     }
 
     /// The attributes every run item has.
