@@ -965,3 +965,78 @@ async fn deliveries_over_a_tenants_quota_are_429_and_the_run_still_waits() {
         .await;
     assert_eq!(r.body["status"], "waiting", "now for the approval event");
 }
+
+/// `POST /hooks/{token}` reads the callback record once, in the engine: an unknown
+/// token is a 404 whether or not the body is JSON (named before the body, as it always
+/// was), and a known token with a body that is not JSON a 400 that uses nothing up.
+#[tokio::test]
+async fn a_callback_webhook_reads_its_callback_once_and_names_an_unknown_token_before_a_bad_body() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::default());
+    let embedded =
+        siesta_embedded::EmbeddedBackend::open(dir.path().join("db"), clock.clone()).unwrap();
+    let probe = siesta::probe::ProbeStore::new(embedded.backend().store.clone());
+    let backend = siesta::ports::Backend {
+        store: probe.clone(),
+        ..embedded.backend()
+    };
+    let mut reg = Registry::new();
+    reg.register("pay", |ctx: Context, _: serde_json::Value| async move {
+        let cb = ctx.create_callback::<serde_json::Value>("payment").await?;
+        cb.wait().await
+    });
+    let engine = Engine::new(backend, clock.clone(), reg, EngineConfig::default());
+    let router = ControlApi::new(engine.clone())
+        .authenticate(TenantHeader)
+        .router();
+    let tenant = TenantId::from("default");
+    let run = engine
+        .start(&tenant, "pay", json!(null), None)
+        .await
+        .unwrap();
+    engine.run_until_idle(10).await.unwrap();
+    let token = engine
+        .backend()
+        .store
+        .timeline(&tenant, &run.id, 0, 100)
+        .await
+        .unwrap()
+        .iter()
+        .find(|e| e.event_type == EventType::CallbackStarted)
+        .unwrap()
+        .details["CallbackId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let post = |token: String, body: &'static str| {
+        let router = router.clone();
+        async move {
+            send(
+                &router,
+                request(Method::POST, &format!("/hooks/{token}"), &[], body),
+            )
+            .await
+        }
+    };
+
+    for body in [r#"{"ok":true}"#, "not json"] {
+        let r = post("cb_unknown".into(), body).await;
+        assert_eq!(r.status, StatusCode::NOT_FOUND, "{body}: {}", r.body);
+        assert_eq!(code(&r), "not_found");
+    }
+    let r = post(token.clone(), "not json").await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
+
+    let reads = |p: &siesta::probe::ProbeStore| p.reads.load(std::sync::atomic::Ordering::SeqCst);
+    let before = reads(&probe);
+    let r = post(token, r#"{"ok":true}"#).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(
+        reads(&probe) - before,
+        1,
+        "the callback record, read by the engine; the store's delivery reads the rest"
+    );
+    engine.run_until_idle(10).await.unwrap();
+    let done = engine.get_run(&tenant, &run.id).await.unwrap();
+    assert_eq!(done.output, Some(Payload::Inline(json!({"ok": true}))));
+}

@@ -60,11 +60,18 @@ pub(crate) async fn callback_webhook(
     Hook { headers, body }: Hook,
 ) -> Result<Response, ApiError> {
     let token = CallbackId::from(token.as_str());
-    let record = app.engine.backend().store.get_callback(&token).await?;
-    if record.is_none() {
-        return Err(ApiError::not_found("callback"));
-    }
-    let value: serde_json::Value = json(&body)?;
+    // The engine looks the token up (an unknown one is a 404 from there); only a body
+    // that is not JSON reads it here, so that an unknown token is still named first.
+    let value: serde_json::Value = match json(&body) {
+        Ok(value) => value,
+        Err(bad_body) => {
+            let store = &app.engine.backend().store;
+            if store.get_callback(&token).await?.is_none() {
+                return Err(ApiError::not_found("callback"));
+            }
+            return Err(bad_body);
+        }
+    };
     let delivery = DeliveryId(format!("hook:{token}:{}", delivery_id(&headers, &body)));
     let outcome = app
         .engine
