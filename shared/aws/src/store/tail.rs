@@ -216,6 +216,14 @@ pub(super) async fn checkpoint_in_tail(
                         .epoch
                         .is_none_or(|e| run.lease.as_ref().is_some_and(|l| l.epoch == e));
                 if ours {
+                    // Its answer lost, so was the capacity it reported: counted here at
+                    // its size, as any write is in the cost breakdown.
+                    store.capacity.note_write(
+                        "checkpoint",
+                        "Run with tail",
+                        false,
+                        item_size(&item).max(before),
+                    );
                     store.tails.remember(current)?;
                     return Ok(true);
                 }
