@@ -21,7 +21,7 @@ use tracing::Instrument;
 /// epoch, `Context::deadline`).
 ///
 /// Each wake-up is handled as [`Engine::handle_batch`] does (concurrently, each with the
-/// deadline), inside a span naming its tenant and run, and timed for the `StepLatency`
+/// deadline; a run's duplicates folded into one handling), inside a span naming its tenant and run, and timed for the `StepLatency`
 /// metric. A record whose body is not a wake-up (a poison message) is reported failed,
 /// so the queue's redrive policy moves it to the dead-letter queue. The batch's spans
 /// are sent before it returns (when traces are exported).

@@ -29,7 +29,14 @@ pub struct ProbeStore {
     crash_after: AtomicI64,
     crash_before: AtomicBool,
     dead: AtomicBool,
+    paused: std::sync::Mutex<Option<Pause>>,
 }
+
+/// Who hears that a paused checkpoint applied, and what releases its caller.
+type Pause = (
+    tokio::sync::oneshot::Sender<()>,
+    tokio::sync::oneshot::Receiver<()>,
+);
 
 impl ProbeStore {
     /// Wrap `inner`.
@@ -44,7 +51,23 @@ impl ProbeStore {
             crash_after: AtomicI64::new(-1),
             crash_before: AtomicBool::new(false),
             dead: AtomicBool::new(false),
+            paused: std::sync::Mutex::new(None),
         })
+    }
+
+    /// Hold the caller of the next checkpoint that applies, right after it applied,
+    /// until `release` is sent; `applied` hears it is held. For tests of what happens
+    /// between a write and what its writer does next.
+    pub fn pause_after_next_checkpoint(
+        &self,
+    ) -> (
+        tokio::sync::oneshot::Receiver<()>,
+        tokio::sync::oneshot::Sender<()>,
+    ) {
+        let (applied_tx, applied) = tokio::sync::oneshot::channel();
+        let (release, release_rx) = tokio::sync::oneshot::channel();
+        *self.paused.lock().unwrap_or_else(|e| e.into_inner()) = Some((applied_tx, release_rx));
+        (applied, release)
     }
 
     /// Die right after the n-th checkpoint from now (1 = the next one).
@@ -186,6 +209,11 @@ impl RunStore for ProbeStore {
         if result.is_ok() {
             self.wrote(bytes);
             self.checkpoints.fetch_add(1, Ordering::SeqCst);
+            let paused = self.paused.lock().unwrap_or_else(|e| e.into_inner()).take();
+            if let Some((applied, release)) = paused {
+                let _ = applied.send(());
+                let _ = release.await;
+            }
             if !self.crash_before.load(Ordering::SeqCst)
                 && self.crash_after.fetch_sub(1, Ordering::SeqCst) == 1
             {

@@ -343,3 +343,55 @@ async fn a_renewed_lease_is_not_shortened_by_the_next_checkpoint() {
         WakeOutcome::Advanced(RunStatus::Completed)
     );
 }
+
+/// A wake-up of a run this process is handling is folded into that handling
+/// (`engine/turns.rs`), and the handler handles the run once more when done: a delivery
+/// that lands after the handler's last write is taken by that same handler, and its
+/// wake-up starts no second invocation beside it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wake_up_of_a_run_being_handled_is_folded_and_the_handler_takes_what_arrived_meanwhile() {
+    let mut reg = Registry::new();
+    reg.register("patient", |ctx: Context, _: serde_json::Value| async move {
+        ctx.wait_for_event::<serde_json::Value>("go").await
+    });
+    let w = world(reg);
+    let id = create(&w, "patient", json!(null)).await;
+    let wake = |reason| WakeUp {
+        tenant: w.tenant().clone(),
+        run_id: id.clone(),
+        reason,
+        epoch_hint: 0,
+        seq_hint: None,
+    };
+    let engine = w.engine();
+    let (applied, release) = w.probe().pause_after_next_checkpoint();
+    let first = tokio::spawn({
+        let (engine, started) = (engine.clone(), wake(WakeReason::Started));
+        async move { engine.handle_wakeup(&started).await }
+    });
+    applied.await.unwrap();
+    assert_eq!(
+        w.run(&id).await.status,
+        RunStatus::Waiting,
+        "the handler's last write: the run waits on `go`"
+    );
+    engine
+        .deliver_event(w.tenant(), &id, "go", json!(7), None)
+        .await
+        .unwrap();
+    assert_eq!(
+        engine
+            .handle_wakeup(&wake(WakeReason::Delivery))
+            .await
+            .unwrap(),
+        WakeOutcome::Busy,
+        "the delivery's wake-up is folded into the handling under way"
+    );
+    release.send(()).unwrap();
+    assert_eq!(
+        first.await.unwrap().unwrap(),
+        WakeOutcome::Advanced(RunStatus::Completed),
+        "the handler took the delivery in a pass of its own"
+    );
+    assert_eq!(output(&w.run(&id).await), json!(7));
+}

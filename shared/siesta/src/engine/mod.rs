@@ -15,7 +15,8 @@
 //! messages, callback outcomes and heartbeats), `control` (cancel, resume, resolve),
 //! `replay_check` (does a run's journal replay on this code, writing nothing), `upgrade`
 //! (move a run to this build when it replays), `sweep`, `dead_letters` (the dead-letter queue and the operator's view of it) and
-//! `worker` (the queue worker and batch handling). This file holds the engine itself,
+//! `worker` (the queue worker and batch handling), `turns` (one wake-up of a run at a
+//! time in a process). This file holds the engine itself,
 //! its configuration and errors, and the helpers they share.
 
 use std::sync::Arc;
@@ -42,6 +43,7 @@ mod replay_check;
 mod start;
 pub mod streams;
 mod sweep;
+mod turns;
 mod upgrade;
 mod wakeup;
 pub(crate) mod worker;
@@ -246,7 +248,9 @@ pub enum WakeOutcome {
     NotFound,
     /// Nothing needed doing (cost: one read).
     NothingToDo,
-    /// Another invocation holds the run's lease; it will see anything new.
+    /// Another invocation holds the run's lease, or this process is handling the run
+    /// already and the wake-up was folded into that handling (see
+    /// [`Engine::handle_wakeup_until`]); either will see anything new.
     Busy,
     /// The run needs attention but started on another build than this engine's
     /// ([`EngineConfig::build_id`]): this engine does not claim it nor replay it on
@@ -277,6 +281,7 @@ pub struct Engine {
     stream_watchers: Arc<RunWatchers>,
     replay_cache: Arc<ReplayCache>,
     start_rate: Arc<StartRate>,
+    turns: Arc<turns::RunTurns>,
 }
 
 impl Engine {
@@ -318,6 +323,7 @@ impl Engine {
             watchers: Arc::new(RunWatchers::default()),
             stream_watchers,
             start_rate: Arc::new(StartRate::default()),
+            turns: Arc::new(turns::RunTurns::default()),
         }
     }
 

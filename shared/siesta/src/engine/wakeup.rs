@@ -33,7 +33,36 @@ impl Engine {
 
     /// Handle one wake-up, stopping new work at `deadline` (the Lambda's remaining time
     /// less a safety margin) or after the configured budget, whichever comes first.
+    ///
+    /// A wake-up of a run this process is handling already is folded into that
+    /// handling ([`WakeOutcome::Busy`]): when done, the handler handles the run once more
+    /// (see `turns`). The outcome is the first pass's, unless a pass after it did
+    /// something to the run.
     pub async fn handle_wakeup_until(
+        &self,
+        wake: &WakeUp,
+        deadline: Option<Timestamp>,
+    ) -> Result<WakeOutcome, EngineError> {
+        let Some(turn) = self.turns.take(&wake.tenant, &wake.run_id) else {
+            return Ok(WakeOutcome::Busy);
+        };
+        let mut outcome = self.handle_wakeup_once(wake, deadline).await;
+        let mut turn = turn.again();
+        while let Some(held) = turn {
+            let again = self.handle_wakeup_once(wake, deadline).await;
+            if !matches!(
+                again,
+                Ok(WakeOutcome::NothingToDo | WakeOutcome::Busy | WakeOutcome::NotFound)
+            ) {
+                outcome = again;
+            }
+            turn = held.again();
+        }
+        outcome
+    }
+
+    /// One pass of [`Engine::handle_wakeup_until`]: read the run, claim it, advance it.
+    async fn handle_wakeup_once(
         &self,
         wake: &WakeUp,
         deadline: Option<Timestamp>,

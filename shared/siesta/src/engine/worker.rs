@@ -144,7 +144,8 @@ impl BatchReport {
 
 impl Engine {
     /// Handle a batch of wake-ups (an SQS batch) concurrently, each with `deadline` as
-    /// its time limit. Duplicates in one batch are harmless: the lease lets one through.
+    /// its time limit. A run's duplicates in one batch are folded into one handling
+    /// ([`Engine::handle_wakeup_until`]), which looks at the run once more when done.
     pub async fn handle_batch(&self, wakes: &[WakeUp], deadline: Option<Timestamp>) -> BatchReport {
         let outcomes =
             futures::future::join_all(wakes.iter().map(|w| self.handle_wakeup_until(w, deadline)))
@@ -162,13 +163,9 @@ impl Engine {
     /// this in place of the SQS trigger.
     ///
     /// Wake-ups of different runs are handled at once; one run's, one after another in
-    /// the order received. Side by side, a duplicate (a run that suspends twice on the
-    /// same timer, once more after a delivery, sends its wake-up twice) could read the run
-    /// while it was due, before the first claimed it, and claim it after the first
-    /// released it — the claim only checks that no lease is live — and so invoke the run
-    /// again for nothing: a replay or a continuation, a checkpoint, another timer
-    /// wake-up; whether it did depended on the scheduling of the two. In turn, it reads
-    /// the run as the first left it and finds nothing to do.
+    /// the order received, each acknowledged once handled. (Side by side they would be
+    /// folded into one handling, `turns.rs`, and acknowledged at once; in turn, the
+    /// second reads the run as the first left it and finds nothing to do.)
     pub async fn work_queue_once(&self, max: usize) -> Result<usize, EngineError> {
         let received = self
             .backend
