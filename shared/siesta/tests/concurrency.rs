@@ -395,3 +395,60 @@ async fn a_wake_up_of_a_run_being_handled_is_folded_and_the_handler_takes_what_a
     );
     assert_eq!(output(&w.run(&id).await), json!(7));
 }
+
+/// Past the deadline (a Lambda's remaining time), a handler does not make the pass a
+/// folded wake-up asks for: it reports its own wake-up aborted, so that the queue
+/// redelivers it and that handling takes what the folded ones stood for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_its_deadline_a_handler_leaves_the_folded_wake_ups_to_its_redelivery() {
+    let mut reg = Registry::new();
+    reg.register("patient", |ctx: Context, _: serde_json::Value| async move {
+        ctx.wait_for_event::<serde_json::Value>("go").await
+    });
+    let w = world(reg);
+    let id = create(&w, "patient", json!(null)).await;
+    let wake = |reason| WakeUp {
+        tenant: w.tenant().clone(),
+        run_id: id.clone(),
+        reason,
+        epoch_hint: 0,
+        seq_hint: None,
+    };
+    let engine = w.engine();
+    let deadline = w.now().plus(Duration::from_secs(60));
+    let (applied, release) = w.probe().pause_after_next_checkpoint();
+    let first = tokio::spawn({
+        let (engine, started) = (engine.clone(), wake(WakeReason::Started));
+        async move { engine.handle_wakeup_until(&started, Some(deadline)).await }
+    });
+    applied.await.unwrap();
+    engine
+        .deliver_event(w.tenant(), &id, "go", json!(7), None)
+        .await
+        .unwrap();
+    assert_eq!(
+        engine
+            .handle_wakeup(&wake(WakeReason::Delivery))
+            .await
+            .unwrap(),
+        WakeOutcome::Busy
+    );
+    w.clock().advance(Duration::from_secs(120));
+    release.send(()).unwrap();
+    assert!(
+        matches!(first.await.unwrap(), Ok(WakeOutcome::Aborted(_))),
+        "reported for redelivery"
+    );
+    let run = w.run(&id).await;
+    assert_eq!(
+        run.status,
+        RunStatus::Waiting,
+        "not advanced past the deadline"
+    );
+    assert!(
+        run.needs_attention(w.now()),
+        "the delivery waits for the redelivery"
+    );
+    w.run_until_idle().await;
+    assert_eq!(output(&w.run(&id).await), json!(7));
+}

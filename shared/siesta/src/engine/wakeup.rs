@@ -49,6 +49,14 @@ impl Engine {
         let mut outcome = self.handle_wakeup_once(wake, deadline).await;
         let mut turn = turn.again();
         while let Some(held) = turn {
+            if deadline.is_some_and(|d| self.clock.now() >= d) {
+                // No time for another pass: this wake-up comes back from the queue and
+                // is handled then, for those folded into it.
+                return Ok(WakeOutcome::Aborted(
+                    "wake-ups folded into this one are left to its redelivery: past the deadline"
+                        .into(),
+                ));
+            }
             let again = self.handle_wakeup_once(wake, deadline).await;
             if !matches!(
                 again,
