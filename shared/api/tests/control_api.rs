@@ -612,6 +612,31 @@ async fn every_documented_route_is_routed() {
     }
 }
 
+/// Start `pay` (it creates a callback and waits on it), run it until it waits, and give
+/// the run and its callback's token (from the timeline's `CallbackStarted`).
+async fn start_waiting_on_its_callback(engine: &Engine, tenant: &TenantId) -> (Run, String) {
+    let run = engine
+        .start(tenant, "pay", json!(null), None)
+        .await
+        .unwrap();
+    engine.run_until_idle(10).await.unwrap();
+    let timeline = engine
+        .backend()
+        .store
+        .timeline(tenant, &run.id, 0, 100)
+        .await
+        .unwrap();
+    let token = timeline
+        .iter()
+        .find(|e| e.event_type == EventType::CallbackStarted)
+        .unwrap()
+        .details["CallbackId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    (run, token)
+}
+
 #[tokio::test]
 async fn a_webhook_after_its_callback_timed_out_is_gone_and_changes_nothing() {
     let dir = tempfile::tempdir().unwrap();
@@ -639,25 +664,7 @@ async fn a_webhook_after_its_callback_timed_out_is_gone_and_changes_nothing() {
         .authenticate(TenantHeader)
         .router();
     let tenant = TenantId::from("default");
-    let run = engine
-        .start(&tenant, "pay", json!(null), None)
-        .await
-        .unwrap();
-    engine.run_until_idle(10).await.unwrap();
-    let timeline = engine
-        .backend()
-        .store
-        .timeline(&tenant, &run.id, 0, 100)
-        .await
-        .unwrap();
-    let token = timeline
-        .iter()
-        .find(|e| e.event_type == EventType::CallbackStarted)
-        .unwrap()
-        .details["CallbackId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let (run, token) = start_waiting_on_its_callback(&engine, &tenant).await;
     clock.advance(Duration::from_secs(3600));
     engine.sweep(10).await.unwrap();
     engine.run_until_idle(10).await.unwrap();
@@ -990,24 +997,7 @@ async fn a_callback_webhook_reads_its_callback_once_and_names_an_unknown_token_b
         .authenticate(TenantHeader)
         .router();
     let tenant = TenantId::from("default");
-    let run = engine
-        .start(&tenant, "pay", json!(null), None)
-        .await
-        .unwrap();
-    engine.run_until_idle(10).await.unwrap();
-    let token = engine
-        .backend()
-        .store
-        .timeline(&tenant, &run.id, 0, 100)
-        .await
-        .unwrap()
-        .iter()
-        .find(|e| e.event_type == EventType::CallbackStarted)
-        .unwrap()
-        .details["CallbackId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let (run, token) = start_waiting_on_its_callback(&engine, &tenant).await;
     let post = |token: String, body: &'static str| {
         let router = router.clone();
         async move {

@@ -1,4 +1,9 @@
 //! Leases and fencing: a zombie writes nothing, two engines never both advance a run.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is a failed assertion"
+)]
 
 mod support;
 
@@ -344,12 +349,18 @@ async fn a_renewed_lease_is_not_shortened_by_the_next_checkpoint() {
     );
 }
 
-/// A wake-up of a run this process is handling is folded into that handling
-/// (`engine/turns.rs`), and the handler handles the run once more when done: a delivery
-/// that lands after the handler's last write is taken by that same handler, and its
-/// wake-up starts no second invocation beside it.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_wake_up_of_a_run_being_handled_is_folded_and_the_handler_takes_what_arrived_meanwhile() {
+/// A run of `patient` (it waits on the event `go`) whose first wake-up is being
+/// handled, held right after its suspension is written (`applied` heard); meanwhile `go`
+/// is delivered and the delivery's wake-up handled beside it — folded into it
+/// (`engine/turns.rs`), it must be `Busy`. `release` lets the first handler go on.
+struct Folded {
+    w: siesta_testing::TestEnv,
+    id: RunId,
+    first: tokio::task::JoinHandle<Result<WakeOutcome, EngineError>>,
+    release: tokio::sync::oneshot::Sender<()>,
+}
+
+async fn fold_a_delivery_into_a_handling(deadline_in: Option<Duration>) -> Folded {
     let mut reg = Registry::new();
     reg.register("patient", |ctx: Context, _: serde_json::Value| async move {
         ctx.wait_for_event::<serde_json::Value>("go").await
@@ -364,10 +375,11 @@ async fn a_wake_up_of_a_run_being_handled_is_folded_and_the_handler_takes_what_a
         seq_hint: None,
     };
     let engine = w.engine();
+    let deadline = deadline_in.map(|d| w.now().plus(d));
     let (applied, release) = w.probe().pause_after_next_checkpoint();
     let first = tokio::spawn({
         let (engine, started) = (engine.clone(), wake(WakeReason::Started));
-        async move { engine.handle_wakeup(&started).await }
+        async move { engine.handle_wakeup_until(&started, deadline).await }
     });
     applied.await.unwrap();
     assert_eq!(
@@ -387,13 +399,28 @@ async fn a_wake_up_of_a_run_being_handled_is_folded_and_the_handler_takes_what_a
         WakeOutcome::Busy,
         "the delivery's wake-up is folded into the handling under way"
     );
-    release.send(()).unwrap();
+    Folded {
+        w,
+        id,
+        first,
+        release,
+    }
+}
+
+/// A wake-up of a run this process is handling is folded into that handling, and the
+/// handler handles the run once more when done: a delivery that lands after the
+/// handler's last write is taken by that same handler, and its wake-up starts no second
+/// invocation beside it (without the turns, it did: `Advanced(Completed)`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wake_up_of_a_run_being_handled_is_folded_and_the_handler_takes_what_arrived_meanwhile() {
+    let f = fold_a_delivery_into_a_handling(None).await;
+    f.release.send(()).unwrap();
     assert_eq!(
-        first.await.unwrap().unwrap(),
+        f.first.await.unwrap().unwrap(),
         WakeOutcome::Advanced(RunStatus::Completed),
         "the handler took the delivery in a pass of its own"
     );
-    assert_eq!(output(&w.run(&id).await), json!(7));
+    assert_eq!(output(&f.w.run(&f.id).await), json!(7));
 }
 
 /// Past the deadline (a Lambda's remaining time), a handler does not make the pass a
@@ -401,54 +428,23 @@ async fn a_wake_up_of_a_run_being_handled_is_folded_and_the_handler_takes_what_a
 /// redelivers it and that handling takes what the folded ones stood for.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn past_its_deadline_a_handler_leaves_the_folded_wake_ups_to_its_redelivery() {
-    let mut reg = Registry::new();
-    reg.register("patient", |ctx: Context, _: serde_json::Value| async move {
-        ctx.wait_for_event::<serde_json::Value>("go").await
-    });
-    let w = world(reg);
-    let id = create(&w, "patient", json!(null)).await;
-    let wake = |reason| WakeUp {
-        tenant: w.tenant().clone(),
-        run_id: id.clone(),
-        reason,
-        epoch_hint: 0,
-        seq_hint: None,
-    };
-    let engine = w.engine();
-    let deadline = w.now().plus(Duration::from_secs(60));
-    let (applied, release) = w.probe().pause_after_next_checkpoint();
-    let first = tokio::spawn({
-        let (engine, started) = (engine.clone(), wake(WakeReason::Started));
-        async move { engine.handle_wakeup_until(&started, Some(deadline)).await }
-    });
-    applied.await.unwrap();
-    engine
-        .deliver_event(w.tenant(), &id, "go", json!(7), None)
-        .await
-        .unwrap();
-    assert_eq!(
-        engine
-            .handle_wakeup(&wake(WakeReason::Delivery))
-            .await
-            .unwrap(),
-        WakeOutcome::Busy
-    );
-    w.clock().advance(Duration::from_secs(120));
-    release.send(()).unwrap();
+    let f = fold_a_delivery_into_a_handling(Some(Duration::from_secs(60))).await;
+    f.w.clock().advance(Duration::from_secs(120));
+    f.release.send(()).unwrap();
     assert!(
-        matches!(first.await.unwrap(), Ok(WakeOutcome::Aborted(_))),
+        matches!(f.first.await.unwrap(), Ok(WakeOutcome::Aborted(_))),
         "reported for redelivery"
     );
-    let run = w.run(&id).await;
+    let run = f.w.run(&f.id).await;
     assert_eq!(
         run.status,
         RunStatus::Waiting,
         "not advanced past the deadline"
     );
     assert!(
-        run.needs_attention(w.now()),
+        run.needs_attention(f.w.now()),
         "the delivery waits for the redelivery"
     );
-    w.run_until_idle().await;
-    assert_eq!(output(&w.run(&id).await), json!(7));
+    f.w.run_until_idle().await;
+    assert_eq!(output(&f.w.run(&f.id).await), json!(7));
 }
