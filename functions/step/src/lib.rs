@@ -151,6 +151,11 @@ pub async fn handle_forwarding(
                 &[count(|o| matches!(o, WakeOutcome::Busy))],
             ),
             (
+                "Folded",
+                Unit::Count,
+                &[count(|o| matches!(o, WakeOutcome::Folded))],
+            ),
+            (
                 "Aborted",
                 Unit::Count,
                 &[count(|o| matches!(o, WakeOutcome::Aborted(_)))],

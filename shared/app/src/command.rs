@@ -96,6 +96,13 @@ pub struct DevArgs {
     /// `{"default": {"max_unfinished_runs": 100}, "tenants": {"acme": {...}}}`.
     #[arg(long, env = "SIESTA_QUOTAS_FILE")]
     pub quotas: Option<PathBuf>,
+    /// With `--backend aws`: also remove finished runs past their retention here, as a
+    /// deployment's sweep function does, by this server's `--retention`, retentions
+    /// per workflow and `--quotas`. Off by default: the table may be a deployment's,
+    /// whose sweep function reaps it by its own rules. (The embedded backend always
+    /// reaps.)
+    #[arg(long)]
+    pub reap: bool,
     /// The settings the Lambda functions read under the same names: lease, webhook
     /// sources, retention.
     #[command(flatten)]
@@ -154,14 +161,17 @@ impl DevArgs {
                 "AWS backend: table {}, bucket {}, queue {}",
                 names.table, names.bucket, names.queue_url
             );
-            options.use_aws(
-                &sdk,
-                names,
-                siesta_aws::AwsOptions {
-                    history_tails: self.shared.history_tails == "on",
-                    ..siesta_aws::AwsOptions::default()
-                },
-            );
+            let aws = siesta_aws::AwsOptions {
+                history_tails: self.shared.history_tails == "on",
+                ..siesta_aws::AwsOptions::default()
+            };
+            if self.reap {
+                println!("retention: finished runs past their retention are removed here");
+                options.use_aws(&sdk, names, aws);
+            } else {
+                options.backend =
+                    Some(siesta_aws::AwsBackend::with_options(&sdk, names, aws).backend());
+            }
         }
         Ok(options)
     }

@@ -141,11 +141,11 @@ impl DevOptions {
         }
     }
 
-    /// Run on the AWS backend over `names` (`siesta dev --backend aws`), as the
-    /// deployment's functions do (`Settings::aws_backend`): finished runs enter the reap
-    /// index at the shortest retention of [`DevOptions::retention`] and the tenants'
-    /// quotas (set those first; `aws.retention` is replaced), and the AWS backend's
-    /// reaper removes them ([`DevOptions::aws_reaper`]).
+    /// Run on the AWS backend over `names` and reap it (`siesta dev --backend aws
+    /// --reap`), as the deployment's functions do (`Settings::aws_backend`): finished
+    /// runs enter the reap index at the shortest retention of [`DevOptions::retention`]
+    /// and the tenants' quotas (set those first; `aws.retention` is replaced), and the
+    /// AWS backend's reaper removes them ([`DevOptions::aws_reaper`]).
     pub fn use_aws(
         &mut self,
         sdk: &aws_config::SdkConfig,
@@ -477,7 +477,7 @@ const REAP_PAGE: usize = 100;
 
 /// Who removes finished runs past their retention: the engine, through its store (the
 /// embedded backend), by these rules — or, on the AWS backend (`siesta dev --backend
-/// aws`), the AWS backend's reaper, which the deployment's sweep function also runs (the
+/// aws --reap`), the AWS backend's reaper, which the deployment's sweep function also runs (the
 /// AWS store leaves reaping to it), on the engine's clock.
 struct Reaping {
     engine: Engine,
@@ -531,7 +531,7 @@ async fn reap(reaping: Reaping, every: Duration, metrics: Metrics) {
                     }
                 }
                 Err(EngineError::Store(siesta::ports::StoreError::Unsupported(why))) => {
-                    tracing::info!(%why, "retention: this backend does not remove finished runs; the reaper stops");
+                    tracing::info!(%why, "retention: this backend does not remove finished runs here (on AWS: the deployment's sweep function does, or `siesta dev --reap`); the reaper stops");
                     return;
                 }
                 Err(e) => {

@@ -248,10 +248,12 @@ pub enum WakeOutcome {
     NotFound,
     /// Nothing needed doing (cost: one read).
     NothingToDo,
-    /// Another invocation holds the run's lease, or this process is handling the run
-    /// already and the wake-up was folded into that handling (see
-    /// [`Engine::handle_wakeup_until`]); either will see anything new.
+    /// Another invocation holds the run's lease; it will see anything new.
     Busy,
+    /// This process is handling the run already: the wake-up was folded into that
+    /// handling, which looks at the run once more when done (see
+    /// [`Engine::handle_wakeup_until`]). Handled, as far as the queue is concerned.
+    Folded,
     /// The run needs attention but started on another build than this engine's
     /// ([`EngineConfig::build_id`]): this engine does not claim it nor replay it on
     /// code it did not start on, and nothing was written (cost: one read). The run

@@ -10,7 +10,7 @@
 //! So a wake-up whose run is already being handled here does not wait for it (a queue
 //! worker's slot would be held for as long as the run's invocation lasts, and a run that
 //! receives many deliveries while it works would hold many): it is answered
-//! [`WakeOutcome::Busy`](super::WakeOutcome::Busy) and leaves a mark on the run's turn.
+//! [`WakeOutcome::Folded`](super::WakeOutcome::Folded) and leaves a mark on the run's turn.
 //! The handler that holds the turn, when done, handles the run once more if it was
 //! marked — reading the run as it left it, it finds whether anything arrived since its
 //! last read — so nothing a folded wake-up stood for is lost. Other processes (other

@@ -6,6 +6,7 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::task::Poll;
+use std::time::Duration;
 
 use super::finish::{Ending, unvisited, workflow_panicked};
 use super::lease::{AbortOnDrop, renew_lease};
@@ -35,38 +36,64 @@ impl Engine {
     /// less a safety margin) or after the configured budget, whichever comes first.
     ///
     /// A wake-up of a run this process is handling already is folded into that
-    /// handling ([`WakeOutcome::Busy`]): when done, the handler handles the run once more
-    /// (see `turns`). The outcome is the first pass's, unless a pass after it did
-    /// something to the run.
+    /// handling ([`WakeOutcome::Folded`]): when done, the handler handles the run once
+    /// more (see `turns`). The outcome is the first pass's, unless a pass after it did
+    /// something to the run. Past `deadline` there is no time for that pass: unless the
+    /// run finished, a wake-up is sent for it instead.
     pub async fn handle_wakeup_until(
         &self,
         wake: &WakeUp,
         deadline: Option<Timestamp>,
     ) -> Result<WakeOutcome, EngineError> {
         let Some(turn) = self.turns.take(&wake.tenant, &wake.run_id) else {
-            return Ok(WakeOutcome::Busy);
+            return Ok(WakeOutcome::Folded);
         };
         let mut outcome = self.handle_wakeup_once(wake, deadline).await;
         let mut turn = turn.again();
         while let Some(held) = turn {
             if deadline.is_some_and(|d| self.clock.now() >= d) {
-                // No time for another pass: this wake-up comes back from the queue and
-                // is handled then, for those folded into it.
-                return Ok(WakeOutcome::Aborted(
-                    "wake-ups folded into this one are left to its redelivery: past the deadline"
-                        .into(),
-                ));
+                return self.hand_on_folded(wake, outcome).await;
             }
             let again = self.handle_wakeup_once(wake, deadline).await;
             if !matches!(
                 again,
-                Ok(WakeOutcome::NothingToDo | WakeOutcome::Busy | WakeOutcome::NotFound)
+                Ok(WakeOutcome::NothingToDo
+                    | WakeOutcome::Busy
+                    | WakeOutcome::Folded
+                    | WakeOutcome::NotFound)
             ) {
                 outcome = again;
             }
             turn = held.again();
         }
         outcome
+    }
+
+    /// Past the deadline, with wake-ups folded into this handling: a run that finished
+    /// needs nothing more; any other gets a wake-up of its own, handled by the next
+    /// invocation (a pass cut short by the deadline sent one already; one more is a
+    /// duplicate, which costs a read). If it cannot be sent, this handling reports its
+    /// own wake-up aborted, for the queue to redeliver.
+    async fn hand_on_folded(
+        &self,
+        wake: &WakeUp,
+        outcome: Result<WakeOutcome, EngineError>,
+    ) -> Result<WakeOutcome, EngineError> {
+        if let Ok(WakeOutcome::Advanced(status)) = &outcome
+            && status.is_finished()
+        {
+            return outcome;
+        }
+        let again = WakeUp {
+            reason: WakeReason::Continue,
+            ..wake.clone()
+        };
+        match self.backend.queue.send(&again, Duration::ZERO).await {
+            Ok(()) => outcome,
+            Err(e) => Ok(WakeOutcome::Aborted(format!(
+                "wake-ups folded into this one: past the deadline, and sending one for them failed ({e}); left to this one's redelivery"
+            ))),
+        }
     }
 
     /// One pass of [`Engine::handle_wakeup_until`]: read the run, claim it, advance it.
