@@ -55,7 +55,7 @@ pub(crate) const EVENTS: &str = "events";
 /// entries, three events) is just over one as JSON and well under it deflated.
 const PACKED: &str = "z";
 /// DynamoDB's write unit: an item's size is billed rounded up to it.
-const WRITE_UNIT_BYTES: usize = 1024;
+pub(crate) const WRITE_UNIT_BYTES: usize = 1024;
 /// How many bytes of entries and events one checkpoint item holds at most; what a
 /// checkpoint writes beyond goes in the next one (DynamoDB items hold 400 KB, a larger
 /// entry gets an item of its own).
@@ -117,7 +117,7 @@ const TAIL_BYTES: usize = 1024;
 /// checkpoints in the order they were written (what an archived tail holds,
 /// [`PACKED`]), and how many checkpoints they are. Read to join one more, so each
 /// entry and event is kept as JSON.
-#[derive(Deserialize)]
+#[derive(Deserialize, PartialEq)]
 struct PackedTail {
     journal: Vec<serde_json::Value>,
     events: Vec<serde_json::Value>,
@@ -182,9 +182,18 @@ pub(crate) fn next_tail(
             archive: None,
         }));
     };
-    let joins = checkpoint_version(get_s(&previous, SK, "history tail")?) == Some(expected_version);
-    if joins && let Some(joined) = unpack::<PackedTail>(&previous, "history tail")? {
-        let checkpoints = joined.checkpoints.max(1) + 1;
+    let consecutive =
+        checkpoint_version(get_s(&previous, SK, "history tail")?) == Some(expected_version);
+    let joined = unpack::<PackedTail>(&previous, "history tail")?;
+    // A tail of deliveries' events alone (`tail_with_event`) is joined whatever came
+    // between: without entries, nothing a replay reads depends on where they sort.
+    if let Some(joined) = joined.filter(|j| consecutive || j.journal.is_empty()) {
+        // A tail with entries holds one checkpoint at least; deliveries' events, none.
+        let held = match joined.journal.is_empty() {
+            true => joined.checkpoints,
+            false => joined.checkpoints.max(1),
+        };
+        let checkpoints = held + 1;
         let json = |v: Vec<serde_json::Value>, more: &[String]| {
             let mut all: Vec<String> = v.iter().map(serde_json::Value::to_string).collect();
             all.extend_from_slice(more);
@@ -215,12 +224,75 @@ pub(crate) fn next_tail(
 /// version to write ahead of its own entries and events, in its own checkpoint items
 /// (the two are consecutive, so nothing sorts between them). `None` when it did not.
 pub(crate) fn tail_before(tail: &Item, version: u64) -> Result<Option<TailContents>, StoreError> {
-    if checkpoint_version(get_s(tail, SK, "history tail")?) != Some(version) {
-        return Ok(None);
+    let consecutive = checkpoint_version(get_s(tail, SK, "history tail")?) == Some(version);
+    let contents = unpack::<TailContents>(tail, "history tail")?
+        .ok_or_else(|| corrupt("history tail", "not deflated"))?;
+    // Deliveries' events alone (`tail_with_event`): taken whatever came between.
+    Ok((consecutive || contents.journal.is_empty()).then_some(contents))
+}
+
+/// The history tail a delivery to `run` (as the delivery leaves it) writes: the tail
+/// `previous` the run item holds, if any (as the item it is archived as), with the
+/// delivery's `event` after its events, under the key of the delivery's seq and
+/// version — so that the delivery's event needs no item of its own: the run's next
+/// checkpoint by its own build takes it along, into its tail or its checkpoint item.
+/// `None` when the tail would pass [`TAIL_BYTES`]: the event then goes in an item of
+/// its own.
+pub(crate) fn tail_with_event(
+    run: &Run,
+    previous: Option<&Item>,
+    event: &TimelineEvent,
+) -> Result<Option<TailWrite>, StoreError> {
+    let event = serde_json::to_value(event)
+        .map_err(|e| StoreError::Invalid(e.to_string()))?
+        .to_string();
+    let (journal, mut events, checkpoints) = match previous {
+        Some(previous) => {
+            let tail = unpack::<PackedTail>(previous, "history tail")?
+                .ok_or_else(|| corrupt("history tail", "not deflated"))?;
+            let json = |v: Vec<serde_json::Value>| v.iter().map(|j| j.to_string()).collect();
+            (json(tail.journal), json(tail.events), tail.checkpoints)
+        }
+        None => (Vec::new(), Vec::<String>::new(), 0),
+    };
+    events.push(event);
+    let packed = pack(&journal, &events, Some(checkpoints))?;
+    Ok((packed.len() <= TAIL_BYTES).then(|| TailWrite {
+        sk: checkpoint_sk(run.timeline_seq, run.version, 0),
+        packed,
+        archive: None,
+    }))
+}
+
+/// Whether the history tail `run_item` holds is `written` (a tail as [`TailWrite`]
+/// packs it, under `sk`) or grew from it by deliveries' events alone
+/// ([`tail_with_event`]): how a step's write whose answer was lost knows, on its
+/// retry, that it was applied.
+pub(crate) fn tail_grew_from(
+    run_item: &Item,
+    sk: &str,
+    written: &[u8],
+) -> Result<bool, StoreError> {
+    const WHAT: &str = "history tail";
+    let (Some(AttributeValue::S(held_sk)), Some(AttributeValue::B(held))) =
+        (run_item.get(TAIL_SK), run_item.get(TAIL))
+    else {
+        return Ok(false);
+    };
+    if held_sk == sk && held.as_ref() == written {
+        return Ok(true);
     }
-    unpack::<TailContents>(tail, "history tail")?
-        .ok_or_else(|| corrupt("history tail", "not deflated"))
-        .map(Some)
+    let unpacked = |bytes: &[u8]| -> Result<PackedTail, StoreError> {
+        let mut json = Vec::new();
+        DeflateDecoder::new(bytes)
+            .read_to_end(&mut json)
+            .map_err(|e| corrupt(WHAT, e))?;
+        serde_json::from_slice(&json).map_err(|e| corrupt(WHAT, e))
+    };
+    let (held, ours) = (unpacked(held.as_ref())?, unpacked(written)?);
+    Ok(held.journal == ours.journal
+        && held.events.len() > ours.events.len()
+        && held.events[..ours.events.len()] == ours.events[..])
 }
 
 /// What a history tail holds: its checkpoints' entries and events, in order.
@@ -816,8 +888,97 @@ mod tests {
         assert_eq!(tail_before(&tail, 6).unwrap(), None, "a write came between");
     }
 
+    /// A tail as the run item holds it after `write`, as the item it is archived as.
+    fn tail_item(write: TailWrite) -> Item {
+        let (tenant, run_id) = ids();
+        let mut tail = key(run_pk(&tenant, &run_id), write.sk);
+        tail.insert(PACKED.into(), AttributeValue::B(Blob::new(write.packed)));
+        tail
+    }
+
     #[test]
-    fn a_checkpoint_that_would_take_the_tail_past_its_bytes_archives_it() {
+    fn a_deliverys_event_joins_the_tail_under_its_own_key_and_a_later_checkpoint_takes_it() {
+        // A run waiting after a transaction (no tail): the delivery starts one.
+        let delivered = event(4, json!({"callback": "cb"}));
+        let alone = tail_with_event(&run(4, 7), None, &delivered)
+            .unwrap()
+            .unwrap();
+        assert_eq!(alone.sk, checkpoint_sk(4, 7, 0));
+        let alone = tail_item(alone);
+        assert_eq!(timeline_from_item(&alone).unwrap(), vec![delivered.clone()]);
+        assert_eq!(journal_of(std::slice::from_ref(&alone)), vec![]);
+        // A claim came between (version 8): a transaction's checkpoint takes it all
+        // the same, and a step joins it — it holds no entry whose place could move.
+        assert_eq!(
+            tail_before(&alone, 8).unwrap(),
+            Some(TailContents {
+                journal: vec![],
+                events: vec![delivered.clone()]
+            })
+        );
+        let step = event(5, json!({"Result": 1}));
+        let joined = next_tail(
+            &run(5, 9),
+            8,
+            &[entry("s#1", 1)],
+            std::slice::from_ref(&step),
+            Some(alone),
+        )
+        .unwrap()
+        .unwrap();
+        assert!(joined.archive.is_none(), "joined, not archived");
+        let joined = tail_item(joined);
+        assert_eq!(timeline_from_item(&joined).unwrap(), vec![delivered, step]);
+        assert_eq!(journal_of(&[joined]), vec![entry("s#1", 1)]);
+    }
+
+    #[test]
+    fn a_deliverys_event_after_a_steps_tail_keeps_its_entries_and_a_retry_knows_its_write() {
+        let mine = next_tail(
+            &run(3, 5),
+            4,
+            &[entry("a#1", 1)],
+            &[event(3, json!(null))],
+            None,
+        )
+        .unwrap()
+        .unwrap();
+        let (sk, packed) = (mine.sk.clone(), mine.packed.clone());
+        let tail = tail_item(mine);
+        let delivered = event(4, json!({"go": true}));
+        let grown = tail_with_event(&run(4, 6), Some(&tail), &delivered)
+            .unwrap()
+            .unwrap();
+        assert_eq!(grown.sk, checkpoint_sk(4, 6, 0));
+        let mut run_item = crate::item::run_item(&run(4, 6), std::time::Duration::ZERO).unwrap();
+        run_item.insert(TAIL_SK.into(), s(&grown.sk));
+        run_item.insert(
+            TAIL.into(),
+            AttributeValue::B(Blob::new(grown.packed.clone())),
+        );
+        let held = archived_tail(&run_item).unwrap().unwrap();
+        assert_eq!(
+            journal_of(std::slice::from_ref(&held)),
+            vec![entry("a#1", 1)]
+        );
+        assert_eq!(
+            timeline_from_item(&held).unwrap(),
+            vec![event(3, json!(null)), delivered]
+        );
+        // The step's write, retried after its answer was lost, finds its own tail grown
+        // by the delivery: applied. Another tail is not its.
+        assert!(tail_grew_from(&run_item, &sk, &packed).unwrap());
+        let other = next_tail(&run(3, 5), 4, &[entry("b#1", 1)], &[], None)
+            .unwrap()
+            .unwrap();
+        assert!(!tail_grew_from(&run_item, &other.sk, &other.packed).unwrap());
+        // A tail with entries is still taken by a transaction only right after it.
+        assert_eq!(tail_before(&held, 7).unwrap(), None);
+        assert!(tail_before(&held, 6).unwrap().is_some());
+    }
+
+    #[test]
+    fn a_checkpoint_or_a_delivery_that_would_take_the_tail_past_its_bytes_leaves_it() {
         // Text deflate cannot shrink much: pseudo-random hex (xorshift), each half a
         // tail deflated.
         let noise = |n: usize| {
@@ -831,6 +992,12 @@ mod tests {
                 })
                 .collect::<String>()
         };
+        assert!(
+            tail_with_event(&run(4, 7), None, &event(4, json!(noise(TAIL_BYTES * 3))))
+                .unwrap()
+                .is_none(),
+            "a delivery's event past the bytes: a timeline item of its own"
+        );
         let mut big = entry("a#1", 1);
         big.name = noise(TAIL_BYTES * 3);
         assert!(

@@ -393,3 +393,94 @@ async fn entries_written_before_checkpoint_items_give_way_to_later_ones_at_their
         vec![new.journal[0].clone(), old.journal[1].clone()]
     );
 }
+
+/// A delivery's event joins the run item's history tail instead of a timeline item of
+/// its own (the delivery's transaction writes one item fewer) while the run item stays
+/// under a write unit: a run waiting after a transaction (a callback's opening) has no
+/// tail, and the delivery starts one; the run's next checkpoint takes it along, and the
+/// timeline stays whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deliverys_event_joins_the_history_tail_and_the_next_checkpoint_takes_it() {
+    let Some(env) = support::emulators().await else {
+        return;
+    };
+    let aws = env.backend(5).await;
+    let mut reg = Registry::new();
+    reg.register("approve", |ctx: Context, _: serde_json::Value| async move {
+        let cb = ctx.create_callback::<serde_json::Value>("approval").await?;
+        let approved = cb.wait().await?;
+        let acted: u32 = ctx.step("act", |_| async { Ok(1) }).await?;
+        let go = ctx.wait_for_event::<serde_json::Value>("go").await?;
+        Ok(json!([approved, acted, go]))
+    });
+    let engine = Engine::new(
+        aws.backend(),
+        std::sync::Arc::new(SystemClock),
+        reg,
+        EngineConfig::default(),
+    );
+    let tenant = TenantId(format!("layout-{}", uuid::Uuid::new_v4().simple()));
+    let run = engine
+        .start(&tenant, "approve", json!(null), None)
+        .await
+        .unwrap();
+    engine.run_until_idle(100).await.unwrap();
+    let timeline_items = |keys: &[String]| keys.iter().filter(|k| k.starts_with("T#")).count();
+    let whole = |backend: Backend, run: Run| async move {
+        let events = backend
+            .store
+            .timeline(&run.tenant, &run.id, 0, 1000)
+            .await
+            .unwrap();
+        let seqs: Vec<u64> = events.iter().map(|e| e.seq).collect();
+        assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>(), "gapless");
+        events
+    };
+    let started_only = timeline_items(&sort_keys(&env, &run).await);
+    assert_eq!(started_only, 1, "the run's first event only");
+
+    let callback = support::waiting_callback(&*aws.backend().store, &tenant, &run.id)
+        .await
+        .expect("waiting on its callback");
+    engine
+        .complete_callback(&callback, None, Ok(json!("yes")), None)
+        .await
+        .unwrap();
+    let keys = sort_keys(&env, &run).await;
+    assert_eq!(
+        timeline_items(&keys),
+        1,
+        "no timeline item for the delivery: {keys:?}"
+    );
+    assert!(tail_sk(&env, &run).await.is_some(), "held in the run item");
+    let events = whole(aws.backend(), run.clone()).await;
+    assert_eq!(
+        events.last().map(|e| e.event_type),
+        Some(EventType::CallbackDelivered),
+        "{events:?}"
+    );
+
+    // The step's checkpoint and the event wait's opening leave a tail of their own
+    // near a write unit: the event's delivery goes into it if the run item stays under
+    // one, else into a timeline item of its own. Either way the timeline is whole.
+    engine.run_until_idle(100).await.unwrap();
+    engine
+        .deliver_event(&tenant, &run.id, "go", json!(7), None)
+        .await
+        .unwrap();
+    whole(aws.backend(), run.clone()).await;
+    engine.run_until_idle(100).await.unwrap();
+    let done = engine.get_run(&tenant, &run.id).await.unwrap();
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    assert_eq!(done.output, Some(Payload::Inline(json!(["yes", 1, 7]))));
+    let events = whole(aws.backend(), done.clone()).await;
+    assert_eq!(events.len() as u64, done.timeline_seq);
+    for delivered in [EventType::CallbackDelivered, EventType::EventDelivered] {
+        assert_eq!(
+            events.iter().filter(|e| e.event_type == delivered).count(),
+            1,
+            "{delivered:?} once: {events:?}"
+        );
+    }
+    assert!(timeline_items(&sort_keys(&env, &run).await) <= 2);
+}

@@ -153,8 +153,12 @@ pub(super) async fn checkpoint(store: &DynamoStore, cp: &Checkpoint) -> Result<(
         if let Some(delivery) = &cp.parent_delivery {
             // A missing or finished parent, or a duplicate, skips the delivery.
             match store.plan(delivery).await {
-                Ok(Decision::Accept(plan)) => tx.delivery(&store.table, &plan, store.retention)?,
-                Ok(Decision::Duplicate) | Err(StoreError::NotFound) | Err(StoreError::Gone(_)) => {}
+                Ok((Decision::Accept(plan), read)) => {
+                    tx.delivery(&store.table, &plan, read.as_ref(), store.retention)?
+                }
+                Ok((Decision::Duplicate, _))
+                | Err(StoreError::NotFound)
+                | Err(StoreError::Gone(_)) => {}
                 Err(e) => return Err(e),
             }
         }

@@ -13,8 +13,12 @@ use crate::keys::*;
 
 impl DynamoStore {
     /// Read what a delivery decides on, in one request: the run, the dedup record and
-    /// the callback record; then decide ([`siesta::delivery::decide`]).
-    pub(super) async fn plan(&self, d: &NewDelivery) -> Result<Decision, StoreError> {
+    /// the callback record; then decide ([`siesta::delivery::decide`]). With the run
+    /// item as read, for the history tail it holds.
+    pub(super) async fn plan(
+        &self,
+        d: &NewDelivery,
+    ) -> Result<(Decision, Option<Item>), StoreError> {
         let run_key = key(run_pk(&d.tenant, &d.run_id), RUN_SK);
         let dedup_key = key(run_pk(&d.tenant, &d.run_id), delivery_sk(&d.id));
         let mut keys = vec![run_key.clone(), dedup_key.clone()];
@@ -24,10 +28,8 @@ impl DynamoStore {
             .map(|id| key(callback_pk(id), RECORD_SK));
         keys.extend(callback_key.clone());
         let mut found = self.batch_get("deliver", keys).await?;
-        let run = found
-            .remove(&item_key(&run_key)?)
-            .map(|i| run_from_item(&i))
-            .transpose()?;
+        let read = found.remove(&item_key(&run_key)?);
+        let run = read.as_ref().map(run_from_item).transpose()?;
         let stored = found.contains_key(&item_key(&dedup_key)?);
         let callback = match callback_key {
             Some(k) => found
@@ -36,7 +38,7 @@ impl DynamoStore {
                 .transpose()?,
             None => None,
         };
-        siesta::delivery::decide(d, run, stored, callback)
+        Ok((siesta::delivery::decide(d, run, stored, callback)?, read))
     }
 }
 
@@ -46,12 +48,12 @@ pub(super) async fn deliver(
     delivery: &NewDelivery,
 ) -> Result<DeliverOutcome, StoreError> {
     for _ in 0..RACE_ATTEMPTS {
-        let plan = match store.plan(delivery).await? {
-            Decision::Duplicate => return Ok(DeliverOutcome::Duplicate),
-            Decision::Accept(plan) => plan,
+        let (plan, read) = match store.plan(delivery).await? {
+            (Decision::Duplicate, _) => return Ok(DeliverOutcome::Duplicate),
+            (Decision::Accept(plan), read) => (plan, read),
         };
         let mut tx = Tx::default();
-        tx.delivery(&store.table, &plan, store.retention)?;
+        tx.delivery(&store.table, &plan, read.as_ref(), store.retention)?;
         match store.transact("deliver", tx).await? {
             TxOutcome::Committed => return Ok(DeliverOutcome::Accepted(Box::new(plan.run))),
             TxOutcome::Cancelled(reasons) => {

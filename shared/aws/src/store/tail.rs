@@ -17,7 +17,7 @@ use siesta::{Run, Timestamp};
 use super::DynamoStore;
 use super::tx::{Expected, RunWrite};
 use crate::error::sdk;
-use crate::history_item::{archived_tail, next_tail, tail_size};
+use crate::history_item::{archived_tail, next_tail, tail_grew_from, tail_size};
 use crate::item::*;
 use crate::keys::*;
 
@@ -166,8 +166,12 @@ pub(super) async fn checkpoint_in_tail(
     let mut item = run_item(&cp.run, store.retention)?;
     // Billed by the item before or after, whichever is larger.
     let before = item_size(&item) + before_tail;
-    item.insert(TAIL_SK.into(), s(&tail.sk));
-    item.insert(TAIL.into(), AttributeValue::B(Blob::new(tail.packed)));
+    let (tail_sk, tail_packed) = (tail.sk, tail.packed);
+    item.insert(TAIL_SK.into(), s(&tail_sk));
+    item.insert(
+        TAIL.into(),
+        AttributeValue::B(Blob::new(tail_packed.clone())),
+    );
     let expected = Expected {
         keeps_tail: true,
         ..Expected::of(cp)
@@ -209,9 +213,9 @@ pub(super) async fn checkpoint_in_tail(
                 // delivery or the control plane having written since, which keep the
                 // tail. The tail's key names the version this write made, and only the
                 // run's own next step replaces it: found, it is this write's.
+                // A delivery since may have added its event to the tail, under its key.
                 let run = run_from_item(current)?;
-                let ours = current.get(TAIL_SK) == item.get(TAIL_SK)
-                    && current.get(TAIL) == item.get(TAIL)
+                let ours = tail_grew_from(current, &tail_sk, &tail_packed)?
                     && cp
                         .epoch
                         .is_none_or(|e| run.lease.as_ref().is_some_and(|l| l.epoch == e));

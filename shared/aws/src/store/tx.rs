@@ -6,9 +6,10 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::{
-    ConditionCheck, Put, ReturnConsumedCapacity, ReturnValuesOnConditionCheckFailure,
-    TransactWriteItem, Update,
+    AttributeValue, ConditionCheck, Put, ReturnConsumedCapacity,
+    ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update,
 };
 use siesta::delivery::{Accepted, CallbackChange};
 use siesta::ports::*;
@@ -16,6 +17,7 @@ use siesta::*;
 
 use super::{DynamoStore, RACE_ATTEMPTS};
 use crate::error::sdk;
+use crate::history_item::{WRITE_UNIT_BYTES, archived_tail, tail_with_event};
 use crate::item::*;
 use crate::keys::*;
 
@@ -192,27 +194,54 @@ impl Tx {
     /// The writes of an accepted delivery (see [`siesta::delivery`]): the delivery, its
     /// event, the run under the version read, and the callback record only if the
     /// delivery changes it — else a check that it is still as read.
+    ///
+    /// In a run that keeps a history tail, the delivery's event joins the tail (see
+    /// [`tail_with_event`]) while the run item stays under a write unit: one item
+    /// fewer in the transaction. Else it has a timeline item of its own.
     pub(super) fn delivery(
         &mut self,
         table: &str,
         plan: &Accepted,
+        read: Option<&Item>,
         retention: Duration,
     ) -> Result<(), StoreError> {
         self.insert(table, Role::DeliveryRecord, delivery_item(&plan.delivery)?)?;
-        self.insert(
-            table,
-            Role::DeliveryTimeline,
-            timeline_item(&plan.run.tenant, &plan.run.id, &plan.event)?,
-        )?;
+        let mut item = run_item(&plan.run, retention)?;
+        let keeps_tail =
+            read.is_some_and(|r| matches!(r.get(KEEPS_TAIL), Some(AttributeValue::Bool(true))));
+        let tail = match read.filter(|_| keeps_tail) {
+            Some(read) => tail_with_event(&plan.run, archived_tail(read)?.as_ref(), &plan.event)?,
+            None => None,
+        };
+        let in_tail = match tail {
+            Some(tail) => {
+                let mut with_tail = item.clone();
+                with_tail.insert(TAIL_SK.into(), s(&tail.sk));
+                with_tail.insert(TAIL.into(), AttributeValue::B(Blob::new(tail.packed)));
+                let fits = item_size(&with_tail) <= WRITE_UNIT_BYTES;
+                if fits {
+                    item = with_tail;
+                }
+                fits
+            }
+            None => false,
+        };
+        if !in_tail {
+            self.insert(
+                table,
+                Role::DeliveryTimeline,
+                timeline_item(&plan.run.tenant, &plan.run.id, &plan.event)?,
+            )?;
+        }
         self.put_run(
             table,
             Role::DeliveryRun,
-            run_item(&plan.run, retention)?,
+            item,
             Expected {
                 version: plan.read_version,
                 epoch: None,
                 first_event: None,
-                keeps_tail: false,
+                keeps_tail: in_tail,
             },
             TailKept::Kept,
         )?;
