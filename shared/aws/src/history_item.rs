@@ -113,6 +113,19 @@ const TAIL_CHECKPOINTS: u64 = 3;
 /// is billed for it, so a checkpoint that would take it past this archives it instead.
 const TAIL_BYTES: usize = 1024;
 
+/// Whether a history tail under `sk` (holding journal entries or not) may be joined by,
+/// or taken into, a write conditioned on the run at `version` with its timeline at
+/// `timeline_seq`: when its last checkpoint made `version` (nothing was written
+/// since), or when it holds deliveries' events alone and no event was written since (a
+/// claim, which writes none, may have come between). Either way no item sorts between
+/// the tail and the write, and the seqs the item it becomes holds overlap no other
+/// item's: a replay's journal (the later entry at a position wins) and the timeline's
+/// paging (each kind of item read in seq order) rely on both.
+fn may_take(sk: &str, has_entries: bool, version: u64, timeline_seq: u64) -> bool {
+    checkpoint_version(sk) == Some(version)
+        || (!has_entries && checkpoint_seq(sk) == Some(timeline_seq))
+}
+
 /// A history tail as it is deflated ([`pack`]): the entries and events of its
 /// checkpoints in the order they were written (what an archived tail holds,
 /// [`PACKED`]), and how many checkpoints they are. Read to join one more, so each
@@ -182,12 +195,17 @@ pub(crate) fn next_tail(
             archive: None,
         }));
     };
-    let consecutive =
-        checkpoint_version(get_s(&previous, SK, "history tail")?) == Some(expected_version);
+    let previous_sk = get_s(&previous, SK, "history tail")?.to_owned();
+    let before = run.timeline_seq.saturating_sub(events.len() as u64);
     let joined = unpack::<PackedTail>(&previous, "history tail")?;
-    // A tail of deliveries' events alone (`tail_with_event`) is joined whatever came
-    // between: without entries, nothing a replay reads depends on where they sort.
-    if let Some(joined) = joined.filter(|j| consecutive || j.journal.is_empty()) {
+    if let Some(joined) = joined.filter(|j| {
+        may_take(
+            &previous_sk,
+            !j.journal.is_empty(),
+            expected_version,
+            before,
+        )
+    }) {
         // A tail with entries holds one checkpoint at least; deliveries' events, none.
         let held = match joined.journal.is_empty() {
             true => joined.checkpoints,
@@ -223,12 +241,15 @@ pub(crate) fn next_tail(
 /// checkpoint made `version`: for a transaction's checkpoint conditioned on that
 /// version to write ahead of its own entries and events, in its own checkpoint items
 /// (the two are consecutive, so nothing sorts between them). `None` when it did not.
-pub(crate) fn tail_before(tail: &Item, version: u64) -> Result<Option<TailContents>, StoreError> {
-    let consecutive = checkpoint_version(get_s(tail, SK, "history tail")?) == Some(version);
+pub(crate) fn tail_before(
+    tail: &Item,
+    version: u64,
+    timeline_seq: u64,
+) -> Result<Option<TailContents>, StoreError> {
+    let sk = get_s(tail, SK, "history tail")?;
     let contents = unpack::<TailContents>(tail, "history tail")?
         .ok_or_else(|| corrupt("history tail", "not deflated"))?;
-    // Deliveries' events alone (`tail_with_event`): taken whatever came between.
-    Ok((consecutive || contents.journal.is_empty()).then_some(contents))
+    Ok(may_take(sk, !contents.journal.is_empty(), version, timeline_seq).then_some(contents))
 }
 
 /// The history tail a delivery to `run` (as the delivery leaves it) writes: the tail
@@ -240,22 +261,30 @@ pub(crate) fn tail_before(tail: &Item, version: u64) -> Result<Option<TailConten
 /// its own.
 pub(crate) fn tail_with_event(
     run: &Run,
+    read_version: u64,
     previous: Option<&Item>,
     event: &TimelineEvent,
 ) -> Result<Option<TailWrite>, StoreError> {
-    let event = serde_json::to_value(event)
+    let json = serde_json::to_value(event)
         .map_err(|e| StoreError::Invalid(e.to_string()))?
         .to_string();
     let (journal, mut events, checkpoints) = match previous {
         Some(previous) => {
             let tail = unpack::<PackedTail>(previous, "history tail")?
                 .ok_or_else(|| corrupt("history tail", "not deflated"))?;
+            let sk = get_s(previous, SK, "history tail")?;
+            let before = event.seq.saturating_sub(1);
+            if !may_take(sk, !tail.journal.is_empty(), read_version, before) {
+                // Moved under the delivery's key, it would sort after what came
+                // between: the event has an item of its own.
+                return Ok(None);
+            }
             let json = |v: Vec<serde_json::Value>| v.iter().map(|j| j.to_string()).collect();
             (json(tail.journal), json(tail.events), tail.checkpoints)
         }
         None => (Vec::new(), Vec::<String>::new(), 0),
     };
-    events.push(event);
+    events.push(json);
     let packed = pack(&journal, &events, Some(checkpoints))?;
     Ok((packed.len() <= TAIL_BYTES).then(|| TailWrite {
         sk: checkpoint_sk(run.timeline_seq, run.version, 0),
@@ -290,7 +319,11 @@ pub(crate) fn tail_grew_from(
         serde_json::from_slice(&json).map_err(|e| corrupt(WHAT, e))
     };
     let (held, ours) = (unpacked(held.as_ref())?, unpacked(written)?);
-    Ok(held.journal == ours.journal
+    // Grown by deliveries alone: under a later key, the same checkpoints, the same
+    // entries, and our events followed by theirs.
+    Ok(checkpoint_version(held_sk) > checkpoint_version(sk)
+        && held.checkpoints == ours.checkpoints
+        && held.journal == ours.journal
         && held.events.len() > ours.events.len()
         && held.events[..ours.events.len()] == ours.events[..])
 }
@@ -879,13 +912,17 @@ mod tests {
         let mut tail = key(run_pk(&tenant, &run_id), first.sk);
         tail.insert(PACKED.into(), AttributeValue::B(Blob::new(first.packed)));
         assert_eq!(
-            tail_before(&tail, 5).unwrap(),
+            tail_before(&tail, 5, 3).unwrap(),
             Some(TailContents {
                 journal: vec![entry("a#1", 1)],
                 events
             })
         );
-        assert_eq!(tail_before(&tail, 6).unwrap(), None, "a write came between");
+        assert_eq!(
+            tail_before(&tail, 6, 3).unwrap(),
+            None,
+            "a write came between"
+        );
     }
 
     /// A tail as the run item holds it after `write`, as the item it is archived as.
@@ -900,7 +937,7 @@ mod tests {
     fn a_deliverys_event_joins_the_tail_under_its_own_key_and_a_later_checkpoint_takes_it() {
         // A run waiting after a transaction (no tail): the delivery starts one.
         let delivered = event(4, json!({"callback": "cb"}));
-        let alone = tail_with_event(&run(4, 7), None, &delivered)
+        let alone = tail_with_event(&run(4, 7), 6, None, &delivered)
             .unwrap()
             .unwrap();
         assert_eq!(alone.sk, checkpoint_sk(4, 7, 0));
@@ -910,11 +947,29 @@ mod tests {
         // A claim came between (version 8): a transaction's checkpoint takes it all
         // the same, and a step joins it — it holds no entry whose place could move.
         assert_eq!(
-            tail_before(&alone, 8).unwrap(),
+            tail_before(&alone, 8, 4).unwrap(),
             Some(TailContents {
                 journal: vec![],
                 events: vec![delivered.clone()]
             })
+        );
+        // But not once an event came between (the control plane's): the item it would
+        // join would hold seqs around another item's, which the timeline's paging
+        // cannot read in order.
+        assert_eq!(tail_before(&alone, 9, 5).unwrap(), None);
+        let after_another = next_tail(
+            &run(6, 10),
+            9,
+            &[entry("s#1", 1)],
+            &[event(6, json!(null))],
+            Some(alone.clone()),
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            after_another.archive,
+            Some(alone.clone()),
+            "archived, not joined"
         );
         let step = event(5, json!({"Result": 1}));
         let joined = next_tail(
@@ -946,7 +1001,14 @@ mod tests {
         let (sk, packed) = (mine.sk.clone(), mine.packed.clone());
         let tail = tail_item(mine);
         let delivered = event(4, json!({"go": true}));
-        let grown = tail_with_event(&run(4, 6), Some(&tail), &delivered)
+        // Entries are joined only right after their checkpoint: moved under the
+        // delivery's key, they would sort after what came between.
+        assert!(
+            tail_with_event(&run(4, 7), 6, Some(&tail), &delivered)
+                .unwrap()
+                .is_none()
+        );
+        let grown = tail_with_event(&run(4, 6), 5, Some(&tail), &delivered)
             .unwrap()
             .unwrap();
         assert_eq!(grown.sk, checkpoint_sk(4, 6, 0));
@@ -973,8 +1035,8 @@ mod tests {
             .unwrap();
         assert!(!tail_grew_from(&run_item, &other.sk, &other.packed).unwrap());
         // A tail with entries is still taken by a transaction only right after it.
-        assert_eq!(tail_before(&held, 7).unwrap(), None);
-        assert!(tail_before(&held, 6).unwrap().is_some());
+        assert_eq!(tail_before(&held, 7, 4).unwrap(), None);
+        assert!(tail_before(&held, 6, 4).unwrap().is_some());
     }
 
     #[test]
@@ -993,7 +1055,7 @@ mod tests {
                 .collect::<String>()
         };
         assert!(
-            tail_with_event(&run(4, 7), None, &event(4, json!(noise(TAIL_BYTES * 3))))
+            tail_with_event(&run(4, 7), 6, None, &event(4, json!(noise(TAIL_BYTES * 3))))
                 .unwrap()
                 .is_none(),
             "a delivery's event past the bytes: a timeline item of its own"

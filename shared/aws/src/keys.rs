@@ -116,6 +116,13 @@ pub fn checkpoint_version(sk: &str) -> Option<u64> {
     u64::from_str_radix(hex, 16).ok()
 }
 
+/// The timeline seq a checkpoint item's sort key names (its last event's, or the last
+/// before it), if `sk` is one.
+pub fn checkpoint_seq(sk: &str) -> Option<u64> {
+    let hex = sk.strip_prefix(CHECKPOINT_PREFIX)?.get(..16)?;
+    u64::from_str_radix(hex, 16).ok()
+}
+
 /// The least sort key of a checkpoint item whose timeline ends at `timeline_seq` or
 /// later.
 pub fn checkpoint_sk_from(timeline_seq: u64) -> String {

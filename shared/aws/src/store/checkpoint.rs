@@ -84,7 +84,9 @@ pub(super) async fn checkpoint(store: &DynamoStore, cp: &Checkpoint) -> Result<(
     };
     let (mut journal, mut timeline, mut archive) = (Vec::new(), Vec::new(), None);
     if let Some(tail) = &previous_tail {
-        match tail_before(tail, cp.expected_version)? {
+        // The run's timeline before this checkpoint's events (seqs without a gap).
+        let timeline_before = cp.run.timeline_seq.saturating_sub(cp.timeline.len() as u64);
+        match tail_before(tail, cp.expected_version, timeline_before)? {
             Some(contents) => (journal, timeline) = (contents.journal, contents.events),
             None => archive = Some(tail.clone()),
         }

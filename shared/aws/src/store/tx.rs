@@ -84,6 +84,9 @@ pub(super) fn names(pairs: &[(&str, &str)]) -> HashMap<String, String> {
         .collect()
 }
 
+/// Bytes a claim adds to a waiting run's item: its lease.
+const CLAIM_ROOM: usize = 100;
+
 impl Tx {
     pub(super) fn put(
         &mut self,
@@ -210,7 +213,12 @@ impl Tx {
         let keeps_tail =
             read.is_some_and(|r| matches!(r.get(KEEPS_TAIL), Some(AttributeValue::Bool(true))));
         let tail = match read.filter(|_| keeps_tail) {
-            Some(read) => tail_with_event(&plan.run, archived_tail(read)?.as_ref(), &plan.event)?,
+            Some(read) => tail_with_event(
+                &plan.run,
+                plan.read_version,
+                archived_tail(read)?.as_ref(),
+                &plan.event,
+            )?,
             None => None,
         };
         let in_tail = match tail {
@@ -218,7 +226,11 @@ impl Tx {
                 let mut with_tail = item.clone();
                 with_tail.insert(TAIL_SK.into(), s(&tail.sk));
                 with_tail.insert(TAIL.into(), AttributeValue::B(Blob::new(tail.packed)));
-                let fits = item_size(&with_tail) <= WRITE_UNIT_BYTES;
+                // With room for the lease the claim that follows adds (owner, expiry,
+                // epoch: about 70 bytes), so that the claim stays one unit too.
+                // `keeps_tail` is stored, not in the item written.
+                let stored = item_size(&with_tail) + KEEPS_TAIL.len() + 1;
+                let fits = stored + CLAIM_ROOM <= WRITE_UNIT_BYTES;
                 if fits {
                     item = with_tail;
                 }
