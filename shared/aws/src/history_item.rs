@@ -311,14 +311,8 @@ pub(crate) fn tail_grew_from(
     if held_sk == sk && held.as_ref() == written {
         return Ok(true);
     }
-    let unpacked = |bytes: &[u8]| -> Result<PackedTail, StoreError> {
-        let mut json = Vec::new();
-        DeflateDecoder::new(bytes)
-            .read_to_end(&mut json)
-            .map_err(|e| corrupt(WHAT, e))?;
-        serde_json::from_slice(&json).map_err(|e| corrupt(WHAT, e))
-    };
-    let (held, ours) = (unpacked(held.as_ref())?, unpacked(written)?);
+    let held: PackedTail = inflate(held.as_ref(), WHAT)?;
+    let ours: PackedTail = inflate(written, WHAT)?;
     // Grown by deliveries alone: under a later key, the same checkpoints, the same
     // entries, and our events followed by theirs.
     Ok(checkpoint_version(held_sk) > checkpoint_version(sk)
@@ -470,13 +464,16 @@ fn unpack<T: DeserializeOwned>(item: &Item, what: &str) -> Result<Option<T>, Sto
     let AttributeValue::B(blob) = packed else {
         return Err(corrupt(what, format!("{PACKED} is not binary")));
     };
+    inflate(blob.as_ref(), what).map(Some)
+}
+
+/// The JSON object deflated in `bytes` ([`pack`]); `T` picks what is parsed.
+fn inflate<T: DeserializeOwned>(bytes: &[u8], what: &str) -> Result<T, StoreError> {
     let mut json = Vec::new();
-    DeflateDecoder::new(blob.as_ref())
+    DeflateDecoder::new(bytes)
         .read_to_end(&mut json)
         .map_err(|e| corrupt(what, e))?;
-    serde_json::from_slice(&json)
-        .map(Some)
-        .map_err(|e| corrupt(what, e))
+    serde_json::from_slice(&json).map_err(|e| corrupt(what, e))
 }
 
 /// A packed checkpoint item's events (its entries are skipped, not parsed).
