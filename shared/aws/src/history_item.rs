@@ -149,6 +149,36 @@ pub(crate) struct TailWrite {
     pub(crate) archive: Option<Item>,
 }
 
+impl TailWrite {
+    /// Put the tail into `run_item`, the run item the write writes.
+    pub(crate) fn put_in(self, run_item: &mut Item) {
+        run_item.insert(TAIL_SK.into(), s(self.sk));
+        run_item.insert(TAIL.into(), AttributeValue::B(Blob::new(self.packed)));
+    }
+}
+
+impl PackedTail {
+    /// This tail with `entries` and `events` after its own, counted as `checkpoints`,
+    /// deflated.
+    fn pack_with(
+        self,
+        entries: &[String],
+        events: &[String],
+        checkpoints: u64,
+    ) -> Result<Vec<u8>, StoreError> {
+        let json = |v: Vec<serde_json::Value>, more: &[String]| {
+            let mut all: Vec<String> = v.iter().map(serde_json::Value::to_string).collect();
+            all.extend_from_slice(more);
+            all
+        };
+        pack(
+            &json(self.journal, entries),
+            &json(self.events, events),
+            Some(checkpoints),
+        )
+    }
+}
+
 /// The history tail a checkpoint leaves in the run item instead of its checkpoint item,
 /// given the tail `previous` the run item holds at `expected_version` (as the item it
 /// is archived as). The checkpoint joins that tail when the tail's last checkpoint made
@@ -212,16 +242,7 @@ pub(crate) fn next_tail(
             false => joined.checkpoints.max(1),
         };
         let checkpoints = held + 1;
-        let json = |v: Vec<serde_json::Value>, more: &[String]| {
-            let mut all: Vec<String> = v.iter().map(serde_json::Value::to_string).collect();
-            all.extend_from_slice(more);
-            all
-        };
-        let packed = pack(
-            &json(joined.journal, &entries),
-            &json(joined.events, &events),
-            Some(checkpoints),
-        )?;
+        let packed = joined.pack_with(&entries, &events, checkpoints)?;
         if checkpoints <= TAIL_CHECKPOINTS && packed.len() <= TAIL_BYTES {
             return Ok(Some(TailWrite {
                 sk,
@@ -265,27 +286,27 @@ pub(crate) fn tail_with_event(
     previous: Option<&Item>,
     event: &TimelineEvent,
 ) -> Result<Option<TailWrite>, StoreError> {
+    let event_seq = event.seq;
     let json = serde_json::to_value(event)
         .map_err(|e| StoreError::Invalid(e.to_string()))?
         .to_string();
-    let (journal, mut events, checkpoints) = match previous {
+    let event = [json];
+    let packed = match previous {
         Some(previous) => {
             let tail = unpack::<PackedTail>(previous, "history tail")?
                 .ok_or_else(|| corrupt("history tail", "not deflated"))?;
             let sk = get_s(previous, SK, "history tail")?;
-            let before = event.seq.saturating_sub(1);
+            let before = event_seq.saturating_sub(1);
             if !may_take(sk, !tail.journal.is_empty(), read_version, before) {
                 // Moved under the delivery's key, it would sort after what came
                 // between: the event has an item of its own.
                 return Ok(None);
             }
-            let json = |v: Vec<serde_json::Value>| v.iter().map(|j| j.to_string()).collect();
-            (json(tail.journal), json(tail.events), tail.checkpoints)
+            let checkpoints = tail.checkpoints;
+            tail.pack_with(&[], &event, checkpoints)?
         }
-        None => (Vec::new(), Vec::<String>::new(), 0),
+        None => pack(&[], &event, Some(0))?,
     };
-    events.push(json);
-    let packed = pack(&journal, &events, Some(checkpoints))?;
     Ok((packed.len() <= TAIL_BYTES).then(|| TailWrite {
         sk: checkpoint_sk(run.timeline_seq, run.version, 0),
         packed,
@@ -293,29 +314,29 @@ pub(crate) fn tail_with_event(
     }))
 }
 
-/// Whether the history tail `run_item` holds is `written` (a tail as [`TailWrite`]
-/// packs it, under `sk`) or grew from it by deliveries' events alone
-/// ([`tail_with_event`]): how a step's write whose answer was lost knows, on its
+/// Whether the history tail `held` (a run item as read) holds is the one `written` (the
+/// run item a step's write wrote) put in it, or grew from it by deliveries' events
+/// alone ([`tail_with_event`]): how a step's write whose answer was lost knows, on its
 /// retry, that it was applied.
-pub(crate) fn tail_grew_from(
-    run_item: &Item,
-    sk: &str,
-    written: &[u8],
-) -> Result<bool, StoreError> {
+pub(crate) fn tail_grew_from(held: &Item, written: &Item) -> Result<bool, StoreError> {
     const WHAT: &str = "history tail";
-    let (Some(AttributeValue::S(held_sk)), Some(AttributeValue::B(held))) =
-        (run_item.get(TAIL_SK), run_item.get(TAIL))
-    else {
+    let tail = |item: &Item| match (item.get(TAIL_SK), item.get(TAIL)) {
+        (Some(AttributeValue::S(sk)), Some(AttributeValue::B(packed))) => {
+            Some((sk.clone(), packed.clone()))
+        }
+        _ => None,
+    };
+    let (Some((held_sk, held)), Some((sk, written))) = (tail(held), tail(written)) else {
         return Ok(false);
     };
-    if held_sk == sk && held.as_ref() == written {
+    if held_sk == sk && held == written {
         return Ok(true);
     }
     let held: PackedTail = inflate(held.as_ref(), WHAT)?;
-    let ours: PackedTail = inflate(written, WHAT)?;
+    let ours: PackedTail = inflate(written.as_ref(), WHAT)?;
     // Grown by deliveries alone: under a later key, the same checkpoints, the same
     // entries, and our events followed by theirs.
-    Ok(checkpoint_version(held_sk) > checkpoint_version(sk)
+    Ok(checkpoint_version(&held_sk) > checkpoint_version(&sk)
         && held.checkpoints == ours.checkpoints
         && held.journal == ours.journal
         && held.events.len() > ours.events.len()
@@ -840,17 +861,16 @@ mod tests {
             let e = entry(&format!("s#{step}"), 1);
             let ev = event(current.timeline_seq, json!({"Result": step}));
             written.push((e.clone(), ev.clone()));
-            let write = next_tail(&current, expected, &[e], &[ev], tail.take())
+            let mut write = next_tail(&current, expected, &[e], &[ev], tail.take())
                 .unwrap()
                 .unwrap();
             assert_eq!(
                 write.sk,
                 checkpoint_sk(current.timeline_seq, current.version, 0)
             );
-            archived.extend(write.archive);
+            archived.extend(write.archive.take());
             let mut run_item = crate::item::run_item(&current, std::time::Duration::ZERO).unwrap();
-            run_item.insert(TAIL_SK.into(), s(write.sk));
-            run_item.insert(TAIL.into(), AttributeValue::B(Blob::new(write.packed)));
+            write.put_in(&mut run_item);
             tail = archived_tail(&run_item).unwrap();
         }
         // Three checkpoints to a tail: steps 0-2 and 3-5 archived, 6 in the tail.
@@ -995,7 +1015,14 @@ mod tests {
         )
         .unwrap()
         .unwrap();
-        let (sk, packed) = (mine.sk.clone(), mine.packed.clone());
+        // The run item the step's write wrote.
+        let mut written = crate::item::run_item(&run(3, 5), std::time::Duration::ZERO).unwrap();
+        TailWrite {
+            sk: mine.sk.clone(),
+            packed: mine.packed.clone(),
+            archive: None,
+        }
+        .put_in(&mut written);
         let tail = tail_item(mine);
         let delivered = event(4, json!({"go": true}));
         // Entries are joined only right after their checkpoint: moved under the
@@ -1010,11 +1037,7 @@ mod tests {
             .unwrap();
         assert_eq!(grown.sk, checkpoint_sk(4, 6, 0));
         let mut run_item = crate::item::run_item(&run(4, 6), std::time::Duration::ZERO).unwrap();
-        run_item.insert(TAIL_SK.into(), s(&grown.sk));
-        run_item.insert(
-            TAIL.into(),
-            AttributeValue::B(Blob::new(grown.packed.clone())),
-        );
+        grown.put_in(&mut run_item);
         let held = archived_tail(&run_item).unwrap().unwrap();
         assert_eq!(
             journal_of(std::slice::from_ref(&held)),
@@ -1026,11 +1049,13 @@ mod tests {
         );
         // The step's write, retried after its answer was lost, finds its own tail grown
         // by the delivery: applied. Another tail is not its.
-        assert!(tail_grew_from(&run_item, &sk, &packed).unwrap());
+        assert!(tail_grew_from(&run_item, &written).unwrap());
         let other = next_tail(&run(3, 5), 4, &[entry("b#1", 1)], &[], None)
             .unwrap()
             .unwrap();
-        assert!(!tail_grew_from(&run_item, &other.sk, &other.packed).unwrap());
+        let mut not_written = crate::item::run_item(&run(3, 5), std::time::Duration::ZERO).unwrap();
+        other.put_in(&mut not_written);
+        assert!(!tail_grew_from(&run_item, &not_written).unwrap());
         // A tail with entries is still taken by a transaction only right after it.
         assert_eq!(tail_before(&held, 7, 4).unwrap(), None);
         assert!(tail_before(&held, 6, 4).unwrap().is_some());

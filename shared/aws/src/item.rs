@@ -256,6 +256,11 @@ pub(crate) fn new_run_item(run: &Run, retention: Duration) -> Result<Item, Store
     Ok(item)
 }
 
+/// Whether the run stored in `run_item` keeps a history tail ([`KEEPS_TAIL`]).
+pub(crate) fn keeps_tail(run_item: &Item) -> bool {
+    matches!(run_item.get(KEEPS_TAIL), Some(AttributeValue::Bool(true)))
+}
+
 /// An `UpdateItem` expression that writes the whole run `item` over the one stored,
 /// keeping only its history tail (unless `drop_tail`) and mark: `SET` each attribute of
 /// `item` but its key, `REMOVE` each of [`RUN_OPTIONAL`] it lacks. With its names and

@@ -7,7 +7,6 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
-use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::{
     AttributeValue, ReturnConsumedCapacity, ReturnValuesOnConditionCheckFailure,
 };
@@ -57,7 +56,7 @@ impl Tails {
         let created_at = Timestamp(get_n(run_item, CREATED_AT, "run")?);
         let known = Known {
             version: get_n(run_item, VERSION, "run")?,
-            keeps_tail: matches!(run_item.get(KEEPS_TAIL), Some(AttributeValue::Bool(true))),
+            keeps_tail: keeps_tail(run_item),
             tail: archived_tail(run_item)?,
         };
         self.put((pk, created_at), known);
@@ -135,7 +134,7 @@ pub(super) async fn checkpoint_in_tail(
         return Ok(false);
     };
     let before_tail = previous.as_ref().map_or(0, tail_size);
-    let Some(tail) = next_tail(
+    let Some(mut tail) = next_tail(
         &cp.run,
         cp.expected_version,
         &cp.journal,
@@ -145,7 +144,7 @@ pub(super) async fn checkpoint_in_tail(
     else {
         return Ok(false);
     };
-    if let Some(archive) = tail.archive {
+    if let Some(archive) = tail.archive.take() {
         // Committed content under its own key: written again by a retry, or by a
         // writer that then loses the run's condition, it is the same item.
         let size = item_size(&archive);
@@ -166,12 +165,7 @@ pub(super) async fn checkpoint_in_tail(
     let mut item = run_item(&cp.run, store.retention)?;
     // Billed by the item before or after, whichever is larger.
     let before = item_size(&item) + before_tail;
-    let (tail_sk, tail_packed) = (tail.sk, tail.packed);
-    item.insert(TAIL_SK.into(), s(&tail_sk));
-    item.insert(
-        TAIL.into(),
-        AttributeValue::B(Blob::new(tail_packed.clone())),
-    );
+    tail.put_in(&mut item);
     let expected = Expected {
         keeps_tail: true,
         ..Expected::of(cp)
@@ -215,7 +209,7 @@ pub(super) async fn checkpoint_in_tail(
                 // run's own next step replaces it: found, it is this write's.
                 // A delivery since may have added its event to the tail, under its key.
                 let run = run_from_item(current)?;
-                let ours = tail_grew_from(current, &tail_sk, &tail_packed)?
+                let ours = tail_grew_from(current, &item)?
                     && cp
                         .epoch
                         .is_none_or(|e| run.lease.as_ref().is_some_and(|l| l.epoch == e));
@@ -254,8 +248,12 @@ mod tests {
         );
         run.version = version;
         let mut item = new_run_item(&run, std::time::Duration::ZERO).unwrap();
-        item.insert(TAIL_SK.into(), s(checkpoint_sk(3, version, 0)));
-        item.insert(TAIL.into(), AttributeValue::B(Blob::new(vec![1, 2, 3])));
+        crate::history_item::TailWrite {
+            sk: checkpoint_sk(3, version, 0),
+            packed: vec![1, 2, 3],
+            archive: None,
+        }
+        .put_in(&mut item);
         item
     }
 

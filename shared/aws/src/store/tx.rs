@@ -6,10 +6,9 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
-use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::{
-    AttributeValue, ConditionCheck, Put, ReturnConsumedCapacity,
-    ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update,
+    ConditionCheck, Put, ReturnConsumedCapacity, ReturnValuesOnConditionCheckFailure,
+    TransactWriteItem, Update,
 };
 use siesta::delivery::{Accepted, CallbackChange};
 use siesta::ports::*;
@@ -210,9 +209,7 @@ impl Tx {
     ) -> Result<(), StoreError> {
         self.insert(table, Role::DeliveryRecord, delivery_item(&plan.delivery)?)?;
         let mut item = run_item(&plan.run, retention)?;
-        let keeps_tail =
-            read.is_some_and(|r| matches!(r.get(KEEPS_TAIL), Some(AttributeValue::Bool(true))));
-        let tail = match read.filter(|_| keeps_tail) {
+        let tail = match read.filter(|r| keeps_tail(r)) {
             Some(read) => tail_with_event(
                 &plan.run,
                 plan.read_version,
@@ -224,8 +221,7 @@ impl Tx {
         let in_tail = match tail {
             Some(tail) => {
                 let mut with_tail = item.clone();
-                with_tail.insert(TAIL_SK.into(), s(&tail.sk));
-                with_tail.insert(TAIL.into(), AttributeValue::B(Blob::new(tail.packed)));
+                tail.put_in(&mut with_tail);
                 // With room for the lease the claim that follows adds (owner, expiry,
                 // epoch: about 70 bytes), so that the claim stays one unit too.
                 // `keeps_tail` is stored, not in the item written.
