@@ -12,14 +12,12 @@
 //!   this process sends a wake-up, a delayed one it sent falls visible, or
 //!   [`WorkerConfig::idle_look`] passes (for wake-ups sent by other processes).
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::Semaphore;
 
 use super::{Engine, EngineError, WakeOutcome};
-use crate::model::{RunId, TenantId};
 use crate::ports::*;
 use crate::time::Timestamp;
 
@@ -102,10 +100,7 @@ impl Engine {
     /// unless the invocation was aborted or failed (then it is redelivered).
     pub(crate) async fn handle_received(&self, message: ReceivedWakeUp) {
         match self
-            .keep_hidden_while(
-                &[message.receipt.as_str()],
-                self.handle_wakeup(&message.wake),
-            )
+            .keep_hidden_while(&message.receipt, self.handle_wakeup(&message.wake))
             .await
         {
             Ok(WakeOutcome::Aborted(why)) => {
@@ -162,10 +157,8 @@ impl Engine {
     /// handled; returns how many were received. The dev server's worker and tests use
     /// this in place of the SQS trigger.
     ///
-    /// Wake-ups of different runs are handled at once; one run's, one after another in
-    /// the order received, each acknowledged once handled. (Side by side they would be
-    /// folded into one handling, `turns.rs`, and acknowledged at once; in turn, the
-    /// second reads the run as the first left it and finds nothing to do.)
+    /// All at once, as the step function handles an SQS batch; a run's duplicates among
+    /// them are folded into one handling (`turns.rs`) and acknowledged at once.
     pub async fn work_queue_once(&self, max: usize) -> Result<usize, EngineError> {
         let received = self
             .backend
@@ -173,57 +166,38 @@ impl Engine {
             .receive(max, self.config.lease_ttl)
             .await?;
         let n = received.len();
-        let mut runs: Vec<Vec<&ReceivedWakeUp>> = Vec::new();
-        let mut of_run: HashMap<(&TenantId, &RunId), usize> = HashMap::new();
-        for message in &received {
-            let key = (&message.wake.tenant, &message.wake.run_id);
-            match of_run.get(&key) {
-                Some(&i) => runs[i].push(message),
-                None => {
-                    of_run.insert(key, runs.len());
-                    runs.push(vec![message]);
+        // All of them at once, as the step function handles an SQS batch: a wake-up
+        // received is a wake-up being handled, so a worker killed meanwhile costs a
+        // receive only to wake-ups it was working on — never to ones waiting behind a
+        // slow one, which would otherwise reach the receive limit and be dead-lettered
+        // for another run's fault.
+        let acks = futures::future::join_all(received.iter().map(|message| async move {
+            match self
+                .keep_hidden_while(&message.receipt, self.handle_wakeup(&message.wake))
+                .await
+            {
+                Ok(WakeOutcome::Aborted(why)) => {
+                    tracing::warn!(run_id = %message.wake.run_id, %why, "invocation aborted; the wake-up will be redelivered");
+                    Ok(())
+                }
+                Ok(_) => self.backend.queue.ack(&message.receipt).await,
+                Err(e) => {
+                    tracing::warn!(run_id = %message.wake.run_id, error = %e, "wake-up failed; it will be redelivered");
+                    Ok(())
                 }
             }
-        }
-        // All runs at once, as the step function handles an SQS batch: a wake-up
-        // received is a wake-up being handled, so a worker killed meanwhile costs a
-        // receive only to wake-ups it was working on — never to ones waiting behind
-        // another run's slow one, which would otherwise reach the receive limit and be
-        // dead-lettered for another run's fault.
-        let acks = futures::future::join_all(runs.iter().map(|messages| async move {
-            let mut acks = Vec::with_capacity(messages.len());
-            for (i, message) in messages.iter().enumerate() {
-                // The run's wake-ups still waiting their turn are kept hidden too.
-                let receipts: Vec<&str> =
-                    messages[i..].iter().map(|m| m.receipt.as_str()).collect();
-                let outcome = self
-                    .keep_hidden_while(&receipts, self.handle_wakeup(&message.wake))
-                    .await;
-                acks.push(match outcome {
-                    Ok(WakeOutcome::Aborted(why)) => {
-                        tracing::warn!(run_id = %message.wake.run_id, %why, "invocation aborted; the wake-up will be redelivered");
-                        Ok(())
-                    }
-                    Ok(_) => self.backend.queue.ack(&message.receipt).await,
-                    Err(e) => {
-                        tracing::warn!(run_id = %message.wake.run_id, error = %e, "wake-up failed; it will be redelivered");
-                        Ok(())
-                    }
-                });
-            }
-            acks
         }))
         .await;
-        acks.into_iter().flatten().collect::<Result<Vec<()>, _>>()?;
+        acks.into_iter().collect::<Result<Vec<()>, _>>()?;
         Ok(n)
     }
 
-    /// Run `work`, extending the visibility of the messages `receipts` every half lease
+    /// Run `work`, extending the visibility of the message `receipt` every half lease
     /// while it lasts, so that a run worked on for longer than the visibility timeout is
     /// not handed to a second worker meanwhile.
     pub(crate) async fn keep_hidden_while<T>(
         &self,
-        receipts: &[&str],
+        receipt: &str,
         work: impl Future<Output = T>,
     ) -> T {
         let every = (self.config.lease_ttl / 2).max(Duration::from_millis(100));
@@ -232,10 +206,8 @@ impl Engine {
             tokio::select! {
                 out = &mut work => return out,
                 _ = tokio::time::sleep(every) => {
-                    for receipt in receipts {
-                        if let Err(e) = self.backend.queue.extend_visibility(receipt, self.config.lease_ttl).await {
-                            tracing::warn!(error = %e, "could not extend a wake-up's visibility");
-                        }
+                    if let Err(e) = self.backend.queue.extend_visibility(receipt, self.config.lease_ttl).await {
+                        tracing::warn!(error = %e, "could not extend a wake-up's visibility");
                     }
                 }
             }
