@@ -484,3 +484,81 @@ async fn a_deliverys_event_joins_the_history_tail_and_the_next_checkpoint_takes_
     }
     assert!(timeline_items(&sort_keys(&env, &run).await) <= 2);
 }
+
+/// A checkpoint over `current` that opens a callback, as a workflow's suspension on it
+/// does: the callback's record, open, and its event.
+fn opening(current: &Run, callback: &str) -> Checkpoint {
+    let mut cp = checkpoint(
+        current,
+        vec![entry("approval#0", 1, current.updated_at)],
+        true,
+    );
+    cp.callbacks.push(CallbackRecord {
+        callback_id: CallbackId(callback.into()),
+        tenant: current.tenant.clone(),
+        run_id: current.id.clone(),
+        position: Position::from("approval#0"),
+        status: CallbackStatus::Open,
+        deadline: None,
+        created_at: current.updated_at,
+        accepts: None,
+        heartbeat: None,
+    });
+    cp
+}
+
+#[tokio::test]
+async fn a_refused_checkpoint_leaves_no_record_of_the_callback_it_opened() {
+    let Some(env) = support::emulators().await else {
+        return;
+    };
+    let backend = env.backend(3).await.backend();
+    let run = new_run(&backend).await;
+    let step = checkpoint(&run, vec![entry("charge#0", 1, run.updated_at)], true);
+    backend.store.checkpoint(&step).await.unwrap();
+    // Computed from the version before the step's: a writer that lost the run.
+    let callback = format!("cb_{}", uuid::Uuid::new_v4().simple());
+    let stale = opening(&run, &callback);
+    let refused = backend.store.checkpoint(&stale).await;
+    assert!(
+        matches!(refused, Err(siesta::ports::StoreError::Conflict(_))),
+        "{refused:?}"
+    );
+    let record = backend
+        .store
+        .get_callback(&CallbackId(callback))
+        .await
+        .unwrap();
+    assert_eq!(
+        record, None,
+        "the record put before the checkpoint is deleted"
+    );
+}
+
+#[tokio::test]
+async fn a_checkpoint_retried_after_its_answer_was_lost_keeps_the_record_of_the_callback_it_opened()
+{
+    let Some(env) = support::emulators().await else {
+        return;
+    };
+    let backend = env.backend(3).await.backend();
+    let run = new_run(&backend).await;
+    let callback = format!("cb_{}", uuid::Uuid::new_v4().simple());
+    let cp = opening(&run, &callback);
+    backend.store.checkpoint(&cp).await.unwrap();
+    // The same write again, as after a lost answer: refused, since the first committed,
+    // but the record is the committed checkpoint's and stays.
+    let retried = backend.store.checkpoint(&cp).await;
+    assert!(
+        matches!(retried, Err(siesta::ports::StoreError::Conflict(_))),
+        "{retried:?}"
+    );
+    let record = backend
+        .store
+        .get_callback(&CallbackId(callback))
+        .await
+        .unwrap()
+        .expect("the record kept");
+    assert_eq!(record.status, CallbackStatus::Open);
+    assert_eq!(record, cp.callbacks[0]);
+}

@@ -9,6 +9,7 @@ use siesta::ports::*;
 use siesta::*;
 
 use super::history::has_checkpoint_items;
+use super::openings::{put_openings, split_openings, withdraw_openings};
 use super::tail::checkpoint_in_tail;
 use super::tx::{Expected, Role, TailKept, Tx, TxOutcome, reason_of};
 use super::{DynamoStore, RACE_ATTEMPTS};
@@ -101,101 +102,143 @@ pub(super) async fn checkpoint(store: &DynamoStore, cp: &Checkpoint) -> Result<(
     let grouped = cp.by_own_build
         || (!cp.journal.is_empty() || !cp.timeline.is_empty())
             && has_checkpoint_items(store, tenant, run_id).await?;
-    for _ in 0..RACE_ATTEMPTS {
-        let mut tx = Tx::default();
-        if unfinished != 0 {
-            tx.count_unfinished(&store.table, tenant, unfinished, None)?;
-        }
-        tx.put_run(
-            &store.table,
-            Role::Run,
-            run_item(&cp.run, store.retention)?,
-            Expected::of(cp),
-            match &previous_tail {
-                Some(tail) => TailKept::Dropped {
-                    bytes: tail_size(tail),
-                },
-                None => TailKept::Kept,
-            },
-        )?;
-        if let Some(archive) = &archive {
-            // Committed content under its own key (see `super::tail`).
-            tx.put(&store.table, Role::Checkpoint, archive.clone(), None)?;
-        }
-        if grouped {
-            // Conditioned on being new, like the run's version it is keyed by.
-            for item in checkpoint_items(tenant, run_id, &cp.run, &journal, &timeline)? {
-                tx.insert(&store.table, Role::Checkpoint, item)?;
-            }
-        } else {
-            let (entries, events) = ungrouped_items(tenant, run_id, &cp.journal, &cp.timeline)?;
-            for item in entries {
-                tx.put(&store.table, Role::Journal, item, None)?;
-            }
-            for item in events {
-                tx.insert(&store.table, Role::Timeline, item)?;
-            }
-        }
-        for record in &cp.callbacks {
-            let item = callback_item(record, cp.run.updated_at, store.retention)?;
-            tx.put(&store.table, Role::Callback, item, None)?;
-        }
-        for record in &cp.tool_calls {
-            let item = tool_call_item(record, store.retention)?;
-            tx.put(&store.table, Role::ToolCall, item, None)?;
-        }
-        for (child, started) in &cp.child_runs {
-            tx.insert(&store.table, Role::ChildRun, store.new_run_item(child)?)?;
-            tx.insert(
-                &store.table,
-                Role::ChildTimeline,
-                timeline_item(&child.tenant, &child.id, started)?,
-            )?;
-        }
-        if let Some(delivery) = &cp.parent_delivery {
-            // A missing or finished parent, or a duplicate, skips the delivery.
-            match store.plan(delivery).await {
-                Ok((Decision::Accept(plan), read)) => {
-                    tx.delivery(&store.table, &plan, read.as_ref(), store.retention)?
-                }
-                Ok((Decision::Duplicate, _))
-                | Err(StoreError::NotFound)
-                | Err(StoreError::Gone(_)) => {}
-                Err(e) => return Err(e),
-            }
-        }
-        let reasons = match store.transact("checkpoint", tx).await? {
-            TxOutcome::Committed => {
-                if cp.by_own_build {
-                    store.tails.emptied(&cp.run, cp.expected_version);
-                }
-                return Ok(());
-            }
-            TxOutcome::Cancelled(reasons) => reasons,
-        };
-        if let Some(reason) = reason_of(&reasons, Role::Run) {
-            let current = reason
-                .item
-                .as_ref()
-                .map(run_from_item)
-                .transpose()?
-                .ok_or(StoreError::NotFound)?;
-            return Err(StoreError::Conflict(Some(Box::new(current))));
-        }
-        if reason_of(&reasons, Role::Checkpoint).is_some()
-            || reason_of(&reasons, Role::Timeline).is_some()
-        {
-            let current = store.current_run(tenant, run_id).await?;
-            return Err(StoreError::Conflict(Some(Box::new(current))));
-        }
-        if reason_of(&reasons, Role::ChildRun).is_some()
-            || reason_of(&reasons, Role::ChildTimeline).is_some()
-        {
-            return Err(StoreError::AlreadyExists);
-        }
-        // Only the parent's records moved since they were read: read them again.
+    // An opening still takes the transaction path (not the tail's), so that the run
+    // item is left small for the delivery and the claim that follow.
+    // Refused as the transaction would have been, before any opening is put: the
+    // contract counts the callbacks' records among its items.
+    if cp.item_count() > MAX_TRANSACTION_ITEMS {
+        return Err(StoreError::Invalid(format!(
+            "checkpoint: {} items exceed DynamoDB's {MAX_TRANSACTION_ITEMS} per transaction",
+            cp.item_count()
+        )));
     }
-    Err(StoreError::Unavailable(
-        "checkpoint: the parent run kept changing".into(),
-    ))
+    let (opened, closed) = split_openings(&cp.callbacks);
+    let created = put_openings(store, &opened, cp.run.updated_at).await?;
+    let written: Result<(), Refused> = async {
+        for _ in 0..RACE_ATTEMPTS {
+            let mut tx = Tx::default();
+            if unfinished != 0 {
+                tx.count_unfinished(&store.table, tenant, unfinished, None)?;
+            }
+            tx.put_run(
+                &store.table,
+                Role::Run,
+                run_item(&cp.run, store.retention)?,
+                Expected::of(cp),
+                match &previous_tail {
+                    Some(tail) => TailKept::Dropped {
+                        bytes: tail_size(tail),
+                    },
+                    None => TailKept::Kept,
+                },
+            )?;
+            if let Some(archive) = &archive {
+                // Committed content under its own key (see `super::tail`).
+                tx.put(&store.table, Role::Checkpoint, archive.clone(), None)?;
+            }
+            if grouped {
+                // Conditioned on being new, like the run's version it is keyed by.
+                for item in checkpoint_items(tenant, run_id, &cp.run, &journal, &timeline)? {
+                    tx.insert(&store.table, Role::Checkpoint, item)?;
+                }
+            } else {
+                let (entries, events) = ungrouped_items(tenant, run_id, &cp.journal, &cp.timeline)?;
+                for item in entries {
+                    tx.put(&store.table, Role::Journal, item, None)?;
+                }
+                for item in events {
+                    tx.insert(&store.table, Role::Timeline, item)?;
+                }
+            }
+            for record in &closed {
+                let item = callback_item(record, cp.run.updated_at, store.retention)?;
+                tx.put(&store.table, Role::Callback, item, None)?;
+            }
+            for record in &cp.tool_calls {
+                let item = tool_call_item(record, store.retention)?;
+                tx.put(&store.table, Role::ToolCall, item, None)?;
+            }
+            for (child, started) in &cp.child_runs {
+                tx.insert(&store.table, Role::ChildRun, store.new_run_item(child)?)?;
+                tx.insert(
+                    &store.table,
+                    Role::ChildTimeline,
+                    timeline_item(&child.tenant, &child.id, started)?,
+                )?;
+            }
+            if let Some(delivery) = &cp.parent_delivery {
+                // A missing or finished parent, or a duplicate, skips the delivery.
+                match store.plan(delivery).await {
+                    Ok((Decision::Accept(plan), read)) => {
+                        tx.delivery(&store.table, &plan, read.as_ref(), store.retention)?
+                    }
+                    Ok((Decision::Duplicate, _))
+                    | Err(StoreError::NotFound)
+                    | Err(StoreError::Gone(_)) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            let outcome = store.transact("checkpoint", tx).await;
+            let reasons = match outcome.map_err(|e| match e {
+                StoreError::Invalid(_) => Refused::Certainly(e),
+                e => Refused::Maybe(e),
+            })? {
+                TxOutcome::Committed => {
+                    if cp.by_own_build {
+                        store.tails.emptied(&cp.run, cp.expected_version);
+                    }
+                    return Ok(());
+                }
+                TxOutcome::Cancelled(reasons) => reasons,
+            };
+            if let Some(reason) = reason_of(&reasons, Role::Run) {
+                let current = match reason.item.as_ref().map(run_from_item).transpose() {
+                    Ok(Some(current)) => StoreError::Conflict(Some(Box::new(current))),
+                    Ok(None) => StoreError::NotFound,
+                    Err(e) => e,
+                };
+                return Err(Refused::Certainly(current));
+            }
+            if reason_of(&reasons, Role::Checkpoint).is_some()
+                || reason_of(&reasons, Role::Timeline).is_some()
+            {
+                let current = match store.current_run(tenant, run_id).await {
+                    Ok(current) => StoreError::Conflict(Some(Box::new(current))),
+                    Err(e) => e,
+                };
+                return Err(Refused::Certainly(current));
+            }
+            if reason_of(&reasons, Role::ChildRun).is_some()
+                || reason_of(&reasons, Role::ChildTimeline).is_some()
+            {
+                return Err(Refused::Certainly(StoreError::AlreadyExists));
+            }
+            // Only the parent's records moved since they were read: read them again.
+        }
+        Err(Refused::Certainly(StoreError::Unavailable(
+            "checkpoint: the parent run kept changing".into(),
+        )))
+    }
+    .await;
+    match written {
+        Ok(()) => Ok(()),
+        Err(Refused::Maybe(e)) => Err(e),
+        Err(Refused::Certainly(e)) => {
+            withdraw_openings(store, &created).await;
+            Err(e)
+        }
+    }
+}
+
+/// Why a checkpoint's write failed: refused for certain (nothing was written), or
+/// maybe committed (its answer was lost).
+enum Refused {
+    Certainly(StoreError),
+    Maybe(StoreError),
+}
+
+impl From<StoreError> for Refused {
+    fn from(e: StoreError) -> Self {
+        Refused::Certainly(e)
+    }
 }

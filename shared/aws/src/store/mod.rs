@@ -23,6 +23,7 @@ mod deliveries;
 mod due;
 mod history;
 mod lifecycle;
+mod openings;
 mod queries;
 mod reads;
 mod tail;

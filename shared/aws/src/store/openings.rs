@@ -1,0 +1,97 @@
+//! The callbacks a checkpoint opens, written before it by plain puts rather than in
+//! its transaction, where each would cost twice the units (DynamoDB bills a
+//! transaction's write double).
+//!
+//! Why that is safe: a callback's id is random and leaves the process only once the
+//! checkpoint that opens it has committed (the callback's `hold_opening` in the core),
+//! so until then no webhook, heartbeat or lookup can name the record, and the sweep
+//! finds timeouts through the run item, not through callback records. A record put
+//! for a checkpoint that is then refused is deleted again; one whose checkpoint's
+//! outcome is unknown (a lost answer) is kept, since that checkpoint may have
+//! committed. A process that dies between the put and the transaction leaves the
+//! record behind: nothing names it, and it is the one item of a run the reaper cannot
+//! find (docs/dynamodb.md).
+
+use aws_sdk_dynamodb::operation::put_item::PutItemError;
+use aws_sdk_dynamodb::types::ReturnConsumedCapacity;
+use siesta::ports::StoreError;
+use siesta::{CallbackRecord, CallbackStatus, Timestamp};
+
+use super::DynamoStore;
+use crate::error::sdk;
+use crate::item::*;
+use crate::keys::*;
+
+/// The callback records a checkpoint opens (to put first) and the rest (closings,
+/// written in its transaction).
+pub(super) fn split_openings(
+    records: &[CallbackRecord],
+) -> (Vec<&CallbackRecord>, Vec<&CallbackRecord>) {
+    records
+        .iter()
+        .partition(|r| r.status == CallbackStatus::Open)
+}
+
+/// Put the records of the callbacks a checkpoint opens, each only if its key is new,
+/// and return the keys of those this call created: a retried checkpoint finds its
+/// records there already, and must not delete them if it is refused, since the
+/// attempt whose answer was lost may have committed.
+pub(super) async fn put_openings(
+    store: &DynamoStore,
+    opened: &[&CallbackRecord],
+    at: Timestamp,
+) -> Result<Vec<Item>, StoreError> {
+    let mut created = Vec::new();
+    for record in opened {
+        let item = callback_item(record, at, store.retention)?;
+        let size = item_size(&item);
+        let result = store
+            .client
+            .put_item()
+            .table_name(&store.table)
+            .set_item(Some(item))
+            .condition_expression("attribute_not_exists(pk)")
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await;
+        match result {
+            Ok(out) => {
+                store.capacity.add(true, out.consumed_capacity());
+                store
+                    .capacity
+                    .note_write("checkpoint", "Callback opened", false, size);
+                created.push(key(callback_pk(&record.callback_id), RECORD_SK));
+            }
+            Err(e)
+                if matches!(
+                    e.as_service_error(),
+                    Some(PutItemError::ConditionalCheckFailedException(_))
+                ) => {}
+            Err(e) => return Err(sdk("checkpoint: open a callback", e)),
+        }
+    }
+    Ok(created)
+}
+
+/// Delete the records [`put_openings`] created for a checkpoint that was refused: no
+/// one can know their ids. A failure is logged, not returned: the checkpoint's own
+/// outcome is what its caller acts on, and the record is only left over.
+pub(super) async fn withdraw_openings(store: &DynamoStore, created: &[Item]) {
+    for key in created {
+        let result = store
+            .client
+            .delete_item()
+            .table_name(&store.table)
+            .set_key(Some(key.clone()))
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await;
+        match result {
+            Ok(out) => store.capacity.add(true, out.consumed_capacity()),
+            Err(e) => tracing::warn!(
+                error = %sdk("checkpoint: withdraw a callback's opening", e),
+                "the record of a callback opened by a refused checkpoint is left over"
+            ),
+        }
+    }
+}
