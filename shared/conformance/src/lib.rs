@@ -206,6 +206,7 @@ macro_rules! conformance_suite {
             parent_delivery_is_applied_inside_the_checkpoint
             parent_delivery_is_skipped_when_duplicate_or_parent_gone
             load_history_returns_journal_and_deliveries_in_order
+            load_claimed_history_is_the_history_of_the_claimed_run
             // the engine on the backend
             a_wait_a_race_dropped_takes_no_delivery
             // quotas

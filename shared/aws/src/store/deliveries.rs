@@ -22,21 +22,30 @@ impl DynamoStore {
         let run_key = key(run_pk(&d.tenant, &d.run_id), RUN_SK);
         let dedup_key = key(run_pk(&d.tenant, &d.run_id), delivery_sk(&d.id));
         let mut keys = vec![run_key.clone(), dedup_key.clone()];
+        // The record the webhook's lookup just read stands in for reading it again:
+        // the write checks it is still open and in time, and a refused write decides
+        // again on a fresh read (this one is taken).
+        let looked_up = d
+            .body
+            .callback_id()
+            .and_then(|id| self.looked_up.take(&callback_pk(id)));
         let callback_key = d
             .body
             .callback_id()
+            .filter(|_| looked_up.is_none())
             .map(|id| key(callback_pk(id), RECORD_SK));
         keys.extend(callback_key.clone());
         let mut found = self.batch_get("deliver", keys).await?;
         let read = found.remove(&item_key(&run_key)?);
         let run = read.as_ref().map(run_from_item).transpose()?;
         let stored = found.contains_key(&item_key(&dedup_key)?);
-        let callback = match callback_key {
-            Some(k) => found
+        let callback = match (looked_up, callback_key) {
+            (Some(item), _) => Some(callback_from_item(&item)?),
+            (None, Some(k)) => found
                 .remove(&item_key(&k)?)
                 .map(|i| callback_from_item(&i))
                 .transpose()?,
-            None => None,
+            (None, None) => None,
         };
         Ok((siesta::delivery::decide(d, run, stored, callback)?, read))
     }

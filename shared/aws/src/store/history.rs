@@ -32,19 +32,52 @@ pub(super) async fn load_history(
 ) -> Result<History, StoreError> {
     let pk = run_pk(tenant, run_id);
     let run = run_item_first(store, "load_history: the run", &pk).await?;
+    history_after(store, &pk, run.as_ref()).await
+}
+
+/// [`RunStore::load_claimed_history`]: [`load_history`] from the run item the claim
+/// returned, when the store kept it and it is `run`'s (that run at that version): read
+/// before the history's query as [`with_tail`] needs, and what any reader would read
+/// at that version.
+pub(super) async fn load_claimed_history(
+    store: &DynamoStore,
+    run: &Run,
+) -> Result<History, StoreError> {
+    let pk = run_pk(&run.tenant, &run.id);
+    let claimed = store.claimed.take(&pk).filter(|item| {
+        get_n::<u64>(item, VERSION, "run").is_ok_and(|v| v == run.version)
+            && get_n::<i64>(item, CREATED_AT, "run").is_ok_and(|c| c == run.created_at.0)
+    });
+    match claimed {
+        Some(item) => {
+            // Its tail, for the run's next checkpoint, as `run_item_first` does.
+            store.tails.remember(&item)?;
+            history_after(store, &pk, Some(&item)).await
+        }
+        None => load_history(store, &run.tenant, &run.id).await,
+    }
+}
+
+/// The history of the run in partition `pk` whose run item was read as `run` (none:
+/// there was no run item), by one paged query made after that read.
+async fn history_after(
+    store: &DynamoStore,
+    pk: &str,
+    run: Option<&Item>,
+) -> Result<History, StoreError> {
     let items = store
         .query_pages(
             "load_history",
             |q| {
                 q.key_condition_expression("pk = :pk AND begins_with(sk, :history)")
-                    .expression_attribute_values(":pk", s(&pk))
+                    .expression_attribute_values(":pk", s(pk))
                     .expression_attribute_values(":history", s(HISTORY_PREFIX))
                     .consistent_read(true)
             },
             None,
         )
         .await?;
-    let items = with_tail(items, run.as_ref())?;
+    let items = with_tail(items, run)?;
     let mut journal = Journal::default();
     let mut deliveries = Vec::new();
     for item in &items {

@@ -147,6 +147,12 @@ pub(super) async fn claim(
         .return_consumed_capacity(ReturnConsumedCapacity::Total)
         .send()
         .await;
+    // The run item as claimed, for the replay that follows (`load_claimed_history`).
+    if let Ok(out) = &result
+        && let Some(item) = &out.attributes
+    {
+        store.claimed.keep(run_pk(tenant, run_id), item.clone());
+    }
     match store.updated_run("claim", result)? {
         Ok(run) => Ok(run),
         Err(current) => {

@@ -22,6 +22,7 @@ mod checkpoint;
 mod deliveries;
 mod due;
 mod history;
+mod just_read;
 mod lifecycle;
 mod openings;
 mod queries;
@@ -59,6 +60,10 @@ pub(crate) struct DynamoStore {
     tails: tail::Tails,
     /// Whether the runs it creates keep a history tail ([`KEEPS_TAIL`]).
     history_tails: bool,
+    /// The run items its claims returned, for the replays that follow.
+    claimed: just_read::JustRead,
+    /// The callback records its lookups read, for the deliveries that follow.
+    looked_up: just_read::JustRead,
 }
 
 impl DynamoStore {
@@ -84,6 +89,8 @@ impl DynamoStore {
             capacity: Arc::default(),
             tails: tail::Tails::default(),
             history_tails,
+            claimed: just_read::JustRead::default(),
+            looked_up: just_read::JustRead::default(),
         }
     }
 }
@@ -144,6 +151,10 @@ impl RunStore for DynamoStore {
         history::load_history(self, tenant, run_id).await
     }
 
+    async fn load_claimed_history(&self, run: &Run) -> Result<History, StoreError> {
+        history::load_claimed_history(self, run).await
+    }
+
     async fn load_journal(
         &self,
         tenant: &TenantId,
@@ -164,10 +175,17 @@ impl RunStore for DynamoStore {
         &self,
         callback_id: &CallbackId,
     ) -> Result<Option<CallbackRecord>, StoreError> {
-        self.get_item("get_callback", key(callback_pk(callback_id), RECORD_SK))
+        let pk = callback_pk(callback_id);
+        let Some(item) = self
+            .get_item("get_callback", key(pk.clone(), RECORD_SK))
             .await?
-            .map(|i| callback_from_item(&i))
-            .transpose()
+        else {
+            return Ok(None);
+        };
+        let record = callback_from_item(&item)?;
+        // A webhook's lookup, read again by the delivery that follows (`plan`).
+        self.looked_up.keep(pk, item);
+        Ok(Some(record))
     }
 
     async fn get_tool_call(

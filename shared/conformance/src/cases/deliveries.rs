@@ -856,6 +856,64 @@ pub async fn load_history_returns_journal_and_deliveries_in_order(h: Harness) {
     );
 }
 
+/// `load_claimed_history` of a run as its claim returned it is `load_history`'s
+/// history: every entry (those of the run item's history tail among them, where an
+/// adapter keeps one), and every delivery, one that arrived after the claim too. Of a
+/// run at another version than the claim's, it reads the run as `load_history` does.
+pub async fn load_claimed_history_is_the_history_of_the_claimed_run(h: Harness) {
+    let tenant = tenant();
+    let run = create(&h, &tenant).await;
+    let held = claim(&h, &run, "engine-a", Duration::from_secs(1)).await;
+    let mut many = checkpoint_over(&h, &held, Some(held.epoch), |_| {});
+    many.journal = (0..12)
+        .map(|i| entry(&h, &format!("step#{i}"), i, succeeded(serde_json::json!(i))))
+        .collect();
+    write(&h, &many).await;
+    // One step more: on DynamoDB, kept in the run item.
+    let mut one = checkpoint_over(&h, &many.run, Some(held.epoch), |_| {});
+    one.journal = vec![entry(&h, "step#12", 12, succeeded(serde_json::json!(12)))];
+    write(&h, &one).await;
+    let message = |n: u64| DeliveryBody::Message {
+        value: json(serde_json::json!({ "n": n })),
+    };
+    let before = delivery(&h, &tenant, &run.id, message(1), EventType::MessageInjected);
+    deliver(&h, &before).await;
+    h.advance(Duration::from_secs(2)).await;
+    let claimed = claim(&h, &run, "engine-b", LEASE).await;
+    let after = delivery(&h, &tenant, &run.id, message(2), EventType::MessageInjected);
+    deliver(&h, &after).await;
+
+    let store = &h.backend.store;
+    let history = store
+        .load_claimed_history(&claimed)
+        .await
+        .expect("load_claimed_history");
+    assert_eq!(
+        history.deliveries,
+        vec![stored(&before, 1), stored(&after, 2)],
+        "the deliveries before the claim and after it"
+    );
+    let mut journal = history.journal;
+    journal.sort_by(|a, b| a.position.cmp(&b.position));
+    let mut written: Vec<_> = many.journal.iter().chain(&one.journal).cloned().collect();
+    written.sort_by(|a, b| a.position.cmp(&b.position));
+    assert_eq!(journal, written, "every entry");
+    let mut read = store
+        .load_history(&tenant, &run.id)
+        .await
+        .expect("load_history");
+    read.journal.sort_by(|a, b| a.position.cmp(&b.position));
+    assert_eq!(read.journal, written, "as load_history reads it");
+    assert_eq!(read.deliveries, history.deliveries);
+    // Not the claimed version: read as load_history does.
+    let again = store
+        .load_claimed_history(&held)
+        .await
+        .expect("load_claimed_history of an older version");
+    assert_eq!(again.deliveries, history.deliveries);
+    assert_eq!(again.journal.len(), written.len());
+}
+
 /// A callback outcome or heartbeat received at or after the callback's deadline is
 /// refused as gone and records nothing, even while the record still reads open (the
 /// run has not yet recorded the timeout): the deadline is part of the write's

@@ -204,12 +204,7 @@ impl Engine {
                 kept => {
                     let history = match kept {
                         Some(Kept::Journal(replayed)) => replayed,
-                        _ => self
-                            .backend
-                            .store
-                            .load_history(&run.tenant, &run.id)
-                            .await?
-                            .into(),
+                        _ => self.backend.store.load_claimed_history(&run).await?.into(),
                     };
                     let cancel = run.cancel_requested;
                     let shared = self.shared(run.clone(), history, budget, watch);

@@ -269,6 +269,15 @@ pub trait RunStore: Send + Sync + 'static {
     /// The run's journal and deliveries. One `Query` (paged).
     async fn load_history(&self, tenant: &TenantId, run_id: &RunId) -> Result<History, StoreError>;
 
+    /// [`RunStore::load_history`] of `run` as this store's [`RunStore::claim`] just
+    /// returned it: the replay that follows a claim. An adapter that kept what the
+    /// claim's write returned may start from it rather than read the run again; the
+    /// history is then as of the claimed version or later, which is all a replay under
+    /// that claim can write over. Default: [`RunStore::load_history`].
+    async fn load_claimed_history(&self, run: &Run) -> Result<History, StoreError> {
+        self.load_history(&run.tenant, &run.id).await
+    }
+
     /// The run's journal alone, without its deliveries (which grow with every event
     /// and message): what an event delivery checks its payload against. One `Query`
     /// (paged) of the journal's keys. Default: [`RunStore::load_history`]'s journal.
