@@ -8,6 +8,7 @@ use siesta::delivery::Decision;
 use siesta::ports::*;
 use siesta::*;
 
+use super::deliveries::Dedup;
 use super::history::has_checkpoint_items;
 use super::openings::{put_openings, split_openings, withdraw_openings};
 use super::tail::checkpoint_in_tail;
@@ -168,7 +169,7 @@ pub(super) async fn checkpoint(store: &DynamoStore, cp: &Checkpoint) -> Result<(
             }
             if let Some(delivery) = &cp.parent_delivery {
                 // A missing or finished parent, or a duplicate, skips the delivery.
-                match store.plan(delivery).await {
+                match store.plan(delivery, Dedup::Read).await {
                     Ok((Decision::Accept(plan), read)) => {
                         tx.delivery(&store.table, &plan, read.as_ref(), store.retention)?
                     }

@@ -1,6 +1,11 @@
 //! Deliveries: read what the core's delivery decision needs (the run, the dedup record,
 //! the callback record) in one request, decide ([`siesta::delivery::decide`]), and write
 //! the accepted delivery in one transaction.
+//!
+//! A delivery on its own ([`deliver`]) does not read its dedup record first: the write
+//! inserts it only if new, and a duplicate is told by that condition failing, or, when
+//! the decision refuses the delivery as gone (a retried webhook after the callback
+//! closed or the run finished), by reading it then. One read unit fewer per delivery.
 
 use siesta::delivery::Decision;
 use siesta::ports::*;
@@ -12,16 +17,21 @@ use crate::item::*;
 use crate::keys::*;
 
 impl DynamoStore {
-    /// Read what a delivery decides on, in one request: the run, the dedup record and
-    /// the callback record; then decide ([`siesta::delivery::decide`]). With the run
-    /// item as read, for the history tail it holds.
+    /// Read what a delivery decides on, in one request: the run, the dedup record
+    /// (unless `dedup` says the write tells it) and the callback record; then decide
+    /// ([`siesta::delivery::decide`]). With the run item as read, for the history tail
+    /// it holds.
     pub(super) async fn plan(
         &self,
         d: &NewDelivery,
+        dedup: Dedup,
     ) -> Result<(Decision, Option<Item>), StoreError> {
         let run_key = key(run_pk(&d.tenant, &d.run_id), RUN_SK);
         let dedup_key = key(run_pk(&d.tenant, &d.run_id), delivery_sk(&d.id));
-        let mut keys = vec![run_key.clone(), dedup_key.clone()];
+        let mut keys = vec![run_key.clone()];
+        if dedup == Dedup::Read {
+            keys.push(dedup_key.clone());
+        }
         // The record the webhook's lookup just read stands in for reading it again:
         // the write checks it is still open and in time, and a refused write decides
         // again on a fresh read (this one is taken).
@@ -47,8 +57,34 @@ impl DynamoStore {
                 .transpose()?,
             (None, None) => None,
         };
-        Ok((siesta::delivery::decide(d, run, stored, callback)?, read))
+        match siesta::delivery::decide(d, run, stored, callback) {
+            Ok(decision) => Ok((decision, read)),
+            // Refused as gone, it may be a retry of a delivery that was stored: one
+            // that closed its callback, or came before the run finished.
+            Err(StoreError::Gone(why)) if dedup == Dedup::ByWrite => {
+                match self
+                    .get_item("deliver: the dedup record", dedup_key)
+                    .await?
+                {
+                    Some(_) => Ok((Decision::Duplicate, read)),
+                    None => Err(StoreError::Gone(why)),
+                }
+            }
+            Err(e) => Err(e),
+        }
     }
+}
+
+/// How a delivery tells a duplicate (a delivery id stored before).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Dedup {
+    /// By reading the dedup record before deciding: for a delivery written inside
+    /// another transaction (a child's result in its checkpoint), which cannot tell
+    /// which of its items' conditions failed apart from a lost race.
+    Read,
+    /// By the write's condition that the dedup record is new, or by reading it when the
+    /// delivery is refused as gone.
+    ByWrite,
 }
 
 /// [`RunStore::deliver`]: read, decide, and one `TransactWriteItems`.
@@ -57,7 +93,7 @@ pub(super) async fn deliver(
     delivery: &NewDelivery,
 ) -> Result<DeliverOutcome, StoreError> {
     for _ in 0..RACE_ATTEMPTS {
-        let (plan, read) = match store.plan(delivery).await? {
+        let (plan, read) = match store.plan(delivery, Dedup::ByWrite).await? {
             (Decision::Duplicate, _) => return Ok(DeliverOutcome::Duplicate),
             (Decision::Accept(plan), read) => (plan, read),
         };

@@ -134,7 +134,7 @@ pub async fn deliver_to_a_leased_run_keeps_its_due_at(h: Harness) {
 }
 
 /// A second delivery with a known id is `Duplicate` and changes nothing, even with
-/// another body.
+/// another body, and even once the run has finished.
 pub async fn deliver_duplicate_changes_nothing(h: Harness) {
     let tenant = tenant();
     let run = waiting_run(&h, &tenant).await;
@@ -155,6 +155,15 @@ pub async fn deliver_duplicate_changes_nothing(h: Harness) {
         snapshot(&h, &tenant, &run.id).await,
         before,
         "a duplicate changes nothing"
+    );
+    // Once the run has finished, the same delivery (a webhook retried late) is still
+    // acknowledged as a duplicate, not refused as gone.
+    let current = get(&h, &tenant, &run.id).await;
+    finish(&h, &current, RunStatus::Completed).await;
+    let got = h.backend.store.deliver(&d).await;
+    assert!(
+        matches!(got, Ok(DeliverOutcome::Duplicate)),
+        "a known id after the run finished: expected Duplicate, got {got:?}"
     );
 }
 
