@@ -507,30 +507,44 @@ fn opening(current: &Run, callback: &str) -> Checkpoint {
     cp
 }
 
+/// Whether the store holds a record of `callback`.
+async fn has_record(backend: &Backend, callback: &str) -> bool {
+    backend
+        .store
+        .get_callback(&CallbackId(callback.to_owned()))
+        .await
+        .unwrap()
+        .is_some()
+}
+
 #[tokio::test]
-async fn a_refused_checkpoint_leaves_no_record_of_the_callback_it_opened() {
+async fn a_checkpoint_refused_for_a_lost_lease_leaves_no_record_of_the_callback_it_opened() {
     let Some(env) = support::emulators().await else {
         return;
     };
     let backend = env.backend(3).await.backend();
     let run = new_run(&backend).await;
-    let step = checkpoint(&run, vec![entry("charge#0", 1, run.updated_at)], true);
-    backend.store.checkpoint(&step).await.unwrap();
-    // Computed from the version before the step's: a writer that lost the run.
+    // Its lease lapsed, another engine claims the run: the first is fenced off.
+    let later = run.updated_at.plus(Duration::from_secs(120));
+    let claim = Claim {
+        owner: "another engine".into(),
+        now: later,
+        expires_at: later.plus(Duration::from_secs(60)),
+    };
+    backend
+        .store
+        .claim(&run.tenant, &run.id, &claim)
+        .await
+        .unwrap();
     let callback = format!("cb_{}", uuid::Uuid::new_v4().simple());
-    let stale = opening(&run, &callback);
-    let refused = backend.store.checkpoint(&stale).await;
+    let fenced = opening(&run, &callback);
+    let refused = backend.store.checkpoint(&fenced).await;
     assert!(
         matches!(refused, Err(siesta::ports::StoreError::Conflict(_))),
         "{refused:?}"
     );
-    let record = backend
-        .store
-        .get_callback(&CallbackId(callback))
-        .await
-        .unwrap();
-    assert_eq!(
-        record, None,
+    assert!(
+        !has_record(&backend, &callback).await,
         "the record put before the checkpoint is deleted"
     );
 }

@@ -170,6 +170,11 @@ impl RunStore for ProbeStore {
         self.history_loads.fetch_add(1, Ordering::SeqCst);
         self.inner.load_history(tenant, run_id).await
     }
+    async fn load_claimed_history(&self, run: &Run) -> Result<History, StoreError> {
+        self.read()?;
+        self.history_loads.fetch_add(1, Ordering::SeqCst);
+        self.inner.load_claimed_history(run).await
+    }
     async fn load_journal(
         &self,
         tenant: &TenantId,

@@ -114,7 +114,11 @@ pub(super) async fn checkpoint(store: &DynamoStore, cp: &Checkpoint) -> Result<(
         )));
     }
     let (opened, closed) = split_openings(&cp.callbacks);
-    let created = put_openings(store, &opened, cp.run.updated_at).await?;
+    let mut created = Vec::new();
+    if let Err(e) = put_openings(store, &opened, cp.run.updated_at, &mut created).await {
+        withdraw_openings(store, &created).await;
+        return Err(e);
+    }
     let written: Result<(), Refused> = async {
         for _ in 0..RACE_ATTEMPTS {
             let mut tx = Tx::default();
@@ -180,10 +184,7 @@ pub(super) async fn checkpoint(store: &DynamoStore, cp: &Checkpoint) -> Result<(
                 }
             }
             let outcome = store.transact("checkpoint", tx).await;
-            let reasons = match outcome.map_err(|e| match e {
-                StoreError::Invalid(_) => Refused::Certainly(e),
-                e => Refused::Maybe(e),
-            })? {
+            let reasons = match outcome.map_err(Refused::Maybe)? {
                 TxOutcome::Committed => {
                     if cp.by_own_build {
                         store.tails.emptied(&cp.run, cp.expected_version);
@@ -191,6 +192,7 @@ pub(super) async fn checkpoint(store: &DynamoStore, cp: &Checkpoint) -> Result<(
                     return Ok(());
                 }
                 TxOutcome::Cancelled(reasons) => reasons,
+                TxOutcome::NotWritten(e) => return Err(Refused::Certainly(e)),
             };
             if let Some(reason) = reason_of(&reasons, Role::Run) {
                 let current = match reason.item.as_ref().map(run_from_item).transpose() {
@@ -224,6 +226,9 @@ pub(super) async fn checkpoint(store: &DynamoStore, cp: &Checkpoint) -> Result<(
     match written {
         Ok(()) => Ok(()),
         Err(Refused::Maybe(e)) => Err(e),
+        // A refused checkpoint writes nothing (the port's contract), its openings
+        // included — even refused by a conflict under its own lease, which the core
+        // writes again over the run's new version, putting them again.
         Err(Refused::Certainly(e)) => {
             withdraw_openings(store, &created).await;
             Err(e)

@@ -21,10 +21,34 @@ impl DynamoStore {
     /// (unless `dedup` says the write tells it) and the callback record; then decide
     /// ([`siesta::delivery::decide`]). With the run item as read, for the history tail
     /// it holds.
+    ///
+    /// The callback record a webhook's lookup just read stands in for reading it again
+    /// when the decision lets the delivery through: the write checks it is still open
+    /// and in time, and a refused write decides again. A decision it refuses is made
+    /// again on a fresh read, as the record may have changed since the lookup.
     pub(super) async fn plan(
         &self,
         d: &NewDelivery,
         dedup: Dedup,
+    ) -> Result<(Decision, Option<Item>), StoreError> {
+        let looked_up = d
+            .body
+            .callback_id()
+            .and_then(|id| self.looked_up.take(&callback_pk(id)));
+        if let Some(record) = looked_up
+            && let Ok(planned) = self.plan_with(d, dedup, Some(&record)).await
+        {
+            return Ok(planned);
+        }
+        self.plan_with(d, dedup, None).await
+    }
+
+    /// [`plan`](Self::plan) with the callback record `looked_up`, else read.
+    async fn plan_with(
+        &self,
+        d: &NewDelivery,
+        dedup: Dedup,
+        looked_up: Option<&Item>,
     ) -> Result<(Decision, Option<Item>), StoreError> {
         let run_key = key(run_pk(&d.tenant, &d.run_id), RUN_SK);
         let dedup_key = key(run_pk(&d.tenant, &d.run_id), delivery_sk(&d.id));
@@ -32,13 +56,6 @@ impl DynamoStore {
         if dedup == Dedup::Read {
             keys.push(dedup_key.clone());
         }
-        // The record the webhook's lookup just read stands in for reading it again:
-        // the write checks it is still open and in time, and a refused write decides
-        // again on a fresh read (this one is taken).
-        let looked_up = d
-            .body
-            .callback_id()
-            .and_then(|id| self.looked_up.take(&callback_pk(id)));
         let callback_key = d
             .body
             .callback_id()
@@ -50,7 +67,7 @@ impl DynamoStore {
         let run = read.as_ref().map(run_from_item).transpose()?;
         let stored = found.contains_key(&item_key(&dedup_key)?);
         let callback = match (looked_up, callback_key) {
-            (Some(item), _) => Some(callback_from_item(&item)?),
+            (Some(item), _) => Some(callback_from_item(item)?),
             (None, Some(k)) => found
                 .remove(&item_key(&k)?)
                 .map(|i| callback_from_item(&i))
@@ -59,15 +76,18 @@ impl DynamoStore {
         };
         match siesta::delivery::decide(d, run, stored, callback) {
             Ok(decision) => Ok((decision, read)),
-            // Refused as gone, it may be a retry of a delivery that was stored: one
-            // that closed its callback, or came before the run finished.
-            Err(StoreError::Gone(why)) if dedup == Dedup::ByWrite => {
+            // Refused as gone (or its callback record not found, expired past the
+            // retention), it may be a retry of a delivery that was stored: one that
+            // closed its callback, or came before the run finished.
+            Err(e @ (StoreError::Gone(_) | StoreError::NotFound))
+                if dedup == Dedup::ByWrite && read.is_some() =>
+            {
                 match self
                     .get_item("deliver: the dedup record", dedup_key)
                     .await?
                 {
                     Some(_) => Ok((Decision::Duplicate, read)),
-                    None => Err(StoreError::Gone(why)),
+                    None => Err(e),
                 }
             }
             Err(e) => Err(e),
@@ -101,6 +121,7 @@ pub(super) async fn deliver(
         tx.delivery(&store.table, &plan, read.as_ref(), store.retention)?;
         match store.transact("deliver", tx).await? {
             TxOutcome::Committed => return Ok(DeliverOutcome::Accepted(Box::new(plan.run))),
+            TxOutcome::NotWritten(e) => return Err(e),
             TxOutcome::Cancelled(reasons) => {
                 if reason_of(&reasons, Role::DeliveryRecord).is_some() {
                     return Ok(DeliverOutcome::Duplicate);

@@ -13,15 +13,24 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use crate::item::Item;
+use crate::item::{Item, item_size};
 
-/// How many items it keeps; past it, it forgets them all (a forgotten item costs the
-/// read it would have saved).
-const KEPT: usize = 1024;
+/// How many bytes of items it keeps; past it, it forgets them all (a forgotten item
+/// costs the read it would have saved). Bounded in bytes, not items: a run item holds
+/// the run's input inline up to 32 KB, and a claimed item is not taken at all when the
+/// replay continues from the engine's cache.
+const KEPT_BYTES: usize = 4 << 20;
 
 /// Items by partition key, each taken at most once.
 #[derive(Default)]
-pub(crate) struct JustRead(Mutex<HashMap<String, Item>>);
+pub(crate) struct JustRead(Mutex<Kept>);
+
+/// The items kept and their size.
+#[derive(Default)]
+pub(crate) struct Kept {
+    items: HashMap<String, Item>,
+    bytes: usize,
+}
 
 impl JustRead {
     /// Keep `item`, read or written under partition key `pk`, for the next [`take`].
@@ -29,15 +38,22 @@ impl JustRead {
     /// [`take`]: JustRead::take
     pub(super) fn keep(&self, pk: String, item: Item) {
         let mut kept = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        if kept.len() >= KEPT {
-            kept.clear();
+        let size = item_size(&item);
+        if kept.bytes + size > KEPT_BYTES {
+            *kept = Kept::default();
         }
-        kept.insert(pk, item);
+        kept.bytes += size;
+        if let Some(replaced) = kept.items.insert(pk, item) {
+            kept.bytes -= item_size(&replaced);
+        }
     }
 
     /// The item kept under `pk`, no longer kept.
     pub(super) fn take(&self, pk: &str) -> Option<Item> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).remove(pk)
+        let mut kept = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let item = kept.items.remove(pk)?;
+        kept.bytes -= item_size(&item);
+        Some(item)
     }
 }
 
@@ -58,19 +74,21 @@ mod tests {
         assert_eq!(kept.take("a"), Some(item("2")));
         assert_eq!(kept.take("a"), None);
         assert_eq!(kept.take("b"), None);
+        assert_eq!(kept.0.lock().unwrap().bytes, 0);
     }
 
     #[test]
-    fn past_its_bound_it_forgets_rather_than_grows() {
+    fn past_its_bound_in_bytes_it_forgets_rather_than_grows() {
         let kept = JustRead::default();
-        for i in 0..=KEPT {
-            kept.keep(i.to_string(), item("x"));
+        let large = item(&"x".repeat(32 << 10));
+        let fit = KEPT_BYTES / item_size(&large);
+        for i in 0..=fit {
+            kept.keep(i.to_string(), large.clone());
         }
-        assert_eq!(
-            kept.take(&KEPT.to_string()),
-            Some(item("x")),
-            "the last kept"
-        );
+        assert_eq!(kept.take(&fit.to_string()), Some(large), "the last kept");
         assert_eq!(kept.take("0"), None, "the earlier ones forgotten");
+        let held = kept.0.lock().unwrap();
+        assert_eq!(held.bytes, 0, "bytes counted down as items are taken");
+        assert!(held.items.is_empty());
     }
 }

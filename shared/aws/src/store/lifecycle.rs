@@ -42,6 +42,7 @@ impl DynamoStore {
         }
         match self.transact("create_run", tx).await? {
             TxOutcome::Committed => Ok(()),
+            TxOutcome::NotWritten(e) => Err(e),
             TxOutcome::Cancelled(reasons) => match reason_of(&reasons, Role::Quota) {
                 // The run's own condition is checked too: an existing run is reported
                 // as such, whatever the count.

@@ -8,9 +8,9 @@
 //! finds timeouts through the run item, not through callback records. A record put
 //! for a checkpoint that is then refused is deleted again; one whose checkpoint's
 //! outcome is unknown (a lost answer) is kept, since that checkpoint may have
-//! committed. A process that dies between the put and the transaction leaves the
-//! record behind: nothing names it, and it is the one item of a run the reaper cannot
-//! find (docs/dynamodb.md).
+//! committed. What is left behind (docs/dynamodb.md says when: a lost answer, a
+//! process that dies between the put and the transaction) is a record nothing names,
+//! the one item of a run the reaper cannot find.
 
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::types::ReturnConsumedCapacity;
@@ -33,15 +33,16 @@ pub(super) fn split_openings(
 }
 
 /// Put the records of the callbacks a checkpoint opens, each only if its key is new,
-/// and return the keys of those this call created: a retried checkpoint finds its
-/// records there already, and must not delete them if it is refused, since the
-/// attempt whose answer was lost may have committed.
+/// adding to `created` the keys of those this call created (so that a failure part
+/// way through can withdraw them). A retried checkpoint finds its records there
+/// already, and must not delete them if it is refused, since the attempt before may
+/// have committed.
 pub(super) async fn put_openings(
     store: &DynamoStore,
     opened: &[&CallbackRecord],
     at: Timestamp,
-) -> Result<Vec<Item>, StoreError> {
-    let mut created = Vec::new();
+    created: &mut Vec<Item>,
+) -> Result<(), StoreError> {
     for record in opened {
         let item = callback_item(record, at, store.retention)?;
         let size = item_size(&item);
@@ -70,7 +71,7 @@ pub(super) async fn put_openings(
             Err(e) => return Err(sdk("checkpoint: open a callback", e)),
         }
     }
-    Ok(created)
+    Ok(())
 }
 
 /// Delete the records [`put_openings`] created for a checkpoint that was refused: no

@@ -65,11 +65,15 @@ pub(super) struct Tx {
     sizes: Vec<usize>,
 }
 
-/// How a transaction ended.
+/// How a transaction ended. (An `Err` from [`DynamoStore::transact`] is an outcome
+/// not known: the transaction may have committed.)
 pub(super) enum TxOutcome {
     Committed,
     /// Cancelled: the reasons, one per item, with the roles of the items.
     Cancelled(Vec<(Role, Reason)>),
+    /// Not written, for certain, and not for a condition: refused before it was sent,
+    /// invalid, or cancelled for contention or throttling every time it was tried.
+    NotWritten(StoreError),
 }
 
 pub(super) fn build<T, E: std::fmt::Display>(r: Result<T, E>) -> Result<T, StoreError> {
@@ -304,10 +308,10 @@ impl DynamoStore {
     /// Run one transaction; contention-only cancellations are retried a few times.
     pub(super) async fn transact(&self, op: &str, tx: Tx) -> Result<TxOutcome, StoreError> {
         if tx.items.len() > MAX_TRANSACTION_ITEMS {
-            return Err(StoreError::Invalid(format!(
+            return Ok(TxOutcome::NotWritten(StoreError::Invalid(format!(
                 "{op}: {} items exceed DynamoDB's {MAX_TRANSACTION_ITEMS} per transaction",
                 tx.items.len()
-            )));
+            ))));
         }
         let mut backoff = Duration::from_millis(10);
         for attempt in 1..=RACE_ATTEMPTS {
@@ -350,13 +354,15 @@ impl DynamoStore {
                     if cancelled.iter().any(|r| {
                         r.code == "ValidationError" || r.code == "ItemCollectionSizeLimitExceeded"
                     }) {
-                        return Err(StoreError::Invalid(format!("{op}: {cancelled:?}")));
+                        return Ok(TxOutcome::NotWritten(StoreError::Invalid(format!(
+                            "{op}: {cancelled:?}"
+                        ))));
                     }
                     // Contention or throttling only: nothing was written; try again.
                     if attempt == RACE_ATTEMPTS {
-                        return Err(StoreError::Unavailable(format!(
+                        return Ok(TxOutcome::NotWritten(StoreError::Unavailable(format!(
                             "{op}: transaction kept being cancelled: {cancelled:?}"
-                        )));
+                        ))));
                     }
                     tokio::time::sleep(backoff).await;
                     backoff *= 2;

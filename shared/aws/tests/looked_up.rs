@@ -1,0 +1,130 @@
+//! A callback record a webhook's lookup read stands in for the delivery's own read of
+//! it (one read fewer) only while it lets the delivery through: another process may
+//! have changed the record since (a heartbeat moving its deadline), and a delivery the
+//! stale record would refuse is decided again on a fresh read.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is a failed assertion"
+)]
+
+mod support;
+
+use std::time::Duration;
+
+use serde_json::json;
+use siesta::ports::{Checkpoint, Claim, DeliverOutcome, NewDelivery};
+use siesta::*;
+
+/// A run waiting on a callback that must hear a heartbeat every `every`, opened at
+/// `at`: the run after the suspension and the callback's record.
+async fn waiting_on_a_callback(
+    store: &dyn siesta::ports::RunStore,
+    at: Timestamp,
+    every: Duration,
+) -> (Run, CallbackRecord) {
+    let run = Run::new(
+        TenantId(format!("looked-up-{}", uuid::Uuid::new_v4().simple())),
+        RunId("r".into()),
+        "order",
+        Payload::Inline(json!(null)),
+        at,
+    );
+    let mut started = TimelineEvent::execution_started(at, "order", json!(null));
+    started.seq = 1;
+    let mut run = run;
+    run.timeline_seq = 1;
+    store.create_run(&run, &started).await.unwrap();
+    let claim = Claim {
+        owner: "engine".into(),
+        now: at,
+        expires_at: at.plus(Duration::from_secs(60)),
+    };
+    let held = store.claim(&run.tenant, &run.id, &claim).await.unwrap();
+    let mut waiting = held.clone();
+    waiting.version += 1;
+    waiting.status = RunStatus::Waiting;
+    waiting.lease = None;
+    waiting.due_at = Some(at.plus(Duration::from_secs(3600)));
+    let mut cp = Checkpoint::new(waiting, held.version, Some(held.epoch));
+    cp.by_own_build = true;
+    let record = CallbackRecord {
+        callback_id: CallbackId(format!("cb_{}", uuid::Uuid::new_v4().simple())),
+        tenant: held.tenant.clone(),
+        run_id: held.id.clone(),
+        position: Position::from("approval#0"),
+        status: CallbackStatus::Open,
+        deadline: None,
+        created_at: at,
+        accepts: None,
+        heartbeat: Some(CallbackHeartbeat::new(every, at)),
+    };
+    cp.callbacks.push(record.clone());
+    store.checkpoint(&cp).await.unwrap();
+    (cp.run, record)
+}
+
+fn delivery(record: &CallbackRecord, body: DeliveryBody, at: Timestamp) -> NewDelivery {
+    NewDelivery {
+        id: DeliveryId(format!("d-{}", uuid::Uuid::new_v4().simple())),
+        tenant: record.tenant.clone(),
+        run_id: record.run_id.clone(),
+        body,
+        received_at: at,
+        resend_after: None,
+        event: TimelineEvent::execution_started(at, "order", json!(null)),
+    }
+}
+
+#[tokio::test]
+async fn an_outcome_a_stale_looked_up_record_would_refuse_is_decided_on_a_fresh_read() {
+    let Some(env) = support::emulators().await else {
+        return;
+    };
+    let names = env.names(3).await;
+    // Two processes on one deployment: the webhook's, and another that takes a heartbeat.
+    let webhook = siesta_aws::AwsBackend::new(&env.sdk, names.clone()).backend();
+    let other = siesta_aws::AwsBackend::new(&env.sdk, names).backend();
+    let at = Timestamp(1_700_000_000_000);
+    let every = Duration::from_secs(10);
+    let (_, record) = waiting_on_a_callback(&*webhook.store, at, every).await;
+    // The webhook's lookup reads the record: its heartbeat deadline is at + 10 s.
+    let read = webhook
+        .store
+        .get_callback(&record.callback_id)
+        .await
+        .unwrap();
+    assert_eq!(read.as_ref(), Some(&record));
+    // A heartbeat through the other process moves it to at + 18 s.
+    let heartbeat = delivery(
+        &record,
+        DeliveryBody::CallbackHeartbeat {
+            callback_id: record.callback_id.clone(),
+        },
+        at.plus(Duration::from_secs(8)),
+    );
+    let got = other.store.deliver(&heartbeat).await.unwrap();
+    assert!(matches!(got, DeliverOutcome::Accepted(_)), "{got:?}");
+    // The outcome, at + 12 s: past the deadline the lookup read, before the one
+    // stored. Accepted, and the callback closed.
+    let outcome = delivery(
+        &record,
+        DeliveryBody::CallbackSucceeded {
+            callback_id: record.callback_id.clone(),
+            value: Payload::Inline(json!({"approved": true})),
+        },
+        at.plus(Duration::from_secs(12)),
+    );
+    let got = webhook.store.deliver(&outcome).await;
+    assert!(
+        matches!(got, Ok(DeliverOutcome::Accepted(_))),
+        "an outcome within the heartbeat deadline stored: {got:?}"
+    );
+    let closed = other
+        .store
+        .get_callback(&record.callback_id)
+        .await
+        .unwrap()
+        .expect("the record");
+    assert_ne!(closed.status, CallbackStatus::Open);
+}
