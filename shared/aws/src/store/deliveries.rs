@@ -35,20 +35,25 @@ impl DynamoStore {
             .body
             .callback_id()
             .and_then(|id| self.looked_up.take(&callback_pk(id)));
-        if let Some(record) = looked_up
-            && let Ok(planned) = self.plan_with(d, dedup, Some(&record)).await
-        {
-            return Ok(planned);
+        if let Some(record) = looked_up {
+            match self.plan_with(d, dedup, Some(&record), false).await {
+                // Decided again below; the dedup record, if need be, read then.
+                Err(StoreError::Gone(_) | StoreError::NotFound) => {}
+                planned => return planned,
+            }
         }
-        self.plan_with(d, dedup, None).await
+        self.plan_with(d, dedup, None, true).await
     }
 
-    /// [`plan`](Self::plan) with the callback record `looked_up`, else read.
+    /// [`plan`](Self::plan) with the callback record `looked_up`, else read; with
+    /// `dedup_on_refusal`, a delivery refused (`Dedup::ByWrite`) reads its dedup record
+    /// to tell a duplicate.
     async fn plan_with(
         &self,
         d: &NewDelivery,
         dedup: Dedup,
         looked_up: Option<&Item>,
+        dedup_on_refusal: bool,
     ) -> Result<(Decision, Option<Item>), StoreError> {
         let run_key = key(run_pk(&d.tenant, &d.run_id), RUN_SK);
         let dedup_key = key(run_pk(&d.tenant, &d.run_id), delivery_sk(&d.id));
@@ -80,7 +85,7 @@ impl DynamoStore {
             // retention), it may be a retry of a delivery that was stored: one that
             // closed its callback, or came before the run finished.
             Err(e @ (StoreError::Gone(_) | StoreError::NotFound))
-                if dedup == Dedup::ByWrite && read.is_some() =>
+                if dedup == Dedup::ByWrite && dedup_on_refusal && read.is_some() =>
             {
                 match self
                     .get_item("deliver: the dedup record", dedup_key)

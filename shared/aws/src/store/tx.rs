@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{
     ConditionCheck, Put, ReturnConsumedCapacity, ReturnValuesOnConditionCheckFailure,
@@ -344,7 +345,19 @@ impl DynamoStore {
                                 item: r.item().cloned(),
                             })
                             .collect::<Vec<_>>(),
-                        _ => return Err(sdk(op, e)),
+                        _ => {
+                            // Refused for what the request is, which every attempt
+                            // of it would have drawn: it was not written. Any other
+                            // error may follow an attempt that committed.
+                            let refused = matches!(e, SdkError::ConstructionFailure(_))
+                                || e.as_service_error().and_then(|s| s.meta().code())
+                                    == Some("ValidationException");
+                            let error = sdk(op, e);
+                            return match refused {
+                                true => Ok(TxOutcome::NotWritten(error)),
+                                false => Err(error),
+                            };
+                        }
                     };
                     if cancelled.iter().any(Reason::condition_failed) {
                         return Ok(TxOutcome::Cancelled(
