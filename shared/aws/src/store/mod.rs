@@ -25,6 +25,7 @@ mod history;
 mod just_read;
 mod lifecycle;
 mod openings;
+mod puts;
 mod queries;
 mod reads;
 mod tail;

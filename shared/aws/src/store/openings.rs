@@ -12,7 +12,6 @@
 //! process that dies between the put and the transaction) is a record nothing names,
 //! the one item of a run the reaper cannot find.
 
-use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::types::ReturnConsumedCapacity;
 use siesta::ports::StoreError;
 use siesta::{CallbackRecord, CallbackStatus, Timestamp};
@@ -45,30 +44,11 @@ pub(super) async fn put_openings(
 ) -> Result<(), StoreError> {
     for record in opened {
         let item = callback_item(record, at, store.retention)?;
-        let size = item_size(&item);
-        let result = store
-            .client
-            .put_item()
-            .table_name(&store.table)
-            .set_item(Some(item))
-            .condition_expression("attribute_not_exists(pk)")
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
-            .send()
-            .await;
-        match result {
-            Ok(out) => {
-                store.capacity.add(true, out.consumed_capacity());
-                store
-                    .capacity
-                    .note_write("checkpoint", "Callback opened", false, size);
-                created.push(key(callback_pk(&record.callback_id), RECORD_SK));
-            }
-            Err(e)
-                if matches!(
-                    e.as_service_error(),
-                    Some(PutItemError::ConditionalCheckFailedException(_))
-                ) => {}
-            Err(e) => return Err(sdk("checkpoint: open a callback", e)),
+        if store
+            .put_plain("checkpoint", "Callback opened", item, true)
+            .await?
+        {
+            created.push(key(callback_pk(&record.callback_id), RECORD_SK));
         }
     }
     Ok(())

@@ -147,20 +147,9 @@ pub(super) async fn checkpoint_in_tail(
     if let Some(archive) = tail.archive.take() {
         // Committed content under its own key: written again by a retry, or by a
         // writer that then loses the run's condition, it is the same item.
-        let size = item_size(&archive);
-        let out = store
-            .client
-            .put_item()
-            .table_name(&store.table)
-            .set_item(Some(archive))
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
-            .send()
-            .await
-            .map_err(|e| sdk("checkpoint: archive the history tail", e))?;
-        store.capacity.add(true, out.consumed_capacity());
         store
-            .capacity
-            .note_write("checkpoint", "Tail archived", false, size);
+            .put_plain("checkpoint", "Tail archived", archive, false)
+            .await?;
     }
     let mut item = run_item(&cp.run, store.retention)?;
     // Billed by the item before or after, whichever is larger.
