@@ -89,7 +89,9 @@ impl Engine {
                 };
                 let engine = self.clone();
                 tokio::spawn(async move {
-                    engine.handle_received(message).await;
+                    if let Err(e) = engine.handle_received(&message).await {
+                        tracing::warn!(run_id = %message.wake.run_id, error = %e, "could not acknowledge a handled wake-up; it will be redelivered (a no-op)");
+                    }
                     drop(slot);
                 });
             }
@@ -97,22 +99,21 @@ impl Engine {
     }
 
     /// Handle one received wake-up, keeping it hidden meanwhile, and acknowledge it
-    /// unless the invocation was aborted or failed (then it is redelivered).
-    pub(crate) async fn handle_received(&self, message: ReceivedWakeUp) {
+    /// unless the invocation was aborted or failed (then it is redelivered). The error
+    /// is the acknowledgement's: the wake-up, handled, is then redelivered (a no-op).
+    pub(crate) async fn handle_received(&self, message: &ReceivedWakeUp) -> Result<(), StoreError> {
         match self
             .keep_hidden_while(&message.receipt, self.handle_wakeup(&message.wake))
             .await
         {
             Ok(WakeOutcome::Aborted(why)) => {
                 tracing::warn!(run_id = %message.wake.run_id, %why, "invocation aborted; the wake-up will be redelivered");
+                Ok(())
             }
-            Ok(_) => {
-                if let Err(e) = self.backend().queue.ack(&message.receipt).await {
-                    tracing::warn!(run_id = %message.wake.run_id, error = %e, "could not acknowledge a handled wake-up; it will be redelivered (a no-op)");
-                }
-            }
+            Ok(_) => self.backend.queue.ack(&message.receipt).await,
             Err(e) => {
-                tracing::warn!(run_id = %message.wake.run_id, error = %e, "wake-up failed; it will be redelivered")
+                tracing::warn!(run_id = %message.wake.run_id, error = %e, "wake-up failed; it will be redelivered");
+                Ok(())
             }
         }
     }
@@ -171,23 +172,9 @@ impl Engine {
         // receive only to wake-ups it was working on — never to ones waiting behind a
         // slow one, which would otherwise reach the receive limit and be dead-lettered
         // for another run's fault.
-        let acks = futures::future::join_all(received.iter().map(|message| async move {
-            match self
-                .keep_hidden_while(&message.receipt, self.handle_wakeup(&message.wake))
-                .await
-            {
-                Ok(WakeOutcome::Aborted(why)) => {
-                    tracing::warn!(run_id = %message.wake.run_id, %why, "invocation aborted; the wake-up will be redelivered");
-                    Ok(())
-                }
-                Ok(_) => self.backend.queue.ack(&message.receipt).await,
-                Err(e) => {
-                    tracing::warn!(run_id = %message.wake.run_id, error = %e, "wake-up failed; it will be redelivered");
-                    Ok(())
-                }
-            }
-        }))
-        .await;
+        let acks =
+            futures::future::join_all(received.iter().map(|message| self.handle_received(message)))
+                .await;
         acks.into_iter().collect::<Result<Vec<()>, _>>()?;
         Ok(n)
     }
