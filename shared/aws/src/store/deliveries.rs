@@ -36,24 +36,23 @@ impl DynamoStore {
             .callback_id()
             .and_then(|id| self.looked_up.take(&callback_pk(id)));
         if let Some(record) = looked_up {
-            match self.plan_with(d, dedup, Some(&record), false).await {
+            match self.plan_with(d, dedup, Some(&record)).await {
                 // Decided again below; the dedup record, if need be, read then.
                 Err(StoreError::Gone(_) | StoreError::NotFound) => {}
                 planned => return planned,
             }
         }
-        self.plan_with(d, dedup, None, true).await
+        self.plan_with(d, dedup, None).await
     }
 
-    /// [`plan`](Self::plan) with the callback record `looked_up`, else read; with
-    /// `dedup_on_refusal`, a delivery refused (`Dedup::ByWrite`) reads its dedup record
-    /// to tell a duplicate.
+    /// [`plan`](Self::plan) with the callback record `looked_up`, else read. Only on a
+    /// fresh read does a delivery refused (`Dedup::ByWrite`) read its dedup record to
+    /// tell a duplicate: one refused on `looked_up` is decided again first.
     async fn plan_with(
         &self,
         d: &NewDelivery,
         dedup: Dedup,
         looked_up: Option<&Item>,
-        dedup_on_refusal: bool,
     ) -> Result<(Decision, Option<Item>), StoreError> {
         let run_key = key(run_pk(&d.tenant, &d.run_id), RUN_SK);
         let dedup_key = key(run_pk(&d.tenant, &d.run_id), delivery_sk(&d.id));
@@ -85,7 +84,7 @@ impl DynamoStore {
             // retention), it may be a retry of a delivery that was stored: one that
             // closed its callback, or came before the run finished.
             Err(e @ (StoreError::Gone(_) | StoreError::NotFound))
-                if dedup == Dedup::ByWrite && dedup_on_refusal && read.is_some() =>
+                if dedup == Dedup::ByWrite && looked_up.is_none() && read.is_some() =>
             {
                 match self
                     .get_item("deliver: the dedup record", dedup_key)
