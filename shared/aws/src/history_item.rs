@@ -226,7 +226,7 @@ pub(crate) fn next_tail(
         }));
     };
     let previous_sk = get_s(&previous, SK, "history tail")?.to_owned();
-    let before = run.timeline_seq.saturating_sub(events.len() as u64);
+    let before = timeline_before(run, events.len());
     let joined = unpack::<PackedTail>(&previous, "history tail")?;
     if let Some(joined) = joined.filter(|j| {
         may_take(
@@ -256,6 +256,12 @@ pub(crate) fn next_tail(
         packed: fresh,
         archive: Some(previous),
     }))
+}
+
+/// The run's last timeline seq before the `events` of the checkpoint that leaves it as
+/// `run` (a checkpoint's events follow the run's timeline without a gap).
+pub(crate) fn timeline_before(run: &Run, events: usize) -> u64 {
+    run.timeline_seq.saturating_sub(events as u64)
 }
 
 /// What a history tail (as the item it is archived as) holds, when its last

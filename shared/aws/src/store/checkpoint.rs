@@ -14,7 +14,9 @@ use super::openings::{put_openings, split_openings, withdraw_openings};
 use super::tail::checkpoint_in_tail;
 use super::tx::{Expected, Role, TailKept, Tx, TxOutcome, reason_of};
 use super::{DynamoStore, RACE_ATTEMPTS};
-use crate::history_item::{checkpoint_items, tail_before, tail_size, ungrouped_items};
+use crate::history_item::{
+    checkpoint_items, tail_before, tail_size, timeline_before, ungrouped_items,
+};
 use crate::item::*;
 
 impl DynamoStore {
@@ -86,9 +88,8 @@ pub(super) async fn checkpoint(store: &DynamoStore, cp: &Checkpoint) -> Result<(
     };
     let (mut journal, mut timeline, mut archive) = (Vec::new(), Vec::new(), None);
     if let Some(tail) = &previous_tail {
-        // The run's timeline before this checkpoint's events (seqs without a gap).
-        let timeline_before = cp.run.timeline_seq.saturating_sub(cp.timeline.len() as u64);
-        match tail_before(tail, cp.expected_version, timeline_before)? {
+        let before = timeline_before(&cp.run, cp.timeline.len());
+        match tail_before(tail, cp.expected_version, before)? {
             Some(contents) => (journal, timeline) = (contents.journal, contents.events),
             None => archive = Some(tail.clone()),
         }
@@ -103,8 +104,6 @@ pub(super) async fn checkpoint(store: &DynamoStore, cp: &Checkpoint) -> Result<(
     let grouped = cp.by_own_build
         || (!cp.journal.is_empty() || !cp.timeline.is_empty())
             && has_checkpoint_items(store, tenant, run_id).await?;
-    // An opening still takes the transaction path (not the tail's), so that the run
-    // item is left small for the delivery and the claim that follow.
     // Refused as the transaction would have been, before any opening is put: the
     // contract counts the callbacks' records among its items.
     if cp.item_count() > MAX_TRANSACTION_ITEMS {
@@ -113,6 +112,9 @@ pub(super) async fn checkpoint(store: &DynamoStore, cp: &Checkpoint) -> Result<(
             cp.item_count()
         )));
     }
+    // The callbacks it opens are put first (`super::openings`). An opening still takes
+    // the transaction path (not the tail's, see `alone` above), so that the run item is
+    // left small for the delivery and the claim that follow.
     let (opened, closed) = split_openings(&cp.callbacks);
     let mut created = Vec::new();
     if let Err(e) = put_openings(store, &opened, cp.run.updated_at, &mut created).await {
