@@ -163,6 +163,7 @@ impl DevArgs {
             );
             let aws = siesta_aws::AwsOptions {
                 history_tails: self.shared.history_tails == "on",
+                callbacks_in_run: self.shared.callbacks_in_run == "on",
                 ..siesta_aws::AwsOptions::default()
             };
             if self.reap {

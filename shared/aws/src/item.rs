@@ -262,10 +262,14 @@ pub(crate) fn keeps_tail(run_item: &Item) -> bool {
 }
 
 /// An `UpdateItem` expression that writes the whole run `item` over the one stored,
-/// keeping only its history tail (unless `drop_tail`) and mark: `SET` each attribute of
-/// `item` but its key, `REMOVE` each of [`RUN_OPTIONAL`] it lacks. With its names and
-/// values.
-pub(crate) fn run_update(item: &Item, drop_tail: bool) -> (String, HashMap<String, String>, Item) {
+/// keeping only its history tail (unless `drop_tail`), its mark and the callback states
+/// not `removed`: `SET` each attribute of `item` but its key, `REMOVE` each of
+/// [`RUN_OPTIONAL`] and of `removed` it lacks. With its names and values.
+pub(crate) fn run_update(
+    item: &Item,
+    drop_tail: bool,
+    removed: &[String],
+) -> (String, HashMap<String, String>, Item) {
     let mut names = HashMap::new();
     let mut values = HashMap::new();
     let mut set = Vec::new();
@@ -284,10 +288,12 @@ pub(crate) fn run_update(item: &Item, drop_tail: bool) -> (String, HashMap<Strin
     for (i, name) in RUN_OPTIONAL
         .iter()
         .chain(tail)
-        .filter(|name| !item.contains_key(**name))
+        .copied()
+        .chain(removed.iter().map(String::as_str))
+        .filter(|name| !item.contains_key(*name))
         .enumerate()
     {
-        names.insert(format!("#r{i}"), (*name).to_owned());
+        names.insert(format!("#r{i}"), name.to_owned());
         remove.push(format!("#r{i}"));
     }
     let mut expr = format!("SET {}", set.join(", "));
@@ -584,7 +590,7 @@ mod tests {
                 );
             }
         }
-        let (expr, names, values) = run_update(&items[1], false);
+        let (expr, names, values) = run_update(&items[1], false, &[]);
         let removed: Vec<_> = expr
             .split(" REMOVE ")
             .nth(1)

@@ -40,6 +40,7 @@ use siesta::ports::Backend;
 mod artifacts;
 pub mod bootstrap;
 pub mod builds;
+mod callback_state;
 mod error;
 mod history_item;
 mod item;
@@ -84,6 +85,12 @@ pub struct AwsOptions {
     /// item (the history tail, docs/dynamodb.md): off while any function of the
     /// deployment may still run code from before history tails, which would drop one.
     pub history_tails: bool,
+    /// Whether the callbacks runs open keep their state (open, heartbeat deadline) in
+    /// the run item, so that a delivery writes two items instead of three
+    /// (docs/dynamodb.md, "Callbacks in the run item"): off while any function of the
+    /// deployment may still run code from before it, which refuses deliveries to such
+    /// callbacks.
+    pub callbacks_in_run: bool,
 }
 
 impl Default for AwsOptions {
@@ -92,6 +99,7 @@ impl Default for AwsOptions {
             retention: Duration::from_secs(30 * 24 * 3600),
             interceptors: Vec::new(),
             history_tails: true,
+            callbacks_in_run: true,
         }
     }
 }
@@ -161,6 +169,7 @@ impl AwsBackend {
             names.table.clone(),
             options.retention,
             options.history_tails,
+            options.callbacks_in_run,
         ));
         AwsBackend {
             reaping: (dynamodb.clone(), s3.clone(), names.clone()),

@@ -8,12 +8,13 @@ use siesta::delivery::Decision;
 use siesta::ports::*;
 use siesta::*;
 
-use super::deliveries::Dedup;
+use super::deliveries::{Dedup, Planned};
 use super::history::has_checkpoint_items;
 use super::openings::{put_openings, split_openings, withdraw_openings};
 use super::tail::checkpoint_in_tail;
-use super::tx::{Expected, Role, TailKept, Tx, TxOutcome, reason_of};
+use super::tx::{Expected, Role, StatesKept, TailKept, Tx, TxOutcome, reason_of};
 use super::{DynamoStore, RACE_ATTEMPTS};
+use crate::callback_state::{put_state, state_attr};
 use crate::history_item::{
     checkpoint_items, tail_before, tail_size, timeline_before, ungrouped_items,
 };
@@ -127,10 +128,22 @@ pub(super) async fn checkpoint(store: &DynamoStore, cp: &Checkpoint) -> Result<(
             if unfinished != 0 {
                 tx.count_unfinished(&store.table, tenant, unfinished, None)?;
             }
+            // The state of each callback it opens in the run item, when the store keeps
+            // it there; that of each it closes removed (none if it was not there).
+            let mut item = run_item(&cp.run, store.retention)?;
+            if store.callbacks_in_run {
+                opened
+                    .iter()
+                    .for_each(|record| put_state(&mut item, record));
+            }
+            let states = StatesKept {
+                removed: closed.iter().map(|r| state_attr(&r.callback_id)).collect(),
+                ..StatesKept::default()
+            };
             tx.put_run(
                 &store.table,
                 Role::Run,
-                run_item(&cp.run, store.retention)?,
+                item,
                 Expected::of(cp),
                 match &previous_tail {
                     Some(tail) => TailKept::Dropped {
@@ -138,6 +151,7 @@ pub(super) async fn checkpoint(store: &DynamoStore, cp: &Checkpoint) -> Result<(
                     },
                     None => TailKept::Kept,
                 },
+                &states,
             )?;
             if let Some(archive) = &archive {
                 // Committed content under its own key (see `super::tail`).
@@ -176,10 +190,21 @@ pub(super) async fn checkpoint(store: &DynamoStore, cp: &Checkpoint) -> Result<(
             if let Some(delivery) = &cp.parent_delivery {
                 // A missing or finished parent, or a duplicate, skips the delivery.
                 match store.plan(delivery, Dedup::Read).await {
-                    Ok((Decision::Accept(plan), read)) => {
-                        tx.delivery(&store.table, &plan, read.as_ref(), store.retention)?
-                    }
-                    Ok((Decision::Duplicate, _))
+                    Ok(Planned {
+                        decision: Decision::Accept(plan),
+                        read,
+                        callback_in_run,
+                    }) => tx.delivery(
+                        &store.table,
+                        &plan,
+                        read.as_ref(),
+                        store.retention,
+                        callback_in_run,
+                    )?,
+                    Ok(Planned {
+                        decision: Decision::Duplicate,
+                        ..
+                    })
                     | Err(StoreError::NotFound)
                     | Err(StoreError::Gone(_)) => {}
                     Err(e) => return Err(e.into()),

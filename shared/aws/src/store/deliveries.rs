@@ -1,6 +1,8 @@
 //! Deliveries: read what the core's delivery decision needs (the run, the dedup record,
 //! the callback record) in one request, decide ([`siesta::delivery::decide`]), and write
-//! the accepted delivery in one transaction.
+//! the accepted delivery in one transaction: of the delivery record and the run item,
+//! and the callback record unless its state is in the run item
+//! ([`crate::callback_state`]).
 //!
 //! A delivery on its own ([`deliver`]) does not read its dedup record first: the write
 //! inserts it only if new, and a duplicate is told by that condition failing, or, when
@@ -12,31 +14,47 @@ use siesta::ports::*;
 
 use super::reads::item_key;
 use super::tx::{Role, Tx, TxOutcome, reason_of};
-use super::{DynamoStore, RACE_ATTEMPTS};
+use super::{DynamoStore, RACE_ATTEMPTS, run_lookup_key};
+use crate::callback_state::{is_in_run, with_state};
 use crate::item::*;
 use crate::keys::*;
+
+/// A delivery decided: the decision, the run item as read (for the history tail it
+/// holds), and whether the callback it names keeps its state in the run item
+/// ([`crate::callback_state`]).
+pub(super) struct Planned {
+    pub(super) decision: Decision,
+    pub(super) read: Option<Item>,
+    pub(super) callback_in_run: bool,
+}
+
+/// What a webhook's lookup read just before the delivery: the callback record and, for
+/// a callback whose state is in the run item, the run item.
+struct LookedUp {
+    record: Item,
+    run: Option<Item>,
+}
 
 impl DynamoStore {
     /// Read what a delivery decides on, in one request: the run, the dedup record
     /// (unless `dedup` says the write tells it) and the callback record; then decide
-    /// ([`siesta::delivery::decide`]). With the run item as read, for the history tail
-    /// it holds.
+    /// ([`siesta::delivery::decide`]).
     ///
-    /// The callback record a webhook's lookup just read stands in for reading it again
-    /// when the decision lets the delivery through: the write checks it is still open
-    /// and in time, and a refused write decides again. A decision it refuses is made
-    /// again on a fresh read, as the record may have changed since the lookup.
-    pub(super) async fn plan(
-        &self,
-        d: &NewDelivery,
-        dedup: Dedup,
-    ) -> Result<(Decision, Option<Item>), StoreError> {
-        let looked_up = d
-            .body
-            .callback_id()
-            .and_then(|id| self.looked_up.take(&callback_pk(id)));
-        if let Some(record) = looked_up {
-            match self.plan_with(d, dedup, Some(&record)).await {
+    /// What a webhook's lookup just read (the callback record, and the run item with
+    /// it when the callback's state is there) stands in for reading it again when the
+    /// decision lets the delivery through: the write checks the callback is still open
+    /// and in time (or that the run, which holds its state, is at the version read),
+    /// and a refused write decides again. A decision it refuses is made again on a
+    /// fresh read, as the records may have changed since the lookup.
+    pub(super) async fn plan(&self, d: &NewDelivery, dedup: Dedup) -> Result<Planned, StoreError> {
+        let looked_up = d.body.callback_id().and_then(|id| {
+            let pk = callback_pk(id);
+            let record = self.looked_up.take(&pk)?;
+            let run = self.looked_up.take(&run_lookup_key(&pk));
+            Some(LookedUp { record, run })
+        });
+        if let Some(looked_up) = looked_up {
+            match self.plan_with(d, dedup, Some(&looked_up)).await {
                 // Decided again below; the dedup record, if need be, read then.
                 Err(StoreError::Gone(_) | StoreError::NotFound) => {}
                 planned => return planned,
@@ -45,18 +63,25 @@ impl DynamoStore {
         self.plan_with(d, dedup, None).await
     }
 
-    /// [`plan`](Self::plan) with the callback record `looked_up`, else read. Only on a
-    /// fresh read does a delivery refused (`Dedup::ByWrite`) read its dedup record to
-    /// tell a duplicate: one refused on `looked_up` is decided again first.
+    /// [`plan`](Self::plan) with what the lookup read, else read. Only on a fresh read
+    /// does a delivery refused (`Dedup::ByWrite`) read its dedup record to tell a
+    /// duplicate: one refused on `looked_up` is decided again first.
     async fn plan_with(
         &self,
         d: &NewDelivery,
         dedup: Dedup,
-        looked_up: Option<&Item>,
-    ) -> Result<(Decision, Option<Item>), StoreError> {
+        looked_up: Option<&LookedUp>,
+    ) -> Result<Planned, StoreError> {
         let run_key = key(run_pk(&d.tenant, &d.run_id), RUN_SK);
         let dedup_key = key(run_pk(&d.tenant, &d.run_id), delivery_sk(&d.id));
-        let mut keys = vec![run_key.clone()];
+        // The run item the lookup read, if it is this delivery's run's.
+        let looked_up_run = looked_up
+            .and_then(|l| l.run.as_ref())
+            .filter(|run| run.get(PK) == run_key.get(PK));
+        let mut keys = Vec::new();
+        if looked_up_run.is_none() {
+            keys.push(run_key.clone());
+        }
         if dedup == Dedup::Read {
             keys.push(dedup_key.clone());
         }
@@ -66,20 +91,36 @@ impl DynamoStore {
             .filter(|_| looked_up.is_none())
             .map(|id| key(callback_pk(id), RECORD_SK));
         keys.extend(callback_key.clone());
-        let mut found = self.batch_get("deliver", keys).await?;
-        let read = found.remove(&item_key(&run_key)?);
+        let mut found = match keys.is_empty() {
+            true => Default::default(),
+            false => self.batch_get("deliver", keys).await?,
+        };
+        let read = match looked_up_run {
+            Some(run) => Some(run.clone()),
+            None => found.remove(&item_key(&run_key)?),
+        };
         let run = read.as_ref().map(run_from_item).transpose()?;
         let stored = found.contains_key(&item_key(&dedup_key)?);
-        let callback = match (looked_up, callback_key) {
-            (Some(item), _) => Some(callback_from_item(item)?),
-            (None, Some(k)) => found
-                .remove(&item_key(&k)?)
-                .map(|i| callback_from_item(&i))
-                .transpose()?,
+        let callback_item = match (looked_up, callback_key) {
+            (Some(l), _) => Some(l.record.clone()),
+            (None, Some(k)) => found.remove(&item_key(&k)?),
             (None, None) => None,
         };
+        let callback_in_run = callback_item.as_ref().is_some_and(is_in_run);
+        let callback = match callback_item {
+            Some(item) if callback_in_run => {
+                Some(with_state(callback_from_item(&item)?, read.as_ref())?)
+            }
+            Some(item) => Some(callback_from_item(&item)?),
+            None => None,
+        };
+        let planned = |decision| Planned {
+            decision,
+            read: read.clone(),
+            callback_in_run,
+        };
         match siesta::delivery::decide(d, run, stored, callback) {
-            Ok(decision) => Ok((decision, read)),
+            Ok(decision) => Ok(planned(decision)),
             // Refused as gone (or its callback record not found, expired past the
             // retention), it may be a retry of a delivery that was stored: one that
             // closed its callback, or came before the run finished.
@@ -90,7 +131,7 @@ impl DynamoStore {
                     .get_item("deliver: the dedup record", dedup_key)
                     .await?
                 {
-                    Some(_) => Ok((Decision::Duplicate, read)),
+                    Some(_) => Ok(planned(Decision::Duplicate)),
                     None => Err(e),
                 }
             }
@@ -117,12 +158,19 @@ pub(super) async fn deliver(
     delivery: &NewDelivery,
 ) -> Result<DeliverOutcome, StoreError> {
     for _ in 0..RACE_ATTEMPTS {
-        let (plan, read) = match store.plan(delivery, Dedup::ByWrite).await? {
-            (Decision::Duplicate, _) => return Ok(DeliverOutcome::Duplicate),
-            (Decision::Accept(plan), read) => (plan, read),
+        let planned = store.plan(delivery, Dedup::ByWrite).await?;
+        let plan = match planned.decision {
+            Decision::Duplicate => return Ok(DeliverOutcome::Duplicate),
+            Decision::Accept(plan) => plan,
         };
         let mut tx = Tx::default();
-        tx.delivery(&store.table, &plan, read.as_ref(), store.retention)?;
+        tx.delivery(
+            &store.table,
+            &plan,
+            planned.read.as_ref(),
+            store.retention,
+            planned.callback_in_run,
+        )?;
         match store.transact("deliver", tx).await? {
             TxOutcome::Committed => return Ok(DeliverOutcome::Accepted(Box::new(plan.run))),
             TxOutcome::NotWritten(e) => return Err(e),

@@ -39,6 +39,7 @@ use aws_sdk_dynamodb::Client;
 use siesta::ports::*;
 use siesta::*;
 
+use crate::callback_state::{is_in_run, with_state};
 use crate::item::*;
 use crate::keys::*;
 
@@ -51,6 +52,12 @@ pub(crate) use reads::{consistent_get, query_page};
 /// (a parent run, a callback, plain contention) is re-read and retried.
 const RACE_ATTEMPTS: usize = 8;
 
+/// Under which key [`DynamoStore::looked_up`] keeps the run item a lookup of the
+/// callback record under `callback_pk` read with it.
+fn run_lookup_key(callback_pk: &str) -> String {
+    format!("{callback_pk}#run")
+}
+
 /// The run store on DynamoDB.
 pub(crate) struct DynamoStore {
     client: Client,
@@ -61,9 +68,13 @@ pub(crate) struct DynamoStore {
     tails: tail::Tails,
     /// Whether the runs it creates keep a history tail ([`KEEPS_TAIL`]).
     history_tails: bool,
+    /// Whether the callbacks it opens keep their state in the run item
+    /// ([`crate::callback_state`]).
+    callbacks_in_run: bool,
     /// The run items its claims returned, for the replays that follow.
     claimed: just_read::JustRead,
-    /// The callback records its lookups read, for the deliveries that follow.
+    /// The callback records its lookups read (and the run items they read with them),
+    /// for the deliveries that follow.
     looked_up: just_read::JustRead,
 }
 
@@ -82,6 +93,7 @@ impl DynamoStore {
         table: String,
         retention: Duration,
         history_tails: bool,
+        callbacks_in_run: bool,
     ) -> Self {
         DynamoStore {
             client,
@@ -90,6 +102,7 @@ impl DynamoStore {
             capacity: Arc::default(),
             tails: tail::Tails::default(),
             history_tails,
+            callbacks_in_run,
             claimed: just_read::JustRead::default(),
             looked_up: just_read::JustRead::default(),
         }
@@ -183,7 +196,16 @@ impl RunStore for DynamoStore {
         else {
             return Ok(None);
         };
-        let record = callback_from_item(&item)?;
+        let mut record = callback_from_item(&item)?;
+        if is_in_run(&item) {
+            // Its state is in the run item: read it too, and keep it for the delivery.
+            let run_key = key(run_pk(&record.tenant, &record.run_id), RUN_SK);
+            let run = self.get_item("get_callback: its run", run_key).await?;
+            record = with_state(record, run.as_ref())?;
+            if let Some(run) = run {
+                self.looked_up.keep(run_lookup_key(&pk), run);
+            }
+        }
         // A webhook's lookup, read again by the delivery that follows (`plan`).
         self.looked_up.keep(pk, item);
         Ok(Some(record))

@@ -17,6 +17,7 @@ use siesta::ports::StoreError;
 use siesta::{CallbackRecord, CallbackStatus, Timestamp};
 
 use super::DynamoStore;
+use crate::callback_state::in_run_record_item;
 use crate::error::sdk;
 use crate::item::*;
 use crate::keys::*;
@@ -31,7 +32,8 @@ pub(super) fn split_openings(
         .partition(|r| r.status == CallbackStatus::Open)
 }
 
-/// Put the records of the callbacks a checkpoint opens, each only if its key is new,
+/// Put the records of the callbacks a checkpoint opens (as indexes of callbacks whose
+/// state its run item holds, when the store keeps it there), each only if its key is new,
 /// adding to `created` the keys of those this call created (so that a failure part
 /// way through can withdraw them). A retried checkpoint finds its records there
 /// already, and must not delete them if it is refused, since the attempt before may
@@ -43,7 +45,10 @@ pub(super) async fn put_openings(
     created: &mut Vec<Item>,
 ) -> Result<(), StoreError> {
     for record in opened {
-        let item = callback_item(record, at, store.retention)?;
+        let item = match store.callbacks_in_run {
+            true => in_run_record_item(record, at, store.retention)?,
+            false => callback_item(record, at, store.retention)?,
+        };
         if store
             .put_plain("checkpoint", "Callback opened", item, true)
             .await?

@@ -159,7 +159,7 @@ pub(super) async fn checkpoint_in_tail(
         keeps_tail: true,
         ..Expected::of(cp)
     };
-    let write = RunWrite::new(&item, &expected, false);
+    let write = RunWrite::new(&item, &expected, false, &[]);
     let result = store
         .client
         .update_item()

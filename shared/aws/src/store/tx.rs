@@ -16,6 +16,7 @@ use siesta::ports::*;
 use siesta::*;
 
 use super::{DynamoStore, RACE_ATTEMPTS};
+use crate::callback_state::{kept_state_bytes, put_state, state_attr};
 use crate::error::sdk;
 use crate::history_item::{WRITE_UNIT_BYTES, archived_tail, tail_with_event};
 use crate::item::*;
@@ -138,14 +139,21 @@ impl Tx {
         item: Item,
         expected: Expected,
         tail: TailKept,
+        states: &StatesKept,
     ) -> Result<(), StoreError> {
         // An update is billed by the item before or after, whichever is larger.
         let tail_bytes = match tail {
             TailKept::Kept => 0,
             TailKept::Dropped { bytes } => bytes,
         };
-        self.sizes.push(item_size(&item) + tail_bytes);
-        let write = RunWrite::new(&item, &expected, matches!(tail, TailKept::Dropped { .. }));
+        self.sizes
+            .push((item_size(&item) + tail_bytes + states.kept_bytes).max(states.before_bytes));
+        let write = RunWrite::new(
+            &item,
+            &expected,
+            matches!(tail, TailKept::Dropped { .. }),
+            &states.removed,
+        );
         let update = Update::builder()
             .table_name(table)
             .set_key(Some(key(get_s(&item, PK, "run")?.to_owned(), RUN_SK)))
@@ -200,7 +208,9 @@ impl Tx {
 
     /// The writes of an accepted delivery (see [`siesta::delivery`]): the delivery, its
     /// event, the run under the version read, and the callback record only if the
-    /// delivery changes it — else a check that it is still as read.
+    /// delivery changes it — else a check that it is still as read. A callback whose
+    /// state the run item holds (`callback_in_run`, [`crate::callback_state`]) changes
+    /// in the run item alone.
     ///
     /// In a run that keeps a history tail, the delivery's event joins the tail (see
     /// [`tail_with_event`]) while the run item stays under a write unit: one item
@@ -211,9 +221,29 @@ impl Tx {
         plan: &Accepted,
         read: Option<&Item>,
         retention: Duration,
+        callback_in_run: bool,
     ) -> Result<(), StoreError> {
         self.insert(table, Role::DeliveryRecord, delivery_item(&plan.delivery)?)?;
         let mut item = run_item(&plan.run, retention)?;
+        // A callback whose state the run item holds changes there, under the run's
+        // version condition, which covers it: nothing else of it is written or checked.
+        let mut states = StatesKept::default();
+        let mut own_state = Vec::new();
+        if let Some(change) = plan.callback.as_ref().filter(|_| callback_in_run) {
+            let record = change.record();
+            own_state.push(state_attr(&record.callback_id));
+            match change {
+                CallbackChange::Write(r) if r.status == CallbackStatus::Open => {
+                    put_state(&mut item, r)
+                }
+                CallbackChange::Write(_) => states.removed.push(state_attr(&record.callback_id)),
+                CallbackChange::RequireOpen(_) => own_state.clear(),
+            }
+        }
+        if let Some(read) = read {
+            states.kept_bytes = kept_state_bytes(read, &own_state);
+            states.before_bytes = item_size(read);
+        }
         let tail = match read.filter(|r| keeps_tail(r)) {
             Some(read) => tail_with_event(
                 &plan.run,
@@ -230,7 +260,7 @@ impl Tx {
                 // With room for the lease the claim that follows adds (owner, expiry,
                 // epoch: about 70 bytes), so that the claim stays one unit too.
                 // `keeps_tail` is stored, not in the item written.
-                let stored = item_size(&with_tail) + KEEPS_TAIL.len() + 1;
+                let stored = item_size(&with_tail) + KEEPS_TAIL.len() + 1 + states.kept_bytes;
                 let fits = stored + CLAIM_ROOM <= WRITE_UNIT_BYTES;
                 if fits {
                     item = with_tail;
@@ -257,8 +287,9 @@ impl Tx {
                 keeps_tail: in_tail,
             },
             TailKept::Kept,
+            &states,
         )?;
-        if let Some(change) = &plan.callback {
+        if let Some(change) = plan.callback.as_ref().filter(|_| !callback_in_run) {
             // Open, and neither its deadline nor its heartbeat deadline passed when the
             // delivery was received: a completion or heartbeat after either is refused
             // even if the run has not yet recorded the timeout. The decision was made on
@@ -446,8 +477,13 @@ pub(super) struct RunWrite {
 }
 
 impl RunWrite {
-    pub(super) fn new(item: &Item, expected: &Expected, drop_tail: bool) -> Self {
-        let (update, mut names, mut values) = run_update(item, drop_tail);
+    pub(super) fn new(
+        item: &Item,
+        expected: &Expected,
+        drop_tail: bool,
+        removed: &[String],
+    ) -> Self {
+        let (update, mut names, mut values) = run_update(item, drop_tail, removed);
         let (condition, condition_names, condition_values) = expected.condition();
         names.extend(condition_names);
         values.extend(condition_values);
@@ -458,6 +494,19 @@ impl RunWrite {
             values,
         }
     }
+}
+
+/// What a write of a whole run item does with the callback states the stored item holds
+/// ([`crate::callback_state`]), which [`run_item`] knows nothing of, and the sizes they
+/// add for the cost breakdown.
+#[derive(Default)]
+pub(super) struct StatesKept {
+    /// The states it removes (the callbacks it closes).
+    pub(super) removed: Vec<String>,
+    /// The bytes of the states it keeps, beside the item it writes.
+    pub(super) kept_bytes: usize,
+    /// The size of the item it writes over, when known (billed if larger).
+    pub(super) before_bytes: usize,
 }
 
 /// What a write of a whole run item does with the history tail the item holds.

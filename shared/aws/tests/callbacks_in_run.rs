@@ -1,0 +1,292 @@
+//! A callback's state kept in its run's item (`AwsOptions::callbacks_in_run`): the
+//! callback record is the index its token finds the run by, written once; whether the
+//! callback is open, and its heartbeat deadline, are the run item's, so a delivery
+//! writes the delivery record and the run item and nothing else. Callbacks opened
+//! either way are delivered by stores either way, so that a deployment can turn it on
+//! or off with runs waiting.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is a failed assertion"
+)]
+
+mod support;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use serde_json::json;
+use siesta::ports::{Checkpoint, Claim, DeliverOutcome, NewDelivery, StoreError};
+use siesta::*;
+
+type Item = HashMap<String, AttributeValue>;
+
+fn options(callbacks_in_run: bool) -> siesta_aws::AwsOptions {
+    siesta_aws::AwsOptions {
+        callbacks_in_run,
+        ..siesta_aws::AwsOptions::default()
+    }
+}
+
+/// A run waiting on a callback (with a heartbeat timeout of `every`, if any), opened at
+/// `at`: the run after the suspension and the callback's record.
+async fn waiting_on_a_callback(
+    store: &dyn siesta::ports::RunStore,
+    at: Timestamp,
+    every: Option<Duration>,
+) -> (Run, CallbackRecord) {
+    let mut run = Run::new(
+        TenantId(format!("in-run-{}", uuid::Uuid::new_v4().simple())),
+        RunId("r".into()),
+        "order",
+        Payload::Inline(json!(null)),
+        at,
+    );
+    let mut started = TimelineEvent::execution_started(at, "order", json!(null));
+    started.seq = 1;
+    run.timeline_seq = 1;
+    store.create_run(&run, &started).await.unwrap();
+    let claim = Claim {
+        owner: "engine".into(),
+        now: at,
+        expires_at: at.plus(Duration::from_secs(60)),
+    };
+    let held = store.claim(&run.tenant, &run.id, &claim).await.unwrap();
+    let mut waiting = held.clone();
+    waiting.version += 1;
+    waiting.status = RunStatus::Waiting;
+    waiting.lease = None;
+    waiting.due_at = Some(at.plus(Duration::from_secs(3600)));
+    let mut cp = Checkpoint::new(waiting, held.version, Some(held.epoch));
+    cp.by_own_build = true;
+    let record = CallbackRecord {
+        callback_id: CallbackId(format!("cb_{}", uuid::Uuid::new_v4().simple())),
+        tenant: held.tenant.clone(),
+        run_id: held.id.clone(),
+        position: Position::from("approval#0"),
+        status: CallbackStatus::Open,
+        deadline: Some(at.plus(Duration::from_secs(3600))),
+        created_at: at,
+        accepts: None,
+        heartbeat: every.map(|every| CallbackHeartbeat::new(every, at)),
+    };
+    cp.callbacks.push(record.clone());
+    store.checkpoint(&cp).await.unwrap();
+    (cp.run, record)
+}
+
+fn delivery(record: &CallbackRecord, body: DeliveryBody, at: Timestamp) -> NewDelivery {
+    NewDelivery {
+        id: DeliveryId(format!("d-{}", uuid::Uuid::new_v4().simple())),
+        tenant: record.tenant.clone(),
+        run_id: record.run_id.clone(),
+        body,
+        received_at: at,
+        resend_after: None,
+        event: TimelineEvent::execution_started(at, "order", json!(null)),
+    }
+}
+
+fn success(record: &CallbackRecord, at: Timestamp) -> NewDelivery {
+    let body = DeliveryBody::CallbackSucceeded {
+        callback_id: record.callback_id.clone(),
+        value: Payload::Inline(json!({"approved": true})),
+    };
+    delivery(record, body, at)
+}
+
+async fn get(env: &support::Emulators, pk: String, sk: &str) -> Option<Item> {
+    aws_sdk_dynamodb::Client::new(&env.sdk)
+        .get_item()
+        .table_name(&env.table)
+        .key("pk", AttributeValue::S(pk))
+        .key("sk", AttributeValue::S(sk.into()))
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap()
+        .item
+}
+
+async fn record_item(env: &support::Emulators, record: &CallbackRecord) -> Item {
+    let pk = format!("C#{}", record.callback_id.as_str());
+    get(env, pk, "REC").await.expect("the callback record")
+}
+
+async fn run_item(env: &support::Emulators, record: &CallbackRecord) -> Item {
+    let pk = siesta_aws::keys::run_pk(&record.tenant, &record.run_id);
+    get(env, pk, "RUN").await.expect("the run item")
+}
+
+/// The callback's state in the run item: its heartbeat deadline (0 for none), while
+/// open.
+fn state(run: &Item, record: &CallbackRecord) -> Option<i64> {
+    run.get(&format!("c#{}", record.callback_id.as_str()))
+        .map(|v| v.as_n().unwrap().parse().unwrap())
+}
+
+fn status(record: &Item) -> String {
+    record["callback_status"].as_s().unwrap().clone()
+}
+
+#[tokio::test]
+async fn an_outcome_closes_the_callback_in_the_run_item_and_leaves_its_record_as_opened() {
+    let Some(env) = support::emulators().await else {
+        return;
+    };
+    let aws = env.backend_with(3, options(true)).await;
+    let store = aws.backend().store;
+    let at = Timestamp(1_700_000_000_000);
+    let (_, record) = waiting_on_a_callback(&*store, at, None).await;
+    let opened = record_item(&env, &record).await;
+    assert_eq!(status(&opened), "in_run");
+    assert_eq!(state(&run_item(&env, &record).await, &record), Some(0));
+    assert_eq!(
+        store.get_callback(&record.callback_id).await.unwrap(),
+        Some(record.clone())
+    );
+
+    let first = success(&record, at.plus(Duration::from_secs(5)));
+    let before = aws.written_items();
+    let got = store.deliver(&first).await.unwrap();
+    assert!(matches!(got, DeliverOutcome::Accepted(_)), "{got:?}");
+    let written: Vec<String> = aws
+        .written_items()
+        .into_iter()
+        .filter(|(what, items)| before.get(what).is_none_or(|b| b.items < items.items))
+        .map(|(what, _)| what)
+        .collect();
+    assert_eq!(
+        written,
+        vec![
+            "deliver: DeliveryRecord (transactional)",
+            "deliver: DeliveryRun (transactional)"
+        ],
+        "the delivery writes its record and the run item, no callback record"
+    );
+    assert_eq!(
+        record_item(&env, &record).await,
+        opened,
+        "the record as opened"
+    );
+    assert_eq!(state(&run_item(&env, &record).await, &record), None);
+    let closed = store.get_callback(&record.callback_id).await.unwrap();
+    assert_eq!(closed.map(|r| r.status), Some(CallbackStatus::Completed));
+
+    // The same delivery again is a duplicate; another outcome finds it closed.
+    let again = store.deliver(&first).await.unwrap();
+    assert!(matches!(again, DeliverOutcome::Duplicate), "{again:?}");
+    let second = success(&record, at.plus(Duration::from_secs(6)));
+    let refused = store.deliver(&second).await;
+    assert!(matches!(refused, Err(StoreError::Gone(_))), "{refused:?}");
+}
+
+#[tokio::test]
+async fn a_heartbeat_moves_the_deadline_the_run_item_holds() {
+    let Some(env) = support::emulators().await else {
+        return;
+    };
+    let store = env.backend_with(3, options(true)).await.backend().store;
+    let at = Timestamp(1_700_000_000_000);
+    let every = Duration::from_secs(10);
+    let (_, record) = waiting_on_a_callback(&*store, at, Some(every)).await;
+    assert_eq!(
+        state(&run_item(&env, &record).await, &record),
+        Some(at.plus(every).millis())
+    );
+    let beat = DeliveryBody::CallbackHeartbeat {
+        callback_id: record.callback_id.clone(),
+    };
+    let beat_at = at.plus(Duration::from_secs(8));
+    store
+        .deliver(&delivery(&record, beat, beat_at))
+        .await
+        .unwrap();
+    assert_eq!(
+        state(&run_item(&env, &record).await, &record),
+        Some(beat_at.plus(every).millis())
+    );
+    // In time only for the moved deadline.
+    let late_for_the_first = success(&record, at.plus(Duration::from_secs(12)));
+    let got = store.deliver(&late_for_the_first).await.unwrap();
+    assert!(matches!(got, DeliverOutcome::Accepted(_)), "{got:?}");
+    // Past the moved one, another callback's heartbeat deadline is still the record's.
+    let (_, watched) = waiting_on_a_callback(&*store, at, Some(every)).await;
+    let late = success(&watched, at.plus(Duration::from_secs(11)));
+    let refused = store.deliver(&late).await;
+    assert!(matches!(refused, Err(StoreError::Gone(_))), "{refused:?}");
+}
+
+#[tokio::test]
+async fn a_checkpoint_that_times_a_callback_out_writes_its_record_and_removes_its_state() {
+    let Some(env) = support::emulators().await else {
+        return;
+    };
+    let store = env.backend_with(3, options(true)).await.backend().store;
+    let at = Timestamp(1_700_000_000_000);
+    let (waiting, record) = waiting_on_a_callback(&*store, at, None).await;
+    let later = at.plus(Duration::from_secs(3600));
+    let claim = Claim {
+        owner: "engine".into(),
+        now: later,
+        expires_at: later.plus(Duration::from_secs(60)),
+    };
+    let held = store
+        .claim(&waiting.tenant, &waiting.id, &claim)
+        .await
+        .unwrap();
+    let mut next = held.clone();
+    next.version += 1;
+    let mut cp = Checkpoint::new(next, held.version, Some(held.epoch));
+    cp.by_own_build = true;
+    let timed_out = CallbackRecord {
+        status: CallbackStatus::TimedOut,
+        ..record.clone()
+    };
+    cp.callbacks.push(timed_out.clone());
+    store.checkpoint(&cp).await.unwrap();
+    assert_eq!(state(&run_item(&env, &record).await, &record), None);
+    assert_eq!(status(&record_item(&env, &record).await), "timed_out");
+    assert_eq!(
+        store.get_callback(&record.callback_id).await.unwrap(),
+        Some(timed_out)
+    );
+    let late = store.deliver(&success(&record, later)).await;
+    assert!(matches!(late, Err(StoreError::Gone(_))), "{late:?}");
+}
+
+#[tokio::test]
+async fn callbacks_opened_either_way_are_delivered_by_stores_either_way() {
+    let Some(env) = support::emulators().await else {
+        return;
+    };
+    let on = env.backend_with(3, options(true)).await.backend().store;
+    let off = env.backend_with(3, options(false)).await.backend().store;
+    let at = Timestamp(1_700_000_000_000);
+    for (opener, deliverer, in_run) in [(&on, &off, true), (&off, &on, false)] {
+        let (_, record) = waiting_on_a_callback(&**opener, at, None).await;
+        let opened = record_item(&env, &record).await;
+        assert_eq!(status(&opened), if in_run { "in_run" } else { "open" });
+        let got = deliverer
+            .deliver(&success(&record, at.plus(Duration::from_secs(1))))
+            .await
+            .unwrap();
+        assert!(matches!(got, DeliverOutcome::Accepted(_)), "{got:?}");
+        let after = record_item(&env, &record).await;
+        match in_run {
+            // Closed in the run item, whatever the deliverer's own setting.
+            true => assert_eq!(after, opened),
+            // Closed in the record, with its TTL, as before.
+            false => {
+                assert_eq!(status(&after), "completed");
+                assert!(after.contains_key("expires_at"));
+            }
+        }
+        assert_eq!(state(&run_item(&env, &record).await, &record), None);
+        for store in [&on, &off] {
+            let read = store.get_callback(&record.callback_id).await.unwrap();
+            assert_eq!(read.map(|r| r.status), Some(CallbackStatus::Completed));
+        }
+    }
+}
