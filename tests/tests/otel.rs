@@ -97,6 +97,7 @@ async fn stack(lease_ttl: Duration) -> Option<Stack> {
         quotas: siesta::Quotas::default(),
         quotas_parameter: None,
         history_tails: true,
+        callbacks_in_run: true,
     };
     let engine = settings
         .engine(&env.sdk, siesta_workflows::registry())
