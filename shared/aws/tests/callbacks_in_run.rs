@@ -19,6 +19,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use serde_json::json;
 use siesta::ports::{Checkpoint, Claim, DeliverOutcome, NewDelivery, StoreError};
 use siesta::*;
+use support::waiting::waiting_on_a_callback;
 
 type Item = HashMap<String, AttributeValue>;
 
@@ -27,53 +28,6 @@ fn options(callbacks_in_run: bool) -> siesta_aws::AwsOptions {
         callbacks_in_run,
         ..siesta_aws::AwsOptions::default()
     }
-}
-
-/// A run waiting on a callback (with a heartbeat timeout of `every`, if any), opened at
-/// `at`: the run after the suspension and the callback's record.
-async fn waiting_on_a_callback(
-    store: &dyn siesta::ports::RunStore,
-    at: Timestamp,
-    every: Option<Duration>,
-) -> (Run, CallbackRecord) {
-    let mut run = Run::new(
-        TenantId(format!("in-run-{}", uuid::Uuid::new_v4().simple())),
-        RunId("r".into()),
-        "order",
-        Payload::Inline(json!(null)),
-        at,
-    );
-    let mut started = TimelineEvent::execution_started(at, "order", json!(null));
-    started.seq = 1;
-    run.timeline_seq = 1;
-    store.create_run(&run, &started).await.unwrap();
-    let claim = Claim {
-        owner: "engine".into(),
-        now: at,
-        expires_at: at.plus(Duration::from_secs(60)),
-    };
-    let held = store.claim(&run.tenant, &run.id, &claim).await.unwrap();
-    let mut waiting = held.clone();
-    waiting.version += 1;
-    waiting.status = RunStatus::Waiting;
-    waiting.lease = None;
-    waiting.due_at = Some(at.plus(Duration::from_secs(3600)));
-    let mut cp = Checkpoint::new(waiting, held.version, Some(held.epoch));
-    cp.by_own_build = true;
-    let record = CallbackRecord {
-        callback_id: CallbackId(format!("cb_{}", uuid::Uuid::new_v4().simple())),
-        tenant: held.tenant.clone(),
-        run_id: held.id.clone(),
-        position: Position::from("approval#0"),
-        status: CallbackStatus::Open,
-        deadline: Some(at.plus(Duration::from_secs(3600))),
-        created_at: at,
-        accepts: None,
-        heartbeat: every.map(|every| CallbackHeartbeat::new(every, at)),
-    };
-    cp.callbacks.push(record.clone());
-    store.checkpoint(&cp).await.unwrap();
-    (cp.run, record)
 }
 
 fn delivery(record: &CallbackRecord, body: DeliveryBody, at: Timestamp) -> NewDelivery {
@@ -138,7 +92,7 @@ async fn an_outcome_closes_the_callback_in_the_run_item_and_leaves_its_record_as
     let aws = env.backend_with(3, options(true)).await;
     let store = aws.backend().store;
     let at = Timestamp(1_700_000_000_000);
-    let (_, record) = waiting_on_a_callback(&*store, at, None).await;
+    let (_, record) = waiting_on_a_callback(&*store, "in-run", at, true, None).await;
     let opened = record_item(&env, &record).await;
     assert_eq!(status(&opened), "in_run");
     assert_eq!(state(&run_item(&env, &record).await, &record), Some(0));
@@ -190,7 +144,7 @@ async fn a_heartbeat_moves_the_deadline_the_run_item_holds() {
     let store = env.backend_with(3, options(true)).await.backend().store;
     let at = Timestamp(1_700_000_000_000);
     let every = Duration::from_secs(10);
-    let (_, record) = waiting_on_a_callback(&*store, at, Some(every)).await;
+    let (_, record) = waiting_on_a_callback(&*store, "in-run", at, true, Some(every)).await;
     assert_eq!(
         state(&run_item(&env, &record).await, &record),
         Some(at.plus(every).millis())
@@ -212,7 +166,7 @@ async fn a_heartbeat_moves_the_deadline_the_run_item_holds() {
     let got = store.deliver(&late_for_the_first).await.unwrap();
     assert!(matches!(got, DeliverOutcome::Accepted(_)), "{got:?}");
     // Past the moved one, another callback's heartbeat deadline is still the record's.
-    let (_, watched) = waiting_on_a_callback(&*store, at, Some(every)).await;
+    let (_, watched) = waiting_on_a_callback(&*store, "in-run", at, true, Some(every)).await;
     let late = success(&watched, at.plus(Duration::from_secs(11)));
     let refused = store.deliver(&late).await;
     assert!(matches!(refused, Err(StoreError::Gone(_))), "{refused:?}");
@@ -225,7 +179,7 @@ async fn a_checkpoint_that_times_a_callback_out_writes_its_record_and_removes_it
     };
     let store = env.backend_with(3, options(true)).await.backend().store;
     let at = Timestamp(1_700_000_000_000);
-    let (waiting, record) = waiting_on_a_callback(&*store, at, None).await;
+    let (waiting, record) = waiting_on_a_callback(&*store, "in-run", at, true, None).await;
     let later = at.plus(Duration::from_secs(3600));
     let claim = Claim {
         owner: "engine".into(),
@@ -265,7 +219,7 @@ async fn callbacks_opened_either_way_are_delivered_by_stores_either_way() {
     let off = env.backend_with(3, options(false)).await.backend().store;
     let at = Timestamp(1_700_000_000_000);
     for (opener, deliverer, in_run) in [(&on, &off, true), (&off, &on, false)] {
-        let (_, record) = waiting_on_a_callback(&**opener, at, None).await;
+        let (_, record) = waiting_on_a_callback(&**opener, "in-run", at, true, None).await;
         let opened = record_item(&env, &record).await;
         assert_eq!(status(&opened), if in_run { "in_run" } else { "open" });
         let got = deliverer

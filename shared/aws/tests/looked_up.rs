@@ -13,56 +13,9 @@ mod support;
 use std::time::Duration;
 
 use serde_json::json;
-use siesta::ports::{Checkpoint, Claim, DeliverOutcome, NewDelivery};
+use siesta::ports::{DeliverOutcome, NewDelivery};
 use siesta::*;
-
-/// A run waiting on a callback that must hear a heartbeat every `every`, opened at
-/// `at`: the run after the suspension and the callback's record.
-async fn waiting_on_a_callback(
-    store: &dyn siesta::ports::RunStore,
-    at: Timestamp,
-    every: Duration,
-) -> (Run, CallbackRecord) {
-    let run = Run::new(
-        TenantId(format!("looked-up-{}", uuid::Uuid::new_v4().simple())),
-        RunId("r".into()),
-        "order",
-        Payload::Inline(json!(null)),
-        at,
-    );
-    let mut started = TimelineEvent::execution_started(at, "order", json!(null));
-    started.seq = 1;
-    let mut run = run;
-    run.timeline_seq = 1;
-    store.create_run(&run, &started).await.unwrap();
-    let claim = Claim {
-        owner: "engine".into(),
-        now: at,
-        expires_at: at.plus(Duration::from_secs(60)),
-    };
-    let held = store.claim(&run.tenant, &run.id, &claim).await.unwrap();
-    let mut waiting = held.clone();
-    waiting.version += 1;
-    waiting.status = RunStatus::Waiting;
-    waiting.lease = None;
-    waiting.due_at = Some(at.plus(Duration::from_secs(3600)));
-    let mut cp = Checkpoint::new(waiting, held.version, Some(held.epoch));
-    cp.by_own_build = true;
-    let record = CallbackRecord {
-        callback_id: CallbackId(format!("cb_{}", uuid::Uuid::new_v4().simple())),
-        tenant: held.tenant.clone(),
-        run_id: held.id.clone(),
-        position: Position::from("approval#0"),
-        status: CallbackStatus::Open,
-        deadline: None,
-        created_at: at,
-        accepts: None,
-        heartbeat: Some(CallbackHeartbeat::new(every, at)),
-    };
-    cp.callbacks.push(record.clone());
-    store.checkpoint(&cp).await.unwrap();
-    (cp.run, record)
-}
+use support::waiting::waiting_on_a_callback;
 
 fn delivery(record: &CallbackRecord, body: DeliveryBody, at: Timestamp) -> NewDelivery {
     NewDelivery {
@@ -87,7 +40,8 @@ async fn an_outcome_a_stale_looked_up_record_would_refuse_is_decided_on_a_fresh_
     let other = siesta_aws::AwsBackend::new(&env.sdk, names).backend();
     let at = Timestamp(1_700_000_000_000);
     let every = Duration::from_secs(10);
-    let (_, record) = waiting_on_a_callback(&*webhook.store, at, every).await;
+    let (_, record) =
+        waiting_on_a_callback(&*webhook.store, "looked-up", at, false, Some(every)).await;
     // The webhook's lookup reads the record: its heartbeat deadline is at + 10 s.
     let read = webhook
         .store
