@@ -24,6 +24,12 @@ use crate::item::*;
 /// item.
 const IN_RUN: &str = "in_run";
 
+/// How many open callbacks' states a run item holds at most: a run that opens more
+/// keeps the others' in their records, as before, so that the run item — which every
+/// delivery, claim and lease renewal rewrites and DynamoDB bills by size — stays near
+/// 1 KB, and far from DynamoDB's 400 KB, however many callbacks a run leaves open.
+pub(crate) const MAX_IN_RUN: usize = 4;
+
 /// The run item's attribute holding callback `id`'s state while it is open: its
 /// heartbeat deadline in ms, 0 for none.
 pub(crate) fn state_attr(id: &siesta::CallbackId) -> String {
@@ -79,6 +85,15 @@ pub(crate) fn with_state(
         None => record.status = CallbackStatus::Completed,
     }
     Ok(record)
+}
+
+/// The attributes of the callback states `run_item` holds.
+pub(crate) fn state_attrs(run_item: &Item) -> Vec<String> {
+    run_item
+        .keys()
+        .filter(|name| is_state_attr(name))
+        .cloned()
+        .collect()
 }
 
 /// The bytes of the callback states `run_item` holds, but those named in `except`: what

@@ -244,3 +244,126 @@ async fn callbacks_opened_either_way_are_delivered_by_stores_either_way() {
         }
     }
 }
+
+/// A run claimed at `at` (lease for a minute) that opens the callbacks `ids` and keeps
+/// running: the run after that checkpoint, and the callbacks' records.
+async fn running_with_callbacks(
+    store: &dyn siesta::ports::RunStore,
+    at: Timestamp,
+    ids: usize,
+) -> (Run, Vec<CallbackRecord>) {
+    let mut run = Run::new(
+        TenantId(format!("in-run-{}", uuid::Uuid::new_v4().simple())),
+        RunId("r".into()),
+        "order",
+        Payload::Inline(json!(null)),
+        at,
+    );
+    let mut started = TimelineEvent::execution_started(at, "order", json!(null));
+    started.seq = 1;
+    run.timeline_seq = 1;
+    store.create_run(&run, &started).await.unwrap();
+    let claim = Claim {
+        owner: "engine".into(),
+        now: at,
+        expires_at: at.plus(Duration::from_secs(60)),
+    };
+    let held = store.claim(&run.tenant, &run.id, &claim).await.unwrap();
+    // As the engine does, the replay after the claim reads the run's history first.
+    store.load_claimed_history(&held).await.unwrap();
+    let mut next = held.clone();
+    next.version += 1;
+    let mut cp = Checkpoint::new(next, held.version, Some(held.epoch));
+    cp.by_own_build = true;
+    let records: Vec<CallbackRecord> = (0..ids)
+        .map(|i| CallbackRecord {
+            callback_id: CallbackId(format!("cb_{}", uuid::Uuid::new_v4().simple())),
+            tenant: held.tenant.clone(),
+            run_id: held.id.clone(),
+            position: Position::from(format!("approval#{i}").as_str()),
+            status: CallbackStatus::Open,
+            deadline: None,
+            created_at: at,
+            accepts: None,
+            heartbeat: None,
+        })
+        .collect();
+    cp.callbacks = records.clone();
+    store.checkpoint(&cp).await.unwrap();
+    (cp.run, records)
+}
+
+#[tokio::test]
+async fn a_delivery_decided_before_a_lease_renewal_does_not_undo_it() {
+    let Some(env) = support::emulators().await else {
+        return;
+    };
+    let names = env.names(3).await;
+    let webhook = siesta_aws::AwsBackend::new(&env.sdk, names.clone()).backend();
+    let engine = siesta_aws::AwsBackend::new(&env.sdk, names).backend();
+    let at = Timestamp(1_700_000_000_000);
+    let (running, records) = running_with_callbacks(&*engine.store, at, 1).await;
+    let record = &records[0];
+    // The webhook's lookup reads the record and the run item, lease until at + 60 s...
+    let looked_up = webhook.store.get_callback(&record.callback_id).await;
+    assert_eq!(
+        looked_up.unwrap().map(|r| r.status),
+        Some(CallbackStatus::Open)
+    );
+    // ...the run's holder renews its lease (a renewal writes no new version)...
+    let renewed_until = at.plus(Duration::from_secs(120));
+    let epoch = running.lease.as_ref().unwrap().epoch;
+    engine
+        .store
+        .renew_lease(&running.tenant, &running.id, epoch, renewed_until)
+        .await
+        .unwrap();
+    // ...then the outcome arrives: stored, with the renewed lease kept.
+    let got = webhook
+        .store
+        .deliver(&success(record, at.plus(Duration::from_secs(30))))
+        .await
+        .unwrap();
+    assert!(matches!(got, DeliverOutcome::Accepted(_)), "{got:?}");
+    let after = engine
+        .store
+        .get_run(&running.tenant, &running.id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(after.lease.map(|l| l.expires_at), Some(renewed_until));
+}
+
+#[tokio::test]
+async fn a_run_item_holds_at_most_four_callbacks_state_and_the_rest_keep_theirs_in_their_records() {
+    let Some(env) = support::emulators().await else {
+        return;
+    };
+    let store = env.backend_with(3, options(true)).await.backend().store;
+    let at = Timestamp(1_700_000_000_000);
+    let (_, records) = running_with_callbacks(&*store, at, 6).await;
+    let mut statuses = Vec::new();
+    for record in &records {
+        statuses.push(status(&record_item(&env, record).await));
+    }
+    assert_eq!(
+        statuses,
+        ["in_run", "in_run", "in_run", "in_run", "open", "open"]
+    );
+    let run = run_item(&env, &records[0]).await;
+    let held: Vec<bool> = records.iter().map(|r| state(&run, r).is_some()).collect();
+    assert_eq!(held, [true, true, true, true, false, false]);
+    // Each is delivered, wherever its state is.
+    for (i, record) in records.iter().enumerate() {
+        let outcome = success(record, at.plus(Duration::from_secs(1 + i as u64)));
+        let got = store.deliver(&outcome).await.unwrap();
+        assert!(matches!(got, DeliverOutcome::Accepted(_)), "{got:?}");
+        let read = store.get_callback(&record.callback_id).await.unwrap();
+        assert_eq!(read.map(|r| r.status), Some(CallbackStatus::Completed));
+    }
+    assert!(state_attrs_left(&run_item(&env, &records[0]).await).is_empty());
+}
+
+fn state_attrs_left(run: &Item) -> Vec<&String> {
+    run.keys().filter(|k| k.starts_with("c#")).collect()
+}

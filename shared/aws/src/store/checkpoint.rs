@@ -14,7 +14,7 @@ use super::openings::{put_openings, split_openings, withdraw_openings};
 use super::tail::checkpoint_in_tail;
 use super::tx::{Expected, Role, StatesKept, TailKept, Tx, TxOutcome, reason_of};
 use super::{DynamoStore, RACE_ATTEMPTS};
-use crate::callback_state::{put_state, state_attr};
+use crate::callback_state::{MAX_IN_RUN, put_state, state_attr};
 use crate::history_item::{
     checkpoint_items, tail_before, tail_size, timeline_before, ungrouped_items,
 };
@@ -117,8 +117,14 @@ pub(super) async fn checkpoint(store: &DynamoStore, cp: &Checkpoint) -> Result<(
     // the transaction path (not the tail's, see `alone` above), so that the run item is
     // left small for the delivery and the claim that follow.
     let (opened, closed) = split_openings(&cp.callbacks);
+    let closed_states: Vec<String> = closed.iter().map(|r| state_attr(&r.callback_id)).collect();
+    let in_run = opened_in_run(store, cp, opened.len(), &closed_states);
+    let in_run_states: Vec<String> = opened[..in_run]
+        .iter()
+        .map(|r| state_attr(&r.callback_id))
+        .collect();
     let mut created = Vec::new();
-    if let Err(e) = put_openings(store, &opened, cp.run.updated_at, &mut created).await {
+    if let Err(e) = put_openings(store, &opened, in_run, cp.run.updated_at, &mut created).await {
         withdraw_openings(store, &created).await;
         return Err(e);
     }
@@ -131,13 +137,11 @@ pub(super) async fn checkpoint(store: &DynamoStore, cp: &Checkpoint) -> Result<(
             // The state of each callback it opens in the run item, when the store keeps
             // it there; that of each it closes removed (none if it was not there).
             let mut item = run_item(&cp.run, store.retention)?;
-            if store.callbacks_in_run {
-                opened
-                    .iter()
-                    .for_each(|record| put_state(&mut item, record));
-            }
+            opened[..in_run]
+                .iter()
+                .for_each(|record| put_state(&mut item, record));
             let states = StatesKept {
-                removed: closed.iter().map(|r| state_attr(&r.callback_id)).collect(),
+                removed: closed_states.clone(),
                 ..StatesKept::default()
             };
             tx.put_run(
@@ -214,7 +218,12 @@ pub(super) async fn checkpoint(store: &DynamoStore, cp: &Checkpoint) -> Result<(
             let reasons = match outcome.map_err(Refused::Maybe)? {
                 TxOutcome::Committed => {
                     if cp.by_own_build {
-                        store.tails.emptied(&cp.run, cp.expected_version);
+                        store.tails.emptied(
+                            &cp.run,
+                            cp.expected_version,
+                            &in_run_states,
+                            &closed_states,
+                        );
                     }
                     return Ok(());
                 }
@@ -261,6 +270,22 @@ pub(super) async fn checkpoint(store: &DynamoStore, cp: &Checkpoint) -> Result<(
             Err(e)
         }
     }
+}
+
+/// How many of the `opening` callbacks a checkpoint opens keep their state in the run
+/// item (the first ones; the rest in their records): none unless the store keeps them
+/// there, and only as many as leave the run item with [`MAX_IN_RUN`] at most, as far
+/// as the store knows what it holds at the version the checkpoint writes over (after
+/// the claim and the replay, it does; not knowing, none).
+fn opened_in_run(store: &DynamoStore, cp: &Checkpoint, opening: usize, closed: &[String]) -> usize {
+    if !store.callbacks_in_run || opening == 0 {
+        return 0;
+    }
+    let Some(held) = store.callback_states_at(&cp.run, cp.expected_version) else {
+        return 0;
+    };
+    let kept = held.iter().filter(|s| !closed.contains(s)).count();
+    opening.min(MAX_IN_RUN.saturating_sub(kept))
 }
 
 /// Why a checkpoint's write failed: refused for certain (nothing was written), or

@@ -32,8 +32,8 @@ pub(super) fn split_openings(
         .partition(|r| r.status == CallbackStatus::Open)
 }
 
-/// Put the records of the callbacks a checkpoint opens (as indexes of callbacks whose
-/// state its run item holds, when the store keeps it there), each only if its key is new,
+/// Put the records of the callbacks a checkpoint opens (the first `in_run` as indexes of
+/// callbacks whose state its run item holds), each only if its key is new,
 /// adding to `created` the keys of those this call created (so that a failure part
 /// way through can withdraw them). A retried checkpoint finds its records there
 /// already, and must not delete them if it is refused, since the attempt before may
@@ -41,11 +41,12 @@ pub(super) fn split_openings(
 pub(super) async fn put_openings(
     store: &DynamoStore,
     opened: &[&CallbackRecord],
+    in_run: usize,
     at: Timestamp,
     created: &mut Vec<Item>,
 ) -> Result<(), StoreError> {
-    for record in opened {
-        let item = match store.callbacks_in_run {
+    for (i, record) in opened.iter().enumerate() {
+        let item = match i < in_run {
             true => in_run_record_item(record, at, store.retention)?,
             false => callback_item(record, at, store.retention)?,
         };

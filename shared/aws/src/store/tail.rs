@@ -15,6 +15,7 @@ use siesta::{Run, Timestamp};
 
 use super::DynamoStore;
 use super::tx::{Expected, RunWrite};
+use crate::callback_state::state_attrs;
 use crate::error::sdk;
 use crate::history_item::{archived_tail, next_tail, tail_grew_from, tail_size};
 use crate::item::*;
@@ -25,13 +26,14 @@ use crate::keys::*;
 const REMEMBERED: usize = 4096;
 
 /// What the store knows of a run item at one version: whether its run keeps a history
-/// tail ([`KEEPS_TAIL`]), and the tail it holds, as the checkpoint item it is archived
-/// as.
+/// tail ([`KEEPS_TAIL`]), the tail it holds, as the checkpoint item it is archived
+/// as, and the callback states it holds ([`crate::callback_state`]), if known.
 #[derive(Clone)]
 struct Known {
     version: u64,
     keeps_tail: bool,
     tail: Option<Item>,
+    callback_states: Option<Vec<String>>,
 }
 
 /// The history tails of the runs whose run item the store read or wrote last, by
@@ -50,37 +52,61 @@ impl Tails {
         tails.insert(run, known);
     }
 
-    /// Remember the tail of `run_item`, read or written.
+    /// Remember the tail of `run_item`, as stored (read, or returned by a write).
     pub(super) fn remember(&self, run_item: &Item) -> Result<(), StoreError> {
+        self.remember_as(run_item, Some(state_attrs(run_item)))
+    }
+
+    /// Remember the tail of `run_item` as written over the run item at version
+    /// `before` (the whole run, which holds no callback state: those kept are the ones
+    /// known at `before`, if any).
+    pub(super) fn remember_written(&self, run_item: &Item, before: u64) -> Result<(), StoreError> {
+        let pk = get_s(run_item, PK, "run")?.to_owned();
+        let created_at = Timestamp(get_n(run_item, CREATED_AT, "run")?);
+        let states = self
+            .at(&(pk, created_at), before)
+            .and_then(|k| k.callback_states);
+        self.remember_as(run_item, states)
+    }
+
+    fn remember_as(
+        &self,
+        run_item: &Item,
+        callback_states: Option<Vec<String>>,
+    ) -> Result<(), StoreError> {
         let pk = get_s(run_item, PK, "run")?.to_owned();
         let created_at = Timestamp(get_n(run_item, CREATED_AT, "run")?);
         let known = Known {
             version: get_n(run_item, VERSION, "run")?,
             keeps_tail: keeps_tail(run_item),
             tail: archived_tail(run_item)?,
+            callback_states,
         };
         self.put((pk, created_at), known);
         Ok(())
     }
 
     /// Remember that the run item at `version` holds no tail, having held one or not
-    /// before at the version it was written over (`keeps_tail` unchanged): a
-    /// transaction's write.
-    pub(super) fn emptied(&self, run: &Run, before: u64) {
+    /// before at the version it was written over (`keeps_tail` unchanged), and the
+    /// callback states `opened` beside those it held, but `closed`: a transaction's
+    /// write.
+    pub(super) fn emptied(&self, run: &Run, before: u64, opened: &[String], closed: &[String]) {
         let key = (run_pk(&run.tenant, &run.id), run.created_at);
-        let keeps_tail = {
-            let tails = self.0.lock().unwrap_or_else(|e| e.into_inner());
-            match tails.get(&key) {
-                Some(known) if known.version == before => known.keeps_tail,
-                _ => return,
-            }
+        let Some(known) = self.at(&key, before) else {
+            return;
         };
+        let callback_states = known.callback_states.map(|mut states| {
+            states.retain(|s| !closed.contains(s));
+            states.extend(opened.iter().cloned());
+            states
+        });
         self.put(
             key,
             Known {
                 version: run.version,
-                keeps_tail,
+                keeps_tail: known.keeps_tail,
                 tail: None,
+                callback_states,
             },
         );
     }
@@ -100,21 +126,31 @@ impl DynamoStore {
         run: &Run,
         version: u64,
     ) -> Result<Option<Option<Item>>, StoreError> {
+        let known = self.known_at(run, version).await?;
+        Ok(known.filter(|k| k.keeps_tail).map(|k| k.tail))
+    }
+
+    /// The callback states `run`'s item holds at `version`, as far as the store knows
+    /// from what it read and wrote, without reading (`None`: not known).
+    pub(super) fn callback_states_at(&self, run: &Run, version: u64) -> Option<Vec<String>> {
+        let remembered = (run_pk(&run.tenant, &run.id), run.created_at);
+        self.tails.at(&remembered, version)?.callback_states
+    }
+
+    /// What is known of `run`'s item at `version`: from memory, else read.
+    async fn known_at(&self, run: &Run, version: u64) -> Result<Option<Known>, StoreError> {
         let pk = run_pk(&run.tenant, &run.id);
         let remembered = (pk.clone(), run.created_at);
-        let known = match self.tails.at(&remembered, version) {
-            Some(known) => Some(known),
-            None => {
-                if let Some(item) = self
-                    .get_item("checkpoint: read the history tail", key(pk, RUN_SK))
-                    .await?
-                {
-                    self.tails.remember(&item)?;
-                }
-                self.tails.at(&remembered, version)
-            }
-        };
-        Ok(known.filter(|k| k.keeps_tail).map(|k| k.tail))
+        if let Some(known) = self.tails.at(&remembered, version) {
+            return Ok(Some(known));
+        }
+        if let Some(item) = self
+            .get_item("checkpoint: read the history tail", key(pk, RUN_SK))
+            .await?
+        {
+            self.tails.remember(&item)?;
+        }
+        Ok(self.tails.at(&remembered, version))
     }
 }
 
@@ -183,7 +219,7 @@ pub(super) async fn checkpoint_in_tail(
                 item_size(&item).max(before),
             );
             item.insert(KEEPS_TAIL.into(), AttributeValue::Bool(true));
-            store.tails.remember(&item)?;
+            store.tails.remember_written(&item, cp.expected_version)?;
             Ok(true)
         }
         Err(e) => match e.as_service_error() {
@@ -244,6 +280,33 @@ mod tests {
         }
         .put_in(&mut item);
         item
+    }
+
+    #[test]
+    fn the_callback_states_known_follow_the_writes_over_the_item_read() {
+        let tails = Tails::default();
+        let mut read = run_item_at(1_000, 5);
+        read.insert("c#cb_1".into(), n(0));
+        tails.remember(&read).unwrap();
+        let pk = run_pk(&TenantId("t".into()), &RunId("r".into()));
+        let states = |v| {
+            tails
+                .at(&(pk.clone(), Timestamp(1_000)), v)
+                .unwrap()
+                .callback_states
+        };
+        assert_eq!(states(5), Some(vec!["c#cb_1".to_owned()]));
+        // A transaction opens one and closes the other.
+        let mut run = run_from_item(&read).unwrap();
+        run.version = 6;
+        tails.emptied(&run, 5, &["c#cb_2".into()], &["c#cb_1".into()]);
+        assert_eq!(states(6), Some(vec!["c#cb_2".to_owned()]));
+        // A step's write over it keeps them.
+        tails.remember_written(&run_item_at(1_000, 7), 6).unwrap();
+        assert_eq!(states(7), Some(vec!["c#cb_2".to_owned()]));
+        // Written over a version not known: not known.
+        tails.remember_written(&run_item_at(1_000, 9), 8).unwrap();
+        assert_eq!(states(9), None);
     }
 
     #[test]

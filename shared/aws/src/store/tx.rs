@@ -285,6 +285,8 @@ impl Tx {
                 epoch: None,
                 first_event: None,
                 keeps_tail: in_tail,
+                // The lease as read: the delivery writes it back.
+                lease_expires: Some(plan.run.lease.as_ref().map(|l| l.expires_at)),
             },
             TailKept::Kept,
             &states,
@@ -429,6 +431,10 @@ pub(super) struct Expected {
     /// Whether the run must keep a history tail ([`KEEPS_TAIL`]): a write that puts one
     /// in it.
     pub(super) keeps_tail: bool,
+    /// The lease expiry the run must still have (`Some(None)`: no lease), for a writer
+    /// without the lease that writes the run's lease back as it read it (a delivery):
+    /// a lease renewal moves it without a new version, and must not be undone.
+    pub(super) lease_expires: Option<Option<Timestamp>>,
 }
 
 impl Expected {
@@ -439,6 +445,7 @@ impl Expected {
             epoch: cp.epoch,
             first_event: cp.timeline.first().map(|e| e.seq),
             keeps_tail: false,
+            lease_expires: None,
         }
     }
 
@@ -460,6 +467,16 @@ impl Expected {
         if self.keeps_tail {
             expr.push_str(" AND attribute_exists(#keeps_tail)");
             attr_names.insert("#keeps_tail".into(), KEEPS_TAIL.into());
+        }
+        if let Some(lease_expires) = self.lease_expires {
+            attr_names.insert("#lease_expires".into(), LEASE_EXPIRES.into());
+            match lease_expires {
+                Some(at) => {
+                    expr.push_str(" AND #lease_expires = :lease_expires");
+                    values.insert(":lease_expires".into(), n(at.0));
+                }
+                None => expr.push_str(" AND attribute_not_exists(#lease_expires)"),
+            }
         }
         (expr, attr_names, values)
     }
