@@ -367,3 +367,77 @@ async fn a_run_item_holds_at_most_four_callbacks_state_and_the_rest_keep_theirs_
 fn state_attrs_left(run: &Item) -> Vec<&String> {
     run.keys().filter(|k| k.starts_with("c#")).collect()
 }
+
+#[tokio::test]
+async fn a_record_an_attempt_before_put_decides_where_the_callbacks_state_goes() {
+    let Some(env) = support::emulators().await else {
+        return;
+    };
+    // An attempt that knew the run item had room put the record as `in_run`, then was
+    // refused, and its record was not withdrawn. The next attempt, by a store that
+    // keeps the state in records (or does not know what the run item holds), finds it.
+    let store = env.backend_with(3, options(false)).await.backend().store;
+    let at = Timestamp(1_700_000_000_000);
+    let mut run = Run::new(
+        TenantId(format!("in-run-{}", uuid::Uuid::new_v4().simple())),
+        RunId("r".into()),
+        "order",
+        Payload::Inline(json!(null)),
+        at,
+    );
+    let mut started = TimelineEvent::execution_started(at, "order", json!(null));
+    started.seq = 1;
+    run.timeline_seq = 1;
+    store.create_run(&run, &started).await.unwrap();
+    let claim = Claim {
+        owner: "engine".into(),
+        now: at,
+        expires_at: at.plus(Duration::from_secs(60)),
+    };
+    let held = store.claim(&run.tenant, &run.id, &claim).await.unwrap();
+    let record = CallbackRecord {
+        callback_id: CallbackId(format!("cb_{}", uuid::Uuid::new_v4().simple())),
+        tenant: held.tenant.clone(),
+        run_id: held.id.clone(),
+        position: Position::from("approval#0"),
+        status: CallbackStatus::Open,
+        deadline: None,
+        created_at: at,
+        accepts: None,
+        heartbeat: None,
+    };
+    aws_sdk_dynamodb::Client::new(&env.sdk)
+        .put_item()
+        .table_name(&env.table)
+        .item(
+            "pk",
+            AttributeValue::S(format!("C#{}", record.callback_id.as_str())),
+        )
+        .item("sk", AttributeValue::S("REC".into()))
+        .item("callback_status", AttributeValue::S("in_run".into()))
+        .item(
+            "body",
+            AttributeValue::S(serde_json::to_string(&record).unwrap()),
+        )
+        .send()
+        .await
+        .unwrap();
+    let mut waiting = held.clone();
+    waiting.version += 1;
+    waiting.status = RunStatus::Waiting;
+    waiting.lease = None;
+    let mut cp = Checkpoint::new(waiting, held.version, Some(held.epoch));
+    cp.by_own_build = true;
+    cp.callbacks.push(record.clone());
+    store.checkpoint(&cp).await.unwrap();
+    assert_eq!(state(&run_item(&env, &record).await, &record), Some(0));
+    assert_eq!(
+        store.get_callback(&record.callback_id).await.unwrap(),
+        Some(record.clone())
+    );
+    let got = store
+        .deliver(&success(&record, at.plus(Duration::from_secs(1))))
+        .await
+        .unwrap();
+    assert!(matches!(got, DeliverOutcome::Accepted(_)), "{got:?}");
+}

@@ -119,15 +119,26 @@ pub(super) async fn checkpoint(store: &DynamoStore, cp: &Checkpoint) -> Result<(
     let (opened, closed) = split_openings(&cp.callbacks);
     let closed_states: Vec<String> = closed.iter().map(|r| state_attr(&r.callback_id)).collect();
     let in_run = opened_in_run(store, cp, opened.len(), &closed_states);
-    let in_run_states: Vec<String> = opened[..in_run]
+    let mut created = Vec::new();
+    let states_in_run =
+        match put_openings(store, &opened, in_run, cp.run.updated_at, &mut created).await {
+            Ok(states_in_run) => states_in_run,
+            Err(e) => {
+                withdraw_openings(store, &created).await;
+                return Err(e);
+            }
+        };
+    // The callbacks whose state goes in the run item, as their records say.
+    let opened_in_item: Vec<&CallbackRecord> = opened
+        .iter()
+        .zip(&states_in_run)
+        .filter(|(_, in_item)| **in_item)
+        .map(|(record, _)| *record)
+        .collect();
+    let in_run_states: Vec<String> = opened_in_item
         .iter()
         .map(|r| state_attr(&r.callback_id))
         .collect();
-    let mut created = Vec::new();
-    if let Err(e) = put_openings(store, &opened, in_run, cp.run.updated_at, &mut created).await {
-        withdraw_openings(store, &created).await;
-        return Err(e);
-    }
     let written: Result<(), Refused> = async {
         for _ in 0..RACE_ATTEMPTS {
             let mut tx = Tx::default();
@@ -137,7 +148,7 @@ pub(super) async fn checkpoint(store: &DynamoStore, cp: &Checkpoint) -> Result<(
             // The state of each callback it opens in the run item, when the store keeps
             // it there; that of each it closes removed (none if it was not there).
             let mut item = run_item(&cp.run, store.retention)?;
-            opened[..in_run]
+            opened_in_item
                 .iter()
                 .for_each(|record| put_state(&mut item, record));
             let states = StatesKept {
@@ -273,7 +284,8 @@ pub(super) async fn checkpoint(store: &DynamoStore, cp: &Checkpoint) -> Result<(
 }
 
 /// How many of the `opening` callbacks a checkpoint opens keep their state in the run
-/// item (the first ones; the rest in their records): none unless the store keeps them
+/// item (the first ones, the rest in their records — unless records an attempt before
+/// put say otherwise, see [`put_openings`]): none unless the store keeps them
 /// there, and only as many as leave the run item with [`MAX_IN_RUN`] at most, as far
 /// as the store knows what it holds at the version the checkpoint writes over (after
 /// the claim and the replay, it does; not knowing, none).

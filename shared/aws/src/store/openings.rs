@@ -17,7 +17,7 @@ use siesta::ports::StoreError;
 use siesta::{CallbackRecord, CallbackStatus, Timestamp};
 
 use super::DynamoStore;
-use crate::callback_state::in_run_record_item;
+use crate::callback_state::{in_run_record_item, is_in_run};
 use crate::error::sdk;
 use crate::item::*;
 use crate::keys::*;
@@ -38,26 +38,42 @@ pub(super) fn split_openings(
 /// way through can withdraw them). A retried checkpoint finds its records there
 /// already, and must not delete them if it is refused, since the attempt before may
 /// have committed.
+///
+/// Returns, for each record, whether its state goes in the run item: as put, or for a
+/// record found there already, as that record says — an attempt before this one may
+/// have decided otherwise (it knew what the run item held, this one does not), and the
+/// run item must agree with the record a webhook will read.
 pub(super) async fn put_openings(
     store: &DynamoStore,
     opened: &[&CallbackRecord],
     in_run: usize,
     at: Timestamp,
     created: &mut Vec<Item>,
-) -> Result<(), StoreError> {
+) -> Result<Vec<bool>, StoreError> {
+    let mut states_in_run = Vec::with_capacity(opened.len());
     for (i, record) in opened.iter().enumerate() {
         let item = match i < in_run {
             true => in_run_record_item(record, at, store.retention)?,
             false => callback_item(record, at, store.retention)?,
         };
+        let record_key = key(callback_pk(&record.callback_id), RECORD_SK);
         if store
             .put_plain("checkpoint", "Callback opened", item, true)
             .await?
         {
-            created.push(key(callback_pk(&record.callback_id), RECORD_SK));
+            created.push(record_key);
+            states_in_run.push(i < in_run);
+        } else {
+            let found = store
+                .get_item("checkpoint: a callback's record put before", record_key)
+                .await?;
+            states_in_run.push(match found {
+                Some(found) => is_in_run(&found),
+                None => i < in_run,
+            });
         }
     }
-    Ok(())
+    Ok(states_in_run)
 }
 
 /// Delete the records [`put_openings`] created for a checkpoint that was refused: no
