@@ -148,11 +148,13 @@ pub(super) async fn checkpoint(store: &DynamoStore, cp: &Checkpoint) -> Result<(
             // The state of each callback it opens in the run item, when the store keeps
             // it there; that of each it closes removed (none if it was not there).
             let mut item = run_item(&cp.run, store.retention)?;
+            let without_states = item_size(&item);
             opened_in_item
                 .iter()
                 .for_each(|record| put_state(&mut item, record));
             let states = StatesKept {
                 removed: closed_states.clone(),
+                added_bytes: item_size(&item) - without_states,
                 ..StatesKept::default()
             };
             tx.put_run(

@@ -146,8 +146,14 @@ impl Tx {
             TailKept::Kept => 0,
             TailKept::Dropped { bytes } => bytes,
         };
-        self.sizes
-            .push((item_size(&item) + tail_bytes + states.kept_bytes).max(states.before_bytes));
+        // The item before: as read when known, else the item written with the tail it
+        // drops and without the states it adds.
+        let after = item_size(&item) + states.kept_bytes;
+        let before = match states.before_bytes {
+            0 => after + tail_bytes - states.added_bytes.min(after),
+            read => read,
+        };
+        self.sizes.push(after.max(before));
         let write = RunWrite::new(
             &item,
             &expected,
@@ -524,6 +530,8 @@ pub(super) struct StatesKept {
     pub(super) kept_bytes: usize,
     /// The size of the item it writes over, when known (billed if larger).
     pub(super) before_bytes: usize,
+    /// The bytes of the states it adds (in the item it writes, not in the one before).
+    pub(super) added_bytes: usize,
 }
 
 /// What a write of a whole run item does with the history tail the item holds.
