@@ -19,7 +19,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use serde_json::json;
 use siesta::ports::{Checkpoint, Claim, DeliverOutcome, NewDelivery, StoreError};
 use siesta::*;
-use support::waiting::waiting_on_a_callback;
+use support::waiting::{callback, claimed_run, delivery, waiting_on_a_callback};
 
 type Item = HashMap<String, AttributeValue>;
 
@@ -27,18 +27,6 @@ fn options(callbacks_in_run: bool) -> siesta_aws::AwsOptions {
     siesta_aws::AwsOptions {
         callbacks_in_run,
         ..siesta_aws::AwsOptions::default()
-    }
-}
-
-fn delivery(record: &CallbackRecord, body: DeliveryBody, at: Timestamp) -> NewDelivery {
-    NewDelivery {
-        id: DeliveryId(format!("d-{}", uuid::Uuid::new_v4().simple())),
-        tenant: record.tenant.clone(),
-        run_id: record.run_id.clone(),
-        body,
-        received_at: at,
-        resend_after: None,
-        event: TimelineEvent::execution_started(at, "order", json!(null)),
     }
 }
 
@@ -252,23 +240,7 @@ async fn running_with_callbacks(
     at: Timestamp,
     ids: usize,
 ) -> (Run, Vec<CallbackRecord>) {
-    let mut run = Run::new(
-        TenantId(format!("in-run-{}", uuid::Uuid::new_v4().simple())),
-        RunId("r".into()),
-        "order",
-        Payload::Inline(json!(null)),
-        at,
-    );
-    let mut started = TimelineEvent::execution_started(at, "order", json!(null));
-    started.seq = 1;
-    run.timeline_seq = 1;
-    store.create_run(&run, &started).await.unwrap();
-    let claim = Claim {
-        owner: "engine".into(),
-        now: at,
-        expires_at: at.plus(Duration::from_secs(60)),
-    };
-    let held = store.claim(&run.tenant, &run.id, &claim).await.unwrap();
+    let held = claimed_run(store, "in-run", at).await;
     // As the engine does, the replay after the claim reads the run's history first.
     store.load_claimed_history(&held).await.unwrap();
     let mut next = held.clone();
@@ -276,17 +248,7 @@ async fn running_with_callbacks(
     let mut cp = Checkpoint::new(next, held.version, Some(held.epoch));
     cp.by_own_build = true;
     let records: Vec<CallbackRecord> = (0..ids)
-        .map(|i| CallbackRecord {
-            callback_id: CallbackId(format!("cb_{}", uuid::Uuid::new_v4().simple())),
-            tenant: held.tenant.clone(),
-            run_id: held.id.clone(),
-            position: Position::from(format!("approval#{i}").as_str()),
-            status: CallbackStatus::Open,
-            deadline: None,
-            created_at: at,
-            accepts: None,
-            heartbeat: None,
-        })
+        .map(|i| callback(&held, &format!("approval#{i}"), at, false, None))
         .collect();
     cp.callbacks = records.clone();
     store.checkpoint(&cp).await.unwrap();
@@ -378,34 +340,8 @@ async fn a_record_an_attempt_before_put_decides_where_the_callbacks_state_goes()
     // keeps the state in records (or does not know what the run item holds), finds it.
     let store = env.backend_with(3, options(false)).await.backend().store;
     let at = Timestamp(1_700_000_000_000);
-    let mut run = Run::new(
-        TenantId(format!("in-run-{}", uuid::Uuid::new_v4().simple())),
-        RunId("r".into()),
-        "order",
-        Payload::Inline(json!(null)),
-        at,
-    );
-    let mut started = TimelineEvent::execution_started(at, "order", json!(null));
-    started.seq = 1;
-    run.timeline_seq = 1;
-    store.create_run(&run, &started).await.unwrap();
-    let claim = Claim {
-        owner: "engine".into(),
-        now: at,
-        expires_at: at.plus(Duration::from_secs(60)),
-    };
-    let held = store.claim(&run.tenant, &run.id, &claim).await.unwrap();
-    let record = CallbackRecord {
-        callback_id: CallbackId(format!("cb_{}", uuid::Uuid::new_v4().simple())),
-        tenant: held.tenant.clone(),
-        run_id: held.id.clone(),
-        position: Position::from("approval#0"),
-        status: CallbackStatus::Open,
-        deadline: None,
-        created_at: at,
-        accepts: None,
-        heartbeat: None,
-    };
+    let held = claimed_run(&*store, "in-run", at).await;
+    let record = callback(&held, "approval#0", at, false, None);
     aws_sdk_dynamodb::Client::new(&env.sdk)
         .put_item()
         .table_name(&env.table)

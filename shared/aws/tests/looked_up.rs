@@ -13,21 +13,9 @@ mod support;
 use std::time::Duration;
 
 use serde_json::json;
-use siesta::ports::{DeliverOutcome, NewDelivery};
+use siesta::ports::DeliverOutcome;
 use siesta::*;
-use support::waiting::waiting_on_a_callback;
-
-fn delivery(record: &CallbackRecord, body: DeliveryBody, at: Timestamp) -> NewDelivery {
-    NewDelivery {
-        id: DeliveryId(format!("d-{}", uuid::Uuid::new_v4().simple())),
-        tenant: record.tenant.clone(),
-        run_id: record.run_id.clone(),
-        body,
-        received_at: at,
-        resend_after: None,
-        event: TimelineEvent::execution_started(at, "order", json!(null)),
-    }
-}
+use support::waiting::{delivery, waiting_on_a_callback};
 
 #[tokio::test]
 async fn an_outcome_a_stale_looked_up_record_would_refuse_is_decided_on_a_fresh_read() {
