@@ -54,35 +54,36 @@ impl Tails {
 
     /// Remember the tail of `run_item`, as stored (read, or returned by a write).
     pub(super) fn remember(&self, run_item: &Item) -> Result<(), StoreError> {
-        self.remember_as(run_item, Some(state_attrs(run_item)))
+        self.remember_as(
+            remembered_as(run_item)?,
+            run_item,
+            Some(state_attrs(run_item)),
+        )
     }
 
     /// Remember the tail of `run_item` as written over the run item at version
     /// `before` (the whole run, which holds no callback state: those kept are the ones
     /// known at `before`, if any).
     pub(super) fn remember_written(&self, run_item: &Item, before: u64) -> Result<(), StoreError> {
-        let pk = get_s(run_item, PK, "run")?.to_owned();
-        let created_at = Timestamp(get_n(run_item, CREATED_AT, "run")?);
-        let states = self
-            .at(&(pk, created_at), before)
-            .and_then(|k| k.callback_states);
-        self.remember_as(run_item, states)
+        let run = remembered_as(run_item)?;
+        let states = self.at(&run, before).and_then(|k| k.callback_states);
+        self.remember_as(run, run_item, states)
     }
 
+    /// Remember `run_item`, of `run`, with `callback_states`.
     fn remember_as(
         &self,
+        run: (String, Timestamp),
         run_item: &Item,
         callback_states: Option<Vec<String>>,
     ) -> Result<(), StoreError> {
-        let pk = get_s(run_item, PK, "run")?.to_owned();
-        let created_at = Timestamp(get_n(run_item, CREATED_AT, "run")?);
         let known = Known {
             version: get_n(run_item, VERSION, "run")?,
             keeps_tail: keeps_tail(run_item),
             tail: archived_tail(run_item)?,
             callback_states,
         };
-        self.put((pk, created_at), known);
+        self.put(run, known);
         Ok(())
     }
 
@@ -115,6 +116,14 @@ impl Tails {
         let tails = self.0.lock().unwrap_or_else(|e| e.into_inner());
         tails.get(run).filter(|k| k.version == version).cloned()
     }
+}
+
+/// The key a run item's run is remembered under: its partition key and creation time.
+fn remembered_as(run_item: &Item) -> Result<(String, Timestamp), StoreError> {
+    Ok((
+        get_s(run_item, PK, "run")?.to_owned(),
+        Timestamp(get_n(run_item, CREATED_AT, "run")?),
+    ))
 }
 
 impl DynamoStore {
