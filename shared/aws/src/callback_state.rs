@@ -99,11 +99,12 @@ pub(crate) fn state_attrs(run_item: &Item) -> Vec<String> {
 /// The bytes of the callback states `run_item` holds, but those named in `except`: what
 /// a write of the whole run keeps of them.
 pub(crate) fn kept_state_bytes(run_item: &Item, except: &[String]) -> usize {
-    run_item
+    let kept: Item = run_item
         .iter()
         .filter(|(name, _)| is_state_attr(name) && !except.contains(name))
-        .map(|(name, value)| item_size(&Item::from([(name.clone(), value.clone())])))
-        .sum()
+        .map(|(name, value)| (name.clone(), value.clone()))
+        .collect();
+    item_size(&kept)
 }
 
 #[cfg(test)]

@@ -234,17 +234,17 @@ impl Tx {
         // A callback whose state the run item holds changes there, under the run's
         // version condition, which covers it: nothing else of it is written or checked.
         let mut states = StatesKept::default();
+        // The state this delivery writes (set or removed); one it only requires is kept.
         let mut own_state = Vec::new();
-        if let Some(change) = plan.callback.as_ref().filter(|_| callback_in_run) {
-            let record = change.record();
-            own_state.push(state_attr(&record.callback_id));
-            match change {
-                CallbackChange::Write(r) if r.status == CallbackStatus::Open => {
-                    put_state(&mut item, r)
-                }
-                CallbackChange::Write(_) => states.removed.push(state_attr(&record.callback_id)),
-                CallbackChange::RequireOpen(_) => own_state.clear(),
+        if let Some(CallbackChange::Write(record)) =
+            plan.callback.as_ref().filter(|_| callback_in_run)
+        {
+            let attr = state_attr(&record.callback_id);
+            match record.status {
+                CallbackStatus::Open => put_state(&mut item, record),
+                _ => states.removed.push(attr.clone()),
             }
+            own_state.push(attr);
         }
         if let Some(read) = read {
             states.kept_bytes = kept_state_bytes(read, &own_state);
