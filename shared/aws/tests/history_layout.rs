@@ -114,27 +114,7 @@ fn checkpoint(current: &Run, journal: Vec<JournalEntry>, by_own_build: bool) -> 
 
 async fn new_run(backend: &Backend) -> Run {
     let at = Timestamp(1_700_000_000_000);
-    let mut run = Run::new(
-        TenantId(format!("layout-{}", uuid::Uuid::new_v4().simple())),
-        RunId("r".into()),
-        "order",
-        Payload::Inline(json!(null)),
-        at,
-    );
-    run.timeline_seq = 1;
-    let mut started = TimelineEvent::execution_started(at, "order", json!(null));
-    started.seq = 1;
-    backend.store.create_run(&run, &started).await.unwrap();
-    let claim = Claim {
-        owner: "engine".into(),
-        now: at,
-        expires_at: at.plus(Duration::from_secs(60)),
-    };
-    backend
-        .store
-        .claim(&run.tenant, &run.id, &claim)
-        .await
-        .unwrap()
+    support::waiting::claimed_run(&*backend.store, "layout", at).await
 }
 
 #[tokio::test]
