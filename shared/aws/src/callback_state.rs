@@ -134,7 +134,12 @@ mod tests {
             let opened = record(heartbeat);
             let item = in_run_record_item(&opened, Timestamp(1_000), Duration::ZERO).unwrap();
             assert!(is_in_run(&item));
-            assert!(!item.contains_key(EXPIRES_AT), "an open record has no TTL");
+            // Its deadline (9 s) plus the retention (none here), never sooner.
+            assert_eq!(
+                item.get(EXPIRES_AT),
+                Some(&crate::item::n(9)),
+                "an open record expires after its deadline"
+            );
             let mut run = Item::new();
             put_state(&mut run, &opened);
             let read = callback_from_item(&item).unwrap();

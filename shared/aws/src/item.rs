@@ -368,7 +368,11 @@ pub(crate) fn delivery_item(delivery: &Delivery) -> Result<Item, StoreError> {
 }
 
 /// A callback's index record. A closed one gets a TTL: it only serves to tell a late
-/// webhook 410 from an unknown token 404.
+/// webhook 410 from an unknown token 404. So does an open one with a deadline, of its
+/// deadline plus the retention: past its deadline no outcome is accepted, and the
+/// record would otherwise outlive a run that never closes it — one opened by a
+/// checkpoint that was refused and whose record could not be withdrawn
+/// (`store::openings`), which the run's journal does not name for the reaper.
 pub(crate) fn callback_item(
     record: &CallbackRecord,
     now: Timestamp,
@@ -389,8 +393,14 @@ pub(crate) fn callback_item(
             n(heartbeat.deadline.millis()),
         );
     }
-    if record.status != CallbackStatus::Open {
-        item.insert(EXPIRES_AT.into(), expiry(now, retention));
+    match (record.status, record.deadline) {
+        (CallbackStatus::Open, Some(deadline)) => {
+            item.insert(EXPIRES_AT.into(), expiry(deadline, retention));
+        }
+        (CallbackStatus::Open, None) => {}
+        _ => {
+            item.insert(EXPIRES_AT.into(), expiry(now, retention));
+        }
     }
     item.insert(BODY.into(), s(to_json(record)?));
     Ok(item)
@@ -676,5 +686,31 @@ mod tests {
         assert_ne!(item.get(CALLBACK_STATUS), Some(&open_callback_status()));
         assert!(item.contains_key(EXPIRES_AT));
         assert_eq!(callback_from_item(&item).unwrap(), closed);
+    }
+
+    #[test]
+    fn an_open_callback_record_expires_a_retention_after_its_deadline_and_not_before() {
+        let day = Duration::from_secs(24 * 3600);
+        let record = CallbackRecord {
+            callback_id: CallbackId("cb".into()),
+            tenant: TenantId("t".into()),
+            run_id: RunId("r".into()),
+            position: Position("p".into()),
+            status: CallbackStatus::Open,
+            deadline: Some(Timestamp(7_200_000)),
+            created_at: Timestamp(0),
+            accepts: None,
+            heartbeat: None,
+        };
+        let item = callback_item(&record, Timestamp(1_000), day).unwrap();
+        assert_eq!(item.get(EXPIRES_AT), Some(&n(7_200 + 24 * 3600)));
+        // Without a deadline it may wait for ever: the run closes it, or the reaper
+        // finds it through the run's journal.
+        let forever = CallbackRecord {
+            deadline: None,
+            ..record
+        };
+        let item = callback_item(&forever, Timestamp(1_000), day).unwrap();
+        assert!(!item.contains_key(EXPIRES_AT));
     }
 }
