@@ -185,6 +185,7 @@ macro_rules! conformance_suite {
             checkpoint_with_a_stale_epoch_writes_nothing
             checkpoint_after_a_delivery_conflicts_on_version_only
             checkpoint_without_epoch_is_guarded_by_version
+            checkpoint_without_epoch_keeps_a_lease_renewed_since_its_read
             checkpoint_rolls_back_when_a_timeline_seq_exists
             checkpoint_rolls_back_when_a_child_run_exists
             journal_entry_upsert_replaces

@@ -507,7 +507,13 @@ impl RunStore for EmbeddedBackend {
         self.tx_of(cp.run.tenant.0.clone(), move |tx, _| {
                 let (key, current) = get_keyed_run(tx, &cp.run.tenant.0, &cp.run.id.0)?.ok_or(StoreError::NotFound)?;
                 let epoch_ok = cp.epoch.is_none_or(|e| current.lease.as_ref().is_some_and(|l| l.epoch == e));
-                if current.version != cp.expected_version || !epoch_ok {
+                // Without an epoch, a lease written back as read must still be the
+                // run's: a renewal since moved it without a new version.
+                let lease_ok = cp.epoch.is_some()
+                    || cp.run.lease.as_ref().is_none_or(|l| {
+                        current.lease.as_ref().map(|c| c.expires_at) == Some(l.expires_at)
+                    });
+                if current.version != cp.expected_version || !epoch_ok || !lease_ok {
                     return Err(conflict(current));
                 }
                 update_run_as(tx, Indexed::of(&current), &cp.run, &encoded.run, &reaping)?;

@@ -30,6 +30,7 @@ pub struct ProbeStore {
     crash_before: AtomicBool,
     dead: AtomicBool,
     paused: std::sync::Mutex<Option<Pause>>,
+    paused_before: std::sync::Mutex<Option<Pause>>,
 }
 
 /// Who hears that a paused checkpoint applied, and what releases its caller.
@@ -52,6 +53,7 @@ impl ProbeStore {
             crash_before: AtomicBool::new(false),
             dead: AtomicBool::new(false),
             paused: std::sync::Mutex::new(None),
+            paused_before: std::sync::Mutex::new(None),
         })
     }
 
@@ -68,6 +70,22 @@ impl ProbeStore {
         let (release, release_rx) = tokio::sync::oneshot::channel();
         *self.paused.lock().unwrap_or_else(|e| e.into_inner()) = Some((applied_tx, release_rx));
         (applied, release)
+    }
+
+    /// Hold the caller of the next checkpoint before it is written, until `release` is
+    /// sent; `reached` hears it is held. For tests of what happens between what a
+    /// writer read and its write.
+    pub fn pause_before_next_checkpoint(
+        &self,
+    ) -> (
+        tokio::sync::oneshot::Receiver<()>,
+        tokio::sync::oneshot::Sender<()>,
+    ) {
+        let (reached_tx, reached) = tokio::sync::oneshot::channel();
+        let (release, release_rx) = tokio::sync::oneshot::channel();
+        *self.paused_before.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some((reached_tx, release_rx));
+        (reached, release)
     }
 
     /// Die right after the n-th checkpoint from now (1 = the next one).
@@ -185,6 +203,15 @@ impl RunStore for ProbeStore {
     }
     async fn checkpoint(&self, checkpoint: &Checkpoint) -> Result<(), StoreError> {
         self.check()?;
+        let paused = self
+            .paused_before
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some((reached, release)) = paused {
+            let _ = reached.send(());
+            let _ = release.await;
+        }
         if self.crash_before.load(Ordering::SeqCst) && self.crash_after.load(Ordering::SeqCst) == 1
         {
             self.dead.store(true, Ordering::SeqCst);

@@ -822,6 +822,50 @@ async fn cancelling_a_waiting_run_is_immediate_and_closes_its_callbacks() {
 }
 
 #[tokio::test]
+async fn cancelling_a_running_run_keeps_a_lease_renewed_between_its_read_and_its_write() {
+    let mut reg = Registry::new();
+    reg.register("wait", |ctx: Context, _: serde_json::Value| async move {
+        let cb = ctx.create_callback::<()>("cb").await?;
+        cb.wait().await
+    });
+    let w = world(reg);
+    let id = create(&w, "wait", json!(null)).await;
+    // Another worker holds the run.
+    let now = w.clock().now();
+    let store = w.backend().store;
+    let claim = siesta::ports::Claim {
+        owner: "worker-b".into(),
+        now,
+        expires_at: now.plus(Duration::from_secs(60)),
+    };
+    let held = store.claim(w.tenant(), &id, &claim).await.unwrap();
+    let (engine, probe) = w.another_engine("operator");
+    let (reached, release) = probe.pause_before_next_checkpoint();
+    let cancel = tokio::spawn({
+        let (tenant, id) = (w.tenant().clone(), id.clone());
+        async move { engine.cancel(&tenant, &id, Some(held.version)).await }
+    });
+    reached.await.unwrap();
+    // The holder renews its lease while the cancel is between its read and its write:
+    // the version does not move, so the caller's If-Match still holds.
+    let renewed_until = now.plus(Duration::from_secs(120));
+    store
+        .renew_lease(w.tenant(), &id, held.epoch, renewed_until)
+        .await
+        .unwrap();
+    release.send(()).unwrap();
+    let cancelled = cancel.await.unwrap().expect("cancel at the version named");
+    assert!(cancelled.cancel_requested);
+    let run = w.run(&id).await;
+    assert!(run.cancel_requested);
+    assert_eq!(
+        run.lease.map(|l| (l.owner, l.expires_at)),
+        Some(("worker-b".to_owned(), renewed_until)),
+        "the renewal stands"
+    );
+}
+
+#[tokio::test]
 async fn cancelling_a_run_whose_callback_was_answered_leaves_the_callback_completed() {
     let mut reg = Registry::new();
     reg.register("wait", |ctx: Context, _: serde_json::Value| async move {

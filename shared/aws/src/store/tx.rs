@@ -444,14 +444,18 @@ pub(super) struct Expected {
 }
 
 impl Expected {
-    /// What a checkpoint expects.
+    /// What a checkpoint expects. One without an epoch (the control plane's) that
+    /// writes a lease writes it back as it read it: the run must still have it.
     pub(super) fn of(cp: &Checkpoint) -> Self {
         Expected {
             version: cp.expected_version,
             epoch: cp.epoch,
             first_event: cp.timeline.first().map(|e| e.seq),
             keeps_tail: false,
-            lease_expires: None,
+            lease_expires: match (cp.epoch, &cp.run.lease) {
+                (None, Some(lease)) => Some(Some(lease.expires_at)),
+                _ => None,
+            },
         }
     }
 

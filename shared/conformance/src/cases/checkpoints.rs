@@ -328,6 +328,44 @@ pub async fn checkpoint_without_epoch_is_guarded_by_version(h: Harness) {
     );
 }
 
+/// A checkpoint without an epoch writes the run's lease back as it read it (a cancel
+/// requested of a running run): a renewal since, which moves the lease without a new
+/// version, is not undone — the write conflicts, writes nothing, and one over the run
+/// as renewed lands with the renewed lease.
+pub async fn checkpoint_without_epoch_keeps_a_lease_renewed_since_its_read(h: Harness) {
+    let tenant = tenant();
+    let run = create(&h, &tenant).await;
+    let held = claim(&h, &run, "engine-a", LEASE).await;
+    let later = h.now().plus(LEASE * 3);
+    let renewed = h
+        .backend
+        .store
+        .renew_lease(&tenant, &run.id, held.epoch, later)
+        .await
+        .expect("renew with the holder's epoch");
+    let before = snapshot(&h, &tenant, &run.id).await;
+
+    let mut stale = checkpoint_over(&h, &held, None, |r| r.cancel_requested = true);
+    push_event(&mut stale, event(0, h.now(), EventType::CancelRequested));
+    let current = conflict(
+        h.backend.store.checkpoint(&stale).await,
+        "an unfenced checkpoint writing back the lease from before a renewal",
+    );
+    assert_eq!(current, renewed);
+    assert_eq!(
+        snapshot(&h, &tenant, &run.id).await,
+        before,
+        "nothing written"
+    );
+
+    let mut cp = checkpoint_over(&h, &renewed, None, |r| r.cancel_requested = true);
+    push_event(&mut cp, event(0, h.now(), EventType::CancelRequested));
+    write(&h, &cp).await;
+    let after = get(&h, &tenant, &run.id).await;
+    assert_eq!(after, cp.run);
+    assert_eq!(after.lease.map(|l| l.expires_at), Some(later));
+}
+
 /// A checkpoint whose timeline event is already there fails as a whole: the run, the
 /// journal, the records and the child run are not written either.
 pub async fn checkpoint_rolls_back_when_a_timeline_seq_exists(h: Harness) {

@@ -124,7 +124,11 @@ impl Engine {
                     return Ok(next);
                 }
                 Err(StoreError::Conflict(current)) => {
-                    if let (Some(_), Some(current)) = (if_match, current) {
+                    // At the version the caller named, the conflict was a lease
+                    // renewal in between (it moves no version): read again.
+                    if let (Some(expected), Some(current)) = (if_match, current)
+                        && current.version != expected
+                    {
                         return Err(EngineError::VersionMismatch {
                             current: current.version,
                         });

@@ -291,7 +291,10 @@ pub trait RunStore: Send + Sync + 'static {
 
     /// Write a checkpoint atomically; see [`Checkpoint`]. [`StoreError::Conflict`] with
     /// the current run when the version or epoch condition fails or a timeline `seq`
-    /// exists already, [`StoreError::AlreadyExists`] when a child run exists already;
+    /// exists already, or when a checkpoint without an epoch (the control plane's) that
+    /// writes a lease back as it read it finds the run's lease expiring at another time:
+    /// a renewal since the read moves it without a new version, and must not be undone;
+    /// [`StoreError::AlreadyExists`] when a child run exists already;
     /// in every error case nothing is written. The parent delivery follows the rules of
     /// [`RunStore::deliver`], except that a missing or finished parent or a duplicate id
     /// skips it silently instead of failing the checkpoint.
