@@ -166,7 +166,9 @@ impl Figures {
 /// bytes) per `what`.
 ///
 /// The units are AWS's billing rules applied to the items' sizes: each item's size
-/// rounded up to the next KB, twice over in a transaction. DynamoDB Local's own figure
+/// rounded up to the next KB, twice over in a transaction; and the writes of the
+/// table's indexes a run item's write makes (`<op>: <index> index`), one per KB of the
+/// entry each ([`siesta_aws::index_writes`]). DynamoDB Local's own figure
 /// for a transaction follows another rule (4 units for any transaction under 1 KB, one
 /// item or eight), so it is shown beside, not used for the cost.
 fn print_written(
@@ -178,7 +180,7 @@ fn print_written(
     let mut bytes = 0u64;
     let mut units = 0.0;
     println!(
-        "  items written per {what} (estimated units: size rounded up to 1 KB, x2 in a transaction):"
+        "  items written per {what} (estimated units: size rounded up to 1 KB, x2 in a transaction; an index entry's write 1 per KB, see siesta_aws::index_writes):"
     );
     for (label, w) in after {
         let b = before.get(label).copied().unwrap_or_default();

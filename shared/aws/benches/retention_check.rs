@@ -24,6 +24,7 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::AttributeValue;
 use serde_json::json;
 use siesta::*;
+use siesta_aws::index_writes::index_writes;
 use siesta_aws::retention::RetentionRules;
 use siesta_aws::{AwsOptions, RequestCounter};
 
@@ -310,6 +311,21 @@ async fn bench(env: &support::Emulators) {
         .filter(|i| string(i, "sk") == "RUN")
         .map(units)
         .sum();
+    // And the index writes they make (siesta_aws::index_writes): the claim moves the run
+    // item's `reap_at`, the reap index's sort key; the delete removes its entries.
+    let billed_index: u32 = held
+        .iter()
+        .filter(|i| string(i, "sk") == "RUN")
+        .map(|run| {
+            let mut claimed = run.clone();
+            claimed.insert("reap_at".into(), AttributeValue::N(i64::MAX.to_string()));
+            index_writes(Some(run), Some(&claimed))
+                .iter()
+                .chain(&index_writes(Some(run), None))
+                .map(|w| w.writes)
+                .sum::<u32>()
+        })
+        .sum();
     let (all_objects_after, _) = objects(env, &format!("{tenant_prefix}/")).await;
     let (waiting_objects_after, _) = objects(env, &waiting_prefix).await;
     let objects_left = all_objects_after - waiting_objects_after;
@@ -345,7 +361,7 @@ async fn bench(env: &support::Emulators) {
             "TOUCHED"
         }
     );
-    let billed = (billed_deletes + billed_claims) as f64 / n;
+    let billed = (billed_deletes + billed_claims) as f64 / n + f64::from(billed_index) / n;
     println!("  the reaper's cost per finished run:");
     println!(
         "    DynamoDB write requests {writes:>7.2}   (BatchWriteItem {:.2}, DeleteItem {:.2}, UpdateItem {:.2})",
@@ -354,7 +370,8 @@ async fn bench(env: &support::Emulators) {
         ddb("UpdateItem")
     );
     println!(
-        "    WCU                     {wcu:>7.2} as DynamoDB Local reports; {billed:.2} as AWS bills the deletes and the claim (each item's size rounded up per KB)"
+        "    WCU                     {wcu:>7.2} as DynamoDB Local reports; {billed:.2} as AWS bills the deletes and the claim (each item's size rounded up per KB) and their index writes ({:.2})",
+        f64::from(billed_index) / n
     );
     println!(
         "    DynamoDB read requests  {reads:>7.2}   (Query {:.2}, GetItem {:.2}), RCU {rcu:.2}",

@@ -6,6 +6,8 @@
 //! (tenant, run) pairs can never produce the same key.
 
 use sha2::{Digest, Sha256};
+
+use crate::item::{RUN_ID, STATUS};
 use siesta::{CallbackId, DeliveryId, IdempotencyKey, Position, RunId, TenantId};
 
 /// The table's partition key attribute.
@@ -79,6 +81,52 @@ pub const EXPIRES_AT: &str = "expires_at";
 /// ([`crate::retention`]): a run item enters it with the checkpoint that finishes it and
 /// leaves it when the reaper removes the run (or finds it kept for ever).
 pub const REAP_INDEX: &str = "reap";
+
+/// A global secondary index of the table: its name, keys and the attributes it projects
+/// beside them. DynamoDB writes an index entry for a run item that has both keys, and
+/// bills every change of it (docs/dynamodb.md, "Index writes").
+pub(crate) struct IndexShape {
+    /// The index's name.
+    pub(crate) name: &'static str,
+    /// Its partition key.
+    pub(crate) hash: &'static str,
+    /// Its sort key.
+    pub(crate) range: &'static str,
+    /// The attributes it projects beside the keys (none: keys only).
+    pub(crate) include: &'static [&'static str],
+}
+
+/// The table's indexes, as `infra/template.yaml` and `siesta bootstrap` declare them.
+pub(crate) const INDEXES: [IndexShape; 4] = [
+    // Sparse and write-sharded: runs that fall due (docs/dynamodb.md); the sweep reads
+    // what it needs to send a wake-up from the index alone.
+    IndexShape {
+        name: DUE_INDEX,
+        hash: DUE_SHARD,
+        range: SWEEP_AT,
+        include: &[TENANT, RUN_ID, STATUS, DUE_AT],
+    },
+    // Keys only, so checkpoints never write to them.
+    IndexShape {
+        name: TENANT_INDEX,
+        hash: TENANT,
+        range: CREATED_KEY,
+        include: &[],
+    },
+    IndexShape {
+        name: BUILD_INDEX,
+        hash: BUILD_KEY,
+        range: CREATED_KEY,
+        include: &[],
+    },
+    // Sparse: finished runs the reaper has not removed yet (docs/retention.md).
+    IndexShape {
+        name: REAP_INDEX,
+        hash: REAP_SHARD,
+        range: REAP_AT,
+        include: &[],
+    },
+];
 /// The reap index's partition key: one of [`DUE_SHARDS`] shards ([`due_shard`]).
 pub const REAP_SHARD: &str = "reap_shard";
 /// The reap index's sort key: when the reaper looks at the finished run next (ms since

@@ -43,6 +43,7 @@ pub mod builds;
 mod callback_state;
 mod error;
 mod history_item;
+pub mod index_writes;
 mod item;
 pub mod keys;
 pub mod prune;

@@ -103,7 +103,9 @@ async fn an_outcome_closes_the_callback_in_the_run_item_and_leaves_its_record_as
         written,
         vec![
             "deliver: DeliveryRecord (transactional)",
-            "deliver: DeliveryRun (transactional)"
+            "deliver: DeliveryRun (transactional)",
+            // The run item's wake-up mark moves its entry in the due index.
+            "deliver: due index",
         ],
         "the delivery writes its record and the run item, no callback record"
     );

@@ -5,8 +5,8 @@
 //! `tests/template.rs` checks that the two agree.
 
 use crate::keys::{
-    BUILD_INDEX, BUILD_KEY, CREATED_KEY, DUE_AT, DUE_INDEX, DUE_SHARD, EXPIRES_AT, PK, REAP_AT,
-    REAP_INDEX, REAP_SHARD, SK, SWEEP_AT, TENANT, TENANT_INDEX,
+    BUILD_KEY, CREATED_KEY, DUE_SHARD, EXPIRES_AT, INDEXES, PK, REAP_AT, REAP_SHARD, SK, SWEEP_AT,
+    TENANT,
 };
 
 /// A global secondary index.
@@ -137,22 +137,10 @@ impl Plan {
                     (REAP_AT, "N"),
                 ]),
                 keys: pairs(&[(PK, "HASH"), (SK, "RANGE")]),
-                indexes: vec![
-                    // Sparse and write-sharded: runs that fall due (docs/dynamodb.md); the
-                    // sweep reads what it needs to send a wake-up from the index alone.
-                    index(
-                        DUE_INDEX,
-                        DUE_SHARD,
-                        SWEEP_AT,
-                        &[TENANT, "run_id", "status", DUE_AT],
-                    ),
-                    // Keys only, so checkpoints never write to them.
-                    index(TENANT_INDEX, TENANT, CREATED_KEY, &[]),
-                    index(BUILD_INDEX, BUILD_KEY, CREATED_KEY, &[]),
-                    // Sparse: finished runs the reaper has not removed yet
-                    // (docs/retention.md).
-                    index(REAP_INDEX, REAP_SHARD, REAP_AT, &[]),
-                ],
+                indexes: INDEXES
+                    .iter()
+                    .map(|i| index(i.name, i.hash, i.range, i.include))
+                    .collect(),
                 ttl_attribute: Some(EXPIRES_AT.to_owned()),
                 point_in_time_recovery: true,
                 sse_enabled: true,

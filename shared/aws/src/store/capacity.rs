@@ -1,11 +1,19 @@
 //! What the store's requests cost: the capacity DynamoDB reports, and the items written
 //! by request and kind, for the cost breakdown ([`crate::AwsBackend::written_items`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use aws_sdk_dynamodb::types::ConsumedCapacity;
+
+use crate::index_writes::{index_writes, indexed_part};
+use crate::item::{Item, get_s};
+use crate::keys::PK;
+
+/// How many run items' indexed attributes a meter remembers; past it, it forgets them
+/// all (a run's next write then counts no index write).
+const REMEMBERED_RUNS: usize = 4096;
 
 /// DynamoDB capacity consumed, in units, as DynamoDB reports it.
 #[derive(Debug, Default)]
@@ -16,6 +24,9 @@ pub(crate) struct CapacityMeter {
     read_milli: AtomicU64,
     /// The items written, by request and item kind, for the cost breakdown.
     written: Mutex<BTreeMap<String, WrittenItems>>,
+    /// What the indexes hold of each run item this store wrote last, by partition key:
+    /// what its next write is compared with for the index writes it makes.
+    indexed: Mutex<HashMap<String, Item>>,
 }
 
 /// Items of one kind written by one kind of request, and what they cost
@@ -70,6 +81,37 @@ impl CapacityMeter {
         entry.items += 1;
         entry.bytes += bytes as u64;
         entry.write_units += if transactional { 2.0 * kb } else { kb };
+    }
+
+    /// Note the index writes ([`crate::index_writes`]) of request `op` writing run item
+    /// `after` (its attributes the indexes hold, at least), over the item as this store
+    /// last wrote it — or over none, for a run it creates (`new`). A run the store has
+    /// not written before is only remembered.
+    pub(crate) fn note_run(&self, op: &str, after: &Item, new: bool) {
+        let Ok(pk) = get_s(after, PK, "run") else {
+            return;
+        };
+        let after = indexed_part(after);
+        let before = {
+            let mut indexed = self.indexed.lock().unwrap_or_else(|e| e.into_inner());
+            if indexed.len() >= REMEMBERED_RUNS {
+                indexed.clear();
+            }
+            indexed.insert(pk.to_owned(), after.clone())
+        };
+        if before.is_none() && !new {
+            return;
+        }
+        for write in index_writes(before.as_ref(), Some(&after)) {
+            for _ in 0..write.writes {
+                self.note_write(
+                    op,
+                    &format!("{} index", write.index),
+                    false,
+                    write.entry_bytes,
+                );
+            }
+        }
     }
 
     /// Count the capacity a single-item request `op` consumed, and note that it wrote an

@@ -72,6 +72,7 @@ impl DynamoStore {
                 self.capacity.add(true, out.consumed_capacity());
                 let item = out.attributes.unwrap_or_default();
                 self.capacity.note_write(op, "Run", false, item_size(&item));
+                self.capacity.note_run(op, &item, false);
                 run_from_item(&item).map(Ok)
             }
             Err(e) => match e.as_service_error() {

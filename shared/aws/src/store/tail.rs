@@ -227,6 +227,7 @@ pub(super) async fn checkpoint_in_tail(
                 false,
                 item_size(&item).max(before),
             );
+            store.capacity.note_run("checkpoint", &item, false);
             item.insert(KEEPS_TAIL.into(), AttributeValue::Bool(true));
             store.tails.remember_written(&item, cp.expected_version)?;
             Ok(true)
@@ -256,6 +257,7 @@ pub(super) async fn checkpoint_in_tail(
                         false,
                         item_size(&item).max(before),
                     );
+                    store.capacity.note_run("checkpoint", &item, false);
                     store.tails.remember(current)?;
                     return Ok(true);
                 }

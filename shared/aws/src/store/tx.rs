@@ -19,6 +19,7 @@ use super::{DynamoStore, RACE_ATTEMPTS};
 use crate::callback_state::{kept_state_bytes, put_state, state_attr};
 use crate::error::sdk;
 use crate::history_item::{WRITE_UNIT_BYTES, archived_tail, tail_with_event};
+use crate::index_writes::indexed_part;
 use crate::item::*;
 use crate::keys::*;
 
@@ -65,6 +66,9 @@ pub(super) struct Tx {
     roles: Vec<Role>,
     /// The size of each item written (or checked), for the cost breakdown.
     sizes: Vec<usize>,
+    /// The run items it writes (whether each is new), for their index writes in the
+    /// cost breakdown.
+    runs: Vec<(Item, bool)>,
 }
 
 /// How a transaction ended. (An `Err` from [`DynamoStore::transact`] is an outcome
@@ -101,6 +105,9 @@ impl Tx {
         condition: Option<(&str, HashMap<String, String>, Item)>,
     ) -> Result<(), StoreError> {
         self.sizes.push(item_size(&item));
+        if matches!(role, Role::Run | Role::ChildRun) {
+            self.runs.push((indexed_part(&item), true));
+        }
         let mut put = Put::builder().table_name(table).set_item(Some(item));
         if let Some((expr, names, values)) = condition {
             put = put
@@ -154,6 +161,7 @@ impl Tx {
             read => read,
         };
         self.sizes.push(after.max(before));
+        self.runs.push((indexed_part(&item), false));
         let write = RunWrite::new(
             &item,
             &expected,
@@ -371,6 +379,9 @@ impl DynamoStore {
                     for (role, size) in tx.roles.iter().zip(&tx.sizes) {
                         self.capacity
                             .note_write(op, &format!("{role:?}"), true, *size);
+                    }
+                    for (run, new) in &tx.runs {
+                        self.capacity.note_run(op, run, *new);
                     }
                     return Ok(TxOutcome::Committed);
                 }
