@@ -662,19 +662,24 @@ mod tests {
         assert!(matches!(run_from_item(&item), Err(StoreError::Invalid(_))));
     }
 
-    #[test]
-    fn callback_status_attribute_matches_the_record() {
-        let record = CallbackRecord {
+    /// An open callback's record, with `deadline`.
+    fn open_record(deadline: Option<Timestamp>) -> CallbackRecord {
+        CallbackRecord {
             callback_id: CallbackId("cb".into()),
             tenant: TenantId("t".into()),
             run_id: RunId("r".into()),
             position: Position("p".into()),
             status: CallbackStatus::Open,
-            deadline: None,
+            deadline,
             created_at: Timestamp(0),
             accepts: None,
             heartbeat: None,
-        };
+        }
+    }
+
+    #[test]
+    fn callback_status_attribute_matches_the_record() {
+        let record = open_record(None);
         let item = callback_item(&record, Timestamp(0), Duration::ZERO).unwrap();
         assert_eq!(item.get(CALLBACK_STATUS), Some(&open_callback_status()));
         assert!(!item.contains_key(EXPIRES_AT));
@@ -691,17 +696,7 @@ mod tests {
     #[test]
     fn an_open_callback_record_expires_a_retention_after_its_deadline_and_not_before() {
         let day = Duration::from_secs(24 * 3600);
-        let record = CallbackRecord {
-            callback_id: CallbackId("cb".into()),
-            tenant: TenantId("t".into()),
-            run_id: RunId("r".into()),
-            position: Position("p".into()),
-            status: CallbackStatus::Open,
-            deadline: Some(Timestamp(7_200_000)),
-            created_at: Timestamp(0),
-            accepts: None,
-            heartbeat: None,
-        };
+        let record = open_record(Some(Timestamp(7_200_000)));
         let item = callback_item(&record, Timestamp(1_000), day).unwrap();
         assert_eq!(item.get(EXPIRES_AT), Some(&n(7_200 + 24 * 3600)));
         // Without a deadline it may wait for ever: the run closes it, or the reaper

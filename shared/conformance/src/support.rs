@@ -121,6 +121,15 @@ pub(crate) async fn claim(h: &Harness, run: &Run, owner: &str, lease: Duration) 
         .unwrap_or_else(|e| panic!("claim {} by {owner}: {e}", run.id))
 }
 
+/// Renew the lease `held` (a run as claimed) holds until `until`, asserting it worked.
+pub(crate) async fn renew(h: &Harness, held: &Run, until: Timestamp) -> Run {
+    h.backend
+        .store
+        .renew_lease(&held.tenant, &held.id, held.epoch, until)
+        .await
+        .expect("renew with the holder's epoch")
+}
+
 /// A checkpoint over `current` (as read): the run with its version bumped, `updated_at`
 /// now and `mutate` applied, guarded by `epoch`; written by the run's own build when
 /// under a lease.

@@ -337,12 +337,7 @@ pub async fn checkpoint_without_epoch_keeps_a_lease_renewed_since_its_read(h: Ha
     let run = create(&h, &tenant).await;
     let held = claim(&h, &run, "engine-a", LEASE).await;
     let later = h.now().plus(LEASE * 3);
-    let renewed = h
-        .backend
-        .store
-        .renew_lease(&tenant, &run.id, held.epoch, later)
-        .await
-        .expect("renew with the holder's epoch");
+    let renewed = renew(&h, &held, later).await;
     let before = snapshot(&h, &tenant, &run.id).await;
 
     let mut stale = checkpoint_over(&h, &held, None, |r| r.cancel_requested = true);

@@ -196,12 +196,7 @@ pub async fn renew_lease_extends_without_a_version_bump(h: Harness) {
     let run = create(&h, &tenant).await;
     let held = claim(&h, &run, "engine-a", LEASE).await;
     let later = h.now().plus(LEASE * 3);
-    let renewed = h
-        .backend
-        .store
-        .renew_lease(&tenant, &run.id, held.epoch, later)
-        .await
-        .expect("renew with the holder's epoch");
+    let renewed = renew(&h, &held, later).await;
     let lease = renewed.lease.clone().expect("a renewed run has a lease");
     assert_eq!(lease.expires_at, later, "the lease is extended");
     assert_eq!(lease.owner, "engine-a", "the owner stays");
