@@ -85,19 +85,20 @@ pub const REAP_INDEX: &str = "reap";
 /// A global secondary index of the table: its name, keys and the attributes it projects
 /// beside them. DynamoDB writes an index entry for a run item that has both keys, and
 /// bills every change of it (docs/dynamodb.md, "Index writes").
-pub(crate) struct IndexShape {
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IndexShape {
     /// The index's name.
-    pub(crate) name: &'static str,
+    pub name: &'static str,
     /// Its partition key.
-    pub(crate) hash: &'static str,
+    pub hash: &'static str,
     /// Its sort key.
-    pub(crate) range: &'static str,
+    pub range: &'static str,
     /// The attributes it projects beside the keys (none: keys only).
-    pub(crate) include: &'static [&'static str],
+    pub include: &'static [&'static str],
 }
 
 /// The table's indexes, as `infra/template.yaml` and `siesta bootstrap` declare them.
-pub(crate) const INDEXES: [IndexShape; 4] = [
+pub const INDEXES: [IndexShape; 4] = [
     // Sparse and write-sharded: runs that fall due (docs/dynamodb.md); the sweep reads
     // what it needs to send a wake-up from the index alone.
     IndexShape {
