@@ -107,7 +107,8 @@ pub const INDEXES: [IndexShape; 4] = [
         range: SWEEP_AT,
         include: &[TENANT, RUN_ID, STATUS, DUE_AT],
     },
-    // Keys only, so checkpoints never write to them.
+    // Keys only: their keys are set when a run is created (and `build_key` removed when
+    // it finishes), so no other checkpoint writes to them.
     IndexShape {
         name: TENANT_INDEX,
         hash: TENANT,

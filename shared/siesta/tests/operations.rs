@@ -841,11 +841,14 @@ async fn cancelling_a_running_run_keeps_a_lease_renewed_between_its_read_and_its
     let held = store.claim(w.tenant(), &id, &claim).await.unwrap();
     let (engine, probe) = w.another_engine("operator");
     let (reached, release) = probe.pause_before_next_checkpoint();
-    let cancel = tokio::spawn({
+    let mut cancel = tokio::spawn({
         let (tenant, id) = (w.tenant().clone(), id.clone());
         async move { engine.cancel(&tenant, &id, Some(held.version)).await }
     });
-    reached.await.unwrap();
+    tokio::select! {
+        held_before_its_write = reached => held_before_its_write.unwrap(),
+        ended = &mut cancel => panic!("the cancel ended before its checkpoint: {ended:?}"),
+    }
     // The holder renews its lease while the cancel is between its read and its write:
     // the version does not move, so the caller's If-Match still holds.
     let renewed_until = now.plus(Duration::from_secs(120));

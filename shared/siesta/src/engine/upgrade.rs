@@ -129,10 +129,11 @@ impl Engine {
                 Err(StoreError::Conflict(current)) => {
                     // The run moved since the check read it (a delivery, a claim): the
                     // check may be stale, so it is made again, or the caller told.
-                    if if_match.is_some() {
-                        return Err(EngineError::VersionMismatch {
-                            current: current.map_or(run.version + 1, |c| c.version),
-                        });
+                    // At the version the caller named, the conflict was a lease
+                    // renewal in between (it moves no version): read again.
+                    let current = current.map_or(run.version + 1, |c| c.version);
+                    if if_match.is_some_and(|expected| expected != current) {
+                        return Err(EngineError::VersionMismatch { current });
                     }
                     continue;
                 }

@@ -27,7 +27,8 @@ pub const MAX_TRANSACTION_BYTES: usize = 4 * 1024 * 1024;
 /// write, plus everything that changed with it.
 ///
 /// Maps onto one `TransactWriteItems`: the run item (condition: `version =
-/// expected_version` and, when `epoch` is set, `lease.epoch = epoch`), the journal
+/// expected_version` and, when `epoch` is set, `lease.epoch = epoch`; without one, a
+/// lease written back must still be the stored one), the journal
 /// entries, the timeline events (condition: not already there), the callback index
 /// records, the tool-call records, child runs (condition: not already there) and the
 /// delivery to a parent run. Callers keep it within [`MAX_TRANSACTION_ITEMS`] and
@@ -39,8 +40,9 @@ pub struct Checkpoint {
     pub run: Run,
     /// The version the writer read.
     pub expected_version: u64,
-    /// The writer's fencing epoch; `None` for writes made without a lease (cancelling
-    /// a waiting run), which the version condition alone guards.
+    /// The writer's fencing epoch; `None` for writes made without a lease (the control
+    /// plane's), which the version condition guards — and, when `run` carries a lease
+    /// (written back as read), the lease's expiry (see [`RunStore::checkpoint`]).
     pub epoch: Option<FencingEpoch>,
     /// Journal entries to insert or replace.
     pub journal: Vec<JournalEntry>,
