@@ -64,11 +64,7 @@ pub(crate) fn indexed_part(item: &Item) -> Item {
             .into_iter()
             .chain(i.include.iter().copied())
     });
-    [PK, SK]
-        .into_iter()
-        .chain(names)
-        .filter_map(|name| Some((name.to_owned(), item.get(name)?.clone())))
-        .collect()
+    picked(item, [PK, SK].into_iter().chain(names))
 }
 
 /// `item`'s entry in `index`: `None` when it lacks one of the index's keys.
@@ -79,11 +75,14 @@ fn entry(index: &IndexShape, item: &Item) -> Option<Item> {
     let names = [PK, SK, index.hash, index.range]
         .into_iter()
         .chain(index.include.iter().copied());
-    Some(
-        names
-            .filter_map(|name| Some((name.to_owned(), item.get(name)?.clone())))
-            .collect::<HashMap<String, AttributeValue>>(),
-    )
+    Some(picked(item, names))
+}
+
+/// The attributes of `item` named in `names` (those it has).
+fn picked<'a>(item: &Item, names: impl Iterator<Item = &'a str>) -> Item {
+    names
+        .filter_map(|name| Some((name.to_owned(), item.get(name)?.clone())))
+        .collect()
 }
 
 /// The index's keys in `entry`.

@@ -6,9 +6,9 @@
 //! (tenant, run) pairs can never produce the same key.
 
 use sha2::{Digest, Sha256};
+use siesta::{CallbackId, DeliveryId, IdempotencyKey, Position, RunId, TenantId};
 
 use crate::item::{RUN_ID, STATUS};
-use siesta::{CallbackId, DeliveryId, IdempotencyKey, Position, RunId, TenantId};
 
 /// The table's partition key attribute.
 pub const PK: &str = "pk";
@@ -81,6 +81,12 @@ pub const EXPIRES_AT: &str = "expires_at";
 /// ([`crate::retention`]): a run item enters it with the checkpoint that finishes it and
 /// leaves it when the reaper removes the run (or finds it kept for ever).
 pub const REAP_INDEX: &str = "reap";
+/// The reap index's partition key: one of [`DUE_SHARDS`] shards ([`due_shard`]).
+pub const REAP_SHARD: &str = "reap_shard";
+/// The reap index's sort key: when the reaper looks at the finished run next (ms since
+/// the epoch) — its finish plus the shortest retention the deployment has, then its own
+/// retention's end, or a claimed run's claim expiry.
+pub const REAP_AT: &str = "reap_at";
 
 /// A global secondary index of the table: its name, keys and the attributes it projects
 /// beside them. DynamoDB writes an index entry for a run item that has both keys, and
@@ -129,12 +135,6 @@ pub const INDEXES: [IndexShape; 4] = [
         include: &[],
     },
 ];
-/// The reap index's partition key: one of [`DUE_SHARDS`] shards ([`due_shard`]).
-pub const REAP_SHARD: &str = "reap_shard";
-/// The reap index's sort key: when the reaper looks at the finished run next (ms since
-/// the epoch) — its finish plus the shortest retention the deployment has, then its own
-/// retention's end, or a claimed run's claim expiry.
-pub const REAP_AT: &str = "reap_at";
 
 fn escape(component: &str) -> String {
     component.replace('%', "%25").replace('#', "%23")

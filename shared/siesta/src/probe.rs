@@ -29,15 +29,45 @@ pub struct ProbeStore {
     crash_after: AtomicI64,
     crash_before: AtomicBool,
     dead: AtomicBool,
-    paused: std::sync::Mutex<Option<Pause>>,
-    paused_before: std::sync::Mutex<Option<Pause>>,
+    paused: Pause,
+    paused_before: Pause,
 }
 
-/// Who hears that a paused checkpoint applied, and what releases its caller.
-type Pause = (
-    tokio::sync::oneshot::Sender<()>,
-    tokio::sync::oneshot::Receiver<()>,
+/// A point where the next checkpoint's caller is held, when armed: who hears it is held,
+/// and what releases it.
+#[derive(Default)]
+struct Pause(
+    std::sync::Mutex<
+        Option<(
+            tokio::sync::oneshot::Sender<()>,
+            tokio::sync::oneshot::Receiver<()>,
+        )>,
+    >,
 );
+
+impl Pause {
+    /// Arm it: (hears the caller is held, releases it).
+    fn arm(
+        &self,
+    ) -> (
+        tokio::sync::oneshot::Receiver<()>,
+        tokio::sync::oneshot::Sender<()>,
+    ) {
+        let (held_tx, held) = tokio::sync::oneshot::channel();
+        let (release, release_rx) = tokio::sync::oneshot::channel();
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some((held_tx, release_rx));
+        (held, release)
+    }
+
+    /// If armed, disarm it, tell it the caller is held, and wait for the release.
+    async fn hold(&self) {
+        let armed = self.0.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some((held, release)) = armed {
+            let _ = held.send(());
+            let _ = release.await;
+        }
+    }
+}
 
 impl ProbeStore {
     /// Wrap `inner`.
@@ -52,8 +82,8 @@ impl ProbeStore {
             crash_after: AtomicI64::new(-1),
             crash_before: AtomicBool::new(false),
             dead: AtomicBool::new(false),
-            paused: std::sync::Mutex::new(None),
-            paused_before: std::sync::Mutex::new(None),
+            paused: Pause::default(),
+            paused_before: Pause::default(),
         })
     }
 
@@ -66,10 +96,7 @@ impl ProbeStore {
         tokio::sync::oneshot::Receiver<()>,
         tokio::sync::oneshot::Sender<()>,
     ) {
-        let (applied_tx, applied) = tokio::sync::oneshot::channel();
-        let (release, release_rx) = tokio::sync::oneshot::channel();
-        *self.paused.lock().unwrap_or_else(|e| e.into_inner()) = Some((applied_tx, release_rx));
-        (applied, release)
+        self.paused.arm()
     }
 
     /// Hold the caller of the next checkpoint before it is written, until `release` is
@@ -81,11 +108,7 @@ impl ProbeStore {
         tokio::sync::oneshot::Receiver<()>,
         tokio::sync::oneshot::Sender<()>,
     ) {
-        let (reached_tx, reached) = tokio::sync::oneshot::channel();
-        let (release, release_rx) = tokio::sync::oneshot::channel();
-        *self.paused_before.lock().unwrap_or_else(|e| e.into_inner()) =
-            Some((reached_tx, release_rx));
-        (reached, release)
+        self.paused_before.arm()
     }
 
     /// Die right after the n-th checkpoint from now (1 = the next one).
@@ -203,15 +226,7 @@ impl RunStore for ProbeStore {
     }
     async fn checkpoint(&self, checkpoint: &Checkpoint) -> Result<(), StoreError> {
         self.check()?;
-        let paused = self
-            .paused_before
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
-        if let Some((reached, release)) = paused {
-            let _ = reached.send(());
-            let _ = release.await;
-        }
+        self.paused_before.hold().await;
         if self.crash_before.load(Ordering::SeqCst) && self.crash_after.load(Ordering::SeqCst) == 1
         {
             self.dead.store(true, Ordering::SeqCst);
@@ -241,11 +256,7 @@ impl RunStore for ProbeStore {
         if result.is_ok() {
             self.wrote(bytes);
             self.checkpoints.fetch_add(1, Ordering::SeqCst);
-            let paused = self.paused.lock().unwrap_or_else(|e| e.into_inner()).take();
-            if let Some((applied, release)) = paused {
-                let _ = applied.send(());
-                let _ = release.await;
-            }
+            self.paused.hold().await;
             if !self.crash_before.load(Ordering::SeqCst)
                 && self.crash_after.fetch_sub(1, Ordering::SeqCst) == 1
             {
