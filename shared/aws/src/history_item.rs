@@ -155,6 +155,18 @@ impl TailWrite {
         run_item.insert(TAIL_SK.into(), s(self.sk));
         run_item.insert(TAIL.into(), AttributeValue::B(Blob::new(self.packed)));
     }
+
+    /// The size of `run_item` (holding no tail) with this tail in it.
+    pub(crate) fn size_in(&self, run_item: &Item) -> usize {
+        let mut with_tail = run_item.clone();
+        TailWrite {
+            sk: self.sk.clone(),
+            packed: self.packed.clone(),
+            archive: None,
+        }
+        .put_in(&mut with_tail);
+        item_size(&with_tail)
+    }
 }
 
 impl PackedTail {
@@ -318,6 +330,33 @@ pub(crate) fn tail_with_event(
         packed,
         archive: None,
     }))
+}
+
+/// Room a run item being created leaves under [`WRITE_UNIT_BYTES`] for what its first
+/// write adds: the claim's lease (owner, expiry, epoch) and due time.
+const CLAIM_ROOM: usize = 160;
+
+/// The items a run created with its first event writes, given its `run_item` (marked as
+/// keeping a history tail): the run item holding the event in its tail, as a
+/// delivery's event is held ([`tail_with_event`]), when it stays within one write unit
+/// with room for the claim after it — the create's transaction then writes one item
+/// fewer (two write units) and no later write of the run item is billed a unit more;
+/// else the run item as given and the event's own timeline item (a large input, which
+/// the event repeats).
+pub(crate) fn created_items(
+    run_item: Item,
+    run: &Run,
+    started: &TimelineEvent,
+) -> Result<(Item, Option<Item>), StoreError> {
+    if let Some(tail) = tail_with_event(run, run.version, None, started)?
+        && tail.size_in(&run_item) + CLAIM_ROOM <= WRITE_UNIT_BYTES
+    {
+        let mut with_tail = run_item;
+        tail.put_in(&mut with_tail);
+        return Ok((with_tail, None));
+    }
+    let event = crate::item::timeline_item(&run.tenant, &run.id, started)?;
+    Ok((run_item, Some(event)))
 }
 
 /// Whether the history tail `held` (a run item as read) holds is the one `written` (the
@@ -675,6 +714,38 @@ mod tests {
 
     fn ids() -> (TenantId, RunId) {
         (TenantId("t".into()), RunId("r".into()))
+    }
+
+    #[test]
+    fn a_new_runs_first_event_is_held_in_its_run_item_when_it_leaves_room_for_the_claim() {
+        let run = run(1, 1);
+        let run_item = crate::item::new_run_item(&run, std::time::Duration::ZERO).unwrap();
+        let (held, own) = created_items(run_item.clone(), &run, &event(1, json!(null))).unwrap();
+        assert!(own.is_none(), "no item of its own");
+        let tail = archived_tail(&held).unwrap().expect("a tail");
+        assert_eq!(checkpoint_seq(get_s(&tail, SK, "tail").unwrap()), Some(1));
+        assert_eq!(
+            timeline_from_item(&tail).unwrap(),
+            vec![event(1, json!(null))]
+        );
+        assert!(item_size(&held) + CLAIM_ROOM <= WRITE_UNIT_BYTES);
+
+        // An input the event repeats, too large to leave that room even deflated: an
+        // item of its own.
+        let mut state = 1_u64;
+        let note: String = (0..900)
+            .map(|_| {
+                state = state
+                    .wrapping_mul(6_364_136_223_846_793_005)
+                    .wrapping_add(1_442_695_040_888_963_407);
+                char::from(b'a' + (state >> 33) as u8 % 26)
+            })
+            .collect();
+        let large = event(1, json!({ "note": note }));
+        let (alone, own) = created_items(run_item.clone(), &run, &large).unwrap();
+        assert_eq!(alone, run_item, "the run item as given");
+        let own = own.expect("the event's own item");
+        assert_eq!(get_s(&own, SK, "event").unwrap(), timeline_sk(1));
     }
 
     fn journal_of(items: &[Item]) -> Vec<JournalEntry> {

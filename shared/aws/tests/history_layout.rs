@@ -20,6 +20,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use serde_json::json;
 use siesta::ports::{Backend, Checkpoint, Claim};
 use siesta::*;
+use siesta_aws::keys::{checkpoint_seq, checkpoint_sk, timeline_sk};
 
 type Item = HashMap<String, AttributeValue>;
 
@@ -117,13 +118,23 @@ async fn new_run(backend: &Backend) -> Run {
     support::waiting::claimed_run(&*backend.store, "layout", at).await
 }
 
+/// A run as a build from before history tails created it: no mark of a tail-keeping
+/// build, its first event in a timeline item of its own.
+async fn run_of_a_build_before_tails(env: &support::Emulators) -> Run {
+    let options = siesta_aws::AwsOptions {
+        history_tails: false,
+        ..siesta_aws::AwsOptions::default()
+    };
+    new_run(&env.backend_with(3, options).await.backend()).await
+}
+
 #[tokio::test]
 async fn the_control_plane_keeps_a_history_without_checkpoint_items_without_them() {
     let Some(env) = support::emulators().await else {
         return;
     };
     let backend = env.backend(3).await.backend();
-    let run = new_run(&backend).await;
+    let run = run_of_a_build_before_tails(&env).await;
     // The control plane (say, a resolution) writes for a run whose build wrote no
     // checkpoint item: entries and events in items of their own, as that build reads.
     let cp = checkpoint(&run, vec![entry("charge#0", 1, run.updated_at)], false);
@@ -302,6 +313,146 @@ async fn a_tail_archived_by_a_writer_that_crashed_before_replacing_it_is_read_on
     );
 }
 
+/// Text that deflate cannot shrink much: `len` letters and digits from a fixed
+/// pseudo-random sequence.
+fn incompressible(len: usize, seed: u64) -> String {
+    const SYMBOLS: &[u8] = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    let mut state = seed;
+    (0..len)
+        .map(|_| {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            SYMBOLS[(state >> 33) as usize % SYMBOLS.len()] as char
+        })
+        .collect()
+}
+
+/// The run item's size as DynamoDB bills it, near enough: each attribute's name and
+/// value.
+async fn run_item_bytes(env: &support::Emulators, run: &Run) -> usize {
+    let items = items(env, run).await;
+    let run_item = items
+        .iter()
+        .find(|i| i["sk"].as_s().unwrap() == "RUN")
+        .unwrap();
+    run_item
+        .iter()
+        .map(|(name, value)| {
+            name.len()
+                + match value {
+                    AttributeValue::S(s) => s.len(),
+                    // Numbers are stored as base-100 digits.
+                    AttributeValue::N(n) => n.len().div_ceil(2) + 1,
+                    AttributeValue::B(b) => b.as_ref().len(),
+                    _ => 1,
+                }
+        })
+        .sum()
+}
+
+#[tokio::test]
+async fn a_new_runs_first_event_is_held_in_its_run_item_and_its_first_step_takes_it_along() {
+    let Some(env) = support::emulators().await else {
+        return;
+    };
+    let backend = env.backend(3).await.backend();
+    let run = new_run(&backend).await;
+    assert_eq!(
+        sort_keys(&env, &run).await,
+        vec!["RUN".to_owned()],
+        "no timeline item for the run's first event"
+    );
+    let held = tail_sk(&env, &run).await.expect("held in the run item");
+    assert_eq!(checkpoint_seq(&held), Some(1), "{held}");
+    assert_eq!(timeline_seqs(&backend, &run).await, vec![1]);
+    let step = checkpoint(&run, vec![entry("work#0", 1, run.updated_at)], true);
+    backend.store.checkpoint(&step).await.unwrap();
+    assert_eq!(sort_keys(&env, &run).await, vec!["RUN".to_owned()]);
+    assert_eq!(timeline_seqs(&backend, &run).await, vec![1, 2]);
+    assert_eq!(journal(&backend, &run).await, step.journal);
+}
+
+#[tokio::test]
+async fn a_run_whose_first_event_would_fill_its_run_item_gets_a_timeline_item_for_it() {
+    let Some(env) = support::emulators().await else {
+        return;
+    };
+    let backend = env.backend(3).await.backend();
+    let at = Timestamp(1_700_000_000_000);
+    let input = json!({ "note": incompressible(600, 1) });
+    let run = Run::new(
+        TenantId(format!("layout-{}", uuid::Uuid::new_v4().simple())),
+        RunId("r".into()),
+        "order",
+        Payload::Inline(input.clone()),
+        at,
+    );
+    let started = TimelineEvent::execution_started(at, "order", input);
+    backend.store.create_run(&run, &started).await.unwrap();
+    assert_eq!(tail_sk(&env, &run).await, None);
+    assert_eq!(
+        sort_keys(&env, &run).await,
+        vec!["RUN".to_owned(), timeline_sk(1)]
+    );
+    assert_eq!(timeline_seqs(&backend, &run).await, vec![1]);
+}
+
+#[tokio::test]
+async fn a_step_that_would_take_the_run_item_past_a_write_unit_archives_the_tail_before_it() {
+    let Some(env) = support::emulators().await else {
+        return;
+    };
+    let backend = env.backend(3).await.backend();
+    // A run whose first event, held in its run item, takes a few hundred bytes.
+    let at = Timestamp(1_700_000_000_000);
+    let input = json!({ "note": incompressible(120, 1) });
+    let mut run = Run::new(
+        TenantId(format!("layout-{}", uuid::Uuid::new_v4().simple())),
+        RunId("r".into()),
+        "order",
+        Payload::Inline(input.clone()),
+        at,
+    );
+    run.timeline_seq = 1;
+    let started = TimelineEvent::execution_started(at, "order", input);
+    backend.store.create_run(&run, &started).await.unwrap();
+    let claim = Claim {
+        owner: "engine".into(),
+        now: at,
+        expires_at: at.plus(Duration::from_secs(60)),
+    };
+    let run = backend
+        .store
+        .claim(&run.tenant, &run.id, &claim)
+        .await
+        .unwrap();
+    // Alone, the step's entry fits in the run item; with the run's first event beside
+    // it, it would not.
+    let mut big = entry("work#0", 1, run.updated_at);
+    big.name = incompressible(260, 2);
+    let step = checkpoint(&run, vec![big], true);
+    let held = tail_sk(&env, &run).await.expect("the first event held");
+    backend.store.checkpoint(&step).await.unwrap();
+    let keys = sort_keys(&env, &run).await;
+    assert_eq!(
+        keys,
+        vec![held, "RUN".to_owned()],
+        "the first event archived under the key it was held under"
+    );
+    assert_eq!(
+        tail_sk(&env, &run).await,
+        Some(checkpoint_sk(step.run.timeline_seq, step.run.version, 0))
+    );
+    let bytes = run_item_bytes(&env, &run).await;
+    assert!(
+        bytes <= 1024,
+        "the run item stays within a write unit: {bytes} B"
+    );
+    assert_eq!(timeline_seqs(&backend, &run).await, vec![1, 2]);
+    assert_eq!(journal(&backend, &run).await, step.journal);
+}
+
 #[tokio::test]
 async fn with_history_tails_off_a_new_runs_steps_get_checkpoint_items() {
     let Some(env) = support::emulators().await else {
@@ -326,20 +477,7 @@ async fn a_run_created_without_the_mark_of_a_tail_keeping_build_gets_checkpoint_
         return;
     };
     let backend = env.backend(3).await.backend();
-    let run = new_run(&backend).await;
-    // As a build from before history tails created it.
-    aws_sdk_dynamodb::Client::new(&env.sdk)
-        .update_item()
-        .table_name(&env.table)
-        .key(
-            "pk",
-            AttributeValue::S(siesta_aws::keys::run_pk(&run.tenant, &run.id)),
-        )
-        .key("sk", AttributeValue::S("RUN".into()))
-        .update_expression("REMOVE keeps_tail")
-        .send()
-        .await
-        .unwrap();
+    let run = run_of_a_build_before_tails(&env).await;
     let own = checkpoint(&run, vec![entry("charge#0", 1, run.updated_at)], true);
     backend.store.checkpoint(&own).await.unwrap();
     assert_eq!(tail_sk(&env, &run).await, None);
@@ -416,8 +554,12 @@ async fn a_deliverys_event_joins_the_history_tail_and_the_next_checkpoint_takes_
         assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>(), "gapless");
         events
     };
-    let started_only = timeline_items(&sort_keys(&env, &run).await);
-    assert_eq!(started_only, 1, "the run's first event only");
+    let keys = sort_keys(&env, &run).await;
+    assert_eq!(
+        timeline_items(&keys),
+        0,
+        "the run's first event was held in its run item, and the opening took it: {keys:?}"
+    );
 
     let callback = support::waiting_callback(&*aws.backend().store, &tenant, &run.id)
         .await
@@ -429,7 +571,7 @@ async fn a_deliverys_event_joins_the_history_tail_and_the_next_checkpoint_takes_
     let keys = sort_keys(&env, &run).await;
     assert_eq!(
         timeline_items(&keys),
-        1,
+        0,
         "no timeline item for the delivery: {keys:?}"
     );
     assert!(tail_sk(&env, &run).await.is_some(), "held in the run item");

@@ -197,12 +197,11 @@ pub(super) async fn checkpoint(store: &DynamoStore, cp: &Checkpoint) -> Result<(
                 tx.put(&store.table, Role::ToolCall, item, None)?;
             }
             for (child, started) in &cp.child_runs {
-                tx.insert(&store.table, Role::ChildRun, store.new_run_item(child)?)?;
-                tx.insert(
-                    &store.table,
-                    Role::ChildTimeline,
-                    timeline_item(&child.tenant, &child.id, started)?,
-                )?;
+                let (run_item, started_item) = store.new_run_items(child, started)?;
+                tx.insert(&store.table, Role::ChildRun, run_item)?;
+                if let Some(item) = started_item {
+                    tx.insert(&store.table, Role::ChildTimeline, item)?;
+                }
             }
             if let Some(delivery) = &cp.parent_delivery {
                 // A missing or finished parent, or a duplicate, skips the delivery.

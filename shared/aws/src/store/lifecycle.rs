@@ -31,12 +31,11 @@ impl DynamoStore {
         // fails leaves a build record that counts no run).
         self.note_build(run).await?;
         let mut tx = Tx::default();
-        tx.insert(&self.table, Role::Run, self.new_run_item(run)?)?;
-        tx.insert(
-            &self.table,
-            Role::Timeline,
-            timeline_item(&run.tenant, &run.id, started)?,
-        )?;
+        let (run_item, started_item) = self.new_run_items(run, started)?;
+        tx.insert(&self.table, Role::Run, run_item)?;
+        if let Some(item) = started_item {
+            tx.insert(&self.table, Role::Timeline, item)?;
+        }
         if !run.status.is_finished() {
             tx.count_unfinished(&self.table, &run.tenant, 1, max_unfinished)?;
         }

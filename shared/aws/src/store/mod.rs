@@ -40,6 +40,7 @@ use siesta::ports::*;
 use siesta::*;
 
 use crate::callback_state::{is_in_run, with_state};
+use crate::history_item::created_items;
 use crate::item::*;
 use crate::keys::*;
 
@@ -79,12 +80,21 @@ pub(crate) struct DynamoStore {
 }
 
 impl DynamoStore {
-    /// The item of a run being created: marked as keeping a history tail when this
-    /// store writes them.
-    fn new_run_item(&self, run: &Run) -> Result<Item, StoreError> {
+    /// The items of a run being created with its first event, `started`: when this
+    /// store keeps history tails, the run item holds the event in its tail if it fits
+    /// ([`crate::history_item::created_items`]); otherwise the event has an item of its
+    /// own, the second of the pair.
+    fn new_run_items(
+        &self,
+        run: &Run,
+        started: &TimelineEvent,
+    ) -> Result<(Item, Option<Item>), StoreError> {
         match self.history_tails {
-            true => new_run_item(run, self.retention),
-            false => run_item(run, self.retention),
+            true => created_items(new_run_item(run, self.retention)?, run, started),
+            false => Ok((
+                run_item(run, self.retention)?,
+                Some(timeline_item(&run.tenant, &run.id, started)?),
+            )),
         }
     }
 

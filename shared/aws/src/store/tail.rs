@@ -17,7 +17,9 @@ use super::DynamoStore;
 use super::tx::{Expected, RunWrite};
 use crate::callback_state::state_attrs;
 use crate::error::sdk;
-use crate::history_item::{archived_tail, next_tail, tail_grew_from, tail_size};
+use crate::history_item::{
+    TailWrite, WRITE_UNIT_BYTES, archived_tail, next_tail, tail_grew_from, tail_size,
+};
 use crate::item::*;
 use crate::keys::*;
 
@@ -179,16 +181,36 @@ pub(super) async fn checkpoint_in_tail(
         return Ok(false);
     };
     let before_tail = previous.as_ref().map_or(0, tail_size);
-    let Some(mut tail) = next_tail(
-        &cp.run,
-        cp.expected_version,
-        &cp.journal,
-        &cp.timeline,
-        previous,
-    )?
-    else {
+    let mut item = run_item(&cp.run, store.retention)?;
+    let tail_of = |previous| {
+        next_tail(
+            &cp.run,
+            cp.expected_version,
+            &cp.journal,
+            &cp.timeline,
+            previous,
+        )
+    };
+    let Some(mut tail) = tail_of(previous.clone())? else {
         return Ok(false);
     };
+    if tail.archive.is_none()
+        && let Some(previous) = previous
+        && tail.size_in(&item) > WRITE_UNIT_BYTES
+    {
+        // Joined, the tail would take the run item past one write unit: this write and
+        // every write of the run item until the next step (a claim, a delivery) would
+        // be billed two. Archived (one unit, once), it leaves room for this step's —
+        // when this step's fits alone.
+        if let Some(fresh) = tail_of(None)?
+            && fresh.size_in(&item) <= WRITE_UNIT_BYTES
+        {
+            tail = TailWrite {
+                archive: Some(previous),
+                ..fresh
+            };
+        }
+    }
     if let Some(archive) = tail.archive.take() {
         // Committed content under its own key: written again by a retry, or by a
         // writer that then loses the run's condition, it is the same item.
@@ -196,7 +218,6 @@ pub(super) async fn checkpoint_in_tail(
             .put_plain("checkpoint", "Tail archived", archive, false)
             .await?;
     }
-    let mut item = run_item(&cp.run, store.retention)?;
     // Billed by the item before or after, whichever is larger.
     let before = item_size(&item) + before_tail;
     tail.put_in(&mut item);
