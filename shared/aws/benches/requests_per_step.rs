@@ -24,6 +24,11 @@ use siesta_aws::{RequestCounter, WrittenItems};
 const STEPS: u32 = 100;
 const RUNS: usize = 5;
 const WAITS: u32 = 10;
+/// How long the long step (a model call, say) holds its run.
+const LONG_STEP: std::time::Duration = std::time::Duration::from_millis(2_100);
+/// The lease the long step is run under: renewed every third of it, so about ten
+/// renewals in the step.
+const SHORT_LEASE: std::time::Duration = std::time::Duration::from_millis(600);
 
 fn registry() -> Registry {
     let mut reg = Registry::new();
@@ -66,6 +71,17 @@ fn registry() -> Registry {
                     .await?;
             }
             Ok(acted)
+        },
+    );
+    // One step that takes a while: its lease is renewed while it runs.
+    reg.register(
+        "long_step",
+        |ctx: Context, _: serde_json::Value| async move {
+            ctx.step("think", |_| async {
+                tokio::time::sleep(LONG_STEP).await;
+                Ok(1u32)
+            })
+            .await
         },
     );
     reg
@@ -205,6 +221,53 @@ fn print_written(
     (units / n, bytes as f64 / n)
 }
 
+/// What a lease renewal writes (the run item, and its `due` entry, which moves to the
+/// new expiry), from the items written between `before` and `after`; and what holding
+/// a run in a step costs a minute at the default lease (60 s, renewed every 20 s).
+fn print_renewals(before: &BTreeMap<String, WrittenItems>, after: &BTreeMap<String, WrittenItems>) {
+    let renewals: Vec<(&String, f64, f64)> = after
+        .iter()
+        .filter(|(label, _)| label.starts_with("renew_lease:"))
+        .map(|(label, w)| {
+            let b = before.get(label).copied().unwrap_or_default();
+            (
+                label,
+                (w.items - b.items) as f64,
+                w.write_units - b.write_units,
+            )
+        })
+        .collect();
+    let count = renewals
+        .iter()
+        .find(|(label, _, _)| label.as_str() == "renew_lease: Run")
+        .map_or(0.0, |(_, items, _)| *items);
+    println!(
+        "a step of {:.1} s under a lease of {:.1} s (renewed every third of it): {count} renewals",
+        LONG_STEP.as_secs_f64(),
+        SHORT_LEASE.as_secs_f64()
+    );
+    if count == 0.0 {
+        return;
+    }
+    let mut units = 0.0;
+    for (label, items, wcu) in &renewals {
+        units += wcu;
+        println!(
+            "    {label:<52} {:>6.3} items, {:>6.3} WCU",
+            items / count,
+            wcu / count
+        );
+    }
+    let per_renewal = units / count;
+    // A renewal is one conditional UpdateItem (its index writes are in its units) and
+    // reads nothing.
+    let per_minute = 3.0 * per_renewal;
+    println!(
+        "  per renewal: 1 write request, {per_renewal:.2} WCU; per minute a step holds its run at the default lease (60 s, 3 renewals): {per_minute:.1} WCU, ${:.2} per million step-minutes",
+        1e6 * per_minute * WRITE_UNIT
+    );
+}
+
 /// Start `workflow`, answer its `WAITS` callbacks one by one through the engine (as
 /// the webhook does), each time running it until it waits again, and return the
 /// figures per wait; `title` and the items written are printed.
@@ -332,6 +395,26 @@ async fn main() {
     .await;
     c.print("acted-on wait");
     println!("  requests: {:?}", counter.snapshot());
+
+    // D: a long step, whose run's lease is renewed while it runs.
+    let long = Engine::new(
+        aws.backend(),
+        Arc::new(SystemClock),
+        registry(),
+        EngineConfig {
+            lease_ttl: SHORT_LEASE,
+            ..EngineConfig::default()
+        },
+    );
+    let written_before = aws.written_items();
+    let run = long
+        .start(&tenant, "long_step", json!(null), None)
+        .await
+        .expect("start");
+    long.run_until_idle(10).await.expect("work");
+    let run = long.get_run(&tenant, &run.id).await.expect("run");
+    assert_eq!(run.status, RunStatus::Completed, "{:?}", run.error);
+    print_renewals(&written_before, &aws.written_items());
 
     println!("targets:");
     for (what, figures, target) in [("step", &a, 1.50), ("wait", &b, 5.00)] {

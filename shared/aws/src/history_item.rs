@@ -332,9 +332,10 @@ pub(crate) fn tail_with_event(
     }))
 }
 
-/// Room a run item being created leaves under [`WRITE_UNIT_BYTES`] for what its first
-/// write adds: the claim's lease (owner, expiry, epoch) and due time.
-const CLAIM_ROOM: usize = 160;
+/// Room a run item holding a history tail leaves under [`WRITE_UNIT_BYTES`] for the
+/// lease the claim that follows adds (owner, expiry, epoch: about 70 bytes), so that
+/// the claim stays one unit too.
+pub(crate) const CLAIM_ROOM: usize = 100;
 
 /// The items a run created with its first event writes, given its `run_item` (marked as
 /// keeping a history tail): the run item holding the event in its tail, as a
@@ -342,13 +343,15 @@ const CLAIM_ROOM: usize = 160;
 /// with room for the claim after it — the create's transaction then writes one item
 /// fewer (two write units) and no later write of the run item is billed a unit more;
 /// else the run item as given and the event's own timeline item (a large input, which
-/// the event repeats).
+/// the run item's body holds, leaves no room). The tail is keyed by the run's timeline
+/// seq, so only an event at that seq goes in it.
 pub(crate) fn created_items(
     run_item: Item,
     run: &Run,
     started: &TimelineEvent,
 ) -> Result<(Item, Option<Item>), StoreError> {
-    if let Some(tail) = tail_with_event(run, run.version, None, started)?
+    if started.seq == run.timeline_seq
+        && let Some(tail) = tail_with_event(run, run.version, None, started)?
         && tail.size_in(&run_item) + CLAIM_ROOM <= WRITE_UNIT_BYTES
     {
         let mut with_tail = run_item;
@@ -728,10 +731,14 @@ mod tests {
             timeline_from_item(&tail).unwrap(),
             vec![event(1, json!(null))]
         );
-        assert!(item_size(&held) + CLAIM_ROOM <= WRITE_UNIT_BYTES);
 
-        // An input the event repeats, too large to leave that room even deflated: an
-        // item of its own.
+        // An event at another seq than the run's: not under the run's key.
+        let (alone, own) = created_items(run_item.clone(), &run, &event(2, json!(null))).unwrap();
+        assert_eq!(alone, run_item);
+        assert!(own.is_some());
+
+        // An event too large to leave that room even deflated: an item of its own.
+        // (The engine's carries no input; a large input fills the run item's body.)
         let mut state = 1_u64;
         let note: String = (0..900)
             .map(|_| {

@@ -380,15 +380,17 @@ async fn a_run_whose_first_event_would_fill_its_run_item_gets_a_timeline_item_fo
     };
     let backend = env.backend(3).await.backend();
     let at = Timestamp(1_700_000_000_000);
+    // The input is in the run item's body: with it, the run item has no room.
     let input = json!({ "note": incompressible(600, 1) });
-    let run = Run::new(
+    let mut run = Run::new(
         TenantId(format!("layout-{}", uuid::Uuid::new_v4().simple())),
         RunId("r".into()),
         "order",
-        Payload::Inline(input.clone()),
+        Payload::Inline(input),
         at,
     );
-    let started = TimelineEvent::execution_started(at, "order", input);
+    run.timeline_seq = 1;
+    let started = TimelineEvent::execution_started(at, "order", json!(null));
     backend.store.create_run(&run, &started).await.unwrap();
     assert_eq!(tail_sk(&env, &run).await, None);
     assert_eq!(
@@ -396,6 +398,83 @@ async fn a_run_whose_first_event_would_fill_its_run_item_gets_a_timeline_item_fo
         vec!["RUN".to_owned(), timeline_sk(1)]
     );
     assert_eq!(timeline_seqs(&backend, &run).await, vec![1]);
+}
+
+#[tokio::test]
+async fn the_control_plane_writing_before_a_new_runs_first_step_keeps_its_first_event() {
+    let Some(env) = support::emulators().await else {
+        return;
+    };
+    let backend = env.backend(3).await.backend();
+    let run = new_run(&backend).await;
+    let control = checkpoint(&run, vec![entry("charge#0", 1, run.updated_at)], false);
+    backend.store.checkpoint(&control).await.unwrap();
+    assert!(tail_sk(&env, &run).await.is_some(), "the first event kept");
+    assert_eq!(timeline_seqs(&backend, &run).await, vec![1, 2]);
+    let step = checkpoint(&control.run, vec![entry("ship#0", 1, run.updated_at)], true);
+    backend.store.checkpoint(&step).await.unwrap();
+    assert_eq!(timeline_seqs(&backend, &run).await, vec![1, 2, 3]);
+    let mut entries = journal(&backend, &run).await;
+    entries.sort_by(|a, b| a.position.0.cmp(&b.position.0));
+    assert_eq!(
+        entries,
+        vec![control.journal[0].clone(), step.journal[0].clone()]
+    );
+}
+
+/// An event delivered to a run that has not begun joins its first event in the run
+/// item; the run's first turn takes both along.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_delivered_before_a_new_runs_first_turn_joins_its_first_event() {
+    let Some(env) = support::emulators().await else {
+        return;
+    };
+    let aws = env.backend(5).await;
+    let mut reg = Registry::new();
+    reg.register("early", |ctx: Context, _: serde_json::Value| async move {
+        let go: serde_json::Value = ctx.wait_for_event("go").await?;
+        let doubled: u64 = ctx
+            .step("double", move |_| async move {
+                Ok(go.as_u64().unwrap_or_default() * 2)
+            })
+            .await?;
+        Ok(json!(doubled))
+    });
+    let engine = Engine::new(
+        aws.backend(),
+        std::sync::Arc::new(SystemClock),
+        reg,
+        EngineConfig::default(),
+    );
+    let tenant = TenantId(format!("layout-{}", uuid::Uuid::new_v4().simple()));
+    let run = engine
+        .start(&tenant, "early", json!(null), None)
+        .await
+        .unwrap();
+    engine
+        .deliver_event(&tenant, &run.id, "go", json!(7), None)
+        .await
+        .unwrap();
+    let keys = sort_keys(&env, &run).await;
+    assert!(
+        keys.iter().all(|k| !k.starts_with("T#")),
+        "both events in the run item: {keys:?}"
+    );
+    let backend = aws.backend();
+    assert_eq!(timeline_seqs(&backend, &run).await, vec![1, 2]);
+    engine.run_until_idle(100).await.unwrap();
+    let done = engine.get_run(&tenant, &run.id).await.unwrap();
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    assert_eq!(done.output, Some(Payload::Inline(json!(14))));
+    let events = backend
+        .store
+        .timeline(&run.tenant, &run.id, 0, 1000)
+        .await
+        .unwrap();
+    let seqs: Vec<u64> = events.iter().map(|e| e.seq).collect();
+    assert_eq!(seqs, (1..=done.timeline_seq).collect::<Vec<_>>(), "gapless");
+    assert_eq!(events[0].event_type, EventType::ExecutionStarted);
+    assert_eq!(events[1].event_type, EventType::EventDelivered);
 }
 
 #[tokio::test]

@@ -194,16 +194,27 @@ pub(super) async fn checkpoint_in_tail(
     let Some(mut tail) = tail_of(previous.clone())? else {
         return Ok(false);
     };
+    // What the run item holds beside what this write sets: its mark, and the callback
+    // states it keeps (a deadline each, a number of up to 8 bytes), as far as known.
+    let kept = KEEPS_TAIL.len()
+        + 1
+        + store
+            .callback_states_at(&cp.run, cp.expected_version)
+            .unwrap_or_default()
+            .iter()
+            .map(|state| state.len() + 8)
+            .sum::<usize>();
     if tail.archive.is_none()
         && let Some(previous) = previous
-        && tail.size_in(&item) > WRITE_UNIT_BYTES
+        && tail.size_in(&item) + kept > WRITE_UNIT_BYTES
     {
-        // Joined, the tail would take the run item past one write unit: this write and
-        // every write of the run item until the next step (a claim, a delivery) would
-        // be billed two. Archived (one unit, once), it leaves room for this step's —
-        // when this step's fits alone.
+        // Joined, the tail would take the run item past one write unit: every write of
+        // the run item until the next step (a claim, a delivery, a renewal) would be
+        // billed a unit more, and this one too unless the item before it was over
+        // already. Archived (a put of one unit), it leaves room for this step's — when
+        // this step's fits alone.
         if let Some(fresh) = tail_of(None)?
-            && fresh.size_in(&item) <= WRITE_UNIT_BYTES
+            && fresh.size_in(&item) + kept <= WRITE_UNIT_BYTES
         {
             tail = TailWrite {
                 archive: Some(previous),
@@ -218,7 +229,7 @@ pub(super) async fn checkpoint_in_tail(
             .put_plain("checkpoint", "Tail archived", archive, false)
             .await?;
     }
-    // Billed by the item before or after, whichever is larger.
+    // Billed by the item before or after, whichever is larger, with what it keeps.
     let before = item_size(&item) + before_tail;
     tail.put_in(&mut item);
     let expected = Expected {
@@ -246,7 +257,7 @@ pub(super) async fn checkpoint_in_tail(
                 "checkpoint",
                 "Run with tail",
                 false,
-                item_size(&item).max(before),
+                item_size(&item).max(before) + kept,
             );
             store.capacity.note_run("checkpoint", &item, false);
             item.insert(KEEPS_TAIL.into(), AttributeValue::Bool(true));
@@ -276,7 +287,7 @@ pub(super) async fn checkpoint_in_tail(
                         "checkpoint",
                         "Run with tail",
                         false,
-                        item_size(&item).max(before),
+                        item_size(&item).max(before) + kept,
                     );
                     store.capacity.note_run("checkpoint", &item, false);
                     store.tails.remember(current)?;

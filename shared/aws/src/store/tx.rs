@@ -18,7 +18,7 @@ use siesta::*;
 use super::{DynamoStore, RACE_ATTEMPTS};
 use crate::callback_state::{kept_state_bytes, put_state, state_attr};
 use crate::error::sdk;
-use crate::history_item::{WRITE_UNIT_BYTES, archived_tail, tail_with_event};
+use crate::history_item::{CLAIM_ROOM, WRITE_UNIT_BYTES, archived_tail, tail_with_event};
 use crate::index_writes::indexed_part;
 use crate::item::*;
 use crate::keys::*;
@@ -92,9 +92,6 @@ pub(super) fn names(pairs: &[(&str, &str)]) -> HashMap<String, String> {
         .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
         .collect()
 }
-
-/// Bytes a claim adds to a waiting run's item: its lease.
-const CLAIM_ROOM: usize = 100;
 
 impl Tx {
     pub(super) fn put(
