@@ -67,6 +67,13 @@ async fn journal(backend: &Backend, run: &Run) -> Vec<JournalEntry> {
         .journal
 }
 
+/// The run's journal sorted by position.
+async fn journal_by_position(backend: &Backend, run: &Run) -> Vec<JournalEntry> {
+    let mut entries = journal(backend, run).await;
+    entries.sort_by(|a, b| a.position.0.cmp(&b.position.0));
+    entries
+}
+
 /// The seqs of the run's first ten timeline events.
 async fn timeline_seqs(backend: &Backend, run: &Run) -> Vec<u64> {
     backend
@@ -414,10 +421,8 @@ async fn the_control_plane_writing_before_a_new_runs_first_step_keeps_its_first_
     let step = checkpoint(&control.run, vec![entry("ship#0", 1, run.updated_at)], true);
     backend.store.checkpoint(&step).await.unwrap();
     assert_eq!(timeline_seqs(&backend, &run).await, vec![1, 2, 3]);
-    let mut entries = journal(&backend, &run).await;
-    entries.sort_by(|a, b| a.position.0.cmp(&b.position.0));
     assert_eq!(
-        entries,
+        journal_by_position(&backend, &run).await,
         vec![control.journal[0].clone(), step.journal[0].clone()]
     );
 }
@@ -583,10 +588,8 @@ async fn entries_written_before_checkpoint_items_give_way_to_later_ones_at_their
     backend.store.checkpoint(&old).await.unwrap();
     let new = checkpoint(&old.run, vec![entry("charge#0", 2, run.updated_at)], true);
     backend.store.checkpoint(&new).await.unwrap();
-    let mut entries = journal(&backend, &run).await;
-    entries.sort_by(|a, b| a.position.0.cmp(&b.position.0));
     assert_eq!(
-        entries,
+        journal_by_position(&backend, &run).await,
         vec![new.journal[0].clone(), old.journal[1].clone()]
     );
 }
