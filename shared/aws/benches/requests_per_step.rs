@@ -26,7 +26,7 @@ const RUNS: usize = 5;
 const WAITS: u32 = 10;
 /// How long the long step (a model call, say) holds its run.
 const LONG_STEP: std::time::Duration = std::time::Duration::from_millis(2_100);
-/// The lease the long step is run under: renewed every half of it, so about seven
+/// The lease the long step is run under: renewed every two fifths of it, so about eight
 /// renewals in the step.
 const SHORT_LEASE: std::time::Duration = std::time::Duration::from_millis(600);
 
@@ -223,7 +223,7 @@ fn print_written(
 
 /// What a lease renewal writes (the run item, and its `due` entry, which moves to the
 /// new expiry), from the items written between `before` and `after`; and what holding
-/// a run in a step costs a minute at the default lease (60 s, renewed every 30 s).
+/// a run in a step costs a minute at the default lease (60 s, renewed every 24 s).
 fn print_renewals(before: &BTreeMap<String, WrittenItems>, after: &BTreeMap<String, WrittenItems>) {
     let renewals: Vec<(&String, f64, f64)> = after
         .iter()
@@ -242,7 +242,7 @@ fn print_renewals(before: &BTreeMap<String, WrittenItems>, after: &BTreeMap<Stri
         .find(|(label, _, _)| label.as_str() == "renew_lease: Run")
         .map_or(0.0, |(_, items, _)| *items);
     println!(
-        "a step of {:.1} s under a lease of {:.1} s (renewed every half of it): {count} renewals",
+        "a step of {:.1} s under a lease of {:.1} s (renewed every two fifths of it): {count} renewals",
         LONG_STEP.as_secs_f64(),
         SHORT_LEASE.as_secs_f64()
     );
@@ -261,10 +261,10 @@ fn print_renewals(before: &BTreeMap<String, WrittenItems>, after: &BTreeMap<Stri
     let per_renewal = units / count;
     // A renewal is one conditional UpdateItem (its index writes are in its units) and
     // reads nothing.
-    // The engine renews a lease every half of its TTL: twice a minute at 60 s.
-    let per_minute = 2.0 * per_renewal;
+    // The engine renews a lease every two fifths of its TTL: 2.5 times a minute at 60 s.
+    let per_minute = 2.5 * per_renewal;
     println!(
-        "  per renewal: 1 write request, {per_renewal:.2} WCU; per minute a step holds its run at the default lease (60 s, 2 renewals): {per_minute:.1} WCU, ${:.2} per million step-minutes",
+        "  per renewal: 1 write request, {per_renewal:.2} WCU; per minute a step holds its run at the default lease (60 s, 2.5 renewals): {per_minute:.1} WCU, ${:.2} per million step-minutes",
         1e6 * per_minute * WRITE_UNIT
     );
 }

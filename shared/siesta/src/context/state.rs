@@ -39,8 +39,9 @@ pub(crate) struct LeaseWatch {
     pub lost: std::sync::atomic::AtomicBool,
     /// Cancellation was requested.
     pub cancel: std::sync::atomic::AtomicBool,
-    /// The latest renewed lease expiry (ms); checkpoints carry it, so a checkpoint
-    /// never shortens the lease it is written under.
+    /// The latest lease expiry (ms) a renewal asked for, set before the renewal is
+    /// written; checkpoints carry it, so a checkpoint never shortens the lease it is
+    /// written under.
     pub expires_at: std::sync::atomic::AtomicI64,
 }
 

@@ -19,20 +19,25 @@ impl Drop for AbortOnDrop {
 }
 
 /// When the next renewal of a lease of `ttl` is due, after one that `succeeded` (or
-/// failed for a reason other than the lease being lost): half a TTL after a renewal —
-/// on DynamoDB each is a write of the run item and two of its `due` index entry, so a
-/// step shorter than that renews none — and a tenth after a failure, so that a passing
-/// error is tried again several times before the lease would run out.
+/// failed for a reason other than the lease being lost): two fifths of a TTL after a
+/// renewal — on DynamoDB each is a write of the run item and two of its `due` index
+/// entry, so a turn shorter than that renews none — and a tenth after a failure, so
+/// that a passing error is tried again five times before the lease would run out.
+///
+/// Not as late as half a TTL: a checkpoint whose write lands just after a renewal's
+/// may carry the expiry before it (read from the watch before the renewal began), and
+/// the next renewal must come while that one has not yet run out — here with a fifth
+/// of a TTL to spare.
 fn next_renewal(ttl: Duration, succeeded: bool) -> Duration {
     match succeeded {
-        true => ttl / 2,
+        true => ttl * 2 / 5,
         false => ttl / 10,
     }
 }
 
-/// Renew the lease every half of its TTL until aborted (sooner again after a failed
-/// attempt, [`next_renewal`]); note a lost lease or a cancellation request for the
-/// engine to act on.
+/// Renew the lease every two fifths of its TTL until aborted (sooner again after a
+/// failed attempt, [`next_renewal`]); note a lost lease or a cancellation request for
+/// the engine to act on.
 pub(super) async fn renew_lease(
     store: Arc<dyn RunStore>,
     clock: Arc<dyn Clock>,
@@ -45,10 +50,14 @@ pub(super) async fn renew_lease(
     let mut pause = next_renewal(ttl, true);
     loop {
         tokio::time::sleep(pause).await;
-        match store
-            .renew_lease(&tenant, &run_id, epoch, clock.now().plus(ttl))
-            .await
-        {
+        let until = clock.now().plus(ttl);
+        // Told to the holder's checkpoints before it is written: one that read the
+        // watch before this renewal's answer and landed after its write would put the
+        // previous expiry back, half a TTL old and nearly run out, for another worker to
+        // claim. A checkpoint is conditioned on the holder's epoch, so it can extend
+        // only a lease the holder still has.
+        watch.expires_at.fetch_max(until.millis(), Ordering::SeqCst);
+        match store.renew_lease(&tenant, &run_id, epoch, until).await {
             Ok(run) => {
                 pause = next_renewal(ttl, true);
                 if let Some(lease) = &run.lease {
@@ -77,12 +86,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_lease_is_renewed_at_half_its_ttl_and_a_failed_renewal_tried_again_well_before_it_ends() {
+    fn a_lease_is_renewed_with_room_for_a_stale_expiry_and_a_failed_renewal_tried_again_in_time() {
         let ttl = Duration::from_secs(60);
-        assert_eq!(next_renewal(ttl, true), Duration::from_secs(30));
-        // After a failure at half the TTL, four more attempts before it runs out.
+        let every = next_renewal(ttl, true);
+        assert_eq!(every, Duration::from_secs(24));
+        // A checkpoint may put back the expiry a renewal replaced (made one interval
+        // earlier): the next renewal comes before it runs out.
+        assert!(every * 2 < ttl, "{every:?}");
+        // A renewal that failed is tried again, five times, before the lease it was
+        // to extend runs out.
         let retry = next_renewal(ttl, false);
-        let attempts_left = (ttl / 2).as_millis() / retry.as_millis();
-        assert!(attempts_left >= 4, "{retry:?}");
+        let retries = (1..).take_while(|k| every + retry * *k < ttl).count();
+        assert_eq!(retries, 5, "{retry:?}");
     }
 }

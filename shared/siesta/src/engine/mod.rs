@@ -60,7 +60,7 @@ pub struct EngineConfig {
     /// Names this engine's leases (an invocation counter is appended).
     pub owner: String,
     /// How long a lease lasts without renewal (and so how soon the sweep finds the run
-    /// of a holder that died); renewed every half of it while the run is held, a
+    /// of a holder that died); renewed every two fifths of it while the run is held, a
     /// renewal that failed tried again after a tenth.
     pub lease_ttl: Duration,
     /// Longest one invocation advances a run before it checkpoints and continues in a
