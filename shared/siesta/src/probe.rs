@@ -31,6 +31,7 @@ pub struct ProbeStore {
     dead: AtomicBool,
     paused: Pause,
     paused_before: Pause,
+    paused_renewal: Pause,
 }
 
 /// A point where the next checkpoint's caller is held, when armed: who hears it is held,
@@ -84,6 +85,7 @@ impl ProbeStore {
             dead: AtomicBool::new(false),
             paused: Pause::default(),
             paused_before: Pause::default(),
+            paused_renewal: Pause::default(),
         })
     }
 
@@ -109,6 +111,18 @@ impl ProbeStore {
         tokio::sync::oneshot::Sender<()>,
     ) {
         self.paused_before.arm()
+    }
+
+    /// Hold the caller of the next lease renewal before it is written, until `release`
+    /// is sent; `reached` hears it is held. For tests of what a holder's checkpoint does
+    /// while its renewal is on its way.
+    pub fn pause_before_next_renewal(
+        &self,
+    ) -> (
+        tokio::sync::oneshot::Receiver<()>,
+        tokio::sync::oneshot::Sender<()>,
+    ) {
+        self.paused_renewal.arm()
     }
 
     /// Die right after the n-th checkpoint from now (1 = the next one).
@@ -202,6 +216,7 @@ impl RunStore for ProbeStore {
         expires_at: Timestamp,
     ) -> Result<Run, StoreError> {
         self.check()?;
+        self.paused_renewal.hold().await;
         self.inner
             .renew_lease(tenant, run_id, epoch, expires_at)
             .await

@@ -277,6 +277,70 @@ async fn a_batch_with_duplicates_advances_each_run_once_and_reports_no_failures(
     assert_eq!(w.run(&b).await.status, RunStatus::Completed);
 }
 
+/// A checkpoint written while the holder's renewal is on its way carries the expiry
+/// that renewal asks for: one that carried the expiry before it, landing after the
+/// renewal's write, would put back a lease already part run out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checkpoint_during_a_renewal_carries_the_expiry_the_renewal_asks_for() {
+    let w = world(Registry::new());
+    let (entered_tx, entered_rx) = tokio::sync::oneshot::channel::<()>();
+    let (release_tx, release_rx) = tokio::sync::oneshot::channel::<()>();
+    let gate = Arc::new(std::sync::Mutex::new(Some((entered_tx, release_rx))));
+    let mut reg = Registry::new();
+    reg.register("held", move |ctx: Context, _: serde_json::Value| {
+        let gate = gate.clone();
+        async move {
+            ctx.step("a", move |_| async move {
+                let pair = gate.lock().unwrap().take();
+                if let Some((entered, release)) = pair {
+                    let _ = entered.send(());
+                    let _ = release.await;
+                }
+                Ok(())
+            })
+            .await?;
+            ctx.step("b", |_| async { Ok(()) }).await
+        }
+    });
+    w.deploy(reg.clone());
+    let config = EngineConfig {
+        owner: "holder".to_owned(),
+        lease_ttl: Duration::from_secs(1),
+        ..w.config().clone()
+    };
+    let (holder, probe) = w.engine_with(reg, config);
+    let (renewing, let_renewal_go) = probe.pause_before_next_renewal();
+    let id = create(&w, "held", json!(null)).await;
+    let wake = WakeUp {
+        tenant: w.tenant().clone(),
+        run_id: id.clone(),
+        reason: WakeReason::Started,
+        epoch_hint: 0,
+        seq_hint: None,
+    };
+    let task = tokio::spawn(async move { holder.handle_wakeup(&wake).await });
+    entered_rx.await.unwrap();
+    let claimed = w.run(&id).await.lease.expect("held").expires_at;
+    // The renewal asks for a later expiry than the claim's, and is held before its
+    // write.
+    w.clock().advance(Duration::from_secs(5));
+    renewing.await.unwrap();
+    // Step `a` ends: its checkpoint is written while the renewal is still on its way.
+    let (checkpointed, let_checkpoint_go) = probe.pause_after_next_checkpoint();
+    release_tx.send(()).unwrap();
+    checkpointed.await.unwrap();
+    let written = w.run(&id).await.lease.expect("held").expires_at;
+    assert_eq!(
+        written,
+        claimed.plus(Duration::from_secs(5)),
+        "the checkpoint carries the expiry the renewal asked for"
+    );
+    let_checkpoint_go.send(()).unwrap();
+    let_renewal_go.send(()).unwrap();
+    task.await.unwrap().unwrap();
+    assert_eq!(w.run(&id).await.status, RunStatus::Completed);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_renewed_lease_is_not_shortened_by_the_next_checkpoint() {
     let w = world(Registry::new());
