@@ -156,16 +156,17 @@ impl TailWrite {
         run_item.insert(TAIL.into(), AttributeValue::B(Blob::new(self.packed)));
     }
 
-    /// The size of `run_item` (holding no tail) with this tail in it.
+    /// The size of `run_item` (holding no tail) with this tail in it: an item's size is
+    /// the sum of its attributes', so the run item is not copied to measure it.
     pub(crate) fn size_in(&self, run_item: &Item) -> usize {
-        let mut with_tail = run_item.clone();
+        let mut tail = Item::new();
         TailWrite {
             sk: self.sk.clone(),
             packed: self.packed.clone(),
             archive: None,
         }
-        .put_in(&mut with_tail);
-        item_size(&with_tail)
+        .put_in(&mut tail);
+        item_size(run_item) + item_size(&tail)
     }
 }
 

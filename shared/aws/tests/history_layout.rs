@@ -57,6 +57,18 @@ async fn tail_sk(env: &support::Emulators, run: &Run) -> Option<String> {
         .map(|sk| sk.as_s().unwrap().clone())
 }
 
+/// An engine over `aws` with `reg`, and a tenant of its own.
+fn engine_of(aws: &siesta_aws::AwsBackend, reg: Registry) -> (Engine, TenantId) {
+    let engine = Engine::new(
+        aws.backend(),
+        std::sync::Arc::new(SystemClock),
+        reg,
+        EngineConfig::default(),
+    );
+    let tenant = TenantId(format!("layout-{}", uuid::Uuid::new_v4().simple()));
+    (engine, tenant)
+}
+
 /// The run's journal, as a replay loads it.
 async fn journal(backend: &Backend, run: &Run) -> Vec<JournalEntry> {
     backend
@@ -445,13 +457,7 @@ async fn an_event_delivered_before_a_new_runs_first_turn_joins_its_first_event()
             .await?;
         Ok(json!(doubled))
     });
-    let engine = Engine::new(
-        aws.backend(),
-        std::sync::Arc::new(SystemClock),
-        reg,
-        EngineConfig::default(),
-    );
-    let tenant = TenantId(format!("layout-{}", uuid::Uuid::new_v4().simple()));
+    let (engine, tenant) = engine_of(&aws, reg);
     let run = engine
         .start(&tenant, "early", json!(null), None)
         .await
@@ -613,13 +619,7 @@ async fn a_deliverys_event_joins_the_history_tail_and_the_next_checkpoint_takes_
         let go = ctx.wait_for_event::<serde_json::Value>("go").await?;
         Ok(json!([approved, acted, go]))
     });
-    let engine = Engine::new(
-        aws.backend(),
-        std::sync::Arc::new(SystemClock),
-        reg,
-        EngineConfig::default(),
-    );
-    let tenant = TenantId(format!("layout-{}", uuid::Uuid::new_v4().simple()));
+    let (engine, tenant) = engine_of(&aws, reg);
     let run = engine
         .start(&tenant, "approve", json!(null), None)
         .await

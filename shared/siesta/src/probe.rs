@@ -34,8 +34,8 @@ pub struct ProbeStore {
     paused_renewal: Pause,
 }
 
-/// A point where the next checkpoint's caller is held, when armed: who hears it is held,
-/// and what releases it.
+/// A point where the next caller of a store call (a checkpoint, a renewal) is held,
+/// when armed: who hears it is held, and what releases it.
 #[derive(Default)]
 struct Pause(
     std::sync::Mutex<

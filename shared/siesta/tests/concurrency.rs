@@ -15,29 +15,22 @@ use serde_json::json;
 use siesta::ports::{WakeReason, WakeUp};
 use siesta::*;
 use siesta_testing::LEASE_TTL;
-use support::{create, output, world};
+use support::{create, gate, output, started, world};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn zombie_holder_with_a_stale_fencing_epoch_writes_nothing() {
-    let (entered_tx, entered_rx) = tokio::sync::oneshot::channel::<()>();
-    let (release_tx, release_rx) = tokio::sync::oneshot::channel::<()>();
-    let gate = Arc::new(std::sync::Mutex::new(Some((entered_tx, release_rx))));
+    let (g, entered_rx, release_tx) = gate();
     let mut reg = Registry::new();
-    let g = gate.clone();
     reg.register("slow", move |ctx: Context, _: serde_json::Value| {
         let g = g.clone();
         async move {
             let who: String = ctx
                 .step("work", move |_| async move {
-                    let first = g.lock().unwrap().take();
-                    match first {
-                        Some((entered, release)) => {
-                            let _ = entered.send(());
-                            let _ = release.await;
-                            Ok("zombie".to_owned())
-                        }
-                        None => Ok("successor".to_owned()),
+                    Ok(match g.pass().await {
+                        true => "zombie",
+                        false => "successor",
                     }
+                    .to_owned())
                 })
                 .await?;
             Ok(who)
@@ -45,13 +38,7 @@ async fn zombie_holder_with_a_stale_fencing_epoch_writes_nothing() {
     });
     let w = world(reg);
     let id = create(&w, "slow", json!(null)).await;
-    let wake = WakeUp {
-        tenant: w.tenant().clone(),
-        run_id: id.clone(),
-        reason: WakeReason::Started,
-        epoch_hint: 0,
-        seq_hint: None,
-    };
+    let wake = started(&w, &id);
     let zombie = w.engine().clone();
     let zombie_wake = wake.clone();
     let zombie_task = tokio::spawn(async move { zombie.handle_wakeup(&zombie_wake).await });
@@ -97,13 +84,7 @@ async fn two_concurrent_engines_never_both_advance_a_run() {
         });
         let w = world(reg);
         let id = create(&w, "once", json!(null)).await;
-        let wake = WakeUp {
-            tenant: w.tenant().clone(),
-            run_id: id.clone(),
-            reason: WakeReason::Started,
-            epoch_hint: 0,
-            seq_hint: None,
-        };
+        let wake = started(&w, &id);
         let (a, _) = w.another_engine("engine-a");
         let (b, _) = w.another_engine("engine-b");
         let (wa, wb) = (wake.clone(), wake.clone());
@@ -261,13 +242,7 @@ async fn a_batch_with_duplicates_advances_each_run_once_and_reports_no_failures(
     let w = world(reg);
     let a = create(&w, "once", json!(null)).await;
     let b = create(&w, "once", json!(null)).await;
-    let wake = |id: &RunId| WakeUp {
-        tenant: w.tenant().clone(),
-        run_id: id.clone(),
-        reason: WakeReason::Started,
-        epoch_hint: 0,
-        seq_hint: None,
-    };
+    let wake = |id: &RunId| started(&w, id);
     let batch = [wake(&a), wake(&b), wake(&a), wake(&RunId::from("missing"))];
     let report = w.engine().handle_batch(&batch, None).await;
     assert!(report.failed().is_empty(), "{report:?}");
@@ -283,19 +258,13 @@ async fn a_batch_with_duplicates_advances_each_run_once_and_reports_no_failures(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_checkpoint_during_a_renewal_carries_the_expiry_the_renewal_asks_for() {
     let w = world(Registry::new());
-    let (entered_tx, entered_rx) = tokio::sync::oneshot::channel::<()>();
-    let (release_tx, release_rx) = tokio::sync::oneshot::channel::<()>();
-    let gate = Arc::new(std::sync::Mutex::new(Some((entered_tx, release_rx))));
+    let (gate, entered_rx, release_tx) = gate();
     let mut reg = Registry::new();
     reg.register("held", move |ctx: Context, _: serde_json::Value| {
         let gate = gate.clone();
         async move {
             ctx.step("a", move |_| async move {
-                let pair = gate.lock().unwrap().take();
-                if let Some((entered, release)) = pair {
-                    let _ = entered.send(());
-                    let _ = release.await;
-                }
+                gate.pass().await;
                 Ok(())
             })
             .await?;
@@ -311,13 +280,7 @@ async fn a_checkpoint_during_a_renewal_carries_the_expiry_the_renewal_asks_for()
     let (holder, probe) = w.engine_with(reg, config);
     let (renewing, let_renewal_go) = probe.pause_before_next_renewal();
     let id = create(&w, "held", json!(null)).await;
-    let wake = WakeUp {
-        tenant: w.tenant().clone(),
-        run_id: id.clone(),
-        reason: WakeReason::Started,
-        epoch_hint: 0,
-        seq_hint: None,
-    };
+    let wake = started(&w, &id);
     let task = tokio::spawn(async move { holder.handle_wakeup(&wake).await });
     entered_rx.await.unwrap();
     let claimed = w.run(&id).await.lease.expect("held").expires_at;
@@ -345,9 +308,7 @@ async fn a_checkpoint_during_a_renewal_carries_the_expiry_the_renewal_asks_for()
 async fn a_renewed_lease_is_not_shortened_by_the_next_checkpoint() {
     let w = world(Registry::new());
     let clock = w.clock().clone();
-    let (entered_tx, entered_rx) = tokio::sync::oneshot::channel::<()>();
-    let (release_tx, release_rx) = tokio::sync::oneshot::channel::<()>();
-    let gate = Arc::new(std::sync::Mutex::new(Some((entered_tx, release_rx))));
+    let (gate, entered_rx, release_tx) = gate();
     let mut reg = Registry::new();
     reg.register("long", move |ctx: Context, _: serde_json::Value| {
         let (clock, gate) = (clock.clone(), gate.clone());
@@ -360,11 +321,7 @@ async fn a_renewed_lease_is_not_shortened_by_the_next_checkpoint() {
             })
             .await?;
             ctx.step("held", move |_| async move {
-                let pair = gate.lock().unwrap().take();
-                if let Some((entered, release)) = pair {
-                    let _ = entered.send(());
-                    let _ = release.await;
-                }
+                gate.pass().await;
                 Ok(())
             })
             .await
@@ -378,13 +335,7 @@ async fn a_renewed_lease_is_not_shortened_by_the_next_checkpoint() {
     };
     let (holder, _) = w.engine_with(reg, config);
     let id = create(&w, "long", json!(null)).await;
-    let wake = WakeUp {
-        tenant: w.tenant().clone(),
-        run_id: id.clone(),
-        reason: WakeReason::Started,
-        epoch_hint: 0,
-        seq_hint: None,
-    };
+    let wake = started(&w, &id);
     let task = tokio::spawn(async move { holder.handle_wakeup(&wake).await });
     entered_rx.await.unwrap();
     let run = w.run(&id).await;
