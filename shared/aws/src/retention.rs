@@ -274,11 +274,13 @@ impl Reaper {
         }
         if let Some(parent) = &run.parent {
             let parent_key = key(run_pk(&run.tenant, &parent.run_id), RUN_SK);
-            if self
-                .get("reap: read the parent", parent_key)
-                .await?
-                .is_some()
-            {
+            // A run under the parent's id may be a new one under a reused id (an
+            // `Idempotency-Key` replayed after the parent was removed): not its parent.
+            let holder = match self.get("reap: read the parent", parent_key).await? {
+                Some(item) => Some(run_from_item(&item)?),
+                None => None,
+            };
+            if holder.is_some_and(|holder| parent.names(&holder)) {
                 let later = now.0.saturating_add(millis(PARENT_RECHECK));
                 if self.move_to(&due.pk, seen, Some(later), None).await? {
                     report.waiting_for_parent += 1;

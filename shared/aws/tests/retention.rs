@@ -472,6 +472,70 @@ async fn a_finished_child_run_is_kept_while_its_parent_exists() {
     .await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finished_child_goes_once_its_parent_went_though_a_new_run_took_the_parents_id() {
+    let Some(env) = support::emulators().await else {
+        return;
+    };
+    env.in_own_table(|env| async move {
+        let clock = Arc::new(ManualClock::new(T0));
+        let aws = backend(&env, 30 * DAY, Vec::new()).await;
+        let engine = engine(&aws, &clock);
+        let tenant = tenant("reused");
+        let id = RunId::generate();
+        let child_of = |parent: &Run| context::child_run_id(parent, &Position::from("child#0"));
+        let first = engine
+            .start(&tenant, "parent", json!(null), Some(id.clone()))
+            .await
+            .unwrap();
+        engine.run_until_idle(50).await.unwrap();
+        let first_child = child_of(&first);
+        engine.cancel(&tenant, &id, None).await.unwrap();
+        let reaper = aws.reaper(rules(RetentionPolicy::default()));
+        let report = reaper.reap(at(31 * DAY), 100).await.unwrap();
+        assert_eq!(
+            report.removed,
+            vec![(tenant.clone(), id.clone())],
+            "{report:?}"
+        );
+        assert_eq!(report.waiting_for_parent, 1, "{report:?}");
+
+        // The same id again (an `Idempotency-Key` replayed after the first run went).
+        clock.set(at(31 * DAY));
+        let second = engine
+            .start(&tenant, "parent", json!(null), Some(id.clone()))
+            .await
+            .unwrap();
+        engine.run_until_idle(50).await.unwrap();
+        let second_child = child_of(&second);
+        assert_ne!(second_child, first_child);
+        assert_eq!(
+            engine.get_run(&tenant, &second_child).await.unwrap().status,
+            RunStatus::Completed
+        );
+
+        // The first child, looked at again a day later, is not the new run's: it goes.
+        // The new run's child stays while its parent waits.
+        let report = reaper.reap(at(62 * DAY), 100).await.unwrap();
+        assert_eq!(
+            report.removed,
+            vec![(tenant.clone(), first_child.clone())],
+            "{report:?}"
+        );
+        assert!(
+            partition(&env, &pk_of(&tenant, &first_child))
+                .await
+                .is_empty()
+        );
+        assert!(
+            !partition(&env, &pk_of(&tenant, &second_child))
+                .await
+                .is_empty()
+        );
+    })
+    .await;
+}
+
 /// Fails every DynamoDB and S3 request once `allowed` `BatchWriteItem` requests have
 /// gone: the process died there.
 #[derive(Debug, Clone)]

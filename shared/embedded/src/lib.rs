@@ -332,37 +332,67 @@ impl EmbeddedBackend {
         if self.inner.in_memory {
             return self.tx(move |conn, _| f(conn)).await;
         }
-        let conn = {
-            let idle = self
-                .inner
-                .readers
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .pop();
-            match idle {
-                Some(conn) => conn,
-                None => {
-                    let conn = Connection::open(&self.inner.path).map_err(sql)?;
-                    #[cfg(test)]
-                    query_plans::record(&conn);
-                    conn.busy_timeout(Duration::from_secs(5)).map_err(sql)?;
-                    conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
-                    conn
-                }
-            }
-        };
+        let conn = self.reader()?;
         let out = (|| {
             conn.execute_batch("BEGIN").map_err(sql)?;
             let out = f(&conn);
             conn.execute_batch("COMMIT").map_err(sql)?;
             out
         })();
+        self.put_back(conn);
+        out
+    }
+
+    /// An idle read connection, or a new one.
+    fn reader(&self) -> Result<Connection, StoreError> {
+        let idle = self
+            .inner
+            .readers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pop();
+        if let Some(conn) = idle {
+            return Ok(conn);
+        }
+        let conn = Connection::open(&self.inner.path).map_err(sql)?;
+        #[cfg(test)]
+        query_plans::record(&conn);
+        conn.busy_timeout(Duration::from_secs(5)).map_err(sql)?;
+        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+        Ok(conn)
+    }
+
+    /// Keep `conn` for the next read, unless it is still in a transaction or enough
+    /// are kept.
+    fn put_back(&self, conn: Connection) {
         if conn.is_autocommit() {
             let mut idle = self.inner.readers.lock().unwrap_or_else(|e| e.into_inner());
             if idle.len() < IDLE_READERS {
                 idle.push(conn);
             }
         }
-        out
+    }
+
+    /// Copy the WAL into the file now, so that pages a write gave back (the reaper's
+    /// `incremental_vacuum`) leave the file at once rather than at the next automatic
+    /// checkpoint, which an idle server may not reach for hours. `PASSIVE`: it waits
+    /// for no reader or writer, and does what it can; a later checkpoint does the rest.
+    async fn checkpoint_wal(&self) {
+        if self.inner.in_memory {
+            return;
+        }
+        let store = self.clone();
+        let done = tokio::task::spawn_blocking(move || {
+            let conn = store.reader()?;
+            let out = conn
+                .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))
+                .map_err(sql);
+            store.put_back(conn);
+            out
+        })
+        .await;
+        if let Ok(Err(e)) = done {
+            tracing::warn!(error = %e, "could not checkpoint the WAL; the file shrinks at the next one");
+        }
     }
 }

@@ -125,11 +125,16 @@ pub(crate) const REAP_BACKFILL: &str =
     "UPDATE runs SET reap_at = finished_at WHERE finished_at IS NOT NULL";
 
 /// The earliest runs due to be looked at (`?1`: now, `?2`: how many), with whether
-/// their parent (if any) still exists.
+/// their parent (if any) still exists: the run under the parent's id, if the link
+/// records no creation time or the run was created then — a later one is a new run
+/// under a reused id (an `Idempotency-Key` replayed after the parent was removed),
+/// as [`siesta::ParentLink::names`] says.
 const DUE: &str = "SELECT key, tenant, run_id, workflow, finished_at, status,
         EXISTS (SELECT 1 FROM runs AS parent
                  WHERE parent.tenant = runs.tenant
-                   AND parent.run_id = json_extract(runs.body, '$.parent.run_id')) AS parent_exists
+                   AND parent.run_id = json_extract(runs.body, '$.parent.run_id')
+                   AND coalesce(json_extract(runs.body, '$.parent.created_at'),
+                                parent.created_at) = parent.created_at) AS parent_exists
    FROM runs INDEXED BY runs_reap
   WHERE reap_at IS NOT NULL AND reap_at <= ?1
   ORDER BY reap_at LIMIT ?2";

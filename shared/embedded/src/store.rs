@@ -714,8 +714,13 @@ impl RunStore for EmbeddedBackend {
         limit: usize,
     ) -> Result<siesta::retention::ReapReport, StoreError> {
         let rules = rules.clone();
-        self.tx(move |tx, _| retention::reap(tx, &rules, now, limit))
-            .await
+        let report = self
+            .tx(move |tx, _| retention::reap(tx, &rules, now, limit))
+            .await?;
+        if !report.removed.is_empty() {
+            self.checkpoint_wal().await;
+        }
+        Ok(report)
     }
 
     async fn rearm_reaping(

@@ -496,7 +496,8 @@ async fn the_file_shrinks_back_after_many_runs_are_reaped() {
     clock.advance(HOUR * 2);
     let full = file_size(&conn, &path);
     let removed = reap_all(&ports, &clock, HOUR).await;
-    let reaped = file_size(&conn, &path);
+    // As an idle server's file is: the reaper's own checkpoint gave the pages back.
+    let reaped = std::fs::metadata(&path).unwrap().len();
     println!(
         "file size: empty {empty} B, 600 finished runs + 1 waiting {full} B, after reaping {removed} runs {reaped} B ({:.1}% of before)",
         100.0 * reaped as f64 / full as f64

@@ -23,7 +23,7 @@ async fn a_run_and_its_child_record_the_build_they_started_on() {
     assert_eq!(started.event_type, EventType::ExecutionStarted);
     assert_eq!(started.details["BuildId"], json!("shop@1.4.0+9f2c1e0"));
 
-    let child = context::child_run_id(&run.id, &Position::from("child#0"));
+    let child = context::child_run_id(&run, &Position::from("child#0"));
     assert_eq!(
         env.run(&child).await.build_id.as_deref(),
         Some("shop@1.4.0+9f2c1e0")

@@ -518,7 +518,7 @@ async fn a_child_run_handed_a_held_callbacks_url_starts_with_it_stored() {
     w.run_until_idle().await;
     assert!(w.has_crashed());
     w.restart();
-    let child = child_run_id(&id, &Position::from("notify#0"));
+    let child = child_run_id(&w.run(&id).await, &Position::from("notify#0"));
     assert!(
         w.backend()
             .store

@@ -703,7 +703,7 @@ async fn invoke_starts_a_child_run_and_awaits_its_result() {
         output(&run),
         json!({"double": 42, "failed": "InvokeFailed"})
     );
-    let child = siesta::context::child_run_id(&id, &Position::from("double_it#0"));
+    let child = siesta::context::child_run_id(&run, &Position::from("double_it#0"));
     let child = w.run(&child).await;
     assert_eq!(child.status, RunStatus::Completed);
     assert_eq!(child.parent.unwrap().run_id, id);

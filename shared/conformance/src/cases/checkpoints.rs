@@ -72,6 +72,7 @@ fn full_checkpoint(h: &Harness, current: &Run, epoch: Option<FencingEpoch>) -> C
     child.parent = Some(ParentLink {
         run_id: current.id.clone(),
         position: Position::from("invoke#0"),
+        created_at: Some(current.created_at),
     });
     let child_started = started(&child);
     cp.child_runs.push((child, child_started));

@@ -548,6 +548,7 @@ fn child_of(h: &Harness, parent: &Run) -> (Run, NewDelivery) {
     child.parent = Some(ParentLink {
         run_id: parent.id.clone(),
         position: position.clone(),
+        created_at: Some(parent.created_at),
     });
     let mut d = delivery(
         h,

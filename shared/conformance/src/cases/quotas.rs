@@ -80,6 +80,7 @@ pub async fn unfinished_runs_are_counted_and_released_once(h: Harness) {
     child.parent = Some(ParentLink {
         run_id: first.id.clone(),
         position: Position("invoke#0".into()),
+        created_at: Some(first.created_at),
     });
     cp.child_runs.push((child.clone(), started(&child)));
     write(&h, &cp).await;

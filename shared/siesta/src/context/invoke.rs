@@ -1,8 +1,10 @@
 //! `invoke`: start another workflow as a child run and await its result.
 //!
 //! The child is created in the same checkpoint that journals the invoke, with an id
-//! derived from the parent's id and the invoke's position (so replay never creates a
-//! second one). When the child finishes, its final checkpoint delivers its outcome to
+//! derived from the parent's id, its creation time and the invoke's position (so replay
+//! never creates a second one, and a new run under a reused id never names the first
+//! one's children). Its input, when large, is stored under the child's own id: it is
+//! the child's, removed with the child and not with the parent, which may go first. When the child finishes, its final checkpoint delivers its outcome to
 //! the parent in the same transaction, which wakes the parent.
 
 use crate::timeline as tl;
@@ -46,10 +48,20 @@ impl Context {
     }
 }
 
-/// The id of the child run started by `invoke` at `position` of `parent`.
-pub fn child_run_id(parent: &RunId, position: &Position) -> RunId {
-    let digest = Sha256::digest(position.as_str().as_bytes());
-    RunId(format!("{parent}.{}", &hex::encode(digest)[..16]))
+/// The id of the child run started by `invoke` at `position` of `parent`: the parent's
+/// id and a hash of its creation time and the position. The creation time tells apart
+/// two runs under one id — an `Idempotency-Key` replayed after the first run was
+/// removed starts a new run under the same id, whose children must not be the first
+/// one's (which may remain: unfinished, or kept longer).
+pub fn child_run_id(parent: &Run, position: &Position) -> RunId {
+    let mut hash = Sha256::new();
+    hash.update(parent.created_at.0.to_be_bytes());
+    hash.update(position.as_str().as_bytes());
+    RunId(format!(
+        "{}.{}",
+        parent.id,
+        &hex::encode(hash.finalize())[..16]
+    ))
 }
 
 impl<O, I> IntoFuture for InvokeBuilder<O, I>
@@ -69,8 +81,14 @@ where
                 input,
                 ..
             } = self;
-            let child_id = child_run_id(&ctx.shared.run_id, &op.position);
-            match ctx.lookup(&op).await.map(|e| e.state) {
+            let entry = ctx.lookup(&op).await;
+            // A child already started keeps the id its entry records: one started by an
+            // older build was named by the position alone.
+            let child_id = match entry.as_ref().and_then(|e| e.handle.clone()) {
+                Some(recorded) => RunId(recorded),
+                None => child_run_id(&ctx.shared.state().run, &op.position),
+            };
+            match entry.map(|e| e.state) {
                 Some(EntryState::Succeeded { value, .. }) => return ctx.decode(&value).await,
                 Some(EntryState::Failed { error, .. }) => return Err(Error::from_info(&error)),
                 Some(_) => {}
@@ -78,7 +96,15 @@ where
                     ctx.go_live();
                     ctx.boundary().await;
                     let now = ctx.shared.now();
-                    let input = ctx.encode(&input).await?;
+                    // Under the child's id: the parent may be removed before the child.
+                    let input = super::payload::encode_payload(
+                        &ctx.shared.backend,
+                        &ctx.shared.config,
+                        &ctx.shared.tenant,
+                        &child_id,
+                        &input,
+                    )
+                    .await?;
                     let mut child = Run::new(
                         ctx.shared.tenant.clone(),
                         child_id.clone(),
@@ -95,6 +121,7 @@ where
                     child.parent = Some(ParentLink {
                         run_id: ctx.shared.run_id.clone(),
                         position: op.position.clone(),
+                        created_at: Some(ctx.shared.state().run.created_at),
                     });
                     let started = TimelineEvent::execution_started(
                         now,
@@ -144,7 +171,14 @@ where
                 .map(|e| e.state.clone());
             // Claimed until the result is handed back: dropped before (a combinator's
             // loser), the invoke gives it back (see `claim`).
-            let finished = ctx.take_delivery(&op, before, |b| matches!(b, DeliveryBody::ChildFinished { position, .. } if *position == op.position));
+            // This child's outcome only: a child of an earlier run under this run's id
+            // (an `Idempotency-Key` replayed after it was removed) may finish too, and
+            // its outcome comes to this id at the same position.
+            let ours = child_finished_id(&child_id);
+            let finished = ctx.take_delivery(&op, before, |d| {
+                d.id == ours
+                    && matches!(&d.body, DeliveryBody::ChildFinished { position, .. } if *position == op.position)
+            });
             let Some((delivery, claim)) = finished else {
                 return ctx.suspend(None).await;
             };

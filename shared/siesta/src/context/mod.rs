@@ -686,14 +686,14 @@ impl Context {
         &self,
         op: &Op,
         reverts_to: Option<EntryState>,
-        pick: impl Fn(&DeliveryBody) -> bool,
+        pick: impl Fn(&Delivery) -> bool,
     ) -> Option<(Delivery, Claim)> {
         let found = {
             let mut st = self.shared.state();
             let found = st
                 .deliveries
                 .iter()
-                .find(|d| !st.consumed.contains(&d.id) && pick(&d.body))
+                .find(|d| !st.consumed.contains(&d.id) && pick(d))
                 .cloned();
             if let Some(d) = &found {
                 st.consumed.insert(d.id.clone());

@@ -293,7 +293,7 @@ pub(super) fn child_finished(
         EventType::ChainedInvokeFailed
     };
     NewDelivery {
-        id: DeliveryId(format!("child-finished:{}", run.id)),
+        id: child_finished_id(&run.id),
         tenant: run.tenant.clone(),
         run_id: parent.run_id.clone(),
         body: DeliveryBody::ChildFinished {

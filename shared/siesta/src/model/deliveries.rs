@@ -155,6 +155,12 @@ pub enum DeliveryBody {
     },
 }
 
+/// The id of the delivery that tells a parent its child `child` finished: one per
+/// child, so a repeat of it is a duplicate.
+pub fn child_finished_id(child: &RunId) -> DeliveryId {
+    DeliveryId(format!("child-finished:{child}"))
+}
+
 impl DeliveryBody {
     /// The callback this delivery addresses, if any.
     pub fn callback_id(&self) -> Option<&CallbackId> {

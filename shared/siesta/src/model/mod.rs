@@ -398,4 +398,18 @@ pub struct ParentLink {
     pub run_id: RunId,
     /// The parent's `invoke` operation.
     pub position: Position,
+    /// When the parent was created, which tells it apart from a later run under its id
+    /// (an `Idempotency-Key` replayed after the parent was removed). `None` in links
+    /// written before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_at: Option<Timestamp>,
+}
+
+impl ParentLink {
+    /// Whether `parent`, a run under this link's id, is the run this link names (and
+    /// not a later one under the same id). A link that records no creation time
+    /// names whichever run holds the id.
+    pub fn names(&self, parent: &Run) -> bool {
+        parent.id == self.run_id && self.created_at.is_none_or(|c| c == parent.created_at)
+    }
 }

@@ -262,8 +262,8 @@ impl<T: DeserializeOwned + Send + 'static> Callback<T> {
         });
         // The outcome taken is claimed until the wait returns: dropped before (a
         // combinator's loser), the wait gives it back (see `claim`).
-        while let Some((delivery, claim)) = ctx.take_delivery(&op, Some(waiting.clone()), |b| {
-            b.answered_callback() == Some(&id)
+        while let Some((delivery, claim)) = ctx.take_delivery(&op, Some(waiting.clone()), |d| {
+            d.body.answered_callback() == Some(&id)
         }) {
             ctx.go_live();
             let (state, event, result) = match delivery.body {

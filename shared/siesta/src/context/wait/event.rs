@@ -115,7 +115,7 @@ impl<T: DeserializeOwned + Send + 'static> IntoFuture for EventBuilder<T> {
             while let Some((delivery, claim)) = ctx.take_delivery(
                 &op,
                 Some(EntryState::Waiting(waiting())),
-                |b| matches!(b, DeliveryBody::Event { name, .. } if *name == event_name),
+                |d| matches!(&d.body, DeliveryBody::Event { name, .. } if *name == event_name),
             ) {
                 ctx.go_live();
                 let DeliveryBody::Event { value, .. } = delivery.body else {
