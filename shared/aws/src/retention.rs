@@ -63,6 +63,13 @@ use crate::store::{CapacityMeter, consistent_get, query_page};
 /// invocation can last, so a reaper killed half-way is dead before another takes over.
 pub const CLAIM: Duration = Duration::from_secs(20 * 60);
 
+/// When a finished run its rules keep for ever is looked at again. The table's index is
+/// not re-armed when the rules change (that would take a write per run kept), so a run
+/// leaving it for good would be kept for ever even after its workflow or tenant were
+/// given a retention: looked at yearly, it goes within a year of that. One read and a
+/// write a year per run kept.
+pub const FOREVER_RECHECK: Duration = Duration::from_secs(365 * 24 * 60 * 60);
+
 use siesta::retention::millis;
 pub use siesta::retention::{PARENT_RECHECK, RetentionRules};
 
@@ -78,7 +85,7 @@ pub struct ReapReport {
     pub removed: Vec<(TenantId, RunId)>,
     /// Runs whose retention has not passed: put back at its end.
     pub rescheduled: usize,
-    /// Runs kept for ever: out of the index.
+    /// Runs kept for ever: looked at again after [`FOREVER_RECHECK`].
     pub kept_for_ever: usize,
     /// Child runs whose parent still exists: looked at again later.
     pub waiting_for_parent: usize,
@@ -259,13 +266,14 @@ impl Reaper {
             .verdict(&run.tenant, &run.workflow, run.updated_at, now)
         {
             Verdict::KeepForEver => {
-                if self.move_to(&due.pk, seen, None, None).await? {
+                let later = now.0.saturating_add(millis(FOREVER_RECHECK));
+                if self.move_to(&due.pk, seen, later, None).await? {
                     report.kept_for_ever += 1;
                 }
                 return Ok(report);
             }
             Verdict::LookAgainAt(end) => {
-                if self.move_to(&due.pk, seen, Some(end.0), None).await? {
+                if self.move_to(&due.pk, seen, end.0, None).await? {
                     report.rescheduled += 1;
                 }
                 return Ok(report);
@@ -277,12 +285,19 @@ impl Reaper {
             // A run under the parent's id may be a new one under a reused id (an
             // `Idempotency-Key` replayed after the parent was removed): not its parent.
             let holder = match self.get("reap: read the parent", parent_key).await? {
-                Some(item) => Some(run_from_item(&item)?),
+                Some(item) => Some((run_from_item(&item)?, number_of(&item, REAP_AT).ok())),
                 None => None,
             };
-            if holder.is_some_and(|holder| parent.names(&holder)) {
-                let later = now.0.saturating_add(millis(PARENT_RECHECK));
-                if self.move_to(&due.pk, seen, Some(later), None).await? {
+            if let Some((holder, holder_due)) = holder
+                && parent.names(&holder)
+            {
+                // Not before the parent itself is due to go: a parent kept a year leaves
+                // its child alone that year, rather than costing a look a day.
+                let later = now
+                    .0
+                    .saturating_add(millis(PARENT_RECHECK))
+                    .max(holder_due.unwrap_or(i64::MIN));
+                if self.move_to(&due.pk, seen, later, None).await? {
                     report.waiting_for_parent += 1;
                 }
                 return Ok(report);
@@ -290,10 +305,7 @@ impl Reaper {
         }
         let token = uuid::Uuid::new_v4().to_string();
         let claim_end = now.0.saturating_add(millis(CLAIM));
-        if !self
-            .move_to(&due.pk, seen, Some(claim_end), Some(&token))
-            .await?
-        {
+        if !self.move_to(&due.pk, seen, claim_end, Some(&token)).await? {
             return Ok(report);
         }
         if self.remove(&run, &item, &token, &mut report).await? {
@@ -302,13 +314,13 @@ impl Reaper {
         Ok(report)
     }
 
-    /// Move the run's `reap_at` to `to` (`None`: out of the index), with a claim token
-    /// when given, if it is still as `seen` (its `reap_at` and version). Whether it was.
+    /// Move the run's `reap_at` to `to`, with a claim token when given, if it is still as
+    /// `seen` (its `reap_at` and version). Whether it was.
     async fn move_to(
         &self,
         pk: &str,
         seen: (i64, u64),
-        to: Option<i64>,
+        to: i64,
         claim: Option<&str>,
     ) -> Result<bool, StoreError> {
         let mut update = self
@@ -322,17 +334,14 @@ impl Reaper {
             .expression_attribute_values(":seen", n(seen.0))
             .expression_attribute_values(":version", n(seen.1))
             .return_consumed_capacity(ReturnConsumedCapacity::Total);
-        update = match (to, claim) {
-            (None, _) => update
-                .update_expression("REMOVE #reap_at, #reap_shard")
-                .expression_attribute_names("#reap_shard", REAP_SHARD),
-            (Some(at), None) => update
+        update = match claim {
+            None => update
                 .update_expression("SET #reap_at = :at")
-                .expression_attribute_values(":at", n(at)),
-            (Some(at), Some(token)) => update
+                .expression_attribute_values(":at", n(to)),
+            Some(token) => update
                 .update_expression("SET #reap_at = :at, #claim = :token")
                 .expression_attribute_names("#claim", REAP_CLAIM)
-                .expression_attribute_values(":at", n(at))
+                .expression_attribute_values(":at", n(to))
                 .expression_attribute_values(":token", s(token)),
         };
         match update.send().await {

@@ -28,7 +28,7 @@ use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
 use aws_smithy_types::config_bag::ConfigBag;
 use serde_json::json;
 use siesta::*;
-use siesta_aws::retention::{CLAIM, RetentionRules};
+use siesta_aws::retention::{CLAIM, FOREVER_RECHECK, RetentionRules};
 use siesta_aws::{AwsBackend, AwsOptions};
 
 const T0: Timestamp = Timestamp(1_800_000_000_000);
@@ -409,7 +409,7 @@ async fn each_workflow_and_each_tenant_keeps_its_finished_runs_for_its_own_reten
         let reaper = aws.reaper(rules.clone());
 
         // Two hours on: both pings go (the workflow's hour beats acme's two days); the
-        // others are put back at their own retention's end, bank's run out of the index.
+        // others are put back at their own retention's end, bank's run a year on.
         let report = reaper.reap(at(2 * HOUR), 100).await.unwrap();
         assert_eq!(report.removed.len(), 2, "{report:?}");
         assert_eq!(report.rescheduled, 2, "{report:?}");
@@ -423,13 +423,42 @@ async fn each_workflow_and_each_tenant_keeps_its_finished_runs_for_its_own_reten
         assert_eq!(report.removed[0].0, acme);
         assert!(exists(&plain, "quick").await);
 
-        // Thirty-one days on: the rest of the deployment's; bank keeps its run for ever.
+        // Thirty-one days on: the rest of the deployment's; bank keeps its run for ever,
+        // looked at once a year and no more.
         let report = reaper.reap(at(31 * DAY), 100).await.unwrap();
         assert_eq!(report.removed.len(), 1, "{report:?}");
         assert_eq!(report.removed[0].0, plain);
-        let report = reaper.reap(at(3650 * DAY), 100).await.unwrap();
+        let report = reaper.reap(at(365 * DAY), 100).await.unwrap();
         assert_eq!(report.looked_at, 0, "{report:?}");
+        let report = reaper.reap(at(366 * DAY), 100).await.unwrap();
+        assert_eq!(
+            (report.looked_at, report.kept_for_ever),
+            (1, 1),
+            "{report:?}"
+        );
         assert!(exists(&bank, "quick").await);
+
+        // Bank given a retention later: its run kept so far goes at its next look, within
+        // a year, though the index was never re-armed.
+        let mut shorter = rules.clone();
+        shorter
+            .quotas
+            .tenants
+            .insert(bank.as_str().to_owned(), quota(30));
+        let report = aws
+            .reaper(shorter)
+            .reap(at(366 * DAY + FOREVER_RECHECK), 100)
+            .await
+            .unwrap();
+        assert_eq!(
+            report.removed,
+            vec![(
+                bank.clone(),
+                runs[&(bank.as_str().to_owned(), "quick")].clone()
+            )],
+            "{report:?}"
+        );
+        assert!(!exists(&bank, "quick").await);
     })
     .await;
 }
@@ -468,6 +497,61 @@ async fn a_finished_child_run_is_kept_while_its_parent_exists() {
         assert_eq!(report.waiting_for_parent, 1, "{report:?}");
         assert!(report.removed.is_empty());
         assert!(!partition(&env, &pk_of(&tenant, &child.id)).await.is_empty());
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finished_child_of_a_parent_kept_a_year_is_not_looked_at_daily_and_goes_after_it() {
+    let Some(env) = support::emulators().await else {
+        return;
+    };
+    env.in_own_table(|env| async move {
+        let rules = rules(
+            RetentionPolicy::keep_for(Some(30 * DAY)).with_workflow("parent", Some(365 * DAY)),
+        );
+        let clock = Arc::new(ManualClock::new(T0));
+        let aws = backend(&env, rules.shortest(), Vec::new()).await;
+        let engine = engine(&aws, &clock);
+        let tenant = tenant("kept");
+        let parent = engine
+            .start(&tenant, "parent", json!(null), None)
+            .await
+            .unwrap();
+        engine.run_until_idle(50).await.unwrap();
+        engine
+            .deliver_event(&tenant, &parent.id, "never", json!(1), None)
+            .await
+            .unwrap();
+        engine.run_until_idle(50).await.unwrap();
+        let parent = engine.get_run(&tenant, &parent.id).await.unwrap();
+        assert_eq!(parent.status, RunStatus::Completed);
+        let child = context::child_run_id(&parent, &Position::from("child#0"));
+        let reaper = aws.reaper(rules);
+
+        // Both first looked at after the shortest retention; the child, found with its
+        // parent still there, is put back (once more if it was looked at before the
+        // parent was put back at its year's end).
+        reaper.reap(at(31 * DAY), 100).await.unwrap();
+        reaper.reap(at(33 * DAY), 100).await.unwrap();
+        let report = reaper.reap(at(200 * DAY), 100).await.unwrap();
+        assert_eq!(
+            report.looked_at, 0,
+            "looked at before its parent is due: {report:?}"
+        );
+
+        // A year on the parent goes, and the child after it.
+        let mut removed = Vec::new();
+        for day in [366, 368] {
+            removed.extend(reaper.reap(at(day * DAY), 100).await.unwrap().removed);
+        }
+        assert_eq!(removed.len(), 2, "{removed:?}");
+        assert!(partition(&env, &pk_of(&tenant, &child)).await.is_empty());
+        assert!(
+            partition(&env, &pk_of(&tenant, &parent.id))
+                .await
+                .is_empty()
+        );
     })
     .await;
 }

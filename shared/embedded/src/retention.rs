@@ -124,17 +124,17 @@ DROP INDEX IF EXISTS runs_finished_by_workflow;
 pub(crate) const REAP_BACKFILL: &str =
     "UPDATE runs SET reap_at = finished_at WHERE finished_at IS NOT NULL";
 
-/// The earliest runs due to be looked at (`?1`: now, `?2`: how many), with whether
-/// their parent (if any) still exists: the run under the parent's id, if the link
-/// records no creation time or the run was created then — a later one is a new run
-/// under a reused id (an `Idempotency-Key` replayed after the parent was removed),
-/// as [`siesta::ParentLink::names`] says.
+/// The earliest runs due to be looked at (`?1`: now, `?2`: how many), with, if their
+/// parent still exists, when it is due to be looked at itself (0: not finished). The
+/// parent is the run under its id if the link records no creation time or the run was
+/// created then — a later one is a new run under a reused id (an `Idempotency-Key`
+/// replayed after the parent was removed), as [`siesta::ParentLink::names`] says.
 const DUE: &str = "SELECT key, tenant, run_id, workflow, finished_at, status,
-        EXISTS (SELECT 1 FROM runs AS parent
-                 WHERE parent.tenant = runs.tenant
-                   AND parent.run_id = json_extract(runs.body, '$.parent.run_id')
-                   AND coalesce(json_extract(runs.body, '$.parent.created_at'),
-                                parent.created_at) = parent.created_at) AS parent_exists
+        (SELECT coalesce(parent.reap_at, 0) FROM runs AS parent
+          WHERE parent.tenant = runs.tenant
+            AND parent.run_id = json_extract(runs.body, '$.parent.run_id')
+            AND coalesce(json_extract(runs.body, '$.parent.created_at'),
+                         parent.created_at) = parent.created_at) AS parent_due
    FROM runs INDEXED BY runs_reap
   WHERE reap_at IS NOT NULL AND reap_at <= ?1
   ORDER BY reap_at LIMIT ?2";
@@ -193,7 +193,15 @@ pub(crate) fn reap(
     limit: usize,
 ) -> Result<ReapReport, StoreError> {
     let page = i64::try_from(limit).unwrap_or(i64::MAX);
-    type Row = (i64, String, String, String, Option<i64>, String, bool);
+    type Row = (
+        i64,
+        String,
+        String,
+        String,
+        Option<i64>,
+        String,
+        Option<i64>,
+    );
     let due: Vec<Row> = tx
         .prepare_cached(DUE)
         .map_err(sql)?
@@ -215,15 +223,17 @@ pub(crate) fn reap(
         more: due.len() >= limit,
         ..ReapReport::default()
     };
-    for (key, tenant, run_id, workflow, finished_at, status, parent_exists) in due {
+    for (key, tenant, run_id, workflow, finished_at, status, parent_due) in due {
         let tenant = TenantId(tenant);
         let finished = ["completed", "failed", "cancelled"].contains(&status.as_str());
         let next = match finished_at {
             Some(at) if finished => match rules.verdict(&tenant, &workflow, Timestamp(at), now) {
                 Verdict::KeepForEver => Some(NEVER),
                 Verdict::LookAgainAt(end) => Some(end.0),
-                Verdict::Remove if parent_exists => {
-                    Some(now.0.saturating_add(millis(PARENT_RECHECK)))
+                // Not before the parent itself is due: a parent kept a year leaves its
+                // child alone that year, rather than costing a look a day.
+                Verdict::Remove if let Some(parent_due) = parent_due => {
+                    Some(now.0.saturating_add(millis(PARENT_RECHECK)).max(parent_due))
                 }
                 Verdict::Remove => {
                     remove(tx, key, &tenant, &run_id)?;

@@ -120,11 +120,13 @@ pub struct SharedArgs {
     pub webhook_sources: String,
     /// How long finished runs (completed, failed, cancelled) are kept before they
     /// and everything they own are removed: `30d` (default), `12h`, `15m`, `3s`;
-    /// `0` keeps everything. Runs not finished — waiting, parked — are never removed.
+    /// `0` (with any unit: `0d`) keeps them for ever, but for workflows and tenants given
+    /// a retention of their own. Runs not finished — waiting, parked — are never removed.
     #[arg(long, env = "SIESTA_RETENTION", default_value = "30d")]
     pub retention: String,
     /// Workflows kept longer or shorter than `--retention`, as `workflow=retention,…`
-    /// (`audit=0,ping=12h`); a workflow's own retention in code wins over both.
+    /// (`audit=0,ping=12h`); a workflow named here keeps its retention in every tenant,
+    /// before a tenant's (`--quotas`) and `--retention`.
     #[arg(long, env = "SIESTA_RETENTION_WORKFLOWS", default_value = "")]
     pub retention_workflows: String,
     /// On DynamoDB, whether runs created from now on keep their steps' checkpoints in
@@ -332,17 +334,27 @@ fn retention_policy(default: &str, workflows: &str) -> Result<RetentionPolicy, S
         .map(str::trim)
         .filter(|p| !p.is_empty())
     {
-        let (workflow, retention) = pair.split_once('=').ok_or_else(|| {
+        let bad = |why: &str| {
             SetupError::Config(format!(
-                "SIESTA_RETENTION_WORKFLOWS (--retention-workflows): '{pair}' is not workflow=retention"
+                "SIESTA_RETENTION_WORKFLOWS (--retention-workflows): '{pair}' {why}"
             ))
-        })?;
+        };
+        let (workflow, retention) = pair
+            .split_once('=')
+            .ok_or_else(|| bad("is not workflow=retention"))?;
+        let workflow = workflow.trim();
+        if workflow.is_empty() {
+            return Err(bad("names no workflow"));
+        }
+        if policy.workflows.contains_key(workflow) {
+            return Err(bad("names a workflow given a retention already"));
+        }
         let retention = siesta::parse_retention(retention).map_err(|e| {
             SetupError::Config(format!(
                 "SIESTA_RETENTION_WORKFLOWS (--retention-workflows): {e}"
             ))
         })?;
-        policy = policy.with_workflow(workflow.trim(), retention);
+        policy = policy.with_workflow(workflow, retention);
     }
     Ok(policy)
 }
@@ -377,6 +389,11 @@ mod tests {
         assert_eq!(retention_policy("0", "").unwrap().of("order"), None);
         assert!(retention_policy("30d", "ping").is_err());
         assert!(retention_policy("30d", "ping=soon").is_err());
+        assert!(retention_policy("30d", "=3d").is_err(), "no workflow");
+        assert!(
+            retention_policy("30d", "ping=1h,ping=2h").is_err(),
+            "a workflow given two retentions"
+        );
     }
 
     const RESOURCES: [&str; 8] = [

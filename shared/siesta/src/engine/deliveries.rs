@@ -154,6 +154,12 @@ impl Engine {
         delivery_id: Option<DeliveryId>,
     ) -> Result<DeliverOutcome, EngineError> {
         self.check_delivery_size(tenant, &value)?;
+        // A large value is stored under the run before the delivery: for a run that does
+        // not exist (never did, or was removed) nothing would ever remove it, so it is
+        // stored only once the run is found. (An event's check reads the run already.)
+        if json_size(&value) > self.config.inline_limit as u64 {
+            self.get_run(tenant, run_id).await?;
+        }
         let payload = self.encode(tenant, run_id, &value).await?;
         let id =
             delivery_id.unwrap_or_else(|| DeliveryId(format!("message:{}", uuid::Uuid::new_v4())));

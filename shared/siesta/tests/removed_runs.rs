@@ -1,7 +1,8 @@
-//! Child runs and retention: a child's large input is its own, so it outlives a parent
-//! removed first; a run started again under a removed parent's id (an
-//! `Idempotency-Key` replayed after its retention) starts children of its own, takes
-//! only their outcomes, and does not keep the first parent's children from going.
+//! What a run removed by its retention leaves: nothing a child still needs (a child's
+//! large input is its own, so it outlives a parent removed first), nothing a run
+//! started again under its id (an `Idempotency-Key` replayed after the retention)
+//! trips over (it starts children of its own, takes only their outcomes, and does not
+//! keep the first one's children from going), and nothing a late delivery stores.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -13,6 +14,7 @@ mod support;
 use std::time::Duration;
 
 use serde_json::json;
+use sha2::{Digest, Sha256};
 use siesta::context::child_run_id;
 use siesta::ports::artifact_location;
 use siesta::retention::{RetentionPolicy, RetentionRules};
@@ -21,6 +23,7 @@ use siesta_testing::TestEnv;
 use support::{output, world};
 
 const HOUR: Duration = Duration::from_secs(3600);
+const DAY: Duration = Duration::from_secs(86_400);
 
 /// A parent handing its child a value over the inline limit; the child waits for `go`
 /// and answers with the parent's input.
@@ -134,4 +137,62 @@ async fn a_run_started_again_under_a_removed_parents_id_has_children_of_its_own(
 
     w.deliver_event(&second_child, "go", json!(null)).await;
     assert_eq!(output(&w.run(&parent).await), json!("second"));
+}
+
+#[tokio::test]
+async fn a_large_message_to_a_run_that_is_not_there_is_refused_before_it_is_stored() {
+    let w = world(registry());
+    let gone = RunId::generate();
+    let value = json!({"pad": "m".repeat(40 * 1024)});
+    let refused = w
+        .engine()
+        .inject_message(w.tenant(), &gone, value.clone(), None)
+        .await;
+    assert!(matches!(refused, Err(EngineError::NotFound)), "{refused:?}");
+    let bytes = serde_json::to_vec(&value).unwrap();
+    let sha256 = hex::encode(Sha256::digest(&bytes));
+    let never_stored = ArtifactRef {
+        location: artifact_location(w.tenant(), &gone, &sha256),
+        sha256,
+        size: bytes.len() as u64,
+        media_type: "application/json".to_owned(),
+    };
+    assert!(
+        w.backend().artifacts.get(&never_stored).await.is_err(),
+        "the message was stored under a run that is not there"
+    );
+}
+
+#[tokio::test]
+async fn a_finished_child_of_a_parent_kept_a_year_is_not_looked_at_daily_and_goes_after_it() {
+    let w = world(registry());
+    let rules = RetentionRules::new(
+        RetentionPolicy::keep_for(Some(HOUR)).with_workflow("parent", Some(365 * DAY)),
+    );
+    w.engine().rearm_reaping(&rules).await.unwrap();
+    let parent = RunId::generate();
+    let child = parent_with_child(&w, &parent, "kept").await;
+    w.deliver_event(&child, "go", json!(null)).await;
+    assert_eq!(output(&w.run(&parent).await), json!("kept"));
+    let pass = |after: Duration| {
+        let w = &w;
+        let rules = &rules;
+        async move {
+            w.clock().advance(after);
+            w.engine().reap(rules, 100).await.unwrap()
+        }
+    };
+
+    // The child's hour passes with its parent there: put back, and not looked at again
+    // until the parent's year is up.
+    let first = pass(2 * HOUR).await;
+    assert_eq!((first.removed.len(), first.put_back), (0, 1), "{first:?}");
+    let later = pass(200 * DAY).await;
+    assert_eq!((later.removed.len(), later.put_back), (0, 0), "{later:?}");
+
+    // A year on the parent goes, and the child after it.
+    let mut removed = pass(170 * DAY).await.removed;
+    removed.extend(pass(2 * DAY).await.removed);
+    assert_eq!(removed.len(), 2, "{removed:?}");
+    assert!(!exists(&w, &parent).await && !exists(&w, &child).await);
 }
