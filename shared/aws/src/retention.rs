@@ -10,9 +10,10 @@
 //! **What the reaper decides.** It reads the run and takes its own retention
 //! ([`RetentionRules::of`]: the workflow's, else the tenant's, else the deployment's):
 //! - not passed yet: the run is put back in the index at its retention's end;
-//! - kept for ever: the run leaves the index (it stays);
-//! - a child run whose parent still exists: looked at again later (the parent may still
-//!   read the child's outcome and the values it offloaded);
+//! - kept for ever: put back [`FOREVER_RECHECK`] ahead (it stays);
+//! - a child run whose parent still exists: looked at again a day later, or when its
+//!   parent is due if that is later (the parent may still read the child's outcome and
+//!   the values it offloaded);
 //! - passed: the run is **claimed** (its `reap_at` moved [`CLAIM`] ahead under a token,
 //!   conditioned on the version read) and removed: its callback records and the
 //!   records of tool calls it left started or of unknown outcome (found through its

@@ -230,20 +230,22 @@ pub(crate) fn reap(
             Some(at) if finished => match rules.verdict(&tenant, &workflow, Timestamp(at), now) {
                 Verdict::KeepForEver => Some(NEVER),
                 Verdict::LookAgainAt(end) => Some(end.0),
-                // Not before the parent itself is due: a parent kept a year leaves its
-                // child alone that year, rather than costing a look a day.
-                Verdict::Remove if let Some(parent_due) = parent_due => {
-                    Some(now.0.saturating_add(millis(PARENT_RECHECK)).max(parent_due))
-                }
-                Verdict::Remove => {
-                    remove(tx, key, &tenant, &run_id)?;
-                    report.removed.push(ReapedRun {
-                        tenant,
-                        run_id: RunId(run_id),
-                        workflow,
-                    });
-                    continue;
-                }
+                Verdict::Remove => match parent_due {
+                    // Not before the parent itself is due: a parent kept a year leaves
+                    // its child alone that year, rather than costing a look a day.
+                    Some(parent_due) => {
+                        Some(now.0.saturating_add(millis(PARENT_RECHECK)).max(parent_due))
+                    }
+                    None => {
+                        remove(tx, key, &tenant, &run_id)?;
+                        report.removed.push(ReapedRun {
+                            tenant,
+                            run_id: RunId(run_id),
+                            workflow,
+                        });
+                        continue;
+                    }
+                },
             },
             // Not finished (a status write always clears it; kept for safety): out.
             _ => None,

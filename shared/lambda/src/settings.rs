@@ -120,7 +120,7 @@ pub struct SharedArgs {
     pub webhook_sources: String,
     /// How long finished runs (completed, failed, cancelled) are kept before they
     /// and everything they own are removed: `30d` (default), `12h`, `15m`, `3s`;
-    /// `0` (with any unit: `0d`) keeps them for ever, but for workflows and tenants given
+    /// `0` (or `0d`, any unit) keeps them for ever, but for workflows and tenants given
     /// a retention of their own. Runs not finished — waiting, parked — are never removed.
     #[arg(long, env = "SIESTA_RETENTION", default_value = "30d")]
     pub retention: String,

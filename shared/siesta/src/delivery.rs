@@ -80,6 +80,17 @@ pub fn decide(
     if already_stored {
         return Ok(Decision::Duplicate);
     }
+    if let DeliveryBody::ChildFinished {
+        parent_created_at: Some(created_at),
+        ..
+    } = &d.body
+        && *created_at != run.created_at
+    {
+        return Err(StoreError::Gone(format!(
+            "run {} is not the child's parent but a later run under its id",
+            run.id
+        )));
+    }
     if run.status.is_finished() {
         return Err(StoreError::Gone(format!(
             "run {} is {}",

@@ -182,7 +182,7 @@ pub fn millis(d: Duration) -> i64 {
 
 /// Parse a retention as `siesta dev --retention` takes it: a number and a unit —
 /// `30d`, `12h`, `15m`, `3s` — or `0`, which keeps finished runs for ever (`None`), as
-/// does a zero of any unit (`0d`: a template's `${RetentionDays}d` of 0).
+/// does a zero of any unit (`0d`).
 pub fn parse_retention(text: &str) -> Result<Option<Duration>, String> {
     let text = text.trim();
     let bad = || {

@@ -125,6 +125,10 @@ async fn a_run_started_again_under_a_removed_parents_id_has_children_of_its_own(
         RunStatus::Waiting,
         "the new run took the old child's outcome"
     );
+    assert!(
+        w.history(&parent).await.deliveries.is_empty(),
+        "the old child's outcome was delivered to the new run"
+    );
 
     // Nor does the new run keep the old child from going at its retention.
     w.advance(2 * HOUR).await;

@@ -557,6 +557,7 @@ fn child_of(h: &Harness, parent: &Run) -> (Run, NewDelivery) {
         DeliveryBody::ChildFinished {
             position,
             outcome: Ok(json(serde_json::json!({"child": "result"}))),
+            parent_created_at: Some(parent.created_at),
         },
         EventType::ChainedInvokeSucceeded,
     );
@@ -755,8 +756,10 @@ pub async fn parent_delivery_is_applied_inside_the_checkpoint(h: Harness) {
     assert_eq!(history.deliveries, vec![stored(&to_parent, 1)]);
 }
 
-/// A `parent_delivery` that is a duplicate, or whose parent has finished or does not
-/// exist, is skipped: the child's checkpoint succeeds and the parent is left as it was.
+/// A `parent_delivery` that is a duplicate, or whose parent has finished, does not exist
+/// or is a later run under its id (created at another time than the delivery's
+/// `parent_created_at`), is skipped: the child's checkpoint succeeds and the parent is
+/// left as it was.
 pub async fn parent_delivery_is_skipped_when_duplicate_or_parent_gone(h: Harness) {
     let tenant = tenant();
 
@@ -800,6 +803,28 @@ pub async fn parent_delivery_is_skipped_when_duplicate_or_parent_gone(h: Harness
         None,
         "a missing parent is not created by the delivery"
     );
+
+    // A later run under the parent's id (the parent removed and its `Idempotency-Key`
+    // replayed): not the parent, so gone.
+    let later = waiting_run(&h, &tenant).await;
+    let removed = Run {
+        created_at: Timestamp(later.created_at.0 - 60_000),
+        ..later.clone()
+    };
+    let (child, to_parent) = child_of(&h, &removed);
+    create_run(&h, &child).await;
+    let later_before = snapshot(&h, &tenant, &later.id).await;
+    let got = h.backend.store.deliver(&to_parent).await;
+    assert!(
+        matches!(got, Err(StoreError::Gone(_))),
+        "a child's outcome for a later run under its parent's id: expected Gone, got {got:?}"
+    );
+    complete_child(&h, &child, &to_parent).await;
+    assert_eq!(
+        snapshot(&h, &tenant, &later.id).await,
+        later_before,
+        "a later run under the parent's id gets nothing"
+    );
 }
 
 /// `load_history` returns every journal entry and every delivery, in `seq` order;
@@ -835,6 +860,7 @@ pub async fn load_history_returns_journal_and_deliveries_in_order(h: Harness) {
             _ => DeliveryBody::ChildFinished {
                 position: Position::from("invoke#0"),
                 outcome: Err(ErrorInfo::new("Failed", "child failed", false)),
+                parent_created_at: None,
             },
         };
         let d = delivery(&h, &tenant, &run.id, body, EventType::MessageInjected);

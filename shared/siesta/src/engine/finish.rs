@@ -299,6 +299,7 @@ pub(super) fn child_finished(
         body: DeliveryBody::ChildFinished {
             position: parent.position.clone(),
             outcome,
+            parent_created_at: parent.created_at,
         },
         received_at: now,
         resend_after,

@@ -152,6 +152,12 @@ pub enum DeliveryBody {
         position: Position,
         /// The child's output, or its error.
         outcome: Result<Payload, ErrorInfo>,
+        /// When the parent was created ([`ParentLink::created_at`]): a later run under
+        /// the parent's id (an `Idempotency-Key` replayed after the parent was removed)
+        /// is not the parent, and refuses the outcome as gone. `None` from a child
+        /// whose link records no creation time.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        parent_created_at: Option<Timestamp>,
     },
 }
 

@@ -309,7 +309,9 @@ pub trait RunStore: Send + Sync + 'static {
     /// condition: the version read). Checks, in this order: [`StoreError::NotFound`] if
     /// the run does not exist; [`DeliverOutcome::Duplicate`] (nothing changes) if the id
     /// was stored before — so a retried webhook is acknowledged even after its callback
-    /// closed; [`StoreError::Gone`] if the run is finished; for callback bodies
+    /// closed; [`StoreError::Gone`] if the run is finished, or, for a child's outcome
+    /// whose `parent_created_at` is not the run's creation time, if the run is a later
+    /// one under its parent's id; for callback bodies
     /// [`StoreError::NotFound`] if the callback record is missing or belongs to another
     /// run, [`StoreError::Gone`] if it is not open or its deadline is at or before
     /// `received_at` (checked in the write's condition, so a completion after the
