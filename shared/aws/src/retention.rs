@@ -71,8 +71,8 @@ pub const CLAIM: Duration = Duration::from_secs(20 * 60);
 /// write a year per run kept.
 pub const FOREVER_RECHECK: Duration = Duration::from_secs(365 * 24 * 60 * 60);
 
-use siesta::retention::millis;
 pub use siesta::retention::{PARENT_RECHECK, RetentionRules};
+use siesta::retention::{millis, parent_recheck_at};
 
 /// How many runs are worked on at once.
 const CONCURRENCY: usize = 4;
@@ -292,12 +292,7 @@ impl Reaper {
             if let Some((holder, holder_due)) = holder
                 && parent.names(&holder)
             {
-                // Not before the parent itself is due to go: a parent kept a year leaves
-                // its child alone that year, rather than costing a look a day.
-                let later = now
-                    .0
-                    .saturating_add(millis(PARENT_RECHECK))
-                    .max(holder_due.unwrap_or(i64::MIN));
+                let later = parent_recheck_at(now, holder_due);
                 if self.move_to(&due.pk, seen, later, None).await? {
                     report.waiting_for_parent += 1;
                 }

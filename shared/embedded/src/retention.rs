@@ -28,7 +28,7 @@
 //!   timeline, deliveries (their ids are the dedup records), stream chunks and keys, callback
 //!   and tool-call records (their `run` column, schema version 4), queued wake-ups,
 //!   and the artifacts under the run's location. A finished child whose parent still
-//!   exists stays (looked at again after [`PARENT_RECHECK`]): the parent's delivery of
+//!   exists stays (looked at again at [`parent_recheck_at`]): the parent's delivery of
 //!   its outcome may point at the child's artifacts.
 //! - **The file shrinks.** The file is `auto_vacuum = INCREMENTAL` (schema version 4
 //!   switches an older file once, with a `VACUUM`): each page ends with
@@ -39,7 +39,7 @@ use std::sync::{Arc, RwLock};
 
 use rusqlite::{Connection, params};
 use siesta::ports::{ReapedRun, StoreError, artifact_location};
-use siesta::retention::{PARENT_RECHECK, ReapReport, millis};
+use siesta::retention::{ReapReport, parent_recheck_at};
 use siesta::{RetentionRules, RunId, TenantId, Timestamp, Verdict};
 
 use crate::sql;
@@ -231,11 +231,7 @@ pub(crate) fn reap(
                 Verdict::KeepForEver => Some(NEVER),
                 Verdict::LookAgainAt(end) => Some(end.0),
                 Verdict::Remove => match parent_due {
-                    // Not before the parent itself is due: a parent kept a year leaves
-                    // its child alone that year, rather than costing a look a day.
-                    Some(parent_due) => {
-                        Some(now.0.saturating_add(millis(PARENT_RECHECK)).max(parent_due))
-                    }
+                    Some(parent_due) => Some(parent_recheck_at(now, Some(parent_due))),
                     None => {
                         remove(tx, key, &tenant, &run_id)?;
                         report.removed.push(ReapedRun {

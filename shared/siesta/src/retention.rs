@@ -30,6 +30,15 @@ pub const DEFAULT_RETENTION: Duration = Duration::from_secs(30 * 24 * 60 * 60);
 /// parent may still read the child's outcome and the values it offloaded).
 pub const PARENT_RECHECK: Duration = Duration::from_secs(24 * 60 * 60);
 
+/// When a finished child run found at `now` with its parent still there is looked at
+/// again (ms): [`PARENT_RECHECK`] on, or when the parent is due to be looked at itself
+/// (`parent_due`, when it has a time) if that is later — a parent kept a year leaves
+/// its child alone that year, rather than costing a look a day.
+pub fn parent_recheck_at(now: Timestamp, parent_due: Option<i64>) -> i64 {
+    let recheck = now.0.saturating_add(millis(PARENT_RECHECK));
+    parent_due.map_or(recheck, |due| recheck.max(due))
+}
+
 /// How long finished runs are kept: a default, and workflows that differ from it.
 /// `None` keeps finished runs for ever.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -234,6 +243,27 @@ mod tests {
         for bad in ["", "d", "3", "3w", "-1d", "1.5h", "h3"] {
             assert!(parse_retention(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn a_child_is_looked_at_again_a_day_on_or_when_its_parent_is_due_if_later() {
+        let now = Timestamp(1_000);
+        let day = millis(PARENT_RECHECK);
+        assert_eq!(parent_recheck_at(now, None), 1_000 + day);
+        assert_eq!(
+            parent_recheck_at(now, Some(0)),
+            1_000 + day,
+            "an unfinished parent"
+        );
+        assert_eq!(
+            parent_recheck_at(now, Some(1_000 + 365 * day)),
+            1_000 + 365 * day
+        );
+        assert_eq!(
+            parent_recheck_at(now, Some(i64::MAX)),
+            i64::MAX,
+            "a parent kept for ever"
+        );
     }
 
     fn rules() -> RetentionRules {

@@ -61,6 +61,14 @@ async fn exists(w: &TestEnv, id: &RunId) -> bool {
         .is_some()
 }
 
+/// Cancel `parent` (its children go on) and remove it at its retention.
+async fn cancel_and_remove(w: &TestEnv, parent: &RunId) {
+    w.cancel(parent).await;
+    w.advance(2 * HOUR).await;
+    reap(w).await;
+    assert!(!exists(w, parent).await, "the parent was not removed");
+}
+
 /// Start `parent` under `id`, work until idle; the child it started.
 async fn parent_with_child(w: &TestEnv, id: &RunId, tag: &str) -> RunId {
     let started = w
@@ -91,10 +99,7 @@ async fn a_childs_large_input_is_stored_under_the_child_and_outlives_its_removed
     );
 
     // A cancelled parent does not cancel its child, and goes at its retention.
-    w.cancel(&parent).await;
-    w.advance(2 * HOUR).await;
-    reap(&w).await;
-    assert!(!exists(&w, &parent).await, "the parent was not removed");
+    cancel_and_remove(&w, &parent).await;
 
     // The child, still waiting, is untouched: its input is still there to replay.
     assert_eq!(w.status(&child).await, RunStatus::Waiting);
@@ -107,10 +112,7 @@ async fn a_run_started_again_under_a_removed_parents_id_has_children_of_its_own(
     let w = world(registry());
     let parent = RunId::generate();
     let first_child = parent_with_child(&w, &parent, "first").await;
-    w.cancel(&parent).await;
-    w.advance(2 * HOUR).await;
-    reap(&w).await;
-    assert!(!exists(&w, &parent).await);
+    cancel_and_remove(&w, &parent).await;
 
     // The same id again (an `Idempotency-Key` replayed after the first run went).
     let second_child = parent_with_child(&w, &parent, "second").await;

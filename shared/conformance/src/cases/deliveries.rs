@@ -561,7 +561,7 @@ fn child_of(h: &Harness, parent: &Run) -> (Run, NewDelivery) {
         },
         EventType::ChainedInvokeSucceeded,
     );
-    d.id = DeliveryId(format!("child-finished:{}", child.id));
+    d.id = child_finished_id(&child.id);
     d.event.sub_type = Some(SubType::ChainedInvoke);
     d.event.id = Some("invoke#0".into());
     d.event.name = Some("child".into());

@@ -4,8 +4,9 @@
 //! derived from the parent's id, its creation time and the invoke's position (so replay
 //! never creates a second one, and a new run under a reused id never names the first
 //! one's children). Its input, when large, is stored under the child's own id: it is
-//! the child's, removed with the child and not with the parent, which may go first. When the child finishes, its final checkpoint delivers its outcome to
-//! the parent in the same transaction, which wakes the parent.
+//! the child's, removed with the child and not with the parent, which may go first.
+//! When the child finishes, its final checkpoint delivers its outcome to the parent in
+//! the same transaction, which wakes the parent.
 
 use crate::timeline as tl;
 use std::future::IntoFuture;
@@ -97,14 +98,7 @@ where
                     ctx.boundary().await;
                     let now = ctx.shared.now();
                     // Under the child's id: the parent may be removed before the child.
-                    let input = super::payload::encode_payload(
-                        &ctx.shared.backend,
-                        &ctx.shared.config,
-                        &ctx.shared.tenant,
-                        &child_id,
-                        &input,
-                    )
-                    .await?;
+                    let input = ctx.encode_under(&child_id, &input).await?;
                     let mut child = Run::new(
                         ctx.shared.tenant.clone(),
                         child_id.clone(),

@@ -640,16 +640,27 @@ impl Context {
         }
     }
 
-    /// Serialise `value`; over the inline limit it goes to the artifact store.
+    /// Serialise `value`; over the inline limit it goes to the artifact store, under
+    /// this run.
     pub(crate) fn encode<T: Serialize>(
         &self,
+        value: &T,
+    ) -> impl std::future::Future<Output = Result<Payload, Error>> + Send + 'static {
+        self.encode_under(&self.shared.run_id, value)
+    }
+
+    /// [`encode`](Self::encode), a large value stored under `run_id` (a child run's
+    /// input, which is the child's).
+    pub(crate) fn encode_under<T: Serialize>(
+        &self,
+        run_id: &RunId,
         value: &T,
     ) -> impl std::future::Future<Output = Result<Payload, Error>> + Send + 'static {
         encode_payload(
             &self.shared.backend,
             &self.shared.config,
             &self.shared.tenant,
-            &self.shared.run_id,
+            run_id,
             value,
         )
     }
