@@ -706,6 +706,7 @@ mod tests {
             state: EntryState::Started { attempt, key: None },
             consumed: Vec::new(),
             handle: None,
+            minted: Vec::new(),
             updated_at: Timestamp(0),
         }
     }

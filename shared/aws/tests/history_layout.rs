@@ -112,6 +112,7 @@ fn entry(position: &str, attempt: u32, at: Timestamp) -> JournalEntry {
         state: EntryState::Started { attempt, key: None },
         consumed: Vec::new(),
         handle: None,
+        minted: Vec::new(),
         updated_at: at,
     }
 }

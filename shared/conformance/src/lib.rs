@@ -210,6 +210,7 @@ macro_rules! conformance_suite {
             load_claimed_history_is_the_history_of_the_claimed_run
             // the engine on the backend
             a_wait_a_race_dropped_takes_no_delivery
+            a_dropped_wait_takes_no_delivery_whatever_its_shape_and_whenever_it_arrives
             // quotas
             unfinished_runs_are_counted_and_released_once
             concurrent_creates_for_the_last_slot_exactly_one_wins
@@ -276,6 +277,7 @@ mod tests {
             include_str!("cases/checkpoints.rs"),
             include_str!("cases/deliveries.rs"),
             include_str!("cases/engine.rs"),
+            include_str!("cases/dropped_waits.rs"),
             include_str!("cases/reading.rs"),
             include_str!("cases/artifacts.rs"),
             include_str!("cases/queue.rs"),

@@ -286,6 +286,7 @@ pub(crate) fn entry(h: &Harness, position: &str, index: u32, state: EntryState) 
         state,
         consumed: Vec::new(),
         handle: None,
+        minted: Vec::new(),
         updated_at: h.now(),
     }
 }

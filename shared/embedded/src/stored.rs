@@ -18,9 +18,9 @@ use sha2::{Digest, Sha256};
 use siesta::ports::StoreError;
 use siesta::telemetry::TraceParent;
 use siesta::{
-    DeliveryId, EntryState, ErrorInfo, EventType, FencingEpoch, JournalEntry, Lease, OperationKind,
-    ParentLink, Payload, Position, Run, RunId, RunStatus, SubType, TenantId, TimelineEvent,
-    Timestamp, Wait, WaitKind,
+    DeliveryId, EntryState, ErrorInfo, EventType, FencingEpoch, JournalEntry, Lease,
+    MintedPosition, OperationKind, ParentLink, Payload, Position, Run, RunId, RunStatus, SubType,
+    TenantId, TimelineEvent, Timestamp, Wait, WaitKind,
 };
 
 use crate::{from_json, to_json};
@@ -63,6 +63,8 @@ struct EntryRef<'a> {
     consumed: &'a [DeliveryId],
     #[serde(skip_serializing_if = "Option::is_none")]
     handle: Option<&'a str>,
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    minted: &'a [MintedPosition],
     updated_at: Timestamp,
 }
 
@@ -79,6 +81,8 @@ struct EntryOwned {
     consumed: Vec<DeliveryId>,
     #[serde(default)]
     handle: Option<String>,
+    #[serde(default)]
+    minted: Vec<MintedPosition>,
     updated_at: Timestamp,
 }
 
@@ -100,6 +104,7 @@ impl StoredEntry {
             state,
             consumed,
             handle,
+            minted,
             updated_at,
         } = entry;
         let (bare, schema) = match state {
@@ -131,6 +136,7 @@ impl StoredEntry {
             state: bare.as_ref().unwrap_or(state),
             consumed,
             handle: handle.as_deref(),
+            minted,
             updated_at: *updated_at,
         })?;
         let full_len = body.len()
@@ -168,6 +174,7 @@ pub(crate) fn entry(
         mut state,
         consumed,
         handle,
+        minted,
         updated_at,
     } = from_json(body)?;
     if let Some(schema) = schema {
@@ -186,6 +193,7 @@ pub(crate) fn entry(
         state,
         consumed,
         handle,
+        minted,
         updated_at,
     })
 }
@@ -462,6 +470,7 @@ mod tests {
             }),
             consumed: Vec::new(),
             handle: None,
+            minted: Vec::new(),
             updated_at: Timestamp(3),
         }
     }

@@ -117,6 +117,7 @@ async fn full_run_in(
         },
         consumed: Vec::new(),
         handle: None,
+        minted: Vec::new(),
         updated_at: now,
     });
     let mut waited = event(now, EventType::WaitStarted);

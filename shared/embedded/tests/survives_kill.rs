@@ -55,6 +55,7 @@ fn journal_entry(at: Timestamp) -> JournalEntry {
         },
         consumed: Vec::new(),
         handle: None,
+        minted: Vec::new(),
         updated_at: at,
     }
 }

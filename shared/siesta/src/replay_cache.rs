@@ -349,6 +349,7 @@ mod tests {
                     },
                     consumed: Vec::new(),
                     handle: None,
+                    minted: Vec::new(),
                     updated_at: Timestamp(0),
                 };
                 (position, entry)

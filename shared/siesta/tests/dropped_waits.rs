@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
+use siesta::context::DurableFuture;
 use siesta::context::{CompletionConfig, StepSemantics, branch};
 use siesta::*;
 use siesta_testing::{TestEnv, default_engine_config};
@@ -340,5 +341,75 @@ async fn messages_a_dropped_step_drained_reach_the_workflow_the_same_on_first_ru
             json!({"winner": "tick", "first": ["m1"], "replayed": ["m1"]}),
             "cache={cache}"
         );
+    }
+}
+
+/// The loop of issue 44 (the plain shape of vercel/workflow#4264): each round races a
+/// wait for "msg" against a timer, both built lazily inside `async` blocks.
+fn plain_loop() -> Registry {
+    let mut reg = Registry::new();
+    reg.register("plain", |ctx: Context, _: Value| async move {
+        let (mut got, mut timeouts) = (Vec::new(), 0);
+        for _ in 0..3 {
+            let (c1, c2) = (ctx.clone(), ctx.clone());
+            let ev: DurableFuture<Option<String>> =
+                Box::pin(
+                    async move { c1.wait_for_event_unchecked::<String>("msg").await.map(Some) },
+                );
+            let nap: DurableFuture<Option<String>> =
+                Box::pin(async move { c2.wait("nap", TICK).await.map(|_| None) });
+            match ctx.race("r", [ev, nap]).await? {
+                Some(m) => got.push(m),
+                None => timeouts += 1,
+            }
+        }
+        Ok(json!({"got": got, "timeouts": timeouts}))
+    });
+    reg
+}
+
+#[tokio::test]
+async fn a_wait_built_lazily_that_lost_a_race_takes_no_event_sent_in_a_later_wake_up() {
+    for cache in [true, false] {
+        for restart in [false, true] {
+            let case = format!("cache={cache} restart={restart}");
+            let w = world(plain_loop(), cache);
+            let id = w.start("plain", json!(null)).await;
+            w.run_until_idle().await;
+            // The timer wins the first round in a wake-up of its own.
+            w.advance(TICK).await;
+            if restart {
+                w.restart();
+            }
+            w.deliver_event(&id, "msg", "first").await;
+            w.run_until_idle().await;
+            w.deliver_event(&id, "msg", "second").await;
+            let run = w.run(&id).await;
+            assert_eq!(
+                (run.status, run.error),
+                (RunStatus::Completed, None),
+                "{case}"
+            );
+            assert_eq!(
+                w.output::<Value>(&id).await,
+                json!({"got": ["first", "second"], "timeouts": 1}),
+                "{case}"
+            );
+            // Each event went to the wait live when it came, the first round's took none.
+            let journal = w.journal(&id).await;
+            let consumed = |position: &str| {
+                journal
+                    .iter()
+                    .find(|e| e.position.0 == position)
+                    .map(|e| e.consumed.len())
+            };
+            assert_eq!(consumed("msg#0"), Some(0), "{case}");
+            assert_eq!(consumed("msg#1"), Some(1), "{case}");
+            assert_eq!(consumed("msg#2"), Some(1), "{case}");
+            // The decided race records what its futures created, for replay to skip.
+            let first = journal.iter().find(|e| e.position.0 == "r#0").unwrap();
+            let minted: Vec<&str> = first.minted.iter().map(|m| m.position.0.as_str()).collect();
+            assert_eq!(minted, ["msg#0", "nap#0"], "{case}");
+        }
     }
 }

@@ -271,6 +271,7 @@ mod tests {
                 .map(|c| DeliveryId((*c).to_owned()))
                 .collect(),
             handle: None,
+            minted: Vec::new(),
             updated_at: Timestamp(0),
         }
     }

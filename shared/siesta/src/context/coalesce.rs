@@ -488,6 +488,7 @@ mod tests {
                     },
                     consumed: Vec::new(),
                     handle: None,
+                    minted: Vec::new(),
                     updated_at: Timestamp(0),
                 })
                 .collect(),

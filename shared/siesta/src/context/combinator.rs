@@ -18,6 +18,16 @@
 //! (an event, a callback outcome, messages) they give back, as do the finished futures
 //! whose outcome the combinator discards: replay never polls them, so the workflow must
 //! not have lost those deliveries to them (see `claim`).
+//!
+//! A future built lazily (`Box::pin(async move { ctx.wait_for_event(..).await })`) takes
+//! its position when first polled, so replay, which does not poll a decided
+//! combinator's futures, would not mint those positions, and the next operations would
+//! take them: the next round's wait would be handed the position, and so the journal
+//! entry and the deliveries, of a wait an earlier round dropped (vercel/workflow#4264).
+//! The combinator therefore journals with its outcome the positions its futures minted
+//! while it decided ([`JournalEntry::minted`]), and replay takes them as minting them
+//! would: whatever a future's shape, what comes after the combinator has the position
+//! it had, and a dropped wait is never polled again.
 
 use crate::timeline as tl;
 use std::future::IntoFuture;
@@ -232,12 +242,14 @@ enum Decision<T> {
 /// finished in one round, the first in order counts first. Each future runs in a scope
 /// of its own ([`Scoped`]): the deliveries of the futures whose outcome the decision
 /// passes on are kept, those of the others (dropped unfinished, or finished and
-/// discarded) are given back for the waits live after it.
+/// discarded) are given back for the waits live after it. Every position the futures
+/// mint while they are polled is added to `minted`.
 async fn decide<T>(
     shared: &Arc<Shared>,
     rule: Rule,
     name: &str,
     futures: Vec<DurableFuture<T>>,
+    minted: &mut Vec<MintedPosition>,
 ) -> Decision<T> {
     let total = futures.len();
     if total == 0 {
@@ -266,7 +278,11 @@ async fn decide<T>(
             let Some(future) = slots[index].as_mut() else {
                 continue;
             };
-            let Poll::Ready((outcome, took)) = Pin::new(future).poll(cx) else {
+            let polled = {
+                let _recording = MintRecorder::enter(shared, minted);
+                Pin::new(future).poll(cx)
+            };
+            let Poll::Ready((outcome, took)) = polled else {
                 continue;
             };
             slots[index] = None;
@@ -349,6 +365,33 @@ async fn decide<T>(
     .await
 }
 
+/// The positions minted during one poll of a combinator's future: pushed on entry,
+/// popped on exit into the combinator's record and the record of the combinator
+/// around it, if any (a future of this one may hold a combinator of its own) — also
+/// when the poll unwinds.
+struct MintRecorder<'a> {
+    shared: &'a Shared,
+    into: &'a mut Vec<MintedPosition>,
+}
+
+impl<'a> MintRecorder<'a> {
+    fn enter(shared: &'a Shared, into: &'a mut Vec<MintedPosition>) -> MintRecorder<'a> {
+        shared.state().minting.push(Vec::new());
+        MintRecorder { shared, into }
+    }
+}
+
+impl Drop for MintRecorder<'_> {
+    fn drop(&mut self) {
+        let mut st = self.shared.state();
+        let minted = st.minting.pop().unwrap_or_default();
+        if let Some(outer) = st.minting.last_mut() {
+            outer.extend(minted.iter().cloned());
+        }
+        self.into.extend(minted);
+    }
+}
+
 impl<T, O> IntoFuture for Combinator<T, O>
 where
     T: Serialize + DeserializeOwned + Send + 'static,
@@ -373,14 +416,17 @@ where
         futures,
         from_journal,
     } = c;
-    let fresh = match ctx.lookup(&op).await.map(|e| e.state) {
-        // Decided before: the record, not a second decision; the futures are not polled.
-        Some(EntryState::Succeeded { value, .. }) => {
+    let fresh = match ctx.lookup(&op).await.map(|e| (e.state, e.minted)) {
+        // Decided before: the record, not a second decision; the futures are not polled,
+        // so the positions they minted are taken from the record.
+        Some((EntryState::Succeeded { value, .. }, minted)) => {
             ctx.reached_before(&op);
+            ctx.take_minted(&minted);
             return from_journal(ctx.decode(&value).await?);
         }
-        Some(EntryState::Failed { error, .. }) => {
+        Some((EntryState::Failed { error, .. }, minted)) => {
             ctx.reached_before(&op);
+            ctx.take_minted(&minted);
             return Err(Error::from_info(&error));
         }
         found => found.is_none(),
@@ -398,6 +444,7 @@ where
             }),
         );
     }
+    let mut minted = Vec::new();
     let decision = {
         // While the futures run, this branch (the combinator's caller) waits on them,
         // and each future counts as a branch of its own until it finishes or is dropped.
@@ -412,8 +459,16 @@ where
                 }) as DurableFuture<T>
             })
             .collect();
-        decide(&ctx.shared, rule, &op.name, futures).await
+        decide(&ctx.shared, rule, &op.name, futures, &mut minted).await
     };
+    // Only positions where the code after the combinator mints again matter: under the
+    // combinator's own parent or one of its ancestors. Those under an operation of the
+    // futures (a child context's, a nested combinator's) are that operation's alone.
+    minted.retain(|m| match (m.position.parent(), op.parent.as_ref()) {
+        (None, _) => true,
+        (Some(parent), Some(own)) => own == &parent || own.ancestors().any(|a| a == parent),
+        (Some(_), None) => false,
+    });
     // A loser polled in an earlier invocation may not have been polled in this one.
     ctx.reached_before(&op);
     ctx.go_live();
@@ -482,8 +537,10 @@ where
         ),
     };
     let event = ctx.event(event_type, SubType::RunInChildContext, &op, details);
+    let mut entry = op.entry(state);
+    entry.minted = minted;
     ctx.commit_or_suspend(Delta {
-        journal: vec![op.entry(state)],
+        journal: vec![entry],
         timeline: vec![event],
         ..Delta::default()
     })

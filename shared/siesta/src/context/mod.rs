@@ -88,6 +88,7 @@ impl Op {
             state,
             consumed: Vec::new(),
             handle: None,
+            minted: Vec::new(),
             updated_at: Timestamp(0),
         }
     }
@@ -177,6 +178,30 @@ impl Context {
             .map(|e| e.position.clone())
             .collect();
         st.visited.extend(before);
+    }
+
+    /// Take the positions a decided combinator's futures minted when it decided (see
+    /// [`JournalEntry::minted`]), as minting them again would: replay does not poll
+    /// those futures, so without this the operations after the combinator would take
+    /// the positions of the ones its futures created lazily. They count as reached.
+    pub(crate) fn take_minted(&self, minted: &[MintedPosition]) {
+        let mut st = self.shared.state();
+        for m in minted {
+            let parent = m.position.parent().map(|p| p.0).unwrap_or_default();
+            let own = m.position.0.rsplit('/').next().unwrap_or_default();
+            if let Some((name, occurrence)) = own.rsplit_once('#')
+                && let Ok(occurrence) = occurrence.parse::<u32>()
+            {
+                let next = st
+                    .counters
+                    .entry((parent.clone(), name.to_owned()))
+                    .or_insert(0);
+                *next = (*next).max(occurrence + 1);
+            }
+            let next = st.indexes.entry(parent).or_insert(0);
+            *next = (*next).max(m.index + 1);
+            st.visited.insert(m.position.clone());
+        }
     }
 
     /// A context for the operations under `position` (a child context, a branch).
@@ -369,6 +394,12 @@ impl Context {
         } else {
             Position(format!("{parent}/{name}#{occurrence}"))
         };
+        if let Some(recording) = st.minting.last_mut() {
+            recording.push(MintedPosition {
+                position: position.clone(),
+                index,
+            });
+        }
         Op {
             position,
             parent: self.path.clone(),

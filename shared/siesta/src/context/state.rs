@@ -79,6 +79,9 @@ pub(crate) struct ExecState {
     /// What the operations of each combinator future being polled kept, innermost
     /// last (see `claim::Scoped`).
     pub(super) scopes: Vec<Vec<super::claim::Release>>,
+    /// The positions minted during the poll of each combinator future being polled,
+    /// innermost last (see `combinator::MintRecorder`).
+    pub(super) minting: Vec<Vec<MintedPosition>>,
     pub budget_deadline: Timestamp,
     /// Outstanding wake-ups to send after the checkpoint that made them necessary.
     pub inbox_loaded: u64,
@@ -220,6 +223,7 @@ impl Shared {
                 continue_now: false,
                 stop: None,
                 visited: HashSet::new(),
+                minting: Vec::new(),
                 messages: VecDeque::new(),
                 releases: Vec::new(),
                 scopes: Vec::new(),

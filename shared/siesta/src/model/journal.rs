@@ -81,8 +81,26 @@ pub struct JournalEntry {
     /// child run's id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handle: Option<String>,
+    /// A decided combinator's record of the operations its futures created while it
+    /// decided (a future built lazily, inside an `async` block, takes its position when
+    /// first polled). Replay does not poll a decided combinator's futures, so it takes
+    /// these positions from here: the operations after it keep the positions they had,
+    /// and a dropped wait's position is never handed to a later wait (which would take
+    /// the delivery meant for the wait live then, vercel/workflow#4264).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub minted: Vec<MintedPosition>,
     /// When it last changed.
     pub updated_at: Timestamp,
+}
+
+/// A position an operation took, with its index among its parent's operations: what a
+/// combinator records of the operations its futures created ([`JournalEntry::minted`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MintedPosition {
+    /// The operation's position.
+    pub position: Position,
+    /// Its index among its parent's operations.
+    pub index: u32,
 }
 
 /// The state of one durable operation.
