@@ -707,6 +707,7 @@ mod tests {
             consumed: Vec::new(),
             handle: None,
             minted: Vec::new(),
+            within: None,
             updated_at: Timestamp(0),
         }
     }

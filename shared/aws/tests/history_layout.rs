@@ -113,6 +113,7 @@ fn entry(position: &str, attempt: u32, at: Timestamp) -> JournalEntry {
         consumed: Vec::new(),
         handle: None,
         minted: Vec::new(),
+        within: None,
         updated_at: at,
     }
 }

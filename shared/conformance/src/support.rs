@@ -287,6 +287,7 @@ pub(crate) fn entry(h: &Harness, position: &str, index: u32, state: EntryState) 
         consumed: Vec::new(),
         handle: None,
         minted: Vec::new(),
+        within: None,
         updated_at: h.now(),
     }
 }

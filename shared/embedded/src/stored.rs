@@ -65,6 +65,8 @@ struct EntryRef<'a> {
     handle: Option<&'a str>,
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
     minted: &'a [MintedPosition],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    within: Option<&'a Position>,
     updated_at: Timestamp,
 }
 
@@ -83,6 +85,8 @@ struct EntryOwned {
     handle: Option<String>,
     #[serde(default)]
     minted: Vec<MintedPosition>,
+    #[serde(default)]
+    within: Option<Position>,
     updated_at: Timestamp,
 }
 
@@ -105,6 +109,7 @@ impl StoredEntry {
             consumed,
             handle,
             minted,
+            within,
             updated_at,
         } = entry;
         let (bare, schema) = match state {
@@ -137,6 +142,7 @@ impl StoredEntry {
             consumed,
             handle: handle.as_deref(),
             minted,
+            within: within.as_ref(),
             updated_at: *updated_at,
         })?;
         let full_len = body.len()
@@ -175,6 +181,7 @@ pub(crate) fn entry(
         consumed,
         handle,
         minted,
+        within,
         updated_at,
     } = from_json(body)?;
     if let Some(schema) = schema {
@@ -194,6 +201,7 @@ pub(crate) fn entry(
         consumed,
         handle,
         minted,
+        within,
         updated_at,
     })
 }
@@ -471,6 +479,7 @@ mod tests {
             consumed: Vec::new(),
             handle: None,
             minted: Vec::new(),
+            within: None,
             updated_at: Timestamp(3),
         }
     }

@@ -118,6 +118,7 @@ async fn full_run_in(
         consumed: Vec::new(),
         handle: None,
         minted: Vec::new(),
+        within: None,
         updated_at: now,
     });
     let mut waited = event(now, EventType::WaitStarted);

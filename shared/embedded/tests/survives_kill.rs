@@ -56,6 +56,7 @@ fn journal_entry(at: Timestamp) -> JournalEntry {
         consumed: Vec::new(),
         handle: None,
         minted: Vec::new(),
+        within: None,
         updated_at: at,
     }
 }

@@ -350,6 +350,7 @@ mod tests {
                     consumed: Vec::new(),
                     handle: None,
                     minted: Vec::new(),
+                    within: None,
                     updated_at: Timestamp(0),
                 };
                 (position, entry)

@@ -413,3 +413,75 @@ async fn a_wait_built_lazily_that_lost_a_race_takes_no_event_sent_in_a_later_wak
         }
     }
 }
+
+/// Rounds of `race(timer, event)`, both built lazily, the timer first in order: when
+/// the timer is found fired, the event's future is not polled before the race decides.
+fn timer_first_loop() -> Registry {
+    let mut reg = Registry::new();
+    reg.register("timer_first", |ctx: Context, _: Value| async move {
+        let (mut got, mut timeouts) = (Vec::new(), 0);
+        for i in 0..3 {
+            let (c1, c2) = (ctx.clone(), ctx.clone());
+            let d = if i == 0 { TICK } else { TICK * 100 };
+            let nap: DurableFuture<Option<String>> =
+                Box::pin(async move { c1.wait("nap", d).await.map(|_| None) });
+            let ev: DurableFuture<Option<String>> =
+                Box::pin(
+                    async move { c2.wait_for_event_unchecked::<String>("msg").await.map(Some) },
+                );
+            match ctx.race("r", [nap, ev]).await? {
+                Some(m) => got.push(m),
+                None => timeouts += 1,
+            }
+        }
+        Ok(json!({"got": got, "timeouts": timeouts}))
+    });
+    reg
+}
+
+#[tokio::test]
+async fn a_race_decided_in_a_later_invocation_counts_what_its_futures_created_before() {
+    for cache in [true, false] {
+        let w = world(timer_first_loop(), cache);
+        let id = w.start("timer_first", json!(null)).await;
+        w.run_until_idle().await;
+        // The timer's end is written, and the engine dies before the race's decision:
+        // a new one decides the first round from the journal (the timer found fired at
+        // once), the event's future, created lazily by the first engine, unpolled.
+        w.clock().advance(TICK);
+        w.crash_after_writes(1);
+        w.run_until_idle().await;
+        assert!(w.has_crashed(), "cache={cache}");
+        let nap = w.entry(&id, "nap#0").await.unwrap();
+        assert!(matches!(nap.state, EntryState::Succeeded { .. }), "{nap:?}");
+        assert!(
+            w.entry(&id, "r#0")
+                .await
+                .is_none_or(|r| !r.state.is_finished())
+        );
+        w.restart();
+        // The dead engine's lease runs out, and the run is woken again.
+        w.advance(siesta_testing::LEASE_TTL).await;
+        w.deliver_event(&id, "msg", "first").await;
+        w.run_until_idle().await;
+        w.deliver_event(&id, "msg", "second").await;
+        let run = w.run(&id).await;
+        assert_eq!(
+            (run.status, run.error),
+            (RunStatus::Completed, None),
+            "cache={cache}"
+        );
+        assert_eq!(
+            w.output::<Value>(&id).await,
+            json!({"got": ["first", "second"], "timeouts": 1}),
+            "cache={cache}"
+        );
+        let journal = w.journal(&id).await;
+        let first = journal.iter().find(|e| e.position.0 == "r#0").unwrap();
+        let minted: Vec<&str> = first.minted.iter().map(|m| m.position.0.as_str()).collect();
+        assert_eq!(minted, ["nap#0", "msg#0"], "cache={cache}");
+        let msg0 = journal.iter().find(|e| e.position.0 == "msg#0").unwrap();
+        assert_eq!(msg0.within, Some(Position("r#0".into())), "cache={cache}");
+        assert!(msg0.consumed.is_empty(), "cache={cache}: {msg0:?}");
+    }
+}

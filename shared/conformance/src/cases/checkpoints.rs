@@ -639,6 +639,7 @@ pub async fn callback_and_tool_call_records_round_trip(h: Harness) {
         consumed: Vec::new(),
         handle: None,
         minted: Vec::new(),
+        within: None,
         updated_at: h.now(),
     };
     let mut cause = ErrorInfo::new("http", "503 from the tool", true);

@@ -272,6 +272,7 @@ mod tests {
                 .collect(),
             handle: None,
             minted: Vec::new(),
+            within: None,
             updated_at: Timestamp(0),
         }
     }

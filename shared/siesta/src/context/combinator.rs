@@ -247,10 +247,11 @@ enum Decision<T> {
 async fn decide<T>(
     shared: &Arc<Shared>,
     rule: Rule,
-    name: &str,
+    op: &Op,
     futures: Vec<DurableFuture<T>>,
     minted: &mut Vec<MintedPosition>,
 ) -> Decision<T> {
+    let name = op.name.as_str();
     let total = futures.len();
     if total == 0 {
         return match rule {
@@ -279,7 +280,7 @@ async fn decide<T>(
                 continue;
             };
             let polled = {
-                let _recording = MintRecorder::enter(shared, minted);
+                let _recording = MintRecorder::enter(shared, &op.position, minted);
                 Pin::new(future).poll(cx)
             };
             let Poll::Ready((outcome, took)) = polled else {
@@ -365,6 +366,14 @@ async fn decide<T>(
     .await
 }
 
+/// What the futures of the combinator at `combinator` minted during one of their polls.
+pub(crate) struct Minting {
+    /// The combinator, named by the operations minted ([`JournalEntry::within`]).
+    pub combinator: Position,
+    /// The positions minted.
+    pub minted: Vec<MintedPosition>,
+}
+
 /// The positions minted during one poll of a combinator's future: pushed on entry,
 /// popped on exit into the combinator's record and the record of the combinator
 /// around it, if any (a future of this one may hold a combinator of its own) — also
@@ -375,8 +384,15 @@ struct MintRecorder<'a> {
 }
 
 impl<'a> MintRecorder<'a> {
-    fn enter(shared: &'a Shared, into: &'a mut Vec<MintedPosition>) -> MintRecorder<'a> {
-        shared.state().minting.push(Vec::new());
+    fn enter(
+        shared: &'a Shared,
+        combinator: &Position,
+        into: &'a mut Vec<MintedPosition>,
+    ) -> MintRecorder<'a> {
+        shared.state().minting.push(Minting {
+            combinator: combinator.clone(),
+            minted: Vec::new(),
+        });
         MintRecorder { shared, into }
     }
 }
@@ -384,9 +400,9 @@ impl<'a> MintRecorder<'a> {
 impl Drop for MintRecorder<'_> {
     fn drop(&mut self) {
         let mut st = self.shared.state();
-        let minted = st.minting.pop().unwrap_or_default();
+        let minted = st.minting.pop().map(|m| m.minted).unwrap_or_default();
         if let Some(outer) = st.minting.last_mut() {
-            outer.extend(minted.iter().cloned());
+            outer.minted.extend(minted.iter().cloned());
         }
         self.into.extend(minted);
     }
@@ -459,8 +475,11 @@ where
                 }) as DurableFuture<T>
             })
             .collect();
-        decide(&ctx.shared, rule, &op.name, futures, &mut minted).await
+        decide(&ctx.shared, rule, &op, futures, &mut minted).await
     };
+    // The futures' operations minted in earlier invocations count too: a future after
+    // the one that decided was not polled again in this one.
+    minted.extend(ctx.minted_within(&op.position));
     // Only positions where the code after the combinator mints again matter: under the
     // combinator's own parent or one of its ancestors. Those under an operation of the
     // futures (a child context's, a nested combinator's) are that operation's alone.
@@ -469,6 +488,11 @@ where
         (Some(parent), Some(own)) => own == &parent || own.ancestors().any(|a| a == parent),
         (Some(_), None) => false,
     });
+    minted.sort_by(|a, b| (a.index, &a.position.0).cmp(&(b.index, &b.position.0)));
+    minted.dedup_by(|a, b| a.position == b.position);
+    // What comes after the combinator, in this invocation as on replay, takes none of
+    // those positions.
+    ctx.take_minted(&minted);
     // A loser polled in an earlier invocation may not have been polled in this one.
     ctx.reached_before(&op);
     ctx.go_live();

@@ -73,6 +73,8 @@ pub(crate) use state::{
 pub(crate) struct Op {
     pub position: Position,
     pub parent: Option<Position>,
+    /// The combinator being decided whose future minted this operation, if any.
+    pub within: Option<Position>,
     pub index: u32,
     pub kind: OperationKind,
     pub name: String,
@@ -89,6 +91,7 @@ impl Op {
             consumed: Vec::new(),
             handle: None,
             minted: Vec::new(),
+            within: self.within.clone(),
             updated_at: Timestamp(0),
         }
     }
@@ -202,6 +205,27 @@ impl Context {
             *next = (*next).max(m.index + 1);
             st.visited.insert(m.position.clone());
         }
+    }
+
+    /// What the futures of the combinator at `combinator` minted in earlier invocations,
+    /// found in the journal by [`JournalEntry::within`]: the operations they created,
+    /// and those created by the combinators they created, and so on.
+    pub(crate) fn minted_within(&self, combinator: &Position) -> Vec<MintedPosition> {
+        let st = self.shared.state();
+        let mut owners = vec![combinator.clone()];
+        let mut found = Vec::new();
+        while let Some(owner) = owners.pop() {
+            for entry in st.journal.values() {
+                if entry.within.as_ref() == Some(&owner) {
+                    found.push(MintedPosition {
+                        position: entry.position.clone(),
+                        index: entry.index,
+                    });
+                    owners.push(entry.position.clone());
+                }
+            }
+        }
+        found
     }
 
     /// A context for the operations under `position` (a child context, a branch).
@@ -394,15 +418,17 @@ impl Context {
         } else {
             Position(format!("{parent}/{name}#{occurrence}"))
         };
-        if let Some(recording) = st.minting.last_mut() {
-            recording.push(MintedPosition {
+        let within = st.minting.last_mut().map(|recording| {
+            recording.minted.push(MintedPosition {
                 position: position.clone(),
                 index,
             });
-        }
+            recording.combinator.clone()
+        });
         Op {
             position,
             parent: self.path.clone(),
+            within,
             index,
             kind,
             name,

@@ -100,6 +100,7 @@ impl Context {
         let op = Op {
             position,
             parent: self.path.clone(),
+            within: None,
             index,
             kind: OperationKind::Patch,
             name,

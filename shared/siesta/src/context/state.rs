@@ -81,7 +81,7 @@ pub(crate) struct ExecState {
     pub(super) scopes: Vec<Vec<super::claim::Release>>,
     /// The positions minted during the poll of each combinator future being polled,
     /// innermost last (see `combinator::MintRecorder`).
-    pub(super) minting: Vec<Vec<MintedPosition>>,
+    pub(super) minting: Vec<super::combinator::Minting>,
     pub budget_deadline: Timestamp,
     /// Outstanding wake-ups to send after the checkpoint that made them necessary.
     pub inbox_loaded: u64,

@@ -89,6 +89,13 @@ pub struct JournalEntry {
     /// the delivery meant for the wait live then, vercel/workflow#4264).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub minted: Vec<MintedPosition>,
+    /// The combinator whose future created this operation while the combinator was
+    /// being decided (the operation's future was built lazily, inside the combinator's
+    /// future). A combinator decided in a later invocation than the one that created
+    /// its futures' operations finds them by this, since the futures it does not poll
+    /// again before deciding do not mint them again (see [`JournalEntry::minted`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub within: Option<Position>,
     /// When it last changed.
     pub updated_at: Timestamp,
 }
