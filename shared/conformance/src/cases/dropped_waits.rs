@@ -2,6 +2,9 @@
 //! (vercel/workflow#4264): the product of combinator × wait kind × construction ×
 //! arrival × replay cache, on the backend.
 //!
+//! The wait kinds: an event, an event in a child context, a callback, `wait_for_callback`,
+//! messages (drained by a step after an event), a condition and a child run.
+//!
 //! Each case is a run of three rounds; a round races a wait against a timer, the timer
 //! first in order (it wins when both are ready). The first round's timer is short and
 //! wins: its wait is dropped. The test then sends deliveries, each to the wait live at
@@ -34,8 +37,9 @@ const TICK: Duration = Duration::from_secs(1);
 const LONG: Duration = Duration::from_secs(3600);
 
 const COMBINATORS: [&str; 5] = ["race", "select_ok", "try_join_all", "parallel", "map"];
-const KINDS: [&str; 6] = [
+const KINDS: [&str; 7] = [
     "event",
+    "event in a child context",
     "callback",
     "wait_for_callback",
     "message",
@@ -85,6 +89,16 @@ fn wait_now(ctx: &Context, case: &Case, needed: usize) -> Durable<Option<String>
         "event" => {
             let w = ctx.wait_for_event_unchecked::<String>("msg");
             boxed(async move { w.await.map(Some) })
+        }
+        "event in a child context" => {
+            // `run_in_child_context` mints when first polled, whatever the case says.
+            let c = ctx.clone();
+            boxed(async move {
+                c.run_in_child_context("scope", |c| async move {
+                    c.wait_for_event_unchecked::<String>("msg").await.map(Some)
+                })
+                .await
+            })
         }
         "callback" => {
             let cb = ctx.create_callback_unchecked::<String>("cb");
@@ -265,6 +279,7 @@ fn in_lost_round(case: &Case, entry: &JournalEntry) -> bool {
     }
     let wait = match case.kind.as_str() {
         "event" => "msg",
+        "event in a child context" => "scope",
         "callback" => "cb",
         "wait_for_callback" => "wfc",
         "message" => "nudge",
@@ -321,7 +336,7 @@ async fn try_deliver(
             .map(|(_, handle)| handle)
     };
     match r.case.kind.as_str() {
-        "event" => {
+        "event" | "event in a child context" => {
             engine
                 .deliver_event(tenant, &r.run, "msg", json!(value), None)
                 .await
