@@ -13,7 +13,6 @@
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
-use crate::context::CompletionReason;
 use crate::model::{ErrorInfo, EventType, FencingEpoch, IdempotencyKey, RunStatus, TimelineEvent};
 use crate::time::Timestamp;
 
@@ -711,4 +710,15 @@ mod tests {
             );
         }
     }
+}
+
+/// Why a batch completed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CompletionReason {
+    /// Every branch finished.
+    AllCompleted,
+    /// Enough branches succeeded.
+    MinSuccessfulReached,
+    /// Too many branches failed.
+    FailureToleranceExceeded,
 }

@@ -6,6 +6,7 @@
 //! completed; the values stay in the branch entries.
 
 use crate::timeline as tl;
+pub use crate::timeline::CompletionReason;
 use std::future::{Future, IntoFuture};
 
 use futures::future::BoxFuture;
@@ -192,17 +193,6 @@ impl CompletionConfig {
         }
         None
     }
-}
-
-/// Why a batch completed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum CompletionReason {
-    /// Every branch finished.
-    AllCompleted,
-    /// Enough branches succeeded.
-    MinSuccessfulReached,
-    /// Too many branches failed.
-    FailureToleranceExceeded,
 }
 
 /// One branch's outcome.

@@ -40,6 +40,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use super::claim::{Kept, Scoped};
+use super::state::Minting;
 use super::{BlockGuard, BranchGuard, Context, Delta, Op, Shared};
 use crate::error::{Error, ErrorKind};
 use crate::model::*;
@@ -364,14 +365,6 @@ async fn decide<T>(
         })
     })
     .await
-}
-
-/// What the futures of the combinator at `combinator` minted during one of their polls.
-pub(crate) struct Minting {
-    /// The combinator, named by the operations minted ([`JournalEntry::within`]).
-    pub combinator: Position,
-    /// The positions minted.
-    pub minted: Vec<MintedPosition>,
 }
 
 /// The positions minted during one poll of a combinator's future: pushed on entry,

@@ -512,7 +512,7 @@ impl Context {
         message: String,
     ) -> T {
         if self.shared.checking {
-            self.shared.diverge(crate::engine::Divergence {
+            self.shared.diverge(Divergence {
                 position: op.position.clone(),
                 journal_kind: Some(journal_kind),
                 code_kind: Some(op.kind),

@@ -81,7 +81,7 @@ pub(crate) struct ExecState {
     pub(super) scopes: Vec<Vec<super::claim::Release>>,
     /// The positions minted during the poll of each combinator future being polled,
     /// innermost last (see `combinator::MintRecorder`).
-    pub(super) minting: Vec<super::combinator::Minting>,
+    pub(super) minting: Vec<Minting>,
     pub budget_deadline: Timestamp,
     /// Outstanding wake-ups to send after the checkpoint that made them necessary.
     pub inbox_loaded: u64,
@@ -93,7 +93,15 @@ pub(crate) struct ExecState {
     /// A branch blocked for good (not held): this pass cannot be continued.
     pub stuck: bool,
     /// In a replay check, the first place the code left the journal.
-    pub divergence: Option<crate::engine::Divergence>,
+    pub divergence: Option<Divergence>,
+}
+
+/// What the futures of the combinator at `combinator` minted during one of their polls.
+pub(super) struct Minting {
+    /// The combinator, named by the operations minted ([`JournalEntry::within`]).
+    pub(super) combinator: Position,
+    /// The positions minted.
+    pub(super) minted: Vec<MintedPosition>,
 }
 
 /// What one replay pass shares between the context handles and the engine.
@@ -253,7 +261,7 @@ impl Shared {
 
     /// Record where the code left the journal, in a replay check: the first place
     /// found stands.
-    pub(crate) fn diverge(&self, divergence: crate::engine::Divergence) {
+    pub(crate) fn diverge(&self, divergence: Divergence) {
         let mut st = self.state();
         if st.divergence.is_none() {
             st.divergence = Some(divergence);

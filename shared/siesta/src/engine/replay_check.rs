@@ -21,37 +21,10 @@ use super::wakeup::{WokenFlag, WorkflowFuture};
 use super::{Engine, EngineError};
 use crate::context::{Context, LeaseWatch, Shared, decode_payload};
 use crate::error::panic_message;
+pub use crate::model::Divergence;
 use crate::model::*;
 use crate::ports::History;
 use crate::time::Timestamp;
-
-/// Where a run's journal and this engine's code part ways.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Divergence {
-    /// The position the code reached when it left the journal (or, when the code
-    /// finished without reaching part of the journal, the first position it missed).
-    pub position: Position,
-    /// The operation the journal holds there (none: the journal holds nothing there).
-    pub journal_kind: Option<OperationKind>,
-    /// The operation the code runs there (none: the code no longer reaches it).
-    pub code_kind: Option<OperationKind>,
-    /// The whole story, as a run parked for it would tell it.
-    pub message: String,
-}
-
-impl std::fmt::Display for Divergence {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let kind = |k: Option<OperationKind>| k.map_or("nothing", OperationKind::as_str);
-        write!(
-            f,
-            "at {}: journal {} vs code {} ({})",
-            self.position,
-            kind(self.journal_kind),
-            kind(self.code_kind),
-            self.message
-        )
-    }
-}
 
 /// What a replay check found.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

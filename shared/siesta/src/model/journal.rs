@@ -227,3 +227,32 @@ pub enum WaitKind {
         run_id: RunId,
     },
 }
+
+/// Where a run's journal and the code replaying it part ways: what a replay check
+/// reports and what parks a run for non-determinism.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Divergence {
+    /// The position the code reached when it left the journal (or, when the code
+    /// finished without reaching part of the journal, the first position it missed).
+    pub position: Position,
+    /// The operation the journal holds there (none: the journal holds nothing there).
+    pub journal_kind: Option<OperationKind>,
+    /// The operation the code runs there (none: the code no longer reaches it).
+    pub code_kind: Option<OperationKind>,
+    /// The whole story, as a run parked for it would tell it.
+    pub message: String,
+}
+
+impl std::fmt::Display for Divergence {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kind = |k: Option<OperationKind>| k.map_or("nothing", OperationKind::as_str);
+        write!(
+            f,
+            "at {}: journal {} vs code {} ({})",
+            self.position,
+            kind(self.journal_kind),
+            kind(self.code_kind),
+            self.message
+        )
+    }
+}
