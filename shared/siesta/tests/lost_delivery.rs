@@ -6,6 +6,10 @@
 //! passed, not the general 15 minutes. A child's outcome to its parent likewise. The
 //! AWS backend's counterpart, through every route of the router, is the end-to-end
 //! `tests/tests/lost_deliveries.rs`.
+#![allow(
+    clippy::unwrap_used,
+    reason = "test code: a failed unwrap is a failed assertion"
+)]
 
 mod support;
 
