@@ -440,6 +440,7 @@ pub async fn start(
                         due = report.due,
                         woken = report.woken,
                         lost_wakeups = report.lost_wakeups,
+                        due_waits = report.due_waits,
                         already_queued = report.already_queued,
                         other_builds = report.other_builds,
                         dead_letters = report.dead_letters,

@@ -12,8 +12,11 @@
 //! - **An accepted delivery moves the run by one.** `inbox_seq` + 1 is the delivery's
 //!   `seq`, `timeline_seq` + 1 its event's `seq`, `version` + 1 (the write is
 //!   conditioned on the version read), `updated_at` is `received_at`. A waiting run is
-//!   due now (its wake-up resent after `resend_after`); a running one keeps its due time,
-//!   which is its lease's.
+//!   due now, and its `resend_after` is the delivery's: the sweep skips it until then,
+//!   as its wake-up is on its way. The sender keeps that margin short (the engine's
+//!   `delivery_resend_margin`), since on SQS a wake-up lost with its sender (killed
+//!   between the write and the send) shows only as this due entry; a running one keeps
+//!   its due time, which is its lease's.
 //! - **No write for nothing.** The callback record is written only when the delivery
 //!   changes it: an outcome closes it (single use); a heartbeat moves its heartbeat
 //!   deadline when it has one and the deadline moves. Otherwise the delivery only needs

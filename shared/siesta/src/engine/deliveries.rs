@@ -358,7 +358,9 @@ impl Engine {
             run_id: run_id.clone(),
             body,
             received_at: now,
-            resend_after: self.resend_after(now),
+            // Short: a process that dies between this write and the send below leaves the
+            // delivery to the sweep, which looks only once this has passed.
+            resend_after: self.delivery_resend_after(now),
             event,
         };
         let outcome = match self.backend.store.deliver(&delivery).await {
@@ -367,22 +369,60 @@ impl Engine {
             Err(StoreError::Gone(why)) => return Err(EngineError::Gone(why)),
             Err(e) => return Err(e.into()),
         };
-        if let DeliverOutcome::Accepted(run) = &outcome {
-            // The caller's span (a webhook's request) learns only now which run it woke.
-            crate::telemetry::link_to_run(&tracing::Span::current(), run);
-            self.send_wake(
-                WakeUp {
-                    tenant: tenant.clone(),
-                    run_id: run_id.clone(),
-                    reason: WakeReason::Delivery,
-                    epoch_hint: run.epoch.0,
-                    seq_hint: Some(run.timeline_seq),
-                },
-                Duration::ZERO,
-                Some(now),
-            )
-            .await;
+        match &outcome {
+            DeliverOutcome::Accepted(run) => {
+                // The caller's span (a webhook's request) learns only now which run it woke.
+                crate::telemetry::link_to_run(&tracing::Span::current(), run);
+                self.send_wake(
+                    WakeUp {
+                        tenant: tenant.clone(),
+                        run_id: run_id.clone(),
+                        reason: WakeReason::Delivery,
+                        epoch_hint: run.epoch.0,
+                        seq_hint: Some(run.timeline_seq),
+                    },
+                    Duration::ZERO,
+                    Some(now),
+                )
+                .await;
+            }
+            DeliverOutcome::Duplicate => self.wake_after_duplicate(tenant, run_id).await,
         }
         Ok(outcome)
+    }
+
+    /// Send the run a wake-up again if it has not looked at its inbox since: the first
+    /// request of this duplicate may have been cut off between its write and its send
+    /// (killed, a Lambda timeout), and the retry, answered as a duplicate, is then the
+    /// only request left that can wake the run before the sweep. One read per duplicate;
+    /// one send more when the run has a delivery it has not seen (the first send may
+    /// merely be on its way: a duplicate wake-up is a no-op). A run that took its inbox
+    /// in, or is held by a live lease (its holder sees the delivery when it releases),
+    /// is sent nothing. A failed read or send is left to the sweep, which finds the run
+    /// once the delivery's short margin has passed.
+    async fn wake_after_duplicate(&self, tenant: &TenantId, run_id: &RunId) {
+        let run = match self.backend.store.get_run(tenant, run_id).await {
+            Ok(Some(run)) => run,
+            Ok(None) => return,
+            Err(e) => {
+                tracing::warn!(tenant = %tenant, run_id = %run_id, error = %e, "a duplicate delivery could not read its run; the sweep wakes it");
+                return;
+            }
+        };
+        if !run.needs_attention(self.clock.now()) {
+            return;
+        }
+        self.send_wake(
+            WakeUp {
+                tenant: tenant.clone(),
+                run_id: run_id.clone(),
+                reason: WakeReason::Delivery,
+                epoch_hint: run.epoch.0,
+                seq_hint: Some(run.timeline_seq),
+            },
+            Duration::ZERO,
+            run.due_at,
+        )
+        .await;
     }
 }

@@ -177,7 +177,7 @@ impl Engine {
                     outcome,
                     status,
                     now,
-                    self.resend_after(now),
+                    self.delivery_resend_after(now),
                 ));
             }
         }

@@ -94,10 +94,10 @@ pub struct EngineConfig {
     /// after that long, so re-sending sooner could not help. A send that fails is
     /// re-sent by the next sweep regardless; only a wake-up lost without an error (the
     /// process died between its write and its send) waits this long — but a start's,
-    /// which waits `start_resend_margin`. When the sweep does re-send, it waits as long
-    /// again as the run has been due (at least this margin) before the next one: a
-    /// backlog that outlasts the margin costs a run a duplicate per doubling of its
-    /// wait, not one per sweep.
+    /// which waits `start_resend_margin`, and a delivery's, `delivery_resend_margin`.
+    /// When the sweep does re-send, it waits as long again as the run has been due (at
+    /// least this margin) before the next one: a backlog that outlasts the margin costs
+    /// a run a duplicate per doubling of its wait, not one per sweep.
     pub resend_margin: Duration,
     /// How long after its start a run that has not begun is left to its start's
     /// wake-up, before the sweep sends another (at most `resend_margin`). Default: 30
@@ -116,6 +116,22 @@ pub struct EngineConfig {
     /// general `resend_margin` applies. An idempotent retry of the start re-sends at once
     /// ([`Engine::ensure_started`]).
     pub start_resend_margin: Duration,
+    /// How long after a delivery made a waiting run due (an event, a message, a
+    /// callback's outcome or heartbeat, a webhook, a child's outcome to its parent) the
+    /// run is left to the delivery's wake-up, before the sweep sends another (at most
+    /// `resend_margin`). Default: 30 seconds.
+    ///
+    /// A delivery is written, then its wake-up sent; a process that dies between the
+    /// two leaves a stored delivery — whose request may have been answered by a retry,
+    /// as a duplicate — that nothing wakes its run for. On the embedded backend the file
+    /// finds it when opened again; SQS cannot be asked whether it holds a wake-up, so on
+    /// AWS only the margin bounds the wait (it was the general 15 minutes). As for a
+    /// start, no request is added on the normal path (the margin is a value in the
+    /// delivery's one write, and the claim clears it); a delivery lost this way costs the
+    /// sweep one `SendMessage` and one `UpdateItem`, and one whose wake-up waits behind a
+    /// backlog longer than this gets one duplicate (a no-op when handled). A duplicate
+    /// of a delivery its run has not looked at yet sends the wake-up again at once.
+    pub delivery_resend_margin: Duration,
     /// Per-tenant limits on starts and deliveries (default: none).
     pub quotas: crate::quota::Quotas,
     /// The [`UpgradePolicy`] of workflows whose registration sets none
@@ -161,6 +177,7 @@ impl Default for EngineConfig {
             max_continuations: 256,
             resend_margin: Duration::from_secs(15 * 60),
             start_resend_margin: Duration::from_secs(30),
+            delivery_resend_margin: Duration::from_secs(30),
             quotas: crate::quota::Quotas::default(),
             upgrade_policy: UpgradePolicy::Pinned,
             sweep_other_builds: OtherBuilds::Wake,
@@ -438,6 +455,17 @@ impl Engine {
     /// The `resend_after` of a run whose wake-up becomes visible at `visible_at`.
     fn resend_after(&self, visible_at: Timestamp) -> Option<Timestamp> {
         Some(visible_at.plus(self.config.resend_margin))
+    }
+
+    /// The `resend_after` a delivery received at `now` gives the waiting run it makes
+    /// due: the short margin, since its wake-up is sent at once and is handled within
+    /// seconds but for a backlog (see [`EngineConfig::delivery_resend_margin`]).
+    fn delivery_resend_after(&self, now: Timestamp) -> Option<Timestamp> {
+        let margin = self
+            .config
+            .delivery_resend_margin
+            .min(self.config.resend_margin);
+        Some(now.plus(margin))
     }
 }
 

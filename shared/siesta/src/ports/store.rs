@@ -111,7 +111,9 @@ pub struct NewDelivery {
     /// When it was received.
     pub received_at: Timestamp,
     /// The run's [`Run::resend_after`] when the delivery makes it due (a waiting run):
-    /// the sender sends its wake-up right after the write.
+    /// the sender sends its wake-up right after the write, so the sweep need not look
+    /// before then — nor much later, as a sender that died between the two leaves the
+    /// run to the sweep.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resend_after: Option<Timestamp>,
     /// The timeline event that records it (its `seq` is assigned by the store).
