@@ -4,7 +4,8 @@
 //! sweep wakes it once the dead invocation's lease has run out (the run parks: the
 //! call's outcome is unknown), the start function takes the operator's retry of the
 //! call, and the webhook function its payment through the callback's URL. One trace,
-//! derived from the run; a `durable_execution` span per wake-up under the run's root; a
+//! derived from the run; a `durable_execution` span per wake-up under the run's root
+//! (the one root of the trace, sent by the invocation that finished the run); a
 //! `durable_operation` span per attempt that ran and per wait that ended, each under a
 //! wake-up; none again for an operation replayed after the crash; each handler's spans
 //! at the collector when it returns (a frozen container sends nothing); no span carries
@@ -351,6 +352,20 @@ async fn the_order_example_through_the_lambda_handlers_a_crash_a_retry_and_a_cal
         assert_eq!(
             e.parent_span_id, root,
             "every wake-up under the run's root: {e:?}"
+        );
+    }
+    // The run's root is emitted once it ended: one tree, every parent in the trace.
+    let roots: Vec<_> = spans
+        .iter()
+        .filter(|s| s.parent_span_id.is_empty())
+        .collect();
+    assert_eq!(roots.len(), 1, "exactly one root: {roots:#?}");
+    assert_eq!(roots[0].name, "durable_run");
+    assert_eq!(roots[0].span_id, root);
+    for s in spans.iter().filter(|s| !s.parent_span_id.is_empty()) {
+        assert!(
+            spans.iter().any(|p| p.span_id == s.parent_span_id),
+            "its parent is in the trace: {s:?}"
         );
     }
     let mut operations: Vec<(String, Option<String>, String, String)> = Vec::new();

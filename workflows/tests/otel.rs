@@ -3,7 +3,7 @@
 //! call's outcome is unknown), the operator's retry of the call through the API, and
 //! the payment through its callback's webhook. One
 //! trace, derived from the run; a `durable_execution` span per wake-up under the run's
-//! root; a `durable_operation` span per attempt that ran and per wait that ended, each
+//! root, the one root of the trace once the run ended; a `durable_operation` span per attempt that ran and per wait that ended, each
 //! under a wake-up; none again for an operation replayed after the crash. Its own test
 //! binary: the subscriber is the process's.
 #![allow(
@@ -112,6 +112,20 @@ async fn the_order_example_through_a_callback_a_crash_and_a_retry_is_one_trace()
         assert_eq!(
             e.parent_span_id, root,
             "every wake-up under the run's root: {e:?}"
+        );
+    }
+    // The run's root is emitted once it ended: one tree, every parent in the trace.
+    let roots: Vec<_> = spans
+        .iter()
+        .filter(|s| s.parent_span_id.is_empty())
+        .collect();
+    assert_eq!(roots.len(), 1, "exactly one root: {roots:#?}");
+    assert_eq!(roots[0].name, "durable_run");
+    assert_eq!(roots[0].span_id, root);
+    for s in spans.iter().filter(|s| !s.parent_span_id.is_empty()) {
+        assert!(
+            spans.iter().any(|p| p.span_id == s.parent_span_id),
+            "its parent is in the trace: {s:?}"
         );
     }
     let mut operations: Vec<(String, Option<String>, String, String)> = Vec::new();

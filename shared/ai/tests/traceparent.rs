@@ -8,7 +8,7 @@ use axum::Router;
 use axum::http::HeaderMap;
 use axum::routing::post;
 use serde_json::{Value, json};
-use siesta::telemetry::{Exporter, TraceParent, WaitSpan};
+use siesta::telemetry::{Exporter, RunSpan, TraceParent, WaitSpan};
 use siesta::*;
 use siesta_ai::*;
 use siesta_testing::TestEnv;
@@ -28,6 +28,7 @@ impl Exporter for Fixed {
             .and_then(|_| TraceParent::parse(ATTEMPT))
     }
     fn wait_ended(&self, _: &tracing::Span, _: &WaitSpan) {}
+    fn run_finished(&self, _: &RunSpan) {}
 }
 
 #[tokio::test]

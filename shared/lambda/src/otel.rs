@@ -8,7 +8,8 @@
 //! it `grpc` turns export off with a warning), named by `OTEL_SERVICE_NAME`, and every wake-up's `durable_execution` span is put in its
 //! run's trace (see [`siesta::telemetry`]): the core's spans come through the
 //! `tracing` layer, and what the core asks of an exporter (parents, links, a step's
-//! context, waits' spans) through [`siesta::telemetry::Exporter`].
+//! context, waits' spans, a finished run's root span) through
+//! [`siesta::telemetry::Exporter`].
 
 use std::cell::Cell;
 use std::sync::OnceLock;
@@ -19,7 +20,8 @@ use opentelemetry::trace::{
     TracerProvider as _,
 };
 use opentelemetry_sdk::trace::{IdGenerator, RandomIdGenerator, SdkTracer, SdkTracerProvider};
-use siesta::telemetry::{TraceParent, WaitSpan};
+use siesta::RunStatus;
+use siesta::telemetry::{RunSpan, TraceParent, WaitSpan};
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 use tracing_subscriber::registry::LookupSpan;
 
@@ -169,18 +171,24 @@ fn build_provider(exporter: Exporter, default_service: &str) -> SdkTracerProvide
 
 thread_local! {
     /// The id the next span started on this thread takes: one the core named before
-    /// the span was emitted ([`WaitSpan::span_id`]), set just around its start.
+    /// the span was emitted ([`WaitSpan::span_id`], [`RunSpan::span_id`]), set just
+    /// around its start.
     static NEXT_SPAN_ID: Cell<Option<SpanId>> = const { Cell::new(None) };
+    /// The trace id the next root span started on this thread takes: a run's
+    /// ([`RunSpan::trace_id`]), set just around its start.
+    static NEXT_TRACE_ID: Cell<Option<TraceId>> = const { Cell::new(None) };
 }
 
-/// The SDK's random ids, but for a span whose id was named before ([`NEXT_SPAN_ID`]):
-/// the SDK's span builder takes no id of its own.
+/// The SDK's random ids, but for a span whose ids were named before ([`NEXT_SPAN_ID`],
+/// [`NEXT_TRACE_ID`]): the SDK's span builder takes no id of its own.
 #[derive(Debug, Default)]
 struct Ids(RandomIdGenerator);
 
 impl IdGenerator for Ids {
     fn new_trace_id(&self) -> TraceId {
-        self.0.new_trace_id()
+        NEXT_TRACE_ID
+            .with(Cell::take)
+            .unwrap_or_else(|| self.0.new_trace_id())
     }
 
     fn new_span_id(&self) -> SpanId {
@@ -213,7 +221,8 @@ pub async fn flush_after<R>(response: R) -> R {
 
 /// What the core asks of the exporter (it depends on no OpenTelemetry crate): parent a
 /// span on a remote context (a wake-up on its run's trace, a request on its caller's),
-/// link one, read one's context, and emit a wait's span whole.
+/// link one, read one's context, and emit a wait's span and a finished run's root span
+/// whole.
 struct CoreExporter {
     tracer: SdkTracer,
 }
@@ -289,5 +298,40 @@ impl siesta::telemetry::Exporter for CoreExporter {
         // Taken by the start; left only if the provider was shut down and started none.
         NEXT_SPAN_ID.with(Cell::take);
         span.end_with_timestamp(system_time(wait.ended_at));
+    }
+
+    fn run_finished(&self, run: &RunSpan) {
+        let mut attributes = vec![
+            KeyValue::new("tenant", run.tenant.clone()),
+            KeyValue::new("run_id", run.run_id.clone()),
+            KeyValue::new("workflow", run.workflow.clone()),
+            KeyValue::new("status", run.status.as_str()),
+            KeyValue::new(
+                siesta::telemetry::TRACE_ID_FIELD,
+                TraceId::from_bytes(run.trace_id).to_string(),
+            ),
+        ];
+        if let Some(build) = &run.build_id {
+            attributes.push(KeyValue::new("build_id", build.clone()));
+        }
+        if let Some(kind) = &run.error_kind {
+            attributes.push(KeyValue::new("error.kind", kind.clone()));
+        }
+        let builder = self
+            .tracer
+            .span_builder(siesta::telemetry::RUN_SPAN)
+            .with_start_time(system_time(run.started_at))
+            .with_attributes(attributes);
+        // A root: no parent, whatever span is current; the ids its wake-ups named.
+        NEXT_TRACE_ID.with(|next| next.set(Some(TraceId::from_bytes(run.trace_id))));
+        NEXT_SPAN_ID.with(|next| next.set(Some(SpanId::from_bytes(run.span_id))));
+        let mut span = builder.start_with_context(&self.tracer, &opentelemetry::Context::new());
+        NEXT_TRACE_ID.with(Cell::take);
+        NEXT_SPAN_ID.with(Cell::take);
+        // A failed run is an error; a cancelled one is an operator's choice, not one.
+        if let (RunStatus::Failed, Some(kind)) = (run.status, &run.error_kind) {
+            span.set_status(opentelemetry::trace::Status::error(kind.clone()));
+        }
+        span.end_with_timestamp(system_time(run.ended_at));
     }
 }

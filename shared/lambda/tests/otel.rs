@@ -1,6 +1,8 @@
 //! Export to an OTLP collector: a run of two wake-ups is one trace, whose id is the one
 //! derived from the run, with a `durable_operation` span per step attempt that ran,
-//! none for the replayed step, and one for the wait between the wake-ups; a run started
+//! none for the replayed step, and one for the wait between the wake-ups; a finished
+//! run's trace has exactly one root, the run's own span, and every span's parent is in
+//! it; a waiting run's root is emitted when it is cancelled; a run started
 //! with a `traceparent` joins the caller's trace under its start request, and the
 //! webhook that woke it links to it. Its own test binary: the subscriber is the
 //! process's.
@@ -101,6 +103,131 @@ async fn a_run_of_two_wake_ups_is_one_trace_with_a_span_per_attempt_that_ran() {
     );
 }
 
+/// The spans of `spans` with no parent, and those whose parent is not among them.
+fn roots_and_orphans<'a>(spans: &[&'a Span]) -> (Vec<&'a Span>, Vec<&'a Span>) {
+    let roots = spans
+        .iter()
+        .copied()
+        .filter(|s| s.parent_span_id.is_empty())
+        .collect();
+    let orphans = spans
+        .iter()
+        .copied()
+        .filter(|s| {
+            !s.parent_span_id.is_empty() && !spans.iter().any(|p| p.span_id == s.parent_span_id)
+        })
+        .collect();
+    (roots, orphans)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finished_runs_trace_has_one_root_its_own_span_and_every_parent_in_it() {
+    let received = global_receiver();
+    let mut reg = Registry::new();
+    reg.register("retried", |ctx: Context, _: serde_json::Value| async move {
+        let a: u32 = ctx
+            .step("flaky", |s| async move {
+                if s.attempt() == 1 {
+                    Err(StepError::new("Flaky", "not yet", true))
+                } else {
+                    Ok(1)
+                }
+            })
+            .retry(RetryStrategy::fixed(2, Duration::from_secs(1)))
+            .await?;
+        let b: u32 = ctx.step("after", |_| async { Ok(2) }).await?;
+        Ok(a + b)
+    });
+    let w = TestEnv::builder(reg).tenant("acme").build();
+    let id = w.create("retried", json!(null), None).await.unwrap();
+    w.run_until_idle().await;
+    assert_eq!(
+        w.run(&id).await.status,
+        RunStatus::Waiting,
+        "the retry's timer"
+    );
+    w.advance(Duration::from_secs(1)).await;
+    let run = w.run(&id).await;
+    assert_eq!(run.status, RunStatus::Completed, "{run:?}");
+    siesta_lambda::otel::flush().await;
+
+    let trace_id = trace_id_for(w.tenant(), &id).to_vec();
+    let spans = in_trace(&received, &trace_id);
+    let executions = named(&spans, "durable_execution");
+    assert!(executions.len() >= 2, "a span per wake-up: {spans:#?}");
+    let attempts: Vec<(String, String)> = named(&spans, "durable_operation")
+        .iter()
+        .filter(|o| attribute(o, "operationId").as_deref() == Some("flaky#0"))
+        .map(|o| {
+            (
+                attribute(o, "attempt").unwrap_or_default(),
+                attribute(o, "outcome").unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        attempts,
+        [
+            ("1".into(), "failed".into()),
+            ("2".into(), "succeeded".into())
+        ],
+        "the retried step, an attempt in each wake-up"
+    );
+
+    let all: Vec<&Span> = spans.iter().collect();
+    let (roots, orphans) = roots_and_orphans(&all);
+    assert!(
+        orphans.is_empty(),
+        "every parent is in the trace: {orphans:#?}"
+    );
+    assert_eq!(roots.len(), 1, "exactly one root: {roots:#?}");
+    let root = roots[0];
+    assert_eq!(root.name, "durable_run");
+    assert_eq!(root.span_id, root_span_id_for(w.tenant(), &id).to_vec());
+    assert_eq!(attribute(root, "run_id").as_deref(), Some(id.as_str()));
+    assert_eq!(attribute(root, "workflow").as_deref(), Some("retried"));
+    assert_eq!(attribute(root, "status").as_deref(), Some("completed"));
+    assert_eq!(attribute(root, "build_id"), run.build_id);
+    let ms = |ns: u64| (ns / 1_000_000) as i64;
+    assert_eq!(
+        ms(root.start_time_unix_nano),
+        run.created_at.0,
+        "the run's real start"
+    );
+    assert!(root.end_time_unix_nano >= root.start_time_unix_nano);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_run_has_no_root_until_it_ends_and_a_cancel_emits_it() {
+    let received = global_receiver();
+    let mut reg = Registry::new();
+    reg.register("waits", |ctx: Context, _: serde_json::Value| async move {
+        ctx.wait_for_event::<u32>("never").await
+    });
+    let w = TestEnv::builder(reg).tenant("acme").build();
+    let id = w.create("waits", json!(null), None).await.unwrap();
+    w.run_until_idle().await;
+    assert_eq!(w.run(&id).await.status, RunStatus::Waiting);
+    siesta_lambda::otel::flush().await;
+    let trace_id = trace_id_for(w.tenant(), &id).to_vec();
+    assert!(
+        named(&in_trace(&received, &trace_id), "durable_run").is_empty(),
+        "a root is emitted once, whole: not before the run's end is known"
+    );
+
+    // Cancelled while no one holds it: the run ends outside a wake-up.
+    w.engine().cancel(w.tenant(), &id, None).await.unwrap();
+    assert_eq!(w.run(&id).await.status, RunStatus::Cancelled);
+    siesta_lambda::otel::flush().await;
+    let spans = in_trace(&received, &trace_id);
+    let all: Vec<&Span> = spans.iter().collect();
+    let (roots, orphans) = roots_and_orphans(&all);
+    assert!(orphans.is_empty(), "{orphans:#?}");
+    assert_eq!(roots.len(), 1, "{roots:#?}");
+    assert_eq!(roots[0].name, "durable_run");
+    assert_eq!(attribute(roots[0], "status").as_deref(), Some("cancelled"));
+}
+
 async fn send(
     router: &axum::Router,
     uri: &str,
@@ -189,6 +316,10 @@ async fn a_traceparent_sent_with_the_start_puts_the_run_under_the_start_request(
     let waits = named(&spans, "durable_operation");
     assert_eq!(waits.len(), 1, "{waits:#?}");
     assert_eq!(attribute(waits[0], "kind").as_deref(), Some("callback"));
+    assert!(
+        named(&spans, "durable_run").is_empty(),
+        "the caller's trace has its own root: the run emits none"
+    );
 
     // The webhook's request learned which run it woke only once it ran: it links to it.
     let all = received.lock().unwrap().clone();

@@ -5,7 +5,9 @@
 //! the application's business. A run's wake-ups happen days and processes apart, so
 //! none of them can hand its trace context to the next in memory: every wake-up derives
 //! the same trace id from the run instead, records it on its span as
-//! [`TRACE_ID_FIELD`], and an exporter parents the span on that trace.
+//! [`TRACE_ID_FIELD`], and an exporter parents the span on that trace, under the run's
+//! root span ([`root_span_id_for`]). No process holds that root open for the run's
+//! life: it is emitted whole when the run ends ([`RunSpan`]).
 
 use sha2::{Digest, Sha256};
 
@@ -17,6 +19,10 @@ pub const EXECUTION_SPAN: &str = "durable_execution";
 
 /// The span of one operation attempt that actually runs (never a replayed one).
 pub const OPERATION_SPAN: &str = "durable_operation";
+
+/// The span of a whole run, from its creation to its end: the root of a run's trace
+/// when it was started with no `traceparent` ([`RunSpan`]).
+pub const RUN_SPAN: &str = "durable_run";
 
 /// The field of the [`EXECUTION_SPAN`] that carries the run's trace id, 32 lowercase hex
 /// digits.
@@ -35,9 +41,9 @@ pub fn trace_id_for(tenant: &TenantId, run_id: &RunId) -> [u8; 16] {
     id
 }
 
-/// The span id of the run's virtual root: the parent every [`EXECUTION_SPAN`] of the run
-/// names (bytes 16 to 24 of the same hash), so a backend groups the wake-ups under one
-/// parent. Never all zeros.
+/// The span id of the run's root: the parent every [`EXECUTION_SPAN`] of the run names
+/// (bytes 16 to 24 of the same hash), so a backend groups the wake-ups under one
+/// parent, emitted as the [`RUN_SPAN`] when the run ends. Never all zeros.
 pub fn root_span_id_for(tenant: &TenantId, run_id: &RunId) -> [u8; 8] {
     let digest = run_digest(tenant, run_id);
     let mut id = [0u8; 8];
@@ -98,8 +104,8 @@ impl TraceParent {
         Some(parent)
     }
 
-    /// The run's own parent when it was started with none: its derived trace and the
-    /// virtual root's span id ([`trace_id_for`], [`root_span_id_for`]), sampled.
+    /// The run's own parent when it was started with none: its derived trace and its
+    /// root's span id ([`trace_id_for`], [`root_span_id_for`]), sampled.
     pub fn derived(tenant: &TenantId, run_id: &RunId) -> TraceParent {
         TraceParent {
             trace_id: trace_id_for(tenant, run_id),
@@ -258,6 +264,36 @@ pub(crate) fn wait_ended(
     })
 }
 
+/// A run that ended, whose [`RUN_SPAN`] is the root of its trace: the span every
+/// wake-up of the run named as its parent from the first ([`root_span_id_for`]),
+/// emitted once, whole, by the write that finished the run. Only a run started with no
+/// `traceparent` has one: the wake-ups of a run started with one hang under its start
+/// request, and a child run's (`invoke`) under its parent's invoke, both spans that
+/// others emit.
+#[derive(Debug, Clone)]
+pub struct RunSpan {
+    /// The run's trace ([`trace_id_for`]).
+    pub trace_id: [u8; 16],
+    /// The span's own id ([`root_span_id_for`]).
+    pub span_id: [u8; 8],
+    /// The run's tenant.
+    pub tenant: String,
+    /// The run's id.
+    pub run_id: String,
+    /// Its workflow.
+    pub workflow: String,
+    /// The build it ran on, when it recorded one.
+    pub build_id: Option<String>,
+    /// How it ended: completed, failed or cancelled.
+    pub status: crate::model::RunStatus,
+    /// Its error's kind when it did not complete.
+    pub error_kind: Option<String>,
+    /// When the run was created.
+    pub started_at: crate::time::Timestamp,
+    /// When it ended.
+    pub ended_at: crate::time::Timestamp,
+}
+
 /// What the core asks of a span exporter; an exporter installs one
 /// ([`set_exporter`]) so the core depends on none. Every method is called on spans of
 /// this process's subscriber and must not block.
@@ -273,6 +309,10 @@ pub trait Exporter: Send + Sync + 'static {
     /// Emit the span of a wait that ended, as a child of `parent` (the wake-up's span),
     /// with its recorded start and end, and its [`WaitSpan::span_id`] when it has one.
     fn wait_ended(&self, parent: &tracing::Span, wait: &WaitSpan);
+    /// Emit the root span of a run that ended, with no parent, its trace and span ids
+    /// those of [`RunSpan`] and its recorded start and end. Not on any span of this
+    /// process: it may be called outside a wake-up (a waiting run cancelled).
+    fn run_finished(&self, run: &RunSpan);
 }
 
 static EXPORTER: std::sync::OnceLock<Box<dyn Exporter>> = std::sync::OnceLock::new();
@@ -327,6 +367,34 @@ pub(crate) fn on_wait_ended(parent: &tracing::Span, wait: &WaitSpan) {
     if let Some(e) = exporter() {
         e.wait_ended(parent, wait);
     }
+}
+
+/// Report `run`, which has just ended with `status` and `error` (its finishing write
+/// committed), as its trace's root when it has one (see [`RunSpan`]).
+pub(crate) fn on_run_finished(
+    run: &crate::model::Run,
+    status: crate::model::RunStatus,
+    error: Option<&crate::model::ErrorInfo>,
+    ended_at: crate::time::Timestamp,
+) {
+    let Some(e) = exporter() else {
+        return;
+    };
+    if run.trace_parent.is_some() || !status.is_finished() {
+        return;
+    }
+    e.run_finished(&RunSpan {
+        trace_id: trace_id_for(&run.tenant, &run.id),
+        span_id: root_span_id_for(&run.tenant, &run.id),
+        tenant: run.tenant.to_string(),
+        run_id: run.id.to_string(),
+        workflow: run.workflow.clone(),
+        build_id: run.build_id.clone(),
+        status,
+        error_kind: error.map(|e| e.kind.clone()),
+        started_at: run.created_at,
+        ended_at,
+    });
 }
 
 fn run_digest(tenant: &TenantId, run_id: &RunId) -> [u8; 32] {

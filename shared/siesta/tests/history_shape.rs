@@ -371,6 +371,73 @@ async fn a_condition_poll_that_continues_carries_its_state_and_the_next_delay() 
     );
 }
 
+/// AWS's history of a check that raises: its attempt started, then `StepFailed` with
+/// the check's error and nothing about a next attempt; the operation is over (the
+/// check is not called again, though it would now say done) and, uncaught, the run
+/// fails with that error.
+#[tokio::test]
+async fn a_condition_check_that_errors_is_one_failed_attempt_with_its_error_and_no_retry() {
+    let c = Some("WaitForCondition");
+    let job = |ctx: Context| async move {
+        let checks = Arc::new(AtomicU32::new(0));
+        ctx.wait_for_condition("job", 0u32, move |n, _| async move {
+            if checks.fetch_add(1, Ordering::SeqCst) == 0 {
+                Err(StepError::retryable("status endpoint down"))
+            } else {
+                Ok(ConditionCheck::Done(n))
+            }
+        })
+        .await
+    };
+    // Caught: the workflow goes on and the timeline shows one failed check.
+    assert_shape(
+        "caught",
+        move |ctx| async move {
+            let _ = job(ctx).await;
+            Ok(json!(null))
+        },
+        &[
+            ("StepStarted", c, Some("job#0"), None, Some("job")),
+            ("StepFailed", c, Some("job#0"), None, Some("job")),
+        ],
+    )
+    .await;
+    // Uncaught: the same failed check, with its error, then the run fails with it.
+    let mut reg = Registry::new();
+    reg.register("uncaught", move |ctx: Context, _: serde_json::Value| {
+        job(ctx)
+    });
+    let w = world(reg);
+    let id = w.start("uncaught", json!(null)).await;
+    for _ in 0..4 {
+        if w.drive(&id).await.status.is_finished() {
+            break;
+        }
+    }
+    assert_eq!(w.status(&id).await, RunStatus::Failed);
+    let timeline = w.timeline(&id).await;
+    let failed: Vec<&TimelineEvent> = timeline
+        .iter()
+        .filter(|e| e.event_type == EventType::StepFailed)
+        .collect();
+    assert_eq!(failed.len(), 1, "{timeline:#?}");
+    assert_eq!(
+        failed[0].details,
+        json!({"Attempt": 1, "Error": {
+            "kind": "retryable", "message": "status endpoint down", "retryable": true
+        }}),
+        "the check's error, no Retrying, no next attempt"
+    );
+    let end = timeline
+        .iter()
+        .find(|e| e.event_type == EventType::ExecutionFailed)
+        .unwrap();
+    assert_eq!(
+        end.details["Error"]["cause"]["message"],
+        json!("status endpoint down")
+    );
+}
+
 #[tokio::test]
 async fn an_event_wait_shows_started_delivered_succeeded() {
     let e = Some("WaitForEvent");

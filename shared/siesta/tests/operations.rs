@@ -518,6 +518,123 @@ async fn wait_for_condition_gives_up_after_max_attempts() {
     assert_eq!(output(&w.run(&id).await), json!("ConditionNotMet"));
 }
 
+/// A check that fails on its first call and would say "done" on any later one.
+fn fails_once_then_done(checks: Arc<AtomicU32>) -> impl Fn() -> ConditionFuture + Send + Sync {
+    move || {
+        let checks = checks.clone();
+        Box::pin(async move {
+            if checks.fetch_add(1, Ordering::SeqCst) == 0 {
+                Err(StepError::retryable("status endpoint down"))
+            } else {
+                Ok(ConditionCheck::Done(1))
+            }
+        })
+    }
+}
+
+type ConditionFuture = std::pin::Pin<
+    Box<dyn std::future::Future<Output = Result<ConditionCheck<u32>, StepError>> + Send>,
+>;
+
+/// AWS's requirement: a check that raises fails the operation at once (no retry,
+/// however retryable its error); not caught, the run fails with that error.
+#[tokio::test]
+async fn a_condition_check_that_errors_fails_the_run_at_once_when_not_caught() {
+    let checks = counter();
+    let check = Arc::new(fails_once_then_done(checks.clone()));
+    let mut reg = Registry::new();
+    reg.register("poll", move |ctx: Context, _: serde_json::Value| {
+        let check = check.clone();
+        async move {
+            let n: u32 = ctx
+                .wait_for_condition("job", 0u32, move |_, _| check())
+                .await?;
+            Ok(n)
+        }
+    });
+    let w = world(reg);
+    let id = create(&w, "poll", json!(null)).await;
+    w.run_until_idle().await;
+    w.advance(Duration::from_secs(600)).await;
+    let run = w.run(&id).await;
+    assert_eq!(run.status, RunStatus::Failed);
+    let error = run.error.unwrap();
+    assert_eq!(error.kind, "StepFailed");
+    let cause = error.cause.unwrap();
+    assert_eq!(
+        (cause.kind.as_str(), cause.message.as_str()),
+        ("retryable", "status endpoint down"),
+        "the run fails with the check's own error"
+    );
+    assert_eq!(checks.load(Ordering::SeqCst), 1, "the check ran once");
+}
+
+/// Caught, the check's error is the workflow's to handle: it goes on with it.
+#[tokio::test]
+async fn a_condition_check_that_errors_hands_the_workflow_its_error_to_go_on_with() {
+    let checks = counter();
+    let check = Arc::new(fails_once_then_done(checks.clone()));
+    let mut reg = Registry::new();
+    reg.register("poll", move |ctx: Context, _: serde_json::Value| {
+        let check = check.clone();
+        async move {
+            let polled = ctx
+                .wait_for_condition("job", 0u32, move |_, _| check())
+                .await;
+            let caught = match polled {
+                Ok(n) => return Ok(json!({"done": n})),
+                Err(e) => e.cause().map(|c| c.message.clone()),
+            };
+            let fallback: u32 = ctx.step("fallback", |_| async { Ok(7) }).await?;
+            Ok(json!({"caught": caught, "fallback": fallback}))
+        }
+    });
+    let w = world(reg);
+    let id = create(&w, "poll", json!(null)).await;
+    w.run_until_idle().await;
+    w.advance(Duration::from_secs(600)).await;
+    let run = w.run(&id).await;
+    assert_eq!(
+        output(&run),
+        json!({"caught": "status endpoint down", "fallback": 7})
+    );
+    assert_eq!(checks.load(Ordering::SeqCst), 1);
+}
+
+/// Retrying a check that errors is opt-in: with a retry strategy the failed check is
+/// a failed attempt, retried on a durable timer, and the next check's "done" wins.
+#[tokio::test]
+async fn a_condition_with_a_retry_strategy_retries_a_check_that_errors() {
+    let checks = counter();
+    let check = Arc::new(fails_once_then_done(checks.clone()));
+    let mut reg = Registry::new();
+    reg.register("poll", move |ctx: Context, _: serde_json::Value| {
+        let check = check.clone();
+        async move {
+            let n: u32 = ctx
+                .wait_for_condition("job", 0u32, move |_, _| check())
+                .retry(RetryStrategy::fixed(3, Duration::from_secs(5)))
+                .await?;
+            Ok(n)
+        }
+    });
+    let w = world(reg);
+    let id = create(&w, "poll", json!(null)).await;
+    w.run_until_idle().await;
+    assert_eq!(w.run(&id).await.status, RunStatus::Waiting);
+    w.advance(Duration::from_secs(5)).await;
+    assert_eq!(output(&w.run(&id).await), json!(1));
+    assert_eq!(checks.load(Ordering::SeqCst), 2);
+    let failed: Vec<serde_json::Value> = w
+        .timeline(&id)
+        .await
+        .into_iter()
+        .filter(|e| e.event_type == EventType::StepFailed)
+        .map(|e| e.details["Retrying"].clone())
+        .collect();
+    assert_eq!(failed, vec![json!(true)], "one failed check, retried");
+}
+
 #[tokio::test]
 async fn map_returns_results_in_index_order_and_replay_skips_finished_branches() {
     let runs = counter();

@@ -209,13 +209,14 @@ async fn the_first_execution_sees_the_journaled_value_as_replay_does() {
 }
 
 #[tokio::test]
-async fn a_condition_check_error_is_retried_by_policy_then_fails_the_operation() {
+async fn a_condition_check_error_is_retried_by_an_opted_in_policy_then_fails_the_operation() {
     let mut reg = Registry::new();
     reg.register("poll", |ctx: Context, _: serde_json::Value| async move {
         let r = ctx
             .wait_for_condition("job", 0u32, |_, _| async move {
                 Err::<ConditionCheck<u32>, _>(StepError::retryable("status endpoint down"))
             })
+            .retry(RetryStrategy::default())
             .await;
         let e = r.unwrap_err();
         Ok(json!({"kind": e.kind().as_str(), "cause": e.cause().map(|c| c.message.clone())}))
@@ -242,7 +243,11 @@ async fn a_condition_check_error_is_retried_by_policy_then_fails_the_operation()
             e.event_type == EventType::StepFailed && e.sub_type == Some(SubType::WaitForCondition)
         })
         .collect();
-    assert_eq!(failures.len(), 6, "one per attempt of the default policy");
+    assert_eq!(
+        failures.len(),
+        6,
+        "one per attempt of a step's default policy"
+    );
     for f in &failures {
         assert_eq!(f.details["Error"]["message"], "status endpoint down");
     }

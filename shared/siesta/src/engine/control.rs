@@ -93,6 +93,9 @@ impl Engine {
                 Ok(()) => {
                     self.close_overflow(tenant, run_id, overflow).await;
                     self.watchers.changed(tenant, run_id);
+                    // A run cancelled while no one held it ends here: its root span
+                    // too (docs/telemetry.md, "The run's root").
+                    crate::telemetry::on_run_finished(&next, next.status, next.error.as_ref(), now);
                     if leased {
                         // The holder sees the flag when its next write conflicts.
                         self.send_wake(

@@ -220,6 +220,9 @@ impl Engine {
         }
         self.close_overflow(&run.tenant, &run.id, overflow).await;
         self.watchers.changed(&run.tenant, &run.id);
+        // Its end known at last, the run's root span is emitted, whole: the parent its
+        // wake-ups named (docs/telemetry.md, "The run's root").
+        crate::telemetry::on_run_finished(&run, status, error.as_ref(), now);
         let epoch = shared.epoch().0;
         let seq = Some(shared.state().run.timeline_seq);
         match ending {

@@ -74,7 +74,9 @@ pub struct ConditionBuilder<S, F> {
 impl Context {
     /// Durable polling: call `check` with the current state until it returns
     /// [`ConditionCheck::Done`], sleeping on durable timers in between. The state is
-    /// threaded across checks and journaled, so it survives suspension.
+    /// threaded across checks and journaled, so it survives suspension. A check that
+    /// returns an error fails the operation with it at once, unless a retry strategy
+    /// is given ([`ConditionBuilder::retry`]).
     pub fn wait_for_condition<S, F, Fut>(
         &self,
         name: &str,
@@ -92,7 +94,9 @@ impl Context {
             initial,
             check,
             strategy: WaitStrategy::default(),
-            retry: RetryStrategy::default(),
+            // AWS's behaviour: a check that returns an error fails the operation at
+            // once. Retrying it is the author's choice (`retry`).
+            retry: RetryStrategy::none(),
         }
     }
 }
@@ -104,9 +108,13 @@ impl<S, F> ConditionBuilder<S, F> {
         self
     }
 
-    /// Retry a check that returns an error with this strategy (default: a step's
-    /// default); once it gives up, the operation fails with the check's error. Like a
-    /// step attempt, each failed check is recorded.
+    /// Retry a check that returns an error with this strategy, as a step's attempt is
+    /// retried (for instance `.retry(RetryStrategy::default())`, a step's default:
+    /// retryable errors, 6 attempts). Without it a check that returns an error fails
+    /// the operation at once with that error, as on AWS Lambda durable functions: the
+    /// workflow gets it from `.await` and may catch it and go on, or let it fail the
+    /// run. Each failed check is recorded (`StepFailed`, with `Retrying` while the
+    /// strategy retries it); the state stays the one the failed check was given.
     pub fn retry(mut self, retry: RetryStrategy) -> Self {
         self.retry = retry;
         self
@@ -210,8 +218,9 @@ where
     let (done, next_state) = match checked {
         Ok(ConditionCheck::Done(s)) => (true, ctx.encode(&s).await?),
         Ok(ConditionCheck::Continue(s)) => (false, ctx.encode(&s).await?),
-        // A check error is a failed attempt, as in a step: the retry policy
-        // decides, the state stays what it was, and the error is recorded.
+        // A check error fails the operation (AWS), unless the author opted into a
+        // retry strategy: then it is a failed attempt, as in a step, and the state
+        // stays what it was.
         Err(e) => {
             let failures = failures + 1;
             let error = e.info().clone();
