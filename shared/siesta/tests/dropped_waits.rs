@@ -345,20 +345,29 @@ async fn messages_a_dropped_step_drained_reach_the_workflow_the_same_on_first_ru
 }
 
 /// The loop of issue 44 (the plain shape of vercel/workflow#4264): each round races a
-/// wait for "msg" against a timer, both built lazily inside `async` blocks.
-fn plain_loop() -> Registry {
+/// wait for "msg" against a timer, both built lazily inside `async` blocks — the wait
+/// first in order (the issue's shape), or, with `timer_first`, the timer, whose later
+/// rounds are long: when the timer is found fired, the event's future is not polled
+/// before the race decides.
+fn lazy_loop() -> Registry {
     let mut reg = Registry::new();
-    reg.register("plain", |ctx: Context, _: Value| async move {
+    reg.register("lazy", |ctx: Context, timer_first: bool| async move {
         let (mut got, mut timeouts) = (Vec::new(), 0);
-        for _ in 0..3 {
+        for i in 0..3 {
             let (c1, c2) = (ctx.clone(), ctx.clone());
+            let d = if timer_first && i > 0 {
+                TICK * 100
+            } else {
+                TICK
+            };
             let ev: DurableFuture<Option<String>> =
                 Box::pin(
                     async move { c1.wait_for_event_unchecked::<String>("msg").await.map(Some) },
                 );
             let nap: DurableFuture<Option<String>> =
-                Box::pin(async move { c2.wait("nap", TICK).await.map(|_| None) });
-            match ctx.race("r", [ev, nap]).await? {
+                Box::pin(async move { c2.wait("nap", d).await.map(|_| None) });
+            let futures = if timer_first { [nap, ev] } else { [ev, nap] };
+            match ctx.race("r", futures).await? {
                 Some(m) => got.push(m),
                 None => timeouts += 1,
             }
@@ -373,8 +382,8 @@ async fn a_wait_built_lazily_that_lost_a_race_takes_no_event_sent_in_a_later_wak
     for cache in [true, false] {
         for restart in [false, true] {
             let case = format!("cache={cache} restart={restart}");
-            let w = world(plain_loop(), cache);
-            let id = w.start("plain", json!(null)).await;
+            let w = world(lazy_loop(), cache);
+            let id = w.start("lazy", json!(false)).await;
             w.run_until_idle().await;
             // The timer wins the first round in a wake-up of its own.
             w.advance(TICK).await;
@@ -414,36 +423,11 @@ async fn a_wait_built_lazily_that_lost_a_race_takes_no_event_sent_in_a_later_wak
     }
 }
 
-/// Rounds of `race(timer, event)`, both built lazily, the timer first in order: when
-/// the timer is found fired, the event's future is not polled before the race decides.
-fn timer_first_loop() -> Registry {
-    let mut reg = Registry::new();
-    reg.register("timer_first", |ctx: Context, _: Value| async move {
-        let (mut got, mut timeouts) = (Vec::new(), 0);
-        for i in 0..3 {
-            let (c1, c2) = (ctx.clone(), ctx.clone());
-            let d = if i == 0 { TICK } else { TICK * 100 };
-            let nap: DurableFuture<Option<String>> =
-                Box::pin(async move { c1.wait("nap", d).await.map(|_| None) });
-            let ev: DurableFuture<Option<String>> =
-                Box::pin(
-                    async move { c2.wait_for_event_unchecked::<String>("msg").await.map(Some) },
-                );
-            match ctx.race("r", [nap, ev]).await? {
-                Some(m) => got.push(m),
-                None => timeouts += 1,
-            }
-        }
-        Ok(json!({"got": got, "timeouts": timeouts}))
-    });
-    reg
-}
-
 #[tokio::test]
 async fn a_race_decided_in_a_later_invocation_counts_what_its_futures_created_before() {
     for cache in [true, false] {
-        let w = world(timer_first_loop(), cache);
-        let id = w.start("timer_first", json!(null)).await;
+        let w = world(lazy_loop(), cache);
+        let id = w.start("lazy", json!(true)).await;
         w.run_until_idle().await;
         // The timer's end is written, and the engine dies before the race's decision:
         // a new one decides the first round from the journal (the timer found fired at

@@ -13,15 +13,15 @@
 
 mod support;
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use async_trait::async_trait;
 use serde_json::json;
 use siesta::ports::*;
 use siesta::*;
+use std::sync::atomic::Ordering;
+
 use siesta_testing::TestEnv;
+use support::lossy::{lossy, sends};
 use support::world;
 
 fn registry() -> Registry {
@@ -38,77 +38,6 @@ fn registry() -> Registry {
         Ok(v)
     });
     reg
-}
-
-/// The engine's queue, but the first `lose` sends vanish without an error — what a
-/// process dying between its write and its send leaves behind — and every send is
-/// counted.
-struct LosesSends {
-    inner: Arc<dyn WakeQueue>,
-    lose: AtomicUsize,
-    sends: AtomicUsize,
-}
-
-#[async_trait]
-impl WakeQueue for LosesSends {
-    async fn send(&self, wake: &WakeUp, delay: Duration) -> Result<(), StoreError> {
-        self.sends.fetch_add(1, Ordering::SeqCst);
-        let lost = self
-            .lose
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-            .is_ok();
-        if lost {
-            return Ok(());
-        }
-        self.inner.send(wake, delay).await
-    }
-    async fn receive(&self, max: usize, v: Duration) -> Result<Vec<ReceivedWakeUp>, StoreError> {
-        self.inner.receive(max, v).await
-    }
-    async fn ack(&self, receipt: &str) -> Result<(), StoreError> {
-        self.inner.ack(receipt).await
-    }
-    async fn extend_visibility(&self, receipt: &str, v: Duration) -> Result<(), StoreError> {
-        self.inner.extend_visibility(receipt, v).await
-    }
-    async fn dead_letters(&self, max: usize, v: Duration) -> Result<Vec<DeadLetter>, StoreError> {
-        self.inner.dead_letters(max, v).await
-    }
-    async fn delete_dead_letter(&self, receipt: &str) -> Result<(), StoreError> {
-        self.inner.delete_dead_letter(receipt).await
-    }
-    async fn holds(
-        &self,
-        t: &TenantId,
-        r: &RunId,
-        due: Timestamp,
-    ) -> Result<Option<bool>, StoreError> {
-        self.inner.holds(t, r, due).await
-    }
-}
-
-/// An engine over the harness's store and queue whose first `lose` sends vanish.
-fn lossy(w: &TestEnv, lose: usize) -> (Engine, Arc<LosesSends>) {
-    let base = w.embedded().backend();
-    let queue = Arc::new(LosesSends {
-        inner: base.queue.clone(),
-        lose: AtomicUsize::new(lose),
-        sends: AtomicUsize::new(0),
-    });
-    let engine = Engine::new(
-        Backend {
-            queue: queue.clone(),
-            ..base
-        },
-        w.clock().clone(),
-        registry(),
-        EngineConfig::default(),
-    );
-    (engine, queue)
-}
-
-fn sends(queue: &LosesSends) -> usize {
-    queue.sends.load(Ordering::SeqCst)
 }
 
 async fn go(engine: &Engine, w: &TestEnv, id: &RunId, key: &str) -> DeliverOutcome {
@@ -128,7 +57,7 @@ async fn go(engine: &Engine, w: &TestEnv, id: &RunId, key: &str) -> DeliverOutco
 async fn a_delivery_cut_off_before_its_send_is_taken_as_soon_as_its_retry_is_answered_as_a_duplicate()
  {
     let w = world(registry());
-    let (engine, queue) = lossy(&w, 0);
+    let (engine, queue) = lossy(&w, registry(), 0);
     let id = engine
         .start(w.tenant(), "await_go", json!(null), None)
         .await
@@ -167,7 +96,7 @@ async fn a_delivery_cut_off_before_its_send_is_taken_as_soon_as_its_retry_is_ans
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_duplicate_while_the_first_wake_up_waits_in_the_queue_costs_one_harmless_send() {
     let w = world(registry());
-    let (engine, queue) = lossy(&w, 0);
+    let (engine, queue) = lossy(&w, registry(), 0);
     let id = engine
         .start(w.tenant(), "await_go", json!(null), None)
         .await
@@ -196,7 +125,7 @@ async fn a_duplicate_while_the_first_wake_up_waits_in_the_queue_costs_one_harmle
 async fn a_delivery_cut_off_and_never_retried_is_taken_at_the_first_sweep_past_the_delivery_margin()
 {
     let w = world(registry());
-    let (engine, queue) = lossy(&w, 0);
+    let (engine, queue) = lossy(&w, registry(), 0);
     let margin = EngineConfig::default().delivery_resend_margin;
     assert!(margin <= Duration::from_secs(60), "{margin:?}");
     let event = engine

@@ -459,13 +459,7 @@ pub async fn a_dropped_wait_takes_no_delivery_whatever_its_shape_and_whenever_it
                 engine.run_until_idle(1000).await.expect("work the queue");
                 let mut pending = false;
                 for r in &mut runs {
-                    let run = h
-                        .backend
-                        .store
-                        .get_run(&tenant, &r.run)
-                        .await
-                        .expect("read the run")
-                        .expect("the run exists");
+                    let run = run_of(&h, &tenant, &r.run).await;
                     if !run.status.is_finished() && r.sent.len() < 4 {
                         pending = true;
                         deliver(&h, &engine, &tenant, r).await;
@@ -492,17 +486,21 @@ pub async fn a_dropped_wait_takes_no_delivery_whatever_its_shape_and_whenever_it
     );
 }
 
+/// The run `id` as the store has it.
+async fn run_of(h: &Harness, tenant: &TenantId, id: &RunId) -> Run {
+    h.backend
+        .store
+        .get_run(tenant, id)
+        .await
+        .expect("read the run")
+        .expect("the run exists")
+}
+
 /// The case's run completed with the deliveries sent after its first round lost, and
 /// no operation of that round took one.
 async fn check(h: &Harness, tenant: &TenantId, r: &Running) -> Result<(), String> {
     let name = &r.name;
-    let run = h
-        .backend
-        .store
-        .get_run(tenant, &r.run)
-        .await
-        .expect("read the run")
-        .expect("the run exists");
+    let run = run_of(h, tenant, &r.run).await;
     if run.status != RunStatus::Completed {
         return Err(format!(
             "{name}: {:?}, {:?}",

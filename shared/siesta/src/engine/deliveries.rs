@@ -373,18 +373,8 @@ impl Engine {
             DeliverOutcome::Accepted(run) => {
                 // The caller's span (a webhook's request) learns only now which run it woke.
                 crate::telemetry::link_to_run(&tracing::Span::current(), run);
-                self.send_wake(
-                    WakeUp {
-                        tenant: tenant.clone(),
-                        run_id: run_id.clone(),
-                        reason: WakeReason::Delivery,
-                        epoch_hint: run.epoch.0,
-                        seq_hint: Some(run.timeline_seq),
-                    },
-                    Duration::ZERO,
-                    Some(now),
-                )
-                .await;
+                self.send_wake(delivery_wake(run), Duration::ZERO, Some(now))
+                    .await;
             }
             DeliverOutcome::Duplicate => self.wake_after_duplicate(tenant, run_id).await,
         }
@@ -412,17 +402,18 @@ impl Engine {
         if !run.needs_attention(self.clock.now()) {
             return;
         }
-        self.send_wake(
-            WakeUp {
-                tenant: tenant.clone(),
-                run_id: run_id.clone(),
-                reason: WakeReason::Delivery,
-                epoch_hint: run.epoch.0,
-                seq_hint: Some(run.timeline_seq),
-            },
-            Duration::ZERO,
-            run.due_at,
-        )
-        .await;
+        self.send_wake(delivery_wake(&run), Duration::ZERO, run.due_at)
+            .await;
+    }
+}
+
+/// The wake-up a delivery sends `run` (as it stood after the delivery).
+fn delivery_wake(run: &Run) -> WakeUp {
+    WakeUp {
+        tenant: run.tenant.clone(),
+        run_id: run.id.clone(),
+        reason: WakeReason::Delivery,
+        epoch_hint: run.epoch.0,
+        seq_hint: Some(run.timeline_seq),
     }
 }

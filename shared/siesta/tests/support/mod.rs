@@ -6,6 +6,8 @@
 )]
 #![allow(dead_code, unreachable_pub, missing_docs)]
 
+pub mod lossy;
+
 use std::sync::{Arc, Mutex};
 
 use siesta::ports::{WakeReason, WakeUp};
