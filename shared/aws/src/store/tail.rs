@@ -86,8 +86,8 @@ impl Tails {
     }
 
     /// Remember that the run item at `version` holds no tail, having held one or not
-    /// before at the version it was written over, and the callback states `opened` beside those it held, but `closed`: a transaction's
-    /// write.
+    /// before at the version it was written over, and the callback states `opened`
+    /// beside those it held, but `closed`: a transaction's write.
     pub(super) fn emptied(&self, run: &Run, before: u64, opened: &[String], closed: &[String]) {
         let key = (run_pk(&run.tenant, &run.id), run.created_at);
         let Some(known) = self.at(&key, before) else {
