@@ -138,8 +138,7 @@ async fn new_run(backend: &Backend) -> Run {
 }
 
 #[tokio::test]
-async fn once_the_runs_build_kept_a_history_tail_the_control_plane_writes_checkpoint_items_and_keeps_it()
- {
+async fn the_control_plane_writes_checkpoint_items_and_keeps_the_runs_history_tail() {
     let Some(env) = support::emulators().await else {
         return;
     };
