@@ -123,8 +123,6 @@ async fn stack(registry: Registry, lease_ttl: Duration) -> Option<Stack> {
         build_id: "lambda-test@1".into(),
         quotas: siesta::Quotas::default(),
         quotas_parameter: None,
-        history_tails: true,
-        callbacks_in_run: true,
     };
     let engine = settings.engine(&env.sdk, registry).await;
     let webhook =
@@ -467,8 +465,6 @@ async fn webhook_sources_come_from_an_ssm_secure_string_and_a_rotated_secret_tak
         build_id: "lambda-test@1".into(),
         quotas: siesta::Quotas::default(),
         quotas_parameter: None,
-        history_tails: true,
-        callbacks_in_run: true,
     };
     let sources = settings
         .webhook_sources(&env.sdk)

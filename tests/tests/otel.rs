@@ -97,8 +97,6 @@ async fn stack(lease_ttl: Duration) -> Option<Stack> {
         build_id: "otel-test@1".into(),
         quotas: siesta::Quotas::default(),
         quotas_parameter: None,
-        history_tails: true,
-        callbacks_in_run: true,
     };
     let engine = settings
         .engine(&env.sdk, siesta_workflows::registry())

@@ -202,8 +202,6 @@ async fn prune_deletes_only_versions_no_unfinished_run_needs_and_their_registry_
         build_id: build.into(),
         quotas: siesta::Quotas::default(),
         quotas_parameter: None,
-        history_tails: true,
-        callbacks_in_run: true,
     };
     let sqs = aws_sdk_sqs::Client::new(&env.sdk);
     let tenant = TenantId::from("acme");
@@ -401,8 +399,6 @@ async fn the_drain_check_counts_unfinished_runs_of_builds_no_version_serves() {
         build_id: build.into(),
         quotas: siesta::Quotas::default(),
         quotas_parameter: None,
-        history_tails: true,
-        callbacks_in_run: true,
     };
     let sqs = aws_sdk_sqs::Client::new(&env.sdk);
     let a = settings(BUILD_A).engine(&env.sdk, registry()).await;

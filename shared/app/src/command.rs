@@ -161,11 +161,7 @@ impl DevArgs {
                 "AWS backend: table {}, bucket {}, queue {}",
                 names.table, names.bucket, names.queue_url
             );
-            let aws = siesta_aws::AwsOptions {
-                history_tails: self.shared.history_tails == "on",
-                callbacks_in_run: self.shared.callbacks_in_run == "on",
-                ..siesta_aws::AwsOptions::default()
-            };
+            let aws = siesta_aws::AwsOptions::default();
             if self.reap {
                 println!("retention: finished runs past their retention are removed here");
                 options.use_aws(&sdk, names, aws);

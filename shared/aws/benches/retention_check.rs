@@ -162,7 +162,6 @@ async fn bench(env: &support::Emulators) {
             AwsOptions {
                 retention: 30 * DAY,
                 interceptors: vec![counter.interceptor()],
-                ..AwsOptions::default()
             },
         )
         .await;

@@ -1,4 +1,4 @@
-//! A callback's state kept in its run's item (`AwsOptions::callbacks_in_run`): whether
+//! A callback's state kept in its run's item (up to [`MAX_IN_RUN`] of them): whether
 //! it is open, and its heartbeat deadline. A delivery writes the run item anyway, so a
 //! delivery that closes the callback (or moves its heartbeat deadline) writes nothing
 //! beside the run item and its own record, and the run's version condition covers the
@@ -9,9 +9,8 @@
 //! told by the run item, open while the run item has its attribute
 //! ([`state_attr`]), closed by a delivery once not. A checkpoint that closes it (a
 //! timeout, the run finishing) writes the record whole with its status, as for any
-//! callback, and removes the attribute. The record's body says `open`, so that older
-//! code reads a callback it can name; its delivery's condition on the status attribute
-//! being `open` fails, and it refuses (never accepting a second outcome).
+//! callback, and removes the attribute. The record's body says `open`; its status is
+//! read from the run item ([`with_state`]).
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use siesta::ports::StoreError;
@@ -167,7 +166,7 @@ mod tests {
     }
 
     #[test]
-    fn older_code_reads_an_open_record_but_its_condition_finds_it_not_open() {
+    fn an_in_run_records_body_says_open_but_its_status_is_not_the_records_open() {
         let item = in_run_record_item(&record(false), Timestamp(1_000), Duration::ZERO).unwrap();
         assert_eq!(
             callback_from_item(&item).unwrap().status,

@@ -5,10 +5,9 @@
 //! item** (more when they pass [`CHECKPOINT_ITEM_BYTES`]), keyed by
 //! [`checkpoint_sk`]: in a `TransactWriteItems`, where each item costs two write units
 //! per KB, a step's entry and its events in one item cost two units where two items
-//! cost four. Items written before checkpoints were grouped — one journal entry per item
-//! under [`journal_sk`], one or more timeline events per item under [`timeline_sk`] —
-//! are still read, and the deliveries' and run creations' events still have items of
-//! their own.
+//! cost four. A delivery's event, and a run's first, that find no room in the run item
+//! ([`tail_with_event`], [`created_items`]) have a timeline item of their own under
+//! [`timeline_sk`].
 //!
 //! A checkpoint of the run's own build that needs one checkpoint item and writes no
 //! other record (a step's, typically) leaves it in the run item instead, as the run's
@@ -22,8 +21,8 @@
 //!
 //! A journal entry may be replaced by a later checkpoint (a retried step's new attempt,
 //! a call's outcome): the journal is what the items hold read in sort-key order, the
-//! last one holding a position winning ([`Journal`]). Ungrouped entries sort before
-//! every checkpoint item, and checkpoint items sort in the order they were written.
+//! last one holding a position winning ([`Journal`]); checkpoint items sort in the
+//! order they were written.
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -40,14 +39,14 @@ use siesta::*;
 
 use crate::error::corrupt;
 use crate::item::{
-    BODY, Item, TAIL, TAIL_SK, VERSION, from_json, get_n, get_s, item_size, key, s, to_json,
+    Item, TAIL, TAIL_SK, VERSION, from_json, get_n, get_s, item_size, key, s, to_json,
 };
 use crate::keys::*;
 
 /// A checkpoint item's journal entries, as a JSON array.
 const JOURNAL: &str = "journal";
-/// A checkpoint item's timeline events, and a timeline item's when it holds more than
-/// one, as a JSON array; a timeline item holding one has it in `body`.
+/// A checkpoint item's timeline events, as a JSON array (a timeline item holds its one
+/// event in `body`).
 pub(crate) const EVENTS: &str = "events";
 /// A checkpoint item's entries and events deflated together (a JSON object with
 /// `journal` and `events`), instead of [`JOURNAL`] and [`EVENTS`], when that puts the
@@ -338,10 +337,10 @@ pub(crate) fn tail_with_event(
 /// the claim stays one unit too.
 pub(crate) const CLAIM_ROOM: usize = 100;
 
-/// The items a run created with its first event writes, given its `run_item` (marked as
-/// keeping a history tail): the run item holding the event in its tail, as a
-/// delivery's event is held ([`tail_with_event`]), when it stays within one write unit
-/// with room for the claim after it — the create's transaction then writes one item
+/// The items a run created with its first event writes, given its `run_item`: the run
+/// item holding the event in its tail, as a delivery's event is held
+/// ([`tail_with_event`]), when it stays within one write unit with room for the claim
+/// after it — the create's transaction then writes one item
 /// fewer (two write units) and no later write of the run item is billed a unit more;
 /// else the run item as given and the event's own timeline item (a large input, which
 /// the run item's body holds, leaves no room). The tail is keyed by the run's timeline
@@ -560,42 +559,6 @@ struct PackedJournal {
     journal: Vec<JournalEntry>,
 }
 
-/// The items of a checkpoint written for a run whose history has no checkpoint item
-/// by code other than the run's own build ([`Checkpoint::by_own_build`]): the layout
-/// from before checkpoints were grouped, which every build reads — one item per
-/// journal entry under [`journal_sk`], to put (replacing the entry at its position),
-/// and the events in as few timeline items as [`CHECKPOINT_ITEM_BYTES`] allows, each
-/// under the sort key of its last event, to insert.
-pub(crate) fn ungrouped_items(
-    tenant: &TenantId,
-    run_id: &RunId,
-    journal: &[JournalEntry],
-    events: &[TimelineEvent],
-) -> Result<(Vec<Item>, Vec<Item>), StoreError> {
-    let pk = run_pk(tenant, run_id);
-    let entries = journal
-        .iter()
-        .map(|entry| {
-            let mut item = key(pk.clone(), journal_sk(&entry.position));
-            item.insert(BODY.into(), s(to_json(entry)?));
-            Ok(item)
-        })
-        .collect::<Result<_, StoreError>>()?;
-    let jsons = events.iter().map(|e| to_json(e).map(|j| (j, e.seq)));
-    let timeline = in_parts(jsons)?
-        .into_iter()
-        .map(|group| {
-            // Keyed by its last event.
-            let last = group.last().map_or(0, |(_, seq)| *seq);
-            let mut item = key(pk.clone(), timeline_sk(last));
-            let events: Vec<_> = group.into_iter().map(|(j, _)| j).collect();
-            item.insert(EVENTS.into(), s(format!("[{}]", events.join(","))));
-            item
-        })
-        .collect();
-    Ok((entries, timeline))
-}
-
 /// The timeline events stored in a timeline item or a checkpoint item, in `seq` order.
 pub(crate) fn timeline_from_item(item: &Item) -> Result<Vec<TimelineEvent>, StoreError> {
     const WHAT: &str = "timeline event";
@@ -612,8 +575,6 @@ pub(crate) fn timeline_from_item(item: &Item) -> Result<Vec<TimelineEvent>, Stor
 
 /// One item of a run's history.
 pub(crate) enum HistoryItem {
-    /// A journal entry written alone, before checkpoints were grouped.
-    Entry(JournalEntry),
     /// A checkpoint item's journal entries (its events are not read).
     Checkpoint(Vec<JournalEntry>),
     /// A delivery.
@@ -634,8 +595,6 @@ pub(crate) fn history_from_item(item: &Item) -> Result<HistoryItem, StoreError> 
             }
             None => Vec::new(),
         }))
-    } else if sk.starts_with(JOURNAL_PREFIX) {
-        Ok(HistoryItem::Entry(from_json(item, "journal entry")?))
     } else if sk.starts_with(DELIVERY_PREFIX) {
         Ok(HistoryItem::Delivery(from_json(item, "delivery")?))
     } else {
@@ -666,7 +625,6 @@ impl Journal {
     /// Adds what a history item holds of the journal; a delivery is handed back.
     pub(crate) fn take(&mut self, item: HistoryItem) -> Option<Delivery> {
         match item {
-            HistoryItem::Entry(entry) => self.push(entry),
             HistoryItem::Checkpoint(entries) => entries.into_iter().for_each(|e| self.push(e)),
             HistoryItem::Delivery(delivery) => return Some(delivery),
         }
@@ -725,7 +683,7 @@ mod tests {
     #[test]
     fn a_new_runs_first_event_is_held_in_its_run_item_when_it_leaves_room_for_the_claim() {
         let run = run(1, 1);
-        let run_item = crate::item::new_run_item(&run, std::time::Duration::ZERO).unwrap();
+        let run_item = crate::item::run_item(&run, std::time::Duration::ZERO).unwrap();
         let (held, own) = created_items(run_item.clone(), &run, &event(1, json!(null))).unwrap();
         assert!(own.is_none(), "no item of its own");
         let tail = archived_tail(&held).unwrap().expect("a tail");
@@ -873,12 +831,6 @@ mod tests {
     #[test]
     fn a_later_checkpoints_entry_replaces_an_earlier_one_at_its_position() {
         let (tenant, run_id) = ids();
-        // Written before checkpoints were grouped: one entry per item.
-        let mut legacy = key(
-            run_pk(&tenant, &run_id),
-            journal_sk(&Position("a#1".into())),
-        );
-        legacy.insert(BODY.into(), s(to_json(&entry("a#1", 1)).unwrap()));
         let first =
             checkpoint_items(&tenant, &run_id, &run(3, 4), &[entry("a#1", 2)], &[]).unwrap();
         let second = checkpoint_items(
@@ -889,38 +841,9 @@ mod tests {
             &[],
         )
         .unwrap();
-        let mut items = vec![second[0].clone(), legacy, first[0].clone()];
+        let mut items = vec![second[0].clone(), first[0].clone()];
         items.sort_by_key(|item| get_s(item, SK, "test").unwrap().to_owned());
         assert_eq!(journal_of(&items), vec![entry("a#1", 3), entry("b#1", 1)]);
-    }
-
-    #[test]
-    fn the_ungrouped_layout_reads_back_as_the_grouped_one_does() {
-        let (tenant, run_id) = ids();
-        let entries = vec![entry("a#1", 1), entry("b#1", 2)];
-        let big = "x".repeat(CHECKPOINT_ITEM_BYTES / 3);
-        let events: Vec<_> = (4..=8).map(|i| event(i, json!(big))).collect();
-        let (entry_items, timeline_items) =
-            ungrouped_items(&tenant, &run_id, &entries, &events).unwrap();
-        assert_eq!(entry_items.len(), 2, "one item per entry");
-        assert!(
-            entry_items
-                .iter()
-                .all(|i| { get_s(i, SK, "test").unwrap().starts_with(JOURNAL_PREFIX) })
-        );
-        assert_eq!(journal_of(&entry_items), entries);
-        assert!(timeline_items.len() > 1, "{} items", timeline_items.len());
-        let mut back = Vec::new();
-        for item in &timeline_items {
-            let held = timeline_from_item(item).unwrap();
-            assert_eq!(
-                item.get(SK),
-                Some(&s(timeline_sk(held.last().unwrap().seq))),
-                "a timeline item is keyed by its last event"
-            );
-            back.extend(held);
-        }
-        assert_eq!(back, events);
     }
 
     /// The tail a checkpoint starts: its sort key and content.
@@ -1295,7 +1218,7 @@ mod tests {
     }
 
     #[test]
-    fn checkpoint_sort_keys_order_by_timeline_seq_then_version_after_one_per_item_entries() {
+    fn checkpoint_sort_keys_order_by_timeline_seq_then_version() {
         // (timeline seq, version) of successive checkpoints: events or none, and
         // deliveries' events between them (that writers produce such pairs, the
         // conformance suite's replacing checkpoints check through the store).
@@ -1307,6 +1230,5 @@ mod tests {
         let mut sorted = keys.clone();
         sorted.sort();
         assert_eq!(keys, sorted);
-        assert!(journal_sk(&Position("~".into())) < keys[0]);
     }
 }

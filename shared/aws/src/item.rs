@@ -40,11 +40,6 @@ pub(crate) const BODY: &str = "body";
 pub(crate) const TIMELINE_SEQ: &str = "timeline_seq";
 /// The token of the reaper that claimed a finished run.
 pub(crate) const REAP_CLAIM: &str = "reap_claim";
-/// Set on a run item created while history tails are on (`AwsOptions::history_tails`):
-/// only such a run's own build writes a tail ([`TAIL`]). Code from before tails
-/// rewrites a run item whole and would drop one, so they are turned on only once no
-/// function of the deployment runs such code (docs/dynamodb.md, "History tails").
-pub(crate) const KEEPS_TAIL: &str = "keeps_tail";
 /// The sort key the history tail has once archived as a checkpoint item.
 pub(crate) const TAIL_SK: &str = "tail_sk";
 /// The history tail: the run's last checkpoint item that its own build wrote, kept in
@@ -53,7 +48,7 @@ pub(crate) const TAIL_SK: &str = "tail_sk";
 pub(crate) const TAIL: &str = "tail";
 /// The attributes a run item may have that [`run_item`] leaves out when the run has no
 /// use for them: a write of the whole run removes those it does not set. (The history
-/// tail and its mark are not among them: writers of the whole run keep them.)
+/// tail is not among them: writers of the whole run keep it.)
 const RUN_OPTIONAL: [&str; 11] = [
     LEASE_OWNER,
     LEASE_EXPIRES,
@@ -248,22 +243,9 @@ pub(crate) fn run_item(run: &Run, retention: Duration) -> Result<Item, StoreErro
     Ok(item)
 }
 
-/// The run item of a run being created: [`run_item`] marked as keeping its history
-/// tail ([`KEEPS_TAIL`]).
-pub(crate) fn new_run_item(run: &Run, retention: Duration) -> Result<Item, StoreError> {
-    let mut item = run_item(run, retention)?;
-    item.insert(KEEPS_TAIL.into(), AttributeValue::Bool(true));
-    Ok(item)
-}
-
-/// Whether the run stored in `run_item` keeps a history tail ([`KEEPS_TAIL`]).
-pub(crate) fn keeps_tail(run_item: &Item) -> bool {
-    matches!(run_item.get(KEEPS_TAIL), Some(AttributeValue::Bool(true)))
-}
-
 /// An `UpdateItem` expression that writes the whole run `item` over the one stored,
-/// keeping only its history tail (unless `drop_tail`), its mark and the callback states
-/// not `removed`: `SET` each attribute of `item` but its key, `REMOVE` each of
+/// keeping only its history tail (unless `drop_tail`) and the callback states not
+/// `removed`: `SET` each attribute of `item` but its key, `REMOVE` each of
 /// [`RUN_OPTIONAL`] and of `removed` it lacks. With its names and values.
 pub(crate) fn run_update(
     item: &Item,
@@ -557,7 +539,7 @@ mod tests {
     }
 
     /// The attributes every run item has.
-    const RUN_ALWAYS: [&str; 14] = [
+    const RUN_ALWAYS: [&str; 13] = [
         PK,
         SK,
         TENANT,
@@ -571,8 +553,6 @@ mod tests {
         TIMELINE_SEQ,
         CREATED_KEY,
         BODY,
-        // Only on a run being created, kept by every later write.
-        KEEPS_TAIL,
     ];
 
     #[test]
@@ -590,7 +570,7 @@ mod tests {
         let items = [
             run_item(&live, Duration::from_secs(60)).unwrap(),
             run_item(&done, Duration::from_secs(60)).unwrap(),
-            new_run_item(&sample(), Duration::from_secs(60)).unwrap(),
+            run_item(&sample(), Duration::from_secs(60)).unwrap(),
         ];
         for item in &items {
             for name in item.keys() {
@@ -620,12 +600,10 @@ mod tests {
         }
         assert!(!removed.contains(&REAP_AT), "set, not removed");
         assert!(
-            !names.values().any(|n| n == PK
-                || n == SK
-                || n == TAIL
-                || n == TAIL_SK
-                || n == KEEPS_TAIL),
-            "the key is not written, the tail and its mark are kept: {expr}"
+            !names
+                .values()
+                .any(|n| n == PK || n == SK || n == TAIL || n == TAIL_SK),
+            "the key is not written, the tail is kept: {expr}"
         );
         assert_eq!(
             values.len(),

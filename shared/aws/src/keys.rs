@@ -6,7 +6,7 @@
 //! (tenant, run) pairs can never produce the same key.
 
 use sha2::{Digest, Sha256};
-use siesta::{CallbackId, DeliveryId, IdempotencyKey, Position, RunId, TenantId};
+use siesta::{CallbackId, DeliveryId, IdempotencyKey, RunId, TenantId};
 
 use crate::item::{RUN_ID, STATUS};
 
@@ -16,19 +16,15 @@ pub const PK: &str = "pk";
 pub const SK: &str = "sk";
 /// The sort key of a run's own item (metadata, status, lease).
 pub const RUN_SK: &str = "RUN";
-/// The sort-key prefix shared by journal entries, checkpoint items and deliveries: what
-/// replay loads.
+/// The sort-key prefix shared by checkpoint items and deliveries: what replay loads.
 pub const HISTORY_PREFIX: &str = "H#";
-/// The sort-key prefix of journal entries written one per item, before checkpoints
-/// were grouped ([`checkpoint_sk`]); such items are still read.
-pub const JOURNAL_PREFIX: &str = "H#J#";
 /// The sort-key prefix of checkpoint items: a checkpoint's journal entries and timeline
 /// events together.
 pub const CHECKPOINT_PREFIX: &str = "H#K#";
-/// Above every sort key under [`JOURNAL_PREFIX`] and [`CHECKPOINT_PREFIX`] (`$` follows
-/// `#`) and below the next prefix: `sk BETWEEN JOURNAL_PREFIX AND JOURNAL_END` reads
-/// the whole journal and no delivery.
-pub const JOURNAL_END: &str = "H#K$";
+/// Above every sort key under [`CHECKPOINT_PREFIX`] (`$` follows `#`) and below the
+/// next prefix: `sk BETWEEN CHECKPOINT_PREFIX AND CHECKPOINT_END` reads the whole
+/// journal and no delivery.
+pub const CHECKPOINT_END: &str = "H#K$";
 /// The sort-key prefix of deliveries (callback outcomes, events, messages, child results).
 pub const DELIVERY_PREFIX: &str = "H#D#";
 /// The sort-key prefix of timeline events.
@@ -143,11 +139,6 @@ fn escape(component: &str) -> String {
 /// The partition of a run and everything that belongs to it.
 pub fn run_pk(tenant: &TenantId, run_id: &RunId) -> String {
     format!("R#{}#{}", escape(tenant.as_str()), escape(run_id.as_str()))
-}
-
-/// The sort key of a journal entry.
-pub fn journal_sk(position: &Position) -> String {
-    format!("{JOURNAL_PREFIX}{}", position.0)
 }
 
 /// The sort key of part `part` of the checkpoint item written with the run at

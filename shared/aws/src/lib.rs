@@ -82,16 +82,6 @@ pub struct AwsOptions {
     pub retention: Duration,
     /// Interceptors added to all three clients (request counting, fault injection).
     pub interceptors: Vec<SharedInterceptor>,
-    /// Whether the runs this backend creates keep their steps' checkpoints in their run
-    /// item (the history tail, docs/dynamodb.md): off while any function of the
-    /// deployment may still run code from before history tails, which would drop one.
-    pub history_tails: bool,
-    /// Whether the callbacks runs open keep their state (open, heartbeat deadline) in
-    /// the run item, so that a delivery writes two items instead of three
-    /// (docs/dynamodb.md, "Callbacks in the run item"): off while any function of the
-    /// deployment may still run code from before it, which refuses deliveries to such
-    /// callbacks.
-    pub callbacks_in_run: bool,
 }
 
 impl Default for AwsOptions {
@@ -99,8 +89,6 @@ impl Default for AwsOptions {
         AwsOptions {
             retention: Duration::from_secs(30 * 24 * 3600),
             interceptors: Vec::new(),
-            history_tails: true,
-            callbacks_in_run: true,
         }
     }
 }
@@ -169,8 +157,6 @@ impl AwsBackend {
             dynamodb.clone(),
             names.table.clone(),
             options.retention,
-            options.history_tails,
-            options.callbacks_in_run,
         ));
         AwsBackend {
             reaping: (dynamodb.clone(), s3.clone(), names.clone()),

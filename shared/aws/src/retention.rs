@@ -443,8 +443,8 @@ impl Reaper {
                 .expression_attribute_names("#pk", PK)
                 .expression_attribute_names("#sk", SK)
                 .expression_attribute_values(":pk", s(pk))
-                .expression_attribute_values(":journal", s(JOURNAL_PREFIX))
-                .expression_attribute_values(":end", s(JOURNAL_END))
+                .expression_attribute_values(":journal", s(CHECKPOINT_PREFIX))
+                .expression_attribute_values(":end", s(CHECKPOINT_END))
                 .consistent_read(true);
             let (page, next) =
                 query_page(query, &self.capacity, "reap: read the run's journal", start).await?;

@@ -1,9 +1,8 @@
-//! A callback's state kept in its run's item (`AwsOptions::callbacks_in_run`): the
-//! callback record is the index its token finds the run by, written once; whether the
-//! callback is open, and its heartbeat deadline, are the run item's, so a delivery
-//! writes the delivery record and the run item and nothing else. Callbacks opened
-//! either way are delivered by stores either way, so that a deployment can turn it on
-//! or off with runs waiting.
+//! A callback's state kept in its run's item: the callback record is the index its
+//! token finds the run by, written once; whether the callback is open, and its
+//! heartbeat deadline, are the run item's, so a delivery writes the delivery record and
+//! the run item and nothing else. A run item holds at most four callbacks' states; the
+//! others keep theirs in their records.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -22,13 +21,6 @@ use siesta::*;
 use support::waiting::{callback, claimed_run, delivery, waiting_on_a_callback};
 
 type Item = HashMap<String, AttributeValue>;
-
-fn options(callbacks_in_run: bool) -> siesta_aws::AwsOptions {
-    siesta_aws::AwsOptions {
-        callbacks_in_run,
-        ..siesta_aws::AwsOptions::default()
-    }
-}
 
 fn success(record: &CallbackRecord, at: Timestamp) -> NewDelivery {
     let body = DeliveryBody::CallbackSucceeded {
@@ -77,7 +69,7 @@ async fn an_outcome_closes_the_callback_in_the_run_item_and_leaves_its_record_as
     let Some(env) = support::emulators().await else {
         return;
     };
-    let aws = env.backend_with(3, options(true)).await;
+    let aws = env.backend(3).await;
     let store = aws.backend().store;
     let at = Timestamp(1_700_000_000_000);
     let (_, record) = waiting_on_a_callback(&*store, "in-run", at, true, None).await;
@@ -131,7 +123,7 @@ async fn a_heartbeat_moves_the_deadline_the_run_item_holds() {
     let Some(env) = support::emulators().await else {
         return;
     };
-    let store = env.backend_with(3, options(true)).await.backend().store;
+    let store = env.backend(3).await.backend().store;
     let at = Timestamp(1_700_000_000_000);
     let every = Duration::from_secs(10);
     let (_, record) = waiting_on_a_callback(&*store, "in-run", at, true, Some(every)).await;
@@ -167,7 +159,7 @@ async fn a_checkpoint_that_times_a_callback_out_writes_its_record_and_removes_it
     let Some(env) = support::emulators().await else {
         return;
     };
-    let store = env.backend_with(3, options(true)).await.backend().store;
+    let store = env.backend(3).await.backend().store;
     let at = Timestamp(1_700_000_000_000);
     let (waiting, record) = waiting_on_a_callback(&*store, "in-run", at, true, None).await;
     let later = at.plus(Duration::from_secs(3600));
@@ -198,41 +190,6 @@ async fn a_checkpoint_that_times_a_callback_out_writes_its_record_and_removes_it
     );
     let late = store.deliver(&success(&record, later)).await;
     assert!(matches!(late, Err(StoreError::Gone(_))), "{late:?}");
-}
-
-#[tokio::test]
-async fn callbacks_opened_either_way_are_delivered_by_stores_either_way() {
-    let Some(env) = support::emulators().await else {
-        return;
-    };
-    let on = env.backend_with(3, options(true)).await.backend().store;
-    let off = env.backend_with(3, options(false)).await.backend().store;
-    let at = Timestamp(1_700_000_000_000);
-    for (opener, deliverer, in_run) in [(&on, &off, true), (&off, &on, false)] {
-        let (_, record) = waiting_on_a_callback(&**opener, "in-run", at, true, None).await;
-        let opened = record_item(&env, &record).await;
-        assert_eq!(status(&opened), if in_run { "in_run" } else { "open" });
-        let got = deliverer
-            .deliver(&success(&record, at.plus(Duration::from_secs(1))))
-            .await
-            .unwrap();
-        assert!(matches!(got, DeliverOutcome::Accepted(_)), "{got:?}");
-        let after = record_item(&env, &record).await;
-        match in_run {
-            // Closed in the run item, whatever the deliverer's own setting.
-            true => assert_eq!(after, opened),
-            // Closed in the record, with its TTL, as before.
-            false => {
-                assert_eq!(status(&after), "completed");
-                assert!(after.contains_key("expires_at"));
-            }
-        }
-        assert_eq!(state(&run_item(&env, &record).await, &record), None);
-        for store in [&on, &off] {
-            let read = store.get_callback(&record.callback_id).await.unwrap();
-            assert_eq!(read.map(|r| r.status), Some(CallbackStatus::Completed));
-        }
-    }
 }
 
 /// A run claimed at `at` (lease for a minute) that opens the callbacks `ids` and keeps
@@ -303,7 +260,7 @@ async fn a_run_item_holds_at_most_four_callbacks_state_and_the_rest_keep_theirs_
     let Some(env) = support::emulators().await else {
         return;
     };
-    let store = env.backend_with(3, options(true)).await.backend().store;
+    let store = env.backend(3).await.backend().store;
     let at = Timestamp(1_700_000_000_000);
     let (_, records) = running_with_callbacks(&*store, at, 6).await;
     let mut statuses = Vec::new();
@@ -339,8 +296,9 @@ async fn a_record_an_attempt_before_put_decides_where_the_callbacks_state_goes()
     };
     // An attempt that knew the run item had room put the record as `in_run`, then was
     // refused, and its record was not withdrawn. The next attempt, by a store that
-    // keeps the state in records (or does not know what the run item holds), finds it.
-    let store = env.backend_with(3, options(false)).await.backend().store;
+    // does not know what the run item holds (which would otherwise keep the state in
+    // the record), finds it.
+    let store = env.backend(3).await.backend().store;
     let at = Timestamp(1_700_000_000_000);
     let held = claimed_run(&*store, "in-run", at).await;
     let record = callback(&held, "approval#0", at, false, None);

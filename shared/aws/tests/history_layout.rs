@@ -1,10 +1,8 @@
 //! How a checkpoint lays out a run's history on DynamoDB: the run's own build keeps a
 //! step's checkpoint in the run item (its history tail), up to three in a row, and
 //! archives them as one checkpoint item (`H#K#`) before the next; its other checkpoints
-//! are checkpoint items. Code other than the run's build — the control plane, which may
-//! be newer — writes checkpoint items only where the history has them already (or a
-//! tail), so that a run whose build predates them stays readable by that build (which
-//! reads `H#J#` entries and `T#` events only), and keeps the tail.
+//! are checkpoint items. Code other than the run's build — the control plane — writes
+//! checkpoint items too, and keeps the tail.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -139,44 +137,8 @@ async fn new_run(backend: &Backend) -> Run {
     support::waiting::claimed_run(&*backend.store, "layout", at).await
 }
 
-/// A run as a build from before history tails created it: no mark of a tail-keeping
-/// build, its first event in a timeline item of its own.
-async fn run_of_a_build_before_tails(env: &support::Emulators) -> Run {
-    let options = siesta_aws::AwsOptions {
-        history_tails: false,
-        ..siesta_aws::AwsOptions::default()
-    };
-    new_run(&env.backend_with(3, options).await.backend()).await
-}
-
 #[tokio::test]
-async fn the_control_plane_keeps_a_history_without_checkpoint_items_without_them() {
-    let Some(env) = support::emulators().await else {
-        return;
-    };
-    let backend = env.backend(3).await.backend();
-    let run = run_of_a_build_before_tails(&env).await;
-    // The control plane (say, a resolution) writes for a run whose build wrote no
-    // checkpoint item: entries and events in items of their own, as that build reads.
-    let cp = checkpoint(&run, vec![entry("charge#0", 1, run.updated_at)], false);
-    backend.store.checkpoint(&cp).await.unwrap();
-    let keys = sort_keys(&env, &run).await;
-    assert!(
-        keys.iter().all(|k| !k.starts_with("H#K#")),
-        "no checkpoint item: {keys:?}"
-    );
-    assert!(keys.contains(&"H#J#charge#0".to_owned()), "{keys:?}");
-    assert_eq!(journal(&backend, &run).await, cp.journal);
-    assert_eq!(
-        timeline_seqs(&backend, &run).await,
-        vec![1, 2],
-        "the run's first event and the checkpoint's"
-    );
-}
-
-#[tokio::test]
-async fn once_the_runs_build_kept_a_history_tail_the_control_plane_writes_checkpoint_items_and_keeps_it()
- {
+async fn the_control_plane_writes_checkpoint_items_and_keeps_the_runs_history_tail() {
     let Some(env) = support::emulators().await else {
         return;
     };
@@ -546,40 +508,7 @@ async fn a_step_that_would_take_the_run_item_past_a_write_unit_archives_the_tail
 }
 
 #[tokio::test]
-async fn with_history_tails_off_a_new_runs_steps_get_checkpoint_items() {
-    let Some(env) = support::emulators().await else {
-        return;
-    };
-    let options = siesta_aws::AwsOptions {
-        history_tails: false,
-        ..siesta_aws::AwsOptions::default()
-    };
-    let backend = env.backend_with(3, options).await.backend();
-    let run = new_run(&backend).await;
-    let step = checkpoint(&run, vec![entry("work#0", 1, run.updated_at)], true);
-    backend.store.checkpoint(&step).await.unwrap();
-    assert_eq!(tail_sk(&env, &run).await, None);
-    let keys = sort_keys(&env, &run).await;
-    assert_eq!(checkpoint_items(&keys), 1, "{keys:?}");
-}
-
-#[tokio::test]
-async fn a_run_created_without_the_mark_of_a_tail_keeping_build_gets_checkpoint_items() {
-    let Some(env) = support::emulators().await else {
-        return;
-    };
-    let backend = env.backend(3).await.backend();
-    let run = run_of_a_build_before_tails(&env).await;
-    let own = checkpoint(&run, vec![entry("charge#0", 1, run.updated_at)], true);
-    backend.store.checkpoint(&own).await.unwrap();
-    assert_eq!(tail_sk(&env, &run).await, None);
-    let keys = sort_keys(&env, &run).await;
-    assert_eq!(checkpoint_items(&keys), 1, "{keys:?}");
-    assert_eq!(journal(&backend, &run).await, own.journal);
-}
-
-#[tokio::test]
-async fn entries_written_before_checkpoint_items_give_way_to_later_ones_at_their_position() {
+async fn the_control_planes_entries_give_way_to_later_ones_at_their_position() {
     let Some(env) = support::emulators().await else {
         return;
     };

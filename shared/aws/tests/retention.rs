@@ -116,7 +116,6 @@ async fn backend(
         AwsOptions {
             retention: shortest,
             interceptors,
-            ..AwsOptions::default()
         },
     )
     .await

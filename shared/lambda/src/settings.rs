@@ -62,12 +62,6 @@ pub struct Settings {
     pub quotas: siesta::Quotas,
     /// An SSM parameter holding the quotas instead (`SIESTA_QUOTAS_PARAMETER`).
     pub quotas_parameter: Option<String>,
-    /// Whether runs created keep a history tail on DynamoDB (`SIESTA_HISTORY_TAILS`,
-    /// `on` or `off`, default `on`).
-    pub history_tails: bool,
-    /// Whether the callbacks runs open keep their state in the run item on DynamoDB
-    /// (`SIESTA_CALLBACKS_IN_RUN`, `on` or `off`, default `on`).
-    pub callbacks_in_run: bool,
 }
 
 /// Where the AWS backend's resources are: the same flags and variables for the Lambda
@@ -129,21 +123,6 @@ pub struct SharedArgs {
     /// before a tenant's (`--quotas`) and `--retention`.
     #[arg(long, env = "SIESTA_RETENTION_WORKFLOWS", default_value = "")]
     pub retention_workflows: String,
-    /// On DynamoDB, whether runs created from now on keep their steps' checkpoints in
-    /// their run item (the history tail: one write per step instead of a transaction,
-    /// docs/dynamodb.md): `on` (default) or `off`. Off while any function of the
-    /// deployment may still run code from before history tails (an update from such a
-    /// version, a rollback to one): that code would drop a tail.
-    #[arg(long, env = "SIESTA_HISTORY_TAILS", default_value = "on", value_parser = ["on", "off"])]
-    pub history_tails: String,
-    /// On DynamoDB, whether the callbacks runs open from now on keep their state (open,
-    /// heartbeat deadline) in their run item, so that a delivery writes two items
-    /// instead of three (docs/dynamodb.md, "Callbacks in the run item"): `on` (default)
-    /// or `off`. Off while any function of the deployment may still run code from
-    /// before it (an update from such a version, a rollback to one): that code refuses
-    /// deliveries to such callbacks.
-    #[arg(long, env = "SIESTA_CALLBACKS_IN_RUN", default_value = "on", value_parser = ["on", "off"])]
-    pub callbacks_in_run: String,
 }
 
 impl SharedArgs {
@@ -258,8 +237,6 @@ impl Settings {
             quotas: siesta::Quotas::parse(&env.quotas)
                 .map_err(|e| SetupError::Config(format!("SIESTA_QUOTAS: {e}")))?,
             quotas_parameter: blank_is_none(env.quotas_parameter),
-            history_tails: env.shared.history_tails == "on",
-            callbacks_in_run: env.shared.callbacks_in_run == "on",
         })
     }
 
@@ -302,8 +279,6 @@ impl Settings {
     pub fn aws_backend(&self, sdk: &aws_config::SdkConfig) -> AwsBackend {
         let options = AwsOptions {
             retention: self.retention_rules().shortest(),
-            history_tails: self.history_tails,
-            callbacks_in_run: self.callbacks_in_run,
             ..AwsOptions::default()
         };
         AwsBackend::with_options(sdk, self.resources.clone(), options)
@@ -429,26 +404,6 @@ mod tests {
         assert_eq!((settings.reap_page, settings.sweep_page), (100, 500));
         assert_eq!(settings.tenant_claim, "tenant");
         assert!(settings.webhook_sources_parameter.is_none());
-    }
-
-    #[test]
-    fn callbacks_in_run_are_on_unless_turned_off_and_take_only_on_or_off() {
-        let default = Settings::parse_from(with_resources(&[])).unwrap();
-        assert!(default.callbacks_in_run);
-        let off = Settings::parse_from(with_resources(&["--callbacks-in-run", "off"])).unwrap();
-        assert!(!off.callbacks_in_run);
-        let err = Settings::parse_from(with_resources(&["--callbacks-in-run", "1"])).unwrap_err();
-        assert!(err.to_string().contains("SIESTA_CALLBACKS_IN_RUN"), "{err}");
-    }
-
-    #[test]
-    fn history_tails_are_on_unless_turned_off_and_take_only_on_or_off() {
-        let default = Settings::parse_from(with_resources(&[])).unwrap();
-        assert!(default.history_tails);
-        let off = Settings::parse_from(with_resources(&["--history-tails", "off"])).unwrap();
-        assert!(!off.history_tails);
-        let err = Settings::parse_from(with_resources(&["--history-tails", "yes"])).unwrap_err();
-        assert!(err.to_string().contains("SIESTA_HISTORY_TAILS"), "{err}");
     }
 
     #[test]

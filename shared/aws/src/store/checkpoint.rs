@@ -9,14 +9,13 @@ use siesta::ports::*;
 use siesta::*;
 
 use super::deliveries::{Dedup, Planned};
-use super::history::has_checkpoint_items;
 use super::openings::{put_openings, split_openings, withdraw_openings};
 use super::tail::checkpoint_in_tail;
 use super::tx::{Expected, Role, StatesKept, TailKept, Tx, TxOutcome, reason_of};
 use super::{DynamoStore, RACE_ATTEMPTS};
 use crate::callback_state::{MAX_IN_RUN, put_state, state_attr};
 use crate::history_item::{
-    checkpoint_items, tail_before, tail_size, timeline_before, ungrouped_items,
+    checkpoint_items, created_items, tail_before, tail_size, timeline_before,
 };
 use crate::item::*;
 
@@ -97,14 +96,6 @@ pub(super) async fn checkpoint(store: &DynamoStore, cp: &Checkpoint) -> Result<(
     }
     journal.extend(cp.journal.iter().cloned());
     timeline.extend(cp.timeline.iter().cloned());
-    // The run's own build writes checkpoint items; other code (the control plane, maybe
-    // newer than the run's build) only where the run's history has them already, so
-    // that an older build, which reads no checkpoint item, can still replay its run.
-    // Only this write can add the first one, and it is conditioned on the version
-    // read: the history cannot gain one before it commits.
-    let grouped = cp.by_own_build
-        || (!cp.journal.is_empty() || !cp.timeline.is_empty())
-            && has_checkpoint_items(store, tenant, run_id).await?;
     // Refused as the transaction would have been, before any opening is put: the
     // contract counts the callbacks' records among its items.
     if cp.item_count() > MAX_TRANSACTION_ITEMS {
@@ -174,19 +165,9 @@ pub(super) async fn checkpoint(store: &DynamoStore, cp: &Checkpoint) -> Result<(
                 // Committed content under its own key (see `super::tail`).
                 tx.put(&store.table, Role::Checkpoint, archive.clone(), None)?;
             }
-            if grouped {
-                // Conditioned on being new, like the run's version it is keyed by.
-                for item in checkpoint_items(tenant, run_id, &cp.run, &journal, &timeline)? {
-                    tx.insert(&store.table, Role::Checkpoint, item)?;
-                }
-            } else {
-                let (entries, events) = ungrouped_items(tenant, run_id, &cp.journal, &cp.timeline)?;
-                for item in entries {
-                    tx.put(&store.table, Role::Journal, item, None)?;
-                }
-                for item in events {
-                    tx.insert(&store.table, Role::Timeline, item)?;
-                }
+            // Conditioned on being new, like the run's version it is keyed by.
+            for item in checkpoint_items(tenant, run_id, &cp.run, &journal, &timeline)? {
+                tx.insert(&store.table, Role::Checkpoint, item)?;
             }
             for record in &closed {
                 let item = callback_item(record, cp.run.updated_at, store.retention)?;
@@ -197,7 +178,8 @@ pub(super) async fn checkpoint(store: &DynamoStore, cp: &Checkpoint) -> Result<(
                 tx.put(&store.table, Role::ToolCall, item, None)?;
             }
             for (child, started) in &cp.child_runs {
-                let (run_item, started_item) = store.new_run_items(child, started)?;
+                let (run_item, started_item) =
+                    created_items(run_item(child, store.retention)?, child, started)?;
                 tx.insert(&store.table, Role::ChildRun, run_item)?;
                 if let Some(item) = started_item {
                     tx.insert(&store.table, Role::ChildTimeline, item)?;
@@ -250,9 +232,7 @@ pub(super) async fn checkpoint(store: &DynamoStore, cp: &Checkpoint) -> Result<(
                 };
                 return Err(Refused::Certainly(current));
             }
-            if reason_of(&reasons, Role::Checkpoint).is_some()
-                || reason_of(&reasons, Role::Timeline).is_some()
-            {
+            if reason_of(&reasons, Role::Checkpoint).is_some() {
                 let current = match store.current_run(tenant, run_id).await {
                     Ok(current) => StoreError::Conflict(Some(Box::new(current))),
                     Err(e) => e,
@@ -286,12 +266,11 @@ pub(super) async fn checkpoint(store: &DynamoStore, cp: &Checkpoint) -> Result<(
 
 /// How many of the `opening` callbacks a checkpoint opens keep their state in the run
 /// item (the first ones, the rest in their records — unless records an attempt before
-/// put say otherwise, see [`put_openings`]): none unless the store keeps them
-/// there, and only as many as leave the run item with [`MAX_IN_RUN`] at most, as far
-/// as the store knows what it holds at the version the checkpoint writes over (after
-/// the claim and the replay, it does; not knowing, none).
+/// put say otherwise, see [`put_openings`]): as many as leave the run item with
+/// [`MAX_IN_RUN`] at most, as far as the store knows what it holds at the version the
+/// checkpoint writes over (after the claim and the replay, it does; not knowing, none).
 fn opened_in_run(store: &DynamoStore, cp: &Checkpoint, opening: usize, closed: &[String]) -> usize {
-    if !store.callbacks_in_run || opening == 0 {
+    if opening == 0 {
         return 0;
     }
     let Some(held) = store.callback_states_at(&cp.run, cp.expected_version) else {

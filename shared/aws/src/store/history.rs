@@ -105,8 +105,8 @@ pub(super) async fn load_journal(
             |q| {
                 q.key_condition_expression("pk = :pk AND sk BETWEEN :journal AND :end")
                     .expression_attribute_values(":pk", s(&pk))
-                    .expression_attribute_values(":journal", s(JOURNAL_PREFIX))
-                    .expression_attribute_values(":end", s(JOURNAL_END))
+                    .expression_attribute_values(":journal", s(CHECKPOINT_PREFIX))
+                    .expression_attribute_values(":end", s(CHECKPOINT_END))
                     .consistent_read(true)
             },
             None,
@@ -123,37 +123,4 @@ pub(super) async fn load_journal(
         }
     }
     Ok(journal.into_entries())
-}
-
-/// Whether the run's history holds a checkpoint item: one key-only `Query`, `Limit 1`,
-/// and if it finds none, whether the run item holds one as its history tail.
-pub(super) async fn has_checkpoint_items(
-    store: &DynamoStore,
-    tenant: &TenantId,
-    run_id: &RunId,
-) -> Result<bool, StoreError> {
-    let pk = run_pk(tenant, run_id);
-    let items = store
-        .query_pages(
-            "checkpoint: does the history hold checkpoint items",
-            |q| {
-                q.key_condition_expression("pk = :pk AND begins_with(sk, :checkpoint)")
-                    .expression_attribute_values(":pk", s(&pk))
-                    .expression_attribute_values(":checkpoint", s(CHECKPOINT_PREFIX))
-                    .projection_expression("pk")
-                    .consistent_read(true)
-            },
-            Some(1),
-        )
-        .await?;
-    if !items.is_empty() {
-        return Ok(true);
-    }
-    let run = store
-        .get_item(
-            "checkpoint: does the run item hold a history tail",
-            key(pk, RUN_SK),
-        )
-        .await?;
-    Ok(run.is_some_and(|r| r.contains_key(TAIL_SK)))
 }

@@ -15,6 +15,7 @@ use siesta::*;
 use super::DynamoStore;
 use super::tx::{Role, Tx, TxOutcome, names, reason_of};
 use crate::error::sdk;
+use crate::history_item::created_items;
 use crate::item::*;
 use crate::keys::*;
 
@@ -31,7 +32,7 @@ impl DynamoStore {
         // fails leaves a build record that counts no run).
         self.note_build(run).await?;
         let mut tx = Tx::default();
-        let (run_item, started_item) = self.new_run_items(run, started)?;
+        let (run_item, started_item) = created_items(run_item(run, self.retention)?, run, started)?;
         tx.insert(&self.table, Role::Run, run_item)?;
         if let Some(item) = started_item {
             tx.insert(&self.table, Role::Timeline, item)?;

@@ -40,7 +40,6 @@ use siesta::ports::*;
 use siesta::*;
 
 use crate::callback_state::{is_in_run, with_state};
-use crate::history_item::created_items;
 use crate::item::*;
 use crate::keys::*;
 
@@ -67,11 +66,6 @@ pub(crate) struct DynamoStore {
     pub(crate) capacity: Arc<CapacityMeter>,
     /// The history tails of the runs it read or wrote last.
     tails: tail::Tails,
-    /// Whether the runs it creates keep a history tail ([`KEEPS_TAIL`]).
-    history_tails: bool,
-    /// Whether the callbacks it opens keep their state in the run item
-    /// ([`crate::callback_state`]).
-    callbacks_in_run: bool,
     /// The run items its claims returned, for the replays that follow.
     claimed: just_read::JustRead,
     /// The callback records its lookups read (and the run items they read with them),
@@ -80,39 +74,13 @@ pub(crate) struct DynamoStore {
 }
 
 impl DynamoStore {
-    /// The items of a run being created with its first event, `started`: when this
-    /// store keeps history tails, the run item holds the event in its tail if it fits
-    /// ([`crate::history_item::created_items`]); otherwise the event has an item of its
-    /// own, the second of the pair.
-    fn new_run_items(
-        &self,
-        run: &Run,
-        started: &TimelineEvent,
-    ) -> Result<(Item, Option<Item>), StoreError> {
-        match self.history_tails {
-            true => created_items(new_run_item(run, self.retention)?, run, started),
-            false => Ok((
-                run_item(run, self.retention)?,
-                Some(timeline_item(&run.tenant, &run.id, started)?),
-            )),
-        }
-    }
-
-    pub(crate) fn new(
-        client: Client,
-        table: String,
-        retention: Duration,
-        history_tails: bool,
-        callbacks_in_run: bool,
-    ) -> Self {
+    pub(crate) fn new(client: Client, table: String, retention: Duration) -> Self {
         DynamoStore {
             client,
             table,
             retention,
             capacity: Arc::default(),
             tails: tail::Tails::default(),
-            history_tails,
-            callbacks_in_run,
             claimed: just_read::JustRead::default(),
             looked_up: just_read::JustRead::default(),
         }

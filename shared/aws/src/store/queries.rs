@@ -16,8 +16,8 @@ use crate::keys::*;
 const TIMELINE_READS: usize = 3;
 
 /// [`RunStore::timeline`]: a page of the run's timeline, from the kinds of item that
-/// hold events: timeline items (a run's first event, deliveries' events, and
-/// checkpoints' written before they were grouped), checkpoint items, and the run item's
+/// hold events: timeline items (a run's first event, deliveries' events, when the run
+/// item had no room for them), checkpoint items, and the run item's
 /// history tail (read first: see [`crate::history_item`]). Each is read
 /// from `after` on until it has given `limit` events or has no more, so each gives its
 /// first `limit` events after `after`: the page is the first `limit` of both, by `seq`.
@@ -73,7 +73,7 @@ async fn read_timeline(
     }
     for (from, to) in [
         (timeline_sk(after + 1), timeline_sk(u64::MAX)),
-        (checkpoint_sk_from(after + 1), JOURNAL_END.to_owned()),
+        (checkpoint_sk_from(after + 1), CHECKPOINT_END.to_owned()),
     ] {
         // An item is keyed by its last event's `seq` (or, a checkpoint item holding
         // none, the last before it): the first found may begin before `after`, and a

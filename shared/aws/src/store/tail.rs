@@ -7,9 +7,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
-use aws_sdk_dynamodb::types::{
-    AttributeValue, ReturnConsumedCapacity, ReturnValuesOnConditionCheckFailure,
-};
+use aws_sdk_dynamodb::types::{ReturnConsumedCapacity, ReturnValuesOnConditionCheckFailure};
 use siesta::ports::*;
 use siesta::{Run, Timestamp};
 
@@ -27,13 +25,12 @@ use crate::keys::*;
 /// tail costs one read of its run item).
 const REMEMBERED: usize = 4096;
 
-/// What the store knows of a run item at one version: whether its run keeps a history
-/// tail ([`KEEPS_TAIL`]), the tail it holds, as the checkpoint item it is archived
-/// as, and the callback states it holds ([`crate::callback_state`]), if known.
+/// What the store knows of a run item at one version: the history tail it holds, as
+/// the checkpoint item it is archived as, and the callback states it holds
+/// ([`crate::callback_state`]), if known.
 #[derive(Clone)]
 struct Known {
     version: u64,
-    keeps_tail: bool,
     tail: Option<Item>,
     callback_states: Option<Vec<String>>,
 }
@@ -81,7 +78,6 @@ impl Tails {
     ) -> Result<(), StoreError> {
         let known = Known {
             version: get_n(run_item, VERSION, "run")?,
-            keeps_tail: keeps_tail(run_item),
             tail: archived_tail(run_item)?,
             callback_states,
         };
@@ -90,9 +86,8 @@ impl Tails {
     }
 
     /// Remember that the run item at `version` holds no tail, having held one or not
-    /// before at the version it was written over (`keeps_tail` unchanged), and the
-    /// callback states `opened` beside those it held, but `closed`: a transaction's
-    /// write.
+    /// before at the version it was written over, and the callback states `opened`
+    /// beside those it held, but `closed`: a transaction's write.
     pub(super) fn emptied(&self, run: &Run, before: u64, opened: &[String], closed: &[String]) {
         let key = (run_pk(&run.tenant, &run.id), run.created_at);
         let Some(known) = self.at(&key, before) else {
@@ -107,7 +102,6 @@ impl Tails {
             key,
             Known {
                 version: run.version,
-                keeps_tail: known.keeps_tail,
                 tail: None,
                 callback_states,
             },
@@ -130,15 +124,15 @@ fn remembered_as(run_item: &Item) -> Result<(String, Timestamp), StoreError> {
 
 impl DynamoStore {
     /// The tail of `run`'s item at `version`, as the item it is archived as: from
-    /// memory, else read. `None` when the run keeps no tail or is no longer at
-    /// `version` (a write conditioned on it then fails anyway).
+    /// memory, else read. `None` when the run is no longer at `version` (a write
+    /// conditioned on it then fails anyway).
     pub(super) async fn tail_at(
         &self,
         run: &Run,
         version: u64,
     ) -> Result<Option<Option<Item>>, StoreError> {
         let known = self.known_at(run, version).await?;
-        Ok(known.filter(|k| k.keeps_tail).map(|k| k.tail))
+        Ok(known.map(|k| k.tail))
     }
 
     /// The callback states `run`'s item holds at `version`, as far as the store knows
@@ -167,8 +161,8 @@ impl DynamoStore {
 
 /// [`RunStore::checkpoint`] of a checkpoint that writes nothing but its run and one
 /// checkpoint item's worth of entries and events, kept in the run item. Whether it
-/// could: not when the run keeps no tail or the checkpoint needs more than one item
-/// (the caller writes a transaction).
+/// could: not when the run moved on from the version the checkpoint expects, or the
+/// checkpoint needs more than one item (the caller writes a transaction).
 pub(super) async fn checkpoint_in_tail(
     store: &DynamoStore,
     cp: &Checkpoint,
@@ -194,16 +188,14 @@ pub(super) async fn checkpoint_in_tail(
     let Some(mut tail) = tail_of(previous.clone())? else {
         return Ok(false);
     };
-    // What the run item holds beside what this write sets: its mark, and the callback
-    // states it keeps (a deadline each, a number of up to 8 bytes), as far as known.
-    let kept = KEEPS_TAIL.len()
-        + 1
-        + store
-            .callback_states_at(&cp.run, cp.expected_version)
-            .unwrap_or_default()
-            .iter()
-            .map(|state| state.len() + 8)
-            .sum::<usize>();
+    // What the run item holds beside what this write sets: the callback states it keeps
+    // (a deadline each, a number of up to 8 bytes), as far as known.
+    let kept = store
+        .callback_states_at(&cp.run, cp.expected_version)
+        .unwrap_or_default()
+        .iter()
+        .map(|state| state.len() + 8)
+        .sum::<usize>();
     if tail.archive.is_none()
         && let Some(previous) = previous
         && tail.size_in(&item) + kept > WRITE_UNIT_BYTES
@@ -232,10 +224,7 @@ pub(super) async fn checkpoint_in_tail(
     // Billed by the item before or after, whichever is larger, with what it keeps.
     let before = item_size(&item) + before_tail;
     tail.put_in(&mut item);
-    let expected = Expected {
-        keeps_tail: true,
-        ..Expected::of(cp)
-    };
+    let expected = Expected::of(cp);
     let write = RunWrite::new(&item, &expected, false, &[]);
     let result = store
         .client
@@ -260,7 +249,6 @@ pub(super) async fn checkpoint_in_tail(
                 item_size(&item).max(before) + kept,
             );
             store.capacity.note_run("checkpoint", &item, false);
-            item.insert(KEEPS_TAIL.into(), AttributeValue::Bool(true));
             store.tails.remember_written(&item, cp.expected_version)?;
             Ok(true)
         }
@@ -315,7 +303,7 @@ mod tests {
             Timestamp(created_at),
         );
         run.version = version;
-        let mut item = new_run_item(&run, std::time::Duration::ZERO).unwrap();
+        let mut item = run_item(&run, std::time::Duration::ZERO).unwrap();
         crate::history_item::TailWrite {
             sk: checkpoint_sk(3, version, 0),
             packed: vec![1, 2, 3],
@@ -358,7 +346,7 @@ mod tests {
         tails.remember(&run_item_at(1_000, 5)).unwrap();
         let pk = run_pk(&TenantId("t".into()), &RunId("r".into()));
         let known = tails.at(&(pk.clone(), Timestamp(1_000)), 5).unwrap();
-        assert!(known.keeps_tail && known.tail.is_some());
+        assert!(known.tail.is_some());
         assert!(tails.at(&(pk.clone(), Timestamp(1_000)), 6).is_none());
         // The same run id, a run created later (the first removed, its idempotency key
         // replayed): nothing known of it.

@@ -29,10 +29,8 @@ pub(super) enum Role {
     Run,
     /// A checkpoint item: the checkpoint's journal entries and timeline events.
     Checkpoint,
-    /// A journal entry in an item of its own (a run's history without checkpoint items).
-    Journal,
-    /// Timeline events in an item of their own: a run's first, or a checkpoint's in a
-    /// history without checkpoint items.
+    /// A run's first timeline event in an item of its own (when the run item has no room
+    /// for it).
     Timeline,
     Callback,
     ToolCall,
@@ -223,9 +221,9 @@ impl Tx {
     /// state the run item holds (`callback_in_run`, [`crate::callback_state`]) changes
     /// in the run item alone.
     ///
-    /// In a run that keeps a history tail, the delivery's event joins the tail (see
-    /// [`tail_with_event`]) while the run item stays under a write unit: one item
-    /// fewer in the transaction. Else it has a timeline item of its own.
+    /// The delivery's event joins the run item's history tail (see [`tail_with_event`])
+    /// while the run item stays under a write unit: one item fewer in the transaction.
+    /// Else it has a timeline item of its own.
     pub(super) fn delivery(
         &mut self,
         table: &str,
@@ -255,7 +253,7 @@ impl Tx {
             states.kept_bytes = kept_state_bytes(read, &own_state);
             states.before_bytes = item_size(read);
         }
-        let tail = match read.filter(|r| keeps_tail(r)) {
+        let tail = match read {
             Some(read) => tail_with_event(
                 &plan.run,
                 plan.read_version,
@@ -270,8 +268,7 @@ impl Tx {
                 tail.put_in(&mut with_tail);
                 // With room for the lease the claim that follows adds (owner, expiry,
                 // epoch: about 70 bytes), so that the claim stays one unit too.
-                // `keeps_tail` is stored, not in the item written.
-                let stored = item_size(&with_tail) + KEEPS_TAIL.len() + 1 + states.kept_bytes;
+                let stored = item_size(&with_tail) + states.kept_bytes;
                 let fits = stored + CLAIM_ROOM <= WRITE_UNIT_BYTES;
                 if fits {
                     item = with_tail;
@@ -295,7 +292,6 @@ impl Tx {
                 version: plan.read_version,
                 epoch: None,
                 first_event: None,
-                keeps_tail: in_tail,
                 // The lease as read: the delivery writes it back.
                 lease_expires: Some(plan.run.lease.as_ref().map(|l| l.expires_at)),
             },
@@ -439,12 +435,8 @@ pub(super) struct Expected {
     pub(super) version: u64,
     /// The writer's fencing epoch, if it holds a lease.
     pub(super) epoch: Option<FencingEpoch>,
-    /// The seq of the first event it writes: the run's timeline must not reach it yet
-    /// (an item written before the run kept its timeline seq outside the body passes).
+    /// The seq of the first event it writes: the run's timeline must not reach it yet.
     pub(super) first_event: Option<u64>,
-    /// Whether the run must keep a history tail ([`KEEPS_TAIL`]): a write that puts one
-    /// in it.
-    pub(super) keeps_tail: bool,
     /// The lease expiry the run must still have (`Some(None)`: no lease), for a writer
     /// without the lease that writes the run's lease back as it read it (a delivery):
     /// a lease renewal moves it without a new version, and must not be undone.
@@ -459,7 +451,6 @@ impl Expected {
             version: cp.expected_version,
             epoch: cp.epoch,
             first_event: cp.timeline.first().map(|e| e.seq),
-            keeps_tail: false,
             lease_expires: match (cp.epoch, &cp.run.lease) {
                 (None, Some(lease)) => Some(Some(lease.expires_at)),
                 _ => None,
@@ -478,13 +469,9 @@ impl Expected {
             attr_names.insert("#lease_epoch".into(), LEASE_EPOCH.into());
         }
         if let Some(first) = self.first_event {
-            expr.push_str(" AND (attribute_not_exists(#timeline_seq) OR #timeline_seq < :first)");
+            expr.push_str(" AND #timeline_seq < :first");
             values.insert(":first".into(), n(first));
             attr_names.insert("#timeline_seq".into(), TIMELINE_SEQ.into());
-        }
-        if self.keeps_tail {
-            expr.push_str(" AND attribute_exists(#keeps_tail)");
-            attr_names.insert("#keeps_tail".into(), KEEPS_TAIL.into());
         }
         if let Some(lease_expires) = self.lease_expires {
             attr_names.insert("#lease_expires".into(), LEASE_EXPIRES.into());

@@ -57,12 +57,11 @@ pub struct Checkpoint {
     pub child_runs: Vec<(Run, TimelineEvent)>,
     /// A delivery to the parent run, when this run finishes as a child.
     pub parent_delivery: Option<NewDelivery>,
-    /// Whether the run's own build writes this (its engine, under the lease). Such a
-    /// write may change how a store lays out the run's history, since its own code
-    /// reads whatever it writes. A write made for the run by other code — the control
-    /// plane's cancel, resume, resolution, park or upgrade, which may be a newer build
-    /// than the run's — keeps the layout the run's history has, so that the run's own,
-    /// possibly older, build still reads it. `false` from [`Checkpoint::new`].
+    /// Whether the run's own build writes this (its engine, under the lease). A store
+    /// may keep what only the run's own next write replaces (DynamoDB's history tail,
+    /// docs/dynamodb.md): a write made for the run by other code — the control plane's
+    /// cancel, resume, resolution, park or upgrade — leaves it as it is. `false` from
+    /// [`Checkpoint::new`].
     pub by_own_build: bool,
 }
 
