@@ -1,0 +1,323 @@
+//! The command line as clap parses it: every verb of `siesta` and its flags (the binary's
+//! module; `main.rs` dispatches them).
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "siesta",
+    version,
+    about = "Durable workflows on AWS Lambda — run locally"
+)]
+pub(crate) struct Cli {
+    #[command(subcommand)]
+    pub(crate) command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+pub(crate) enum Command {
+    /// `dev` and `lambda`: the example workflows served as any Siesta app serves its own.
+    #[command(flatten)]
+    App(siesta_app::Command),
+    /// Create a Siesta app in DIR: a crate whose one binary serves `dev` and the four
+    /// Lambda roles, a `hello` workflow with its test, a SAM template and a README.
+    New {
+        /// The directory to create; its last component names the crate.
+        dir: PathBuf,
+        /// Depend on the Siesta checkout at this path (default: the checkout this
+        /// `siesta` was built from).
+        #[arg(long, conflicts_with = "siesta_git")]
+        siesta_path: Option<PathBuf>,
+        /// Depend on Siesta from this git repository.
+        #[arg(long)]
+        siesta_git: Option<String>,
+    },
+    /// Inspect and steer runs on a running server.
+    Runs {
+        /// The server's URL.
+        #[arg(
+            long,
+            env = "SIESTA_URL",
+            default_value = "http://127.0.0.1:8080",
+            global = true
+        )]
+        url: String,
+        /// API key (when the server has keys configured).
+        #[arg(long, env = "SIESTA_API_KEY", global = true)]
+        api_key: Option<String>,
+        /// Print JSON.
+        #[arg(long, global = true)]
+        json: bool,
+        #[command(subcommand)]
+        action: RunsAction,
+    },
+    /// The builds of a server's runs, each with its unfinished runs by status and whether
+    /// it is still deployed (`GET /builds`, as `runs builds`); `builds prune` deletes the
+    /// Lambda versions no unfinished run needs.
+    Builds {
+        /// The server's URL.
+        #[arg(long, env = "SIESTA_URL", default_value = "http://127.0.0.1:8080")]
+        url: String,
+        /// API key (when the server has keys configured).
+        #[arg(long, env = "SIESTA_API_KEY")]
+        api_key: Option<String>,
+        /// Print JSON.
+        #[arg(long, global = true)]
+        json: bool,
+        #[command(subcommand)]
+        action: Option<BuildsAction>,
+    },
+    /// Create the AWS backend's table, bucket, queue and dead-letter queue from
+    /// infra/template.yaml (idempotent), where the AWS configuration points (the
+    /// emulators or an account), and print the `SIESTA_*` settings that name them.
+    Bootstrap {
+        /// Name prefix: `<prefix>-runs`, `<prefix>-artifacts`, `<prefix>-wakeups`,
+        /// `<prefix>-wakeups-dlq`.
+        #[arg(long, default_value = "siesta-dev")]
+        prefix: String,
+    },
+    /// Benchmark a dev server (started in its own process) with the `chain` workflow
+    /// over HTTP: throughput at 50 concurrent runs, sequential latency, bytes and
+    /// syscalls per step, peak RSS. Build with `--release` for figures worth quoting.
+    Bench {
+        /// Rounds per shape (min/median/max are printed).
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+        /// Concurrent clients in the concurrent shapes.
+        #[arg(long, default_value_t = 50)]
+        concurrency: usize,
+        /// The server's `--durability` (`full` or `relaxed`).
+        #[arg(long, default_value = "full")]
+        durability: String,
+        /// Skip the syscall counts (strace).
+        #[arg(long)]
+        no_strace: bool,
+        /// Instead: the web UI's first paint of a run page with 1 000 timeline events
+        /// and its page weight, in headless Chromium (`--rounds` loads, default 3).
+        #[arg(long)]
+        ui: bool,
+        /// Also run the step+sleep(1 ms) replay shape: one `chain` run of this many
+        /// cycles (e.g. 10000), time per cycle at cycle 1 000 and at the last.
+        #[arg(long)]
+        replay_cycles: Option<u64>,
+        /// Skip the chain shapes (throughput, latency), e.g. to run only the replay shape.
+        #[arg(long)]
+        no_shapes: bool,
+        /// Instead: the wake-up path with N `approval` runs asleep — starts, the burst's
+        /// drain, idle CPU, RSS, bytes per run, read/list/resume latencies, tenant B and
+        /// outside-world wake-ups during the burst (docs/performance-wakeups.md).
+        #[arg(long, value_name = "N")]
+        sleeping: Option<usize>,
+        /// With `--sleeping`: keep the server's data in this directory (default: a
+        /// temporary one, deleted after), e.g. to time `siesta dev` opening it again.
+        #[arg(long, requires = "sleeping")]
+        data_dir: Option<PathBuf>,
+        /// Instead: N `timer` runs due at the same instant fire — time to fire them
+        /// all, timers/s, the sweep's store calls per fired timer
+        /// (docs/performance-wakeups.md).
+        #[arg(long, value_name = "N")]
+        timers: Option<usize>,
+        /// Instead: one `ticker` run per round publishes N chunks on a stream, read
+        /// over Server-Sent Events — chunks/s and publish → read latency p50/p99.
+        #[arg(long, value_name = "N")]
+        streams: Option<u32>,
+    },
+    /// Run the `order` example end to end on the embedded backend and print its timeline
+    /// as it unfolds; this process plays the payment provider, whose webhooks are signed
+    /// (Standard Webhooks) and verified by the server.
+    Demo {
+        /// Which example: `order` (the payment webhook) or `agent` (the support agent:
+        /// a model, tools, an approval; the built-in fake model unless
+        /// OPENAI_BASE_URL/OPENAI_API_KEY name an endpoint).
+        #[arg(default_value = "order", value_parser = ["order", "agent"])]
+        example: String,
+        /// Keep the data here (default: a temporary directory).
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+    },
+}
+
+#[derive(Subcommand)]
+pub(crate) enum BuildsAction {
+    /// On AWS: delete the Lambda versions of the stack's functions that no unfinished
+    /// run needs — a step version whose build has no unfinished run in any tenant (and
+    /// its build registry item), never one whose build has; never the version the alias
+    /// points at nor a newer one; the other functions' versions older than the alias.
+    /// Prints each version, deleted or kept, and why. Reads every unfinished run's key
+    /// (a scan of the sparse `by_build` index: as many items as unfinished runs). AWS
+    /// configuration from the environment.
+    Prune {
+        /// The stack: its functions are `<stack>-step`, `-start`, `-webhook`, `-sweep`.
+        #[arg(long, env = "SIESTA_STACK")]
+        stack: String,
+        /// The runs table (default `<stack>-runs`, as the template names it).
+        #[arg(long, env = "SIESTA_TABLE")]
+        table: Option<String>,
+        /// The alias every event source invokes.
+        #[arg(long, default_value = "live")]
+        alias: String,
+        /// Say what would be deleted; delete nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
+}
+
+#[derive(Subcommand)]
+pub(crate) enum RunsAction {
+    /// List runs, newest first.
+    List {
+        /// Only runs in this status.
+        #[arg(long)]
+        status: Option<String>,
+        /// Only runs of this workflow.
+        #[arg(long)]
+        workflow: Option<String>,
+    },
+    /// Show one run.
+    Show {
+        /// The run's id.
+        id: String,
+    },
+    /// Print a run's timeline.
+    Timeline {
+        /// The run's id.
+        id: String,
+    },
+    /// Follow a run's stream (what it publishes: a model's tokens, progress) until it
+    /// ends.
+    Stream {
+        /// The run's id.
+        id: String,
+        /// The stream's name.
+        name: String,
+        /// The first offset to read.
+        #[arg(long, default_value_t = 0)]
+        from: u64,
+    },
+    /// Cancel a run.
+    Cancel {
+        /// The run's id.
+        id: String,
+        /// Only if the run is still at this version.
+        #[arg(long)]
+        if_match: Option<u64>,
+    },
+    /// Resume a parked run once its cause is fixed (for one parked because its wake-up
+    /// was dead-lettered, `runs redrive` does the same).
+    Resume {
+        /// The run's id.
+        id: String,
+        /// Only if the run is still at this version.
+        #[arg(long)]
+        if_match: Option<u64>,
+    },
+    /// Resolve a tool call whose outcome is unknown (its process died while it ran, and
+    /// it has no lookup), which parked the run: say it succeeded (with its result),
+    /// failed (with a message), or must be made again. The run resumes; the timeline
+    /// shows the resolution and who made it.
+    #[command(group(clap::ArgGroup::new("outcome").required(true).args(["succeeded", "failed", "retry"])))]
+    Resolve {
+        /// The run's id.
+        id: String,
+        /// The tool call's position (its timeline id, e.g. `charge#0`).
+        position: String,
+        /// The call happened and returned this JSON.
+        #[arg(long, value_name = "JSON")]
+        succeeded: Option<String>,
+        /// The call failed with this message (or must not be made).
+        #[arg(long, value_name = "MESSAGE")]
+        failed: Option<String>,
+        /// Make the call again: you take the risk that it already happened.
+        #[arg(long)]
+        retry: bool,
+        /// Only if the run is still at this version.
+        #[arg(long)]
+        if_match: Option<u64>,
+    },
+    /// Move a run to the build serving the API, only if its journal replays cleanly on
+    /// that build's code now; otherwise the server refuses (409) naming the position
+    /// and both operation kinds. Also takes a run parked for `NonDeterminism` once a
+    /// fixed build replays it. With `--all --build ID`, every unfinished run of that
+    /// build that replays; the others are listed with where they diverge.
+    Upgrade {
+        /// The run's id.
+        #[arg(required_unless_present = "all", conflicts_with = "all")]
+        id: Option<String>,
+        /// Every unfinished run of `--build`.
+        #[arg(long, requires = "build")]
+        all: bool,
+        /// The build whose runs `--all` moves (`-`: runs that recorded no build).
+        #[arg(long, value_name = "ID")]
+        build: Option<String>,
+        /// Only if the run is still at this version.
+        #[arg(long, requires = "id")]
+        if_match: Option<u64>,
+    },
+    /// Print a run and its history (journal and deliveries) as one JSON document: what
+    /// `myapp replay --history FILE` checks.
+    Export {
+        /// The run's id.
+        id: String,
+    },
+    /// List the dead letters: runs parked because a wake-up of theirs kept failing and
+    /// was dead-lettered (the caller's tenant).
+    DeadLetters,
+    /// List the builds the caller's runs started on: each with its unfinished runs by
+    /// status, first and last seen and whether it is still deployed, the serving one
+    /// marked (a drain you can see). The same as `siesta builds`.
+    Builds,
+    /// Redrive a dead letter (resume the run it parked), or all of them with `--all`.
+    Redrive {
+        /// The run the dead letter parked.
+        #[arg(required_unless_present = "all", conflicts_with = "all")]
+        id: Option<String>,
+        /// Every dead letter of the tenant (up to 1 000 per call).
+        #[arg(long)]
+        all: bool,
+        /// Only if the run is still at this version.
+        #[arg(long, requires = "id")]
+        if_match: Option<u64>,
+    },
+    /// Deliver a named event (an approval, a signal) to a run.
+    SendEvent {
+        /// The run's id.
+        id: String,
+        /// The event's name.
+        name: String,
+        /// The event's JSON payload.
+        #[arg(default_value = "null")]
+        payload: String,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runs_resolve_takes_exactly_one_outcome() {
+        let parse = |args: &[&str]| {
+            Cli::try_parse_from(
+                ["siesta", "runs", "resolve", "run-1", "charge#0"]
+                    .iter()
+                    .chain(args),
+            )
+        };
+        assert!(parse(&["--retry"]).is_ok());
+        assert!(parse(&["--succeeded", "1", "--if-match", "4"]).is_ok());
+        assert!(parse(&["--failed", "refused"]).is_ok());
+        for wrong in [&[][..], &["--retry", "--failed", "refused"][..]] {
+            let e = parse(wrong).err().expect("refused");
+            assert!(
+                matches!(
+                    e.kind(),
+                    clap::error::ErrorKind::MissingRequiredArgument
+                        | clap::error::ErrorKind::ArgumentConflict
+                ),
+                "{wrong:?}: {e}"
+            );
+        }
+    }
+}
