@@ -1,0 +1,106 @@
+//! A run's history read back from its items: timeline events, journal entries, the
+//! journal as the last item holding each position says.
+
+use std::collections::HashMap;
+
+use serde::Deserialize;
+use siesta::ports::StoreError;
+use siesta::*;
+
+use super::packing::unpack;
+use super::{EVENTS, JOURNAL};
+use crate::error::corrupt;
+use crate::item::{Item, from_json, get_s};
+use crate::keys::*;
+
+/// A packed checkpoint item's events (its entries are skipped, not parsed).
+#[derive(Deserialize)]
+struct PackedEvents {
+    #[serde(default)]
+    events: Vec<TimelineEvent>,
+}
+
+/// A packed checkpoint item's entries (its events are skipped, not parsed).
+#[derive(Deserialize)]
+struct PackedJournal {
+    #[serde(default)]
+    journal: Vec<JournalEntry>,
+}
+
+/// The timeline events stored in a timeline item or a checkpoint item, in `seq` order.
+pub(crate) fn timeline_from_item(item: &Item) -> Result<Vec<TimelineEvent>, StoreError> {
+    const WHAT: &str = "timeline event";
+    let checkpoint = get_s(item, SK, WHAT)?.starts_with(CHECKPOINT_PREFIX);
+    if let Some(packed) = unpack::<PackedEvents>(item, WHAT)? {
+        return Ok(packed.events);
+    }
+    match item.get(EVENTS) {
+        Some(_) => serde_json::from_str(get_s(item, EVENTS, WHAT)?).map_err(|e| corrupt(WHAT, e)),
+        None if checkpoint => Ok(Vec::new()),
+        None => Ok(vec![from_json(item, WHAT)?]),
+    }
+}
+
+/// One item of a run's history.
+pub(crate) enum HistoryItem {
+    /// A checkpoint item's journal entries (its events are not read).
+    Checkpoint(Vec<JournalEntry>),
+    /// A delivery.
+    Delivery(Delivery),
+}
+
+/// What `item`, found under [`HISTORY_PREFIX`], holds for a replay.
+pub(crate) fn history_from_item(item: &Item) -> Result<HistoryItem, StoreError> {
+    let sk = get_s(item, SK, "history")?;
+    if sk.starts_with(CHECKPOINT_PREFIX) {
+        const WHAT: &str = "checkpoint's journal entries";
+        if let Some(packed) = unpack::<PackedJournal>(item, WHAT)? {
+            return Ok(HistoryItem::Checkpoint(packed.journal));
+        }
+        Ok(HistoryItem::Checkpoint(match item.get(JOURNAL) {
+            Some(_) => {
+                serde_json::from_str(get_s(item, JOURNAL, WHAT)?).map_err(|e| corrupt(WHAT, e))?
+            }
+            None => Vec::new(),
+        }))
+    } else if sk.starts_with(DELIVERY_PREFIX) {
+        Ok(HistoryItem::Delivery(from_json(item, "delivery")?))
+    } else {
+        Err(corrupt("history", format!("unexpected sort key {sk}")))
+    }
+}
+
+/// A run's journal gathered from its history items in sort-key order: an entry read
+/// later replaces one at the same position read earlier.
+#[derive(Default)]
+pub(crate) struct Journal {
+    entries: Vec<JournalEntry>,
+    at: HashMap<Position, usize>,
+}
+
+impl Journal {
+    /// Adds `entry`, replacing the entry at its position if there is one.
+    pub(crate) fn push(&mut self, entry: JournalEntry) {
+        match self.at.get(&entry.position) {
+            Some(&i) => self.entries[i] = entry,
+            None => {
+                self.at.insert(entry.position.clone(), self.entries.len());
+                self.entries.push(entry);
+            }
+        }
+    }
+
+    /// Adds what a history item holds of the journal; a delivery is handed back.
+    pub(crate) fn take(&mut self, item: HistoryItem) -> Option<Delivery> {
+        match item {
+            HistoryItem::Checkpoint(entries) => entries.into_iter().for_each(|e| self.push(e)),
+            HistoryItem::Delivery(delivery) => return Some(delivery),
+        }
+        None
+    }
+
+    /// The entries, one per position.
+    pub(crate) fn into_entries(self) -> Vec<JournalEntry> {
+        self.entries
+    }
+}
