@@ -25,9 +25,11 @@
 //! take them: the next round's wait would be handed the position, and so the journal
 //! entry and the deliveries, of a wait an earlier round dropped (vercel/workflow#4264).
 //! The combinator therefore journals with its outcome the positions its futures minted
-//! while it decided ([`JournalEntry::minted`]), and replay takes them as minting them
-//! would: whatever a future's shape, what comes after the combinator has the position
-//! it had, and a dropped wait is never polled again.
+//! while it decided ([`JournalEntry::minted`]) — in the invocation that decides, and,
+//! found in the journal by [`JournalEntry::within`], in the earlier ones (a future
+//! after the one that decides is not polled again before the decision) — and replay
+//! takes them as minting them would: whatever a future's shape, what comes after the
+//! combinator has the position it had, and a dropped wait is never polled again.
 
 use crate::timeline as tl;
 use std::future::IntoFuture;
@@ -471,8 +473,13 @@ where
         decide(&ctx.shared, rule, &op, futures, &mut minted).await
     };
     // The futures' operations minted in earlier invocations count too: a future after
-    // the one that decided was not polled again in this one.
-    minted.extend(ctx.minted_within(&op.position));
+    // the one that decided was not polled again in this one. Only a combinator started
+    // in an earlier invocation can have them: its start is journaled with the first
+    // checkpoint made after it, before any of its futures' entries, so a fresh one
+    // (the common case) skips the look through the journal.
+    if !fresh {
+        minted.extend(ctx.minted_within(&op.position));
+    }
     // Only positions where the code after the combinator mints again matter: under the
     // combinator's own parent or one of its ancestors. Those under an operation of the
     // futures (a child context's, a nested combinator's) are that operation's alone.
