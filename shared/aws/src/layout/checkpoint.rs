@@ -90,7 +90,8 @@ pub(crate) fn in_tail(
     }
     let mut plan = WritePlan::default();
     if let Some(archive) = tail.archive.take() {
-        plan.push(PlannedWrite::put(Role::TailArchived, archive, None, false));
+        plan.writes
+            .push(PlannedWrite::put(Role::TailArchived, archive, None, false));
     }
     // Billed by the item before or after, whichever is larger, with the states it keeps.
     let before = item_size(&item) + before_tail + kept;
@@ -100,7 +101,7 @@ pub(crate) fn in_tail(
         before_bytes: before,
         ..StatesKept::default()
     };
-    plan.push(run_write(
+    plan.writes.push(run_write(
         Role::RunWithTail,
         &item,
         &Expected::of(cp),
@@ -157,7 +158,8 @@ pub(crate) fn transaction(
     timeline.extend(cp.timeline.iter().cloned());
     let mut plan = WritePlan::default();
     if inputs.unfinished != 0 {
-        plan.push(unfinished_count(tenant, inputs.unfinished, None));
+        plan.writes
+            .push(unfinished_count(tenant, inputs.unfinished, None));
     }
     // The state of each callback it opens in the run item, when the store keeps it
     // there; that of each it closes removed (none if it was not there).
@@ -177,7 +179,7 @@ pub(crate) fn transaction(
         },
         None => TailKept::Kept,
     };
-    plan.push(run_write(
+    plan.writes.push(run_write(
         Role::Run,
         &item,
         &Expected::of(cp),
@@ -187,22 +189,27 @@ pub(crate) fn transaction(
     )?);
     if let Some(archive) = archive {
         // Committed content under its own key.
-        plan.push(PlannedWrite::put(Role::Checkpoint, archive, None, true));
+        plan.writes
+            .push(PlannedWrite::put(Role::Checkpoint, archive, None, true));
     }
     // Conditioned on being new, like the run's version it is keyed by.
     for item in checkpoint_items(tenant, run_id, &cp.run, &journal, &timeline)? {
-        plan.push(PlannedWrite::insert(Role::Checkpoint, item));
+        plan.writes
+            .push(PlannedWrite::insert(Role::Checkpoint, item));
     }
     for record in inputs.closed {
         let item = callback_item(record, cp.run.updated_at, inputs.retention)?;
-        plan.push(PlannedWrite::put(Role::Callback, item, None, true));
+        plan.writes
+            .push(PlannedWrite::put(Role::Callback, item, None, true));
     }
     for record in &cp.tool_calls {
         let item = tool_call_item(record, inputs.retention)?;
-        plan.push(PlannedWrite::put(Role::ToolCall, item, None, true));
+        plan.writes
+            .push(PlannedWrite::put(Role::ToolCall, item, None, true));
     }
     for (child, started) in &cp.child_runs {
-        plan.extend(child_run(child, started, inputs.retention)?);
+        plan.writes
+            .extend(child_run(child, started, inputs.retention)?);
     }
     Ok(plan)
 }
@@ -462,6 +469,12 @@ mod tests {
                 prop_assert!(packed.is_some_and(|p| p.as_ref().len() <= TAIL_BYTES));
             }
         }
+
+    }
+
+    proptest! {
+        // Each case packs up to a megabyte: fewer of them.
+        #![proptest_config(ProptestConfig::with_cases(32))]
 
         /// Whatever its entries' sizes, no item a checkpoint's transaction puts passes
         /// DynamoDB's 400 KB: what does not fit one item goes in the next.

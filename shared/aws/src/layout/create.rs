@@ -26,9 +26,11 @@ pub(crate) fn create(
     retention: Duration,
 ) -> Result<WritePlan, StoreError> {
     let mut plan = WritePlan::default();
-    plan.extend(created(run, started, retention, Role::Run, Role::Timeline)?);
+    plan.writes
+        .extend(created(run, started, retention, Role::Run, Role::Timeline)?);
     if !run.status.is_finished() {
-        plan.push(unfinished_count(&run.tenant, 1, max_unfinished));
+        plan.writes
+            .push(unfinished_count(&run.tenant, 1, max_unfinished));
     }
     Ok(plan)
 }

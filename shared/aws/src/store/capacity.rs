@@ -89,7 +89,7 @@ impl CapacityMeter {
     pub(crate) fn note_planned(&self, op: &str, write: &PlannedWrite, returned: Option<&Item>) {
         match write.billed {
             Billed::Bytes(bytes) => {
-                self.note_write(op, write.role.label(), write.transactional, bytes);
+                self.note_write(op, &write.role.label(), write.transactional, bytes);
                 if let Some((after, new)) = &write.run_after
                     && let Some(before) = self.remember_run(after, *new)
                 {
@@ -100,7 +100,7 @@ impl CapacityMeter {
                 let item = returned.cloned().unwrap_or_default();
                 self.note_write(
                     op,
-                    write.role.label(),
+                    &write.role.label(),
                     write.transactional,
                     item_size(&item),
                 );

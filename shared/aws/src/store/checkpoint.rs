@@ -131,7 +131,7 @@ pub(super) async fn checkpoint(store: &DynamoStore, cp: &Checkpoint) -> Result<(
                         decision: Decision::Accept(accepted),
                         read,
                         callback_in_run,
-                    }) => plan.extend(layout::delivery(
+                    }) => plan.writes.extend(layout::delivery(
                         &accepted,
                         read.as_ref(),
                         store.retention,
