@@ -221,15 +221,19 @@ impl RunStore for ProbeStore {
             .renew_lease(tenant, run_id, epoch, expires_at)
             .await
     }
-    async fn load_history(&self, tenant: &TenantId, run_id: &RunId) -> Result<History, StoreError> {
+    async fn load_replay_input(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+    ) -> Result<ReplayInput, StoreError> {
         self.read()?;
         self.history_loads.fetch_add(1, Ordering::SeqCst);
-        self.inner.load_history(tenant, run_id).await
+        self.inner.load_replay_input(tenant, run_id).await
     }
-    async fn load_claimed_history(&self, run: &Run) -> Result<History, StoreError> {
+    async fn load_claimed_replay_input(&self, run: &Run) -> Result<ReplayInput, StoreError> {
         self.read()?;
         self.history_loads.fetch_add(1, Ordering::SeqCst);
-        self.inner.load_claimed_history(run).await
+        self.inner.load_claimed_replay_input(run).await
     }
     async fn load_journal(
         &self,

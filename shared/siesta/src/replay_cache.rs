@@ -28,7 +28,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::model::{Delivery, FencingEpoch, JournalEntry, Position, Run, RunId, TenantId};
-use crate::ports::History;
+use crate::ports::ReplayInput;
 use crate::time::Timestamp;
 
 /// A run's journal and deliveries, decoded, as replay uses them.
@@ -40,8 +40,8 @@ pub(crate) struct Replayed {
     pub deliveries: Vec<Delivery>,
 }
 
-impl From<History> for Replayed {
-    fn from(history: History) -> Self {
+impl From<ReplayInput> for Replayed {
+    fn from(history: ReplayInput) -> Self {
         Replayed {
             journal: history
                 .journal

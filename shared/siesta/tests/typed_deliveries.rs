@@ -87,7 +87,7 @@ async fn a_callback_payload_of_the_wrong_shape_is_refused_and_the_callback_stays
     let after = w.run(&id).await;
     assert_eq!(after.version, before.version, "nothing was recorded");
     assert_eq!(after.status, RunStatus::Waiting);
-    assert!(w.history(&id).await.deliveries.is_empty());
+    assert!(w.replay_input(&id).await.deliveries.is_empty());
     // The right one, even under the id the wrong one was sent with, completes it.
     w.engine()
         .complete_callback(

@@ -68,7 +68,7 @@ impl Engine {
                 next.resend_after = None;
                 next.error = Some(ErrorInfo::new("Cancelled", "the run was cancelled", false));
                 checkpoint.run = next.clone();
-                let history = self.backend.store.load_history(tenant, run_id).await?;
+                let history = self.backend.store.load_replay_input(tenant, run_id).await?;
                 checkpoint.callbacks =
                     open_callbacks(history.journal.iter(), &history.deliveries, &run);
                 if let Some(parent) = &run.parent {
@@ -319,7 +319,7 @@ impl Engine {
         if_match: Option<u64>,
     ) -> Result<Run, EngineError> {
         let run = self.parked_run(tenant, run_id, if_match).await?;
-        let history = self.backend.store.load_history(tenant, run_id).await?;
+        let history = self.backend.store.load_replay_input(tenant, run_id).await?;
         let entry = history
             .journal
             .into_iter()

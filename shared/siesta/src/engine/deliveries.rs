@@ -123,7 +123,7 @@ impl Engine {
         let history = self
             .backend
             .store
-            .load_history(&run.tenant, &run.id)
+            .load_replay_input(&run.tenant, &run.id)
             .await?;
         let consumed: std::collections::HashSet<&DeliveryId> = history
             .journal

@@ -23,7 +23,7 @@ use crate::context::{Context, LeaseWatch, Shared, decode_payload};
 use crate::error::panic_message;
 pub use crate::model::Divergence;
 use crate::model::*;
-use crate::ports::History;
+use crate::ports::ReplayInput;
 use crate::time::Timestamp;
 
 /// What a replay check found.
@@ -66,7 +66,7 @@ impl RunExport {
     pub const FORMAT: &'static str = "siesta.run-export.v1";
 
     /// The export of `run` with its history.
-    pub fn new(run: Run, history: History) -> RunExport {
+    pub fn new(run: Run, history: ReplayInput) -> RunExport {
         RunExport {
             format: RunExport::FORMAT.to_owned(),
             run,
@@ -76,10 +76,10 @@ impl RunExport {
     }
 
     /// The run and its history, to check.
-    pub fn into_parts(self) -> (Run, History) {
+    pub fn into_parts(self) -> (Run, ReplayInput) {
         (
             self.run,
-            History {
+            ReplayInput {
                 journal: self.journal,
                 deliveries: self.deliveries,
             },
@@ -97,7 +97,7 @@ impl Engine {
         run_id: &RunId,
     ) -> Result<RunExport, EngineError> {
         let mut run = self.get_run(tenant, run_id).await?;
-        let mut history = self.backend.store.load_history(tenant, run_id).await?;
+        let mut history = self.backend.store.load_replay_input(tenant, run_id).await?;
         self.inline(&mut run.input).await?;
         if let Some(output) = &mut run.output {
             self.inline(output).await?;
@@ -144,7 +144,7 @@ impl Engine {
         run_id: &RunId,
     ) -> Result<ReplayCheck, EngineError> {
         let run = self.get_run(tenant, run_id).await?;
-        let history = self.backend.store.load_history(tenant, run_id).await?;
+        let history = self.backend.store.load_replay_input(tenant, run_id).await?;
         self.check_replay_history(run, history).await
     }
 
@@ -154,7 +154,7 @@ impl Engine {
     pub async fn check_replay_history(
         &self,
         run: Run,
-        history: History,
+        history: ReplayInput,
     ) -> Result<ReplayCheck, EngineError> {
         let Some(workflow) = self.registry.get(&run.workflow).cloned() else {
             return Err(EngineError::UnknownWorkflow(run.workflow.clone()));

@@ -204,7 +204,12 @@ impl Engine {
                 kept => {
                     let history = match kept {
                         Some(Kept::Journal(replayed)) => replayed,
-                        _ => self.backend.store.load_claimed_history(&run).await?.into(),
+                        _ => self
+                            .backend
+                            .store
+                            .load_claimed_replay_input(&run)
+                            .await?
+                            .into(),
                     };
                     let cancel = run.cancel_requested;
                     let shared = self.shared(run.clone(), history, budget, watch);
