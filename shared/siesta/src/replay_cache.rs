@@ -41,14 +41,14 @@ pub(crate) struct Replayed {
 }
 
 impl From<ReplayInput> for Replayed {
-    fn from(history: ReplayInput) -> Self {
+    fn from(replay_input: ReplayInput) -> Self {
         Replayed {
-            journal: history
+            journal: replay_input
                 .journal
                 .into_iter()
                 .map(|entry| (entry.position.clone(), entry))
                 .collect(),
-            deliveries: history.deliveries,
+            deliveries: replay_input.deliveries,
         }
     }
 }

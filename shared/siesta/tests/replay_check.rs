@@ -256,14 +256,14 @@ async fn an_exported_history_is_checked_without_the_store() {
     let (appended, _) = w.engine_with(appended_step(), w.config().clone());
     assert!(
         !inserted
-            .check_replay_history(run.clone(), history.clone())
+            .check_replay_input(run.clone(), history.clone())
             .await
             .unwrap()
             .is_clean()
     );
     assert!(
         appended
-            .check_replay_history(run, history)
+            .check_replay_input(run, history)
             .await
             .unwrap()
             .is_clean()
@@ -319,7 +319,7 @@ async fn an_export_carries_offloaded_values_inline_so_it_replays_on_an_empty_sto
     assert_eq!(
         elsewhere
             .engine()
-            .check_replay_history(run, history)
+            .check_replay_input(run, history)
             .await
             .unwrap(),
         ReplayCheck::Clean { replayed: 2 }

@@ -222,7 +222,7 @@ async fn an_event_delivery_checks_the_journal_and_never_loads_the_runs_deliverie
     w.run_until_idle().await;
     let probe = w.probe();
     let before = probe
-        .history_loads
+        .replay_input_loads
         .load(std::sync::atomic::Ordering::SeqCst);
     let refused = w
         .engine()
@@ -244,7 +244,7 @@ async fn an_event_delivery_checks_the_journal_and_never_loads_the_runs_deliverie
         .unwrap();
     assert_eq!(
         probe
-            .history_loads
+            .replay_input_loads
             .load(std::sync::atomic::Ordering::SeqCst),
         before,
         "no event delivery loaded the run's history"

@@ -202,7 +202,7 @@ impl Engine {
                     (shared, future)
                 }
                 kept => {
-                    let history = match kept {
+                    let replayed = match kept {
                         Some(Kept::Journal(replayed)) => replayed,
                         _ => self
                             .backend
@@ -212,7 +212,7 @@ impl Engine {
                             .into(),
                     };
                     let cancel = run.cancel_requested;
-                    let shared = self.shared(run.clone(), history, budget, watch);
+                    let shared = self.shared(run.clone(), replayed, budget, watch);
                     if cancel {
                         return self.finish(&shared, Ending::Cancel).await;
                     }
@@ -342,7 +342,7 @@ impl Engine {
     fn shared(
         &self,
         run: Run,
-        history: Replayed,
+        replayed: Replayed,
         budget: Timestamp,
         watch: &Arc<LeaseWatch>,
     ) -> Arc<Shared> {
@@ -351,7 +351,7 @@ impl Engine {
             self.clock.clone(),
             self.context_config(),
             run,
-            history,
+            replayed,
             budget,
             watch.clone(),
         ))
