@@ -30,7 +30,7 @@ impl AppState {
             .engine
             .backend()
             .store
-            .load_history(tenant, &run.id)
+            .load_replay_input(tenant, &run.id)
             .await?;
         Ok(
             RunView::new(run, Some(&history), &self.engine.config().callback_base_url)

@@ -4,7 +4,7 @@ use axum::Json;
 use axum::response::{IntoResponse, Response};
 use http::{HeaderValue, StatusCode, header};
 use serde::{Deserialize, Serialize};
-use siesta::ports::History;
+use siesta::ports::ReplayInput;
 use siesta::*;
 use utoipa::ToSchema;
 
@@ -238,7 +238,7 @@ impl RunView {
     }
 
     /// The view of `run`; with its history, also its waits and operations.
-    pub fn new(run: &Run, history: Option<&History>, callback_base_url: &str) -> RunView {
+    pub fn new(run: &Run, history: Option<&ReplayInput>, callback_base_url: &str) -> RunView {
         let mut view = RunView {
             id: run.id.to_string(),
             workflow: run.workflow.clone(),

@@ -91,7 +91,7 @@ pub(super) async fn claim(
     let result = store
         .update_plain("claim", &layout::claim(tenant, run_id, claim))
         .await?;
-    // The run item as claimed, for the replay that follows (`load_claimed_history`).
+    // The run item as claimed, for the replay that follows (`load_claimed_replay_input`).
     if let Ok(out) = &result
         && let Some(item) = &out.attributes
     {
