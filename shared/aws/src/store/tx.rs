@@ -314,3 +314,40 @@ pub(super) fn reason_of(reasons: &[(Role, Reason)], role: Role) -> Option<&Reaso
         .map(|(_, reason)| reason)
         .find(|r| r.condition_failed())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layout::{Condition, unfinished_count};
+    use siesta::TenantId;
+
+    #[test]
+    fn a_planned_write_is_sent_as_planned_its_conditions_placeholders_beside_the_updates() {
+        // An insert: its condition alone, no placeholders, the item as it was on failure.
+        let insert = PlannedWrite::insert(Role::DeliveryRecord, key("R#t#r".into(), "D#1"));
+        let put = transact_item("runs", &insert).unwrap().put.unwrap();
+        assert_eq!(
+            put.condition_expression(),
+            Some(Condition::new_item().expression.as_str())
+        );
+        assert!(put.expression_attribute_names().is_none());
+        assert_eq!(
+            put.return_values_on_condition_check_failure(),
+            Some(&ReturnValuesOnConditionCheckFailure::AllOld)
+        );
+        // A counter under a limit: the update's name serves its condition's value too.
+        let counted = unfinished_count(&TenantId("t".into()), 1, Some(5));
+        let update = transact_item("runs", &counted).unwrap().update.unwrap();
+        assert_eq!(update.update_expression(), "ADD #unfinished :delta");
+        let values = update.expression_attribute_values().unwrap();
+        assert_eq!(
+            (values.get(":delta"), values.get(":max")),
+            (Some(&n(1)), Some(&n(5)))
+        );
+        // Without a limit: no condition, nothing returned on failure.
+        let unlimited = unfinished_count(&TenantId("t".into()), -1, None);
+        let update = transact_item("runs", &unlimited).unwrap().update.unwrap();
+        assert!(update.condition_expression().is_none());
+        assert!(update.return_values_on_condition_check_failure().is_none());
+    }
+}
