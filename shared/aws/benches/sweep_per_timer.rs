@@ -10,7 +10,7 @@
 //! being started and driven to its wait by the engine (six requests a run, the slow
 //! part on DynamoDB Local); and the wake-ups sent are not handled — handling one costs
 //! the same whatever the backlog, and `tests/sweep_at_scale.rs` does it end to end
-//! (`SIESTA_SWEEP_RUNS`, default 250) for runs with their whole history.
+//! (`SIESTA_SWEEP_RUNS`, default 250) for runs with their whole journal and timeline.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,

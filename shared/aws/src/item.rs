@@ -35,19 +35,19 @@ pub(crate) const CREATED_AT: &str = "created_at";
 pub(crate) const BODY: &str = "body";
 /// The run's last timeline seq, beside its copy in the body, for conditions: a
 /// checkpoint's events share an item keyed by the run's version (see
-/// [`crate::history_item`]), so whether one of them was taken already is asked of the
+/// [`crate::checkpoint_item`]), so whether one of them was taken already is asked of the
 /// run.
 pub(crate) const TIMELINE_SEQ: &str = "timeline_seq";
 /// The token of the reaper that claimed a finished run.
 pub(crate) const REAP_CLAIM: &str = "reap_claim";
-/// The sort key the history tail has once archived as a checkpoint item.
+/// The sort key the checkpoint tail has once archived as a checkpoint item.
 pub(crate) const TAIL_SK: &str = "tail_sk";
-/// The history tail: the run's last checkpoint item that its own build wrote, kept in
+/// The checkpoint tail: the run's last checkpoint item that its own build wrote, kept in
 /// the run item until the next such checkpoint archives it (see
-/// [`crate::history_item`]), deflated.
+/// [`crate::checkpoint_item`]), deflated.
 pub(crate) const TAIL: &str = "tail";
 /// The attributes a run item may have that [`run_item`] leaves out when the run has no
-/// use for them: a write of the whole run removes those it does not set. (The history
+/// use for them: a write of the whole run removes those it does not set. (The checkpoint
 /// tail is not among them: writers of the whole run keep it.)
 const RUN_OPTIONAL: [&str; 11] = [
     LEASE_OWNER,
@@ -244,7 +244,7 @@ pub(crate) fn run_item(run: &Run, retention: Duration) -> Result<Item, StoreErro
 }
 
 /// An `UpdateItem` expression that writes the whole run `item` over the one stored,
-/// keeping only its history tail (unless `drop_tail`) and the callback states not
+/// keeping only its checkpoint tail (unless `drop_tail`) and the callback states not
 /// `removed`: `SET` each attribute of `item` but its key, `REMOVE` each of
 /// [`RUN_OPTIONAL`] and of `removed` it lacks. With its names and values.
 pub(crate) fn run_update(

@@ -1,7 +1,7 @@
 //! Key derivation for the single table: which partition and sort key each item has.
 //!
 //! Every item of a run lives in the run's partition (`pk` = [`run_pk`]), so loading a
-//! run's history is one `Query`. Ids are user-chosen strings, so each component is
+//! run's replay input is one `Query`. Ids are user-chosen strings, so each component is
 //! escaped (`%` → `%25`, `#` → `%23`) before it is joined with `#`: two different
 //! (tenant, run) pairs can never produce the same key.
 
@@ -17,7 +17,7 @@ pub const SK: &str = "sk";
 /// The sort key of a run's own item (metadata, status, lease).
 pub const RUN_SK: &str = "RUN";
 /// The sort-key prefix shared by checkpoint items and deliveries: what replay loads.
-pub const HISTORY_PREFIX: &str = "H#";
+pub const REPLAY_INPUT_PREFIX: &str = "H#";
 /// The sort-key prefix of checkpoint items: a checkpoint's journal entries and timeline
 /// events together.
 pub const CHECKPOINT_PREFIX: &str = "H#K#";

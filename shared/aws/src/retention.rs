@@ -54,8 +54,8 @@ use futures::StreamExt;
 use siesta::ports::{StoreError, artifact_location};
 use siesta::{CallbackId, EntryState, OperationKind, Run, RunId, TenantId, Timestamp, Verdict};
 
+use crate::checkpoint_item::{Journal, replay_item, with_tail};
 use crate::error::{corrupt, sdk};
-use crate::history_item::{Journal, history_from_item, with_tail};
 use crate::item::{Item, REAP_CLAIM, VERSION, key, n, run_from_item, s};
 use crate::keys::*;
 use crate::store::{CapacityMeter, consistent_get, query_page};
@@ -457,7 +457,7 @@ impl Reaper {
         for item in &with_tail(items, Some(run_item))? {
             // Nothing else is under the journal's keys; were a delivery there, it
             // would name no record.
-            let _ = journal.take(history_from_item(item)?);
+            let _ = journal.take(replay_item(item)?);
         }
         // Each position's last entry: a call that finished no longer holds its key.
         let mut ids = BTreeSet::new();

@@ -302,14 +302,17 @@ pub fn requests_per(counts: &RequestCounts, units: usize, decimals: usize) -> St
 /// The callback `run` waits on: the first journal entry waiting on a callback, if any.
 ///
 /// # Panics
-/// When the run's history cannot be read.
+/// When the run's replay input cannot be read.
 pub async fn waiting_callback(
     store: &dyn RunStore,
     tenant: &TenantId,
     run: &RunId,
 ) -> Option<CallbackId> {
-    let history = store.load_replay_input(tenant, run).await.expect("history");
-    history.journal.iter().find_map(|e| match &e.state {
+    let input = store
+        .load_replay_input(tenant, run)
+        .await
+        .expect("replay input");
+    input.journal.iter().find_map(|e| match &e.state {
         EntryState::Waiting(Wait {
             kind: WaitKind::Callback { callback_id, .. },
             ..

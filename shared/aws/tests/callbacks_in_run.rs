@@ -200,7 +200,7 @@ async fn running_with_callbacks(
     ids: usize,
 ) -> (Run, Vec<CallbackRecord>) {
     let held = claimed_run(store, "in-run", at).await;
-    // As the engine does, the replay after the claim reads the run's history first.
+    // As the engine does, the replay after the claim reads the run's replay input first.
     store.load_claimed_replay_input(&held).await.unwrap();
     let mut next = held.clone();
     next.version += 1;

@@ -229,16 +229,12 @@ async fn two_step_handlers_racing_on_one_run_one_advances_the_other_backs_off() 
             "round {round}: one writer's timeline"
         );
         assert_eq!(after.timeline_seq, timeline.len() as u64);
-        let history = backend
+        let input = backend
             .store
             .load_replay_input(&tenant, &run.id)
             .await
             .unwrap();
-        assert_eq!(
-            history.journal.len(),
-            1,
-            "round {round}: one step journaled"
-        );
+        assert_eq!(input.journal.len(), 1, "round {round}: one step journaled");
     }
 }
 
@@ -307,12 +303,12 @@ async fn zombie_with_a_stale_fencing_epoch_writes_nothing_on_dynamodb() {
         .timeline(&tenant, &run.id, 0, 1000)
         .await
         .unwrap();
-    let history = backend
+    let input = backend
         .store
         .load_replay_input(&tenant, &run.id)
         .await
         .unwrap();
-    assert_eq!(history.journal.len(), 2, "both steps journaled");
+    assert_eq!(input.journal.len(), 2, "both steps journaled");
 
     release.send(()).unwrap();
     let outcome = tokio::time::timeout(PATIENCE, zombie_task)
@@ -340,11 +336,11 @@ async fn zombie_with_a_stale_fencing_epoch_writes_nothing_on_dynamodb() {
         timeline,
         "no timeline event"
     );
-    let history_after = backend
+    let input_after = backend
         .store
         .load_replay_input(&tenant, &run.id)
         .await
         .unwrap();
-    assert_eq!(history_after.journal, history.journal, "no journal entry");
-    assert_eq!(history_after.deliveries.len(), history.deliveries.len());
+    assert_eq!(input_after.journal, input.journal, "no journal entry");
+    assert_eq!(input_after.deliveries.len(), input.deliveries.len());
 }

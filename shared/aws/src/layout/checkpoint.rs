@@ -1,5 +1,5 @@
 //! A checkpoint's writes: the run's new state, its journal entries and timeline events
-//! (in checkpoint items, [`crate::history_item`]), callback and tool-call records, child
+//! (in checkpoint items, [`crate::checkpoint_item`]), callback and tool-call records, child
 //! runs and a delivery to its parent, in one transaction conditioned on the version
 //! (and epoch) it was computed from ([`transaction`]) — or, when it writes only the run
 //! and one checkpoint item's worth, in the run item alone as its tail ([`in_tail`]):
@@ -17,7 +17,7 @@ use super::{
     child_run, run_write, unfinished_count,
 };
 use crate::callback_state::{MAX_IN_RUN, in_run_record_item, put_state};
-use crate::history_item::{
+use crate::checkpoint_item::{
     TailWrite, checkpoint_items, next_tail, tail_before, tail_size, timeline_before,
 };
 use crate::item::*;
@@ -250,7 +250,7 @@ pub(crate) fn states_in_run(opening: usize, held: Option<&[String]>, closed: &[S
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::history_item::{TAIL_BYTES, TAIL_CHECKPOINTS, archived_tail};
+    use crate::checkpoint_item::{TAIL_BYTES, TAIL_CHECKPOINTS, archived_tail};
     use crate::keys::{DUE_INDEX, REAP_INDEX};
     use crate::layout::MAX_ITEM_BYTES;
     use crate::layout::fixtures::*;

@@ -12,7 +12,7 @@ use siesta::{Run, TenantId, TimelineEvent};
 use super::{
     Action, Billed, CLAIM_ROOM, Condition, PlannedWrite, Role, WRITE_UNIT_BYTES, WritePlan,
 };
-use crate::history_item::tail_with_event;
+use crate::checkpoint_item::tail_with_event;
 use crate::item::*;
 use crate::keys::*;
 
@@ -123,7 +123,7 @@ pub(crate) fn unfinished_count(tenant: &TenantId, delta: i64, below: Option<u64>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::history_item::{archived_tail, timeline_from_item};
+    use crate::checkpoint_item::{archived_tail, timeline_from_item};
     use crate::keys::{DUE_INDEX, TENANT_INDEX};
     use crate::layout::fixtures::*;
     use serde_json::json;

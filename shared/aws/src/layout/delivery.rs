@@ -20,7 +20,7 @@ use super::{
     WRITE_UNIT_BYTES, names, run_write,
 };
 use crate::callback_state::{kept_state_bytes, put_state, state_attr};
-use crate::history_item::{archived_tail, tail_with_event};
+use crate::checkpoint_item::{archived_tail, tail_with_event};
 use crate::item::*;
 use crate::keys::*;
 

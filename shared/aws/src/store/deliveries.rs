@@ -18,7 +18,7 @@ use crate::item::*;
 use crate::keys::*;
 use crate::layout::{self, Role, WritePlan};
 
-/// A delivery decided: the decision, the run item as read (for the history tail it
+/// A delivery decided: the decision, the run item as read (for the checkpoint tail it
 /// holds), and whether the callback it names keeps its state in the run item
 /// ([`crate::callback_state`]).
 pub(super) struct Planned {

@@ -4,7 +4,7 @@
 //! callback record a webhook's lookup read, for the delivery after it.
 //!
 //! Each is taken once, and what it stands in for is a read whose staleness the reader
-//! tolerates already: a replay's history as of the claimed version (its checkpoint is
+//! tolerates already: a replay's input as of the claimed version (its checkpoint is
 //! conditioned on that version), a delivery's callback record (its write checks the
 //! record is still open and in time, and is decided again on a fresh read if not).
 //!

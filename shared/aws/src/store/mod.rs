@@ -13,7 +13,7 @@
 //! read what a plan needs, send what it returns and act on the answer. A file per job:
 //! [`capacity`] (what the requests cost, tallied from the plans), [`reads`] (gets and
 //! paged queries), [`tx`] (sending a plan: plain puts and updates, transactions, the
-//! roles of their items), [`lifecycle`] (create, claim, renew), [`history`] (what a
+//! roles of their items), [`lifecycle`] (create, claim, renew), [`replay_input`] (what a
 //! replay loads), [`checkpoint`] (and [`tail`], a checkpoint kept in the run item),
 //! [`deliveries`], [`builds`] (the tenant's build records), [`queries`] (timeline and
 //! run listings) and [`due`] (the sweep's index). The [`RunStore`] impl here only routes
@@ -24,12 +24,12 @@ mod capacity;
 mod checkpoint;
 mod deliveries;
 mod due;
-mod history;
 mod just_read;
 mod lifecycle;
 mod openings;
 mod queries;
 mod reads;
+mod replay_input;
 mod tail;
 mod tx;
 
@@ -66,7 +66,7 @@ pub(crate) struct DynamoStore {
     table: String,
     retention: Duration,
     pub(crate) capacity: Arc<CapacityMeter>,
-    /// The history tails of the runs it read or wrote last.
+    /// The checkpoint tails of the runs it read or wrote last.
     tails: tail::Tails,
     /// The run items its claims returned, for the replays that follow.
     claimed: just_read::JustRead,
@@ -146,11 +146,11 @@ impl RunStore for DynamoStore {
         tenant: &TenantId,
         run_id: &RunId,
     ) -> Result<ReplayInput, StoreError> {
-        history::load_replay_input(self, tenant, run_id).await
+        replay_input::load_replay_input(self, tenant, run_id).await
     }
 
     async fn load_claimed_replay_input(&self, run: &Run) -> Result<ReplayInput, StoreError> {
-        history::load_claimed_replay_input(self, run).await
+        replay_input::load_claimed_replay_input(self, run).await
     }
 
     async fn load_journal(
@@ -158,7 +158,7 @@ impl RunStore for DynamoStore {
         tenant: &TenantId,
         run_id: &RunId,
     ) -> Result<Vec<JournalEntry>, StoreError> {
-        history::load_journal(self, tenant, run_id).await
+        replay_input::load_journal(self, tenant, run_id).await
     }
 
     async fn checkpoint(&self, cp: &Checkpoint) -> Result<(), StoreError> {

@@ -6,8 +6,8 @@ use siesta::*;
 
 use super::DynamoStore;
 use super::reads::{item_key, query_page};
+use crate::checkpoint_item::{archived_tail, committed_by, timeline_from_item};
 use crate::error::sdk;
-use crate::history_item::{archived_tail, committed_by, timeline_from_item};
 use crate::item::*;
 use crate::keys::*;
 
@@ -18,7 +18,7 @@ const TIMELINE_READS: usize = 3;
 /// [`RunStore::timeline`]: a page of the run's timeline, from the kinds of item that
 /// hold events: timeline items (a run's first event, deliveries' events, when the run
 /// item had no room for them), checkpoint items, and the run item's
-/// history tail (read first: see [`crate::history_item`]). Each is read
+/// checkpoint tail (read first: see [`crate::checkpoint_item`]). Each is read
 /// from `after` on until it has given `limit` events or has no more, so each gives its
 /// first `limit` events after `after`: the page is the first `limit` of both, by `seq`.
 /// The two queries are not one snapshot: a write committed between them can leave its

@@ -12,8 +12,8 @@ use siesta::{Run, Timestamp};
 
 use super::DynamoStore;
 use crate::callback_state::state_attrs;
+use crate::checkpoint_item::{archived_tail, tail_grew_from};
 use crate::error::sdk;
-use crate::history_item::{archived_tail, tail_grew_from};
 use crate::item::*;
 use crate::keys::*;
 use crate::layout::{self, Role};
@@ -22,7 +22,7 @@ use crate::layout::{self, Role};
 /// tail costs one read of its run item).
 const REMEMBERED: usize = 4096;
 
-/// What the store knows of a run item at one version: the history tail it holds, as
+/// What the store knows of a run item at one version: the checkpoint tail it holds, as
 /// the checkpoint item it is archived as, and the callback states it holds
 /// ([`crate::callback_state`]), if known.
 #[derive(Clone)]
@@ -32,7 +32,7 @@ struct Known {
     callback_states: Option<Vec<String>>,
 }
 
-/// The history tails of the runs whose run item the store read or wrote last, by
+/// The checkpoint tails of the runs whose run item the store read or wrote last, by
 /// partition key and creation time (a run id comes back after its run was removed, when
 /// an `Idempotency-Key` is replayed past the retention). A run item at a given version
 /// never changes, so what is remembered stays true; it is only ever stale by version.
@@ -147,7 +147,7 @@ impl DynamoStore {
             return Ok(Some(known));
         }
         if let Some(item) = self
-            .get_item("checkpoint: read the history tail", key(pk, RUN_SK))
+            .get_item("checkpoint: read the checkpoint tail", key(pk, RUN_SK))
             .await?
         {
             self.tails.remember(&item)?;
@@ -243,7 +243,7 @@ mod tests {
         );
         run.version = version;
         let mut item = run_item(&run, std::time::Duration::ZERO).unwrap();
-        crate::history_item::TailWrite {
+        crate::checkpoint_item::TailWrite {
             sk: checkpoint_sk(3, version, 0),
             packed: vec![1, 2, 3],
             archive: None,

@@ -1,5 +1,5 @@
-//! How a run's history is laid out: the items a checkpoint writes for its journal
-//! entries and timeline events, and the deliveries beside them.
+//! How a run's checkpoint items are laid out: the items a checkpoint writes for its
+//! journal entries and timeline events, and the deliveries beside them.
 //!
 //! A checkpoint's journal entries and timeline events go together in one **checkpoint
 //! item** (more when they pass [`CHECKPOINT_ITEM_BYTES`]), keyed by
@@ -11,12 +11,12 @@
 //!
 //! A checkpoint of the run's own build that needs one checkpoint item and writes no
 //! other record (a step's, typically) leaves it in the run item instead, as the run's
-//! **history tail** ([`TAIL`], [`TAIL_SK`]): one plain conditional write of one item,
+//! **checkpoint tail** ([`TAIL`], [`TAIL_SK`]): one plain conditional write of one item,
 //! one write unit when the run item stays under 1 KB, where a transaction of two items
 //! costs four. The next such checkpoint first archives the tail as the checkpoint item
 //! it stands for (a plain put of committed content, so repeating it is harmless), then
 //! replaces it; other writers keep it. A reader reads the run item first and its
-//! history after ([`with_tail`]): the tail a later write replaces is archived before
+//! checkpoint items after ([`with_tail`]): the tail a later write replaces is archived before
 //! that write, so the reader finds it one place or the other.
 //!
 //! A journal entry may be replaced by a later checkpoint (a retried step's new attempt,
@@ -24,9 +24,9 @@
 //! last one holding a position winning ([`Journal`]); checkpoint items sort in the
 //! order they were written.
 //!
-//! A file per job: this one the checkpoint items' layout, `tail` the history tail kept in
-//! the run item, `packing` the JSON and deflated forms items hold, `reading` the history
-//! read back from items.
+//! A file per job: this one the checkpoint items' layout, `tail` the checkpoint tail kept in
+//! the run item, `packing` the JSON and deflated forms items hold, `reading` the items
+//! read back (the journal, the timeline, the replay input).
 
 mod packing;
 mod reading;

@@ -1,5 +1,5 @@
-//! How a checkpoint lays out a run's history on DynamoDB: the run's own build keeps a
-//! step's checkpoint in the run item (its history tail), up to three in a row, and
+//! How a checkpoint lays out a run's journal and timeline on DynamoDB: the run's own build keeps a
+//! step's checkpoint in the run item (its checkpoint tail), up to three in a row, and
 //! archives them as one checkpoint item (`H#K#`) before the next; its other checkpoints
 //! are checkpoint items. Code other than the run's build — the control plane — writes
 //! checkpoint items too, and keeps the tail.
@@ -45,7 +45,7 @@ async fn sort_keys(env: &support::Emulators, run: &Run) -> Vec<String> {
         .collect()
 }
 
-/// The sort key the run item's history tail would have archived, if it holds one.
+/// The sort key the run item's checkpoint tail would have archived, if it holds one.
 async fn tail_sk(env: &support::Emulators, run: &Run) -> Option<String> {
     items(env, run)
         .await
@@ -96,7 +96,7 @@ async fn timeline_seqs(backend: &Backend, run: &Run) -> Vec<u64> {
         .collect()
 }
 
-/// How many checkpoint items the run's history has.
+/// How many checkpoint items the run has.
 fn checkpoint_items(keys: &[String]) -> usize {
     keys.iter().filter(|k| k.starts_with("H#K#")).count()
 }
@@ -138,7 +138,7 @@ async fn new_run(backend: &Backend) -> Run {
 }
 
 #[tokio::test]
-async fn the_control_plane_writes_checkpoint_items_and_keeps_the_runs_history_tail() {
+async fn the_control_plane_writes_checkpoint_items_and_keeps_the_runs_checkpoint_tail() {
     let Some(env) = support::emulators().await else {
         return;
     };
@@ -172,7 +172,7 @@ async fn the_control_plane_writes_checkpoint_items_and_keeps_the_runs_history_ta
 }
 
 #[tokio::test]
-async fn a_runs_steps_share_its_history_tail_three_at_a_time_and_read_back_whole() {
+async fn a_runs_steps_share_its_checkpoint_tail_three_at_a_time_and_read_back_whole() {
     let Some(env) = support::emulators().await else {
         return;
     };
@@ -531,13 +531,13 @@ async fn the_control_planes_entries_give_way_to_later_ones_at_their_position() {
     );
 }
 
-/// A delivery's event joins the run item's history tail instead of a timeline item of
+/// A delivery's event joins the run item's checkpoint tail instead of a timeline item of
 /// its own (the delivery's transaction writes one item fewer) while the run item stays
 /// under a write unit: a run waiting after a transaction (a callback's opening) has no
 /// tail, and the delivery starts one; the run's next checkpoint takes it along, and the
 /// timeline stays whole.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_deliverys_event_joins_the_history_tail_and_the_next_checkpoint_takes_it() {
+async fn a_deliverys_event_joins_the_checkpoint_tail_and_the_next_checkpoint_takes_it() {
     let Some(env) = support::emulators().await else {
         return;
     };

@@ -1,16 +1,16 @@
-//! Loading what a replay reads: the run's history (journal and deliveries), or its
-//! journal alone.
+//! Loading what a replay reads: the run's replay input (journal and deliveries), or
+//! its journal alone.
 use siesta::ports::*;
 use siesta::*;
 
 use super::DynamoStore;
+use crate::checkpoint_item::{Journal, replay_item, with_tail};
 use crate::error::corrupt;
-use crate::history_item::{Journal, history_from_item, with_tail};
 use crate::item::*;
 use crate::keys::*;
 
-/// The run item, read before the history so that a tail archived since is found in
-/// the history ([`with_tail`]), and remembered for the run's next checkpoint.
+/// The run item, read before the checkpoint items so that a tail archived since is
+/// found among them ([`with_tail`]), and remembered for the run's next checkpoint.
 async fn run_item_first(
     store: &DynamoStore,
     op: &str,
@@ -24,7 +24,7 @@ async fn run_item_first(
 }
 
 /// [`RunStore::load_replay_input`]: the journal and the deliveries, in one paged query
-/// after the run item (for its history tail).
+/// after the run item (for its checkpoint tail).
 pub(super) async fn load_replay_input(
     store: &DynamoStore,
     tenant: &TenantId,
@@ -32,12 +32,12 @@ pub(super) async fn load_replay_input(
 ) -> Result<ReplayInput, StoreError> {
     let pk = run_pk(tenant, run_id);
     let run = run_item_first(store, "load_replay_input: the run", &pk).await?;
-    history_after(store, &pk, run.as_ref()).await
+    replay_input_after(store, &pk, run.as_ref()).await
 }
 
 /// [`RunStore::load_claimed_replay_input`]: [`load_replay_input`] from the run item the claim
 /// returned, when the store kept it and it is `run`'s (that run at that version): read
-/// before the history's query as [`with_tail`] needs, and what any reader would read
+/// before the replay input's query as [`with_tail`] needs, and what any reader would read
 /// at that version.
 pub(super) async fn load_claimed_replay_input(
     store: &DynamoStore,
@@ -52,15 +52,15 @@ pub(super) async fn load_claimed_replay_input(
         Some(item) => {
             // Its tail, for the run's next checkpoint, as `run_item_first` does.
             store.tails.remember(&item)?;
-            history_after(store, &pk, Some(&item)).await
+            replay_input_after(store, &pk, Some(&item)).await
         }
         None => load_replay_input(store, &run.tenant, &run.id).await,
     }
 }
 
-/// The history of the run in partition `pk` whose run item was read as `run` (none:
+/// The replay input of the run in partition `pk` whose run item was read as `run` (none:
 /// there was no run item), by one paged query made after that read.
-async fn history_after(
+async fn replay_input_after(
     store: &DynamoStore,
     pk: &str,
     run: Option<&Item>,
@@ -69,9 +69,9 @@ async fn history_after(
         .query_pages(
             "load_replay_input",
             |q| {
-                q.key_condition_expression("pk = :pk AND begins_with(sk, :history)")
+                q.key_condition_expression("pk = :pk AND begins_with(sk, :replay_input)")
                     .expression_attribute_values(":pk", s(pk))
-                    .expression_attribute_values(":history", s(HISTORY_PREFIX))
+                    .expression_attribute_values(":replay_input", s(REPLAY_INPUT_PREFIX))
                     .consistent_read(true)
             },
             None,
@@ -81,7 +81,7 @@ async fn history_after(
     let mut journal = Journal::default();
     let mut deliveries = Vec::new();
     for item in &items {
-        deliveries.extend(journal.take(history_from_item(item)?));
+        deliveries.extend(journal.take(replay_item(item)?));
     }
     deliveries.sort_by_key(|d: &Delivery| d.seq);
     Ok(ReplayInput {
@@ -91,7 +91,7 @@ async fn history_after(
 }
 
 /// [`RunStore::load_journal`]: the journal alone (and the run item first, for its
-/// history tail).
+/// checkpoint tail).
 pub(super) async fn load_journal(
     store: &DynamoStore,
     tenant: &TenantId,
@@ -115,7 +115,7 @@ pub(super) async fn load_journal(
     let items = with_tail(items, run.as_ref())?;
     let mut journal = Journal::default();
     for item in &items {
-        if journal.take(history_from_item(item)?).is_some() {
+        if journal.take(replay_item(item)?).is_some() {
             return Err(corrupt(
                 "load_journal",
                 "a delivery under the journal's keys",

@@ -1,4 +1,4 @@
-//! The history tail: a step's checkpoint kept in the run item, packed, archived as the
+//! The checkpoint tail: a step's checkpoint kept in the run item, packed, archived as the
 //! checkpoint item it stands for when the next one replaces it, and read back with it.
 
 use aws_sdk_dynamodb::primitives::Blob;
@@ -13,14 +13,14 @@ use crate::error::corrupt;
 use crate::item::{Item, TAIL, TAIL_SK, VERSION, get_n, get_s, item_size, key, s};
 use crate::keys::*;
 
-/// How many checkpoints a history tail holds at most: the checkpoint that would add one
+/// How many checkpoints a checkpoint tail holds at most: the checkpoint that would add one
 /// more archives it instead (a write request per this many steps).
 pub(crate) const TAIL_CHECKPOINTS: u64 = 3;
-/// How many bytes a history tail holds at most, deflated: every write of the run item
+/// How many bytes a checkpoint tail holds at most, deflated: every write of the run item
 /// is billed for it, so a checkpoint that would take it past this archives it instead.
 pub(crate) const TAIL_BYTES: usize = 1024;
 
-/// Whether a history tail under `sk` (holding journal entries or not) may be joined by,
+/// Whether a checkpoint tail under `sk` (holding journal entries or not) may be joined by,
 /// or taken into, a write conditioned on the run at `version` with its timeline at
 /// `timeline_seq`: when its last checkpoint made `version` (nothing was written
 /// since), or when it holds deliveries' events alone and no event was written since (a
@@ -33,7 +33,7 @@ pub(super) fn may_take(sk: &str, has_entries: bool, version: u64, timeline_seq: 
         || (!has_entries && checkpoint_seq(sk) == Some(timeline_seq))
 }
 
-/// A history tail as it is deflated ([`pack`]): the entries and events of its
+/// A checkpoint tail as it is deflated ([`pack`]): the entries and events of its
 /// checkpoints in the order they were written (what an archived tail holds,
 /// [`PACKED`]), and how many checkpoints they are. Read to join one more, so each
 /// entry and event is kept as JSON.
@@ -45,7 +45,7 @@ pub(super) struct PackedTail {
     checkpoints: u64,
 }
 
-/// What a checkpoint kept in the run item writes: the history tail it leaves, and the
+/// What a checkpoint kept in the run item writes: the checkpoint tail it leaves, and the
 /// tail it replaces to archive first, if any.
 pub(crate) struct TailWrite {
     /// The tail's sort key once archived: its last checkpoint's ([`checkpoint_sk`]).
@@ -99,7 +99,7 @@ impl PackedTail {
     }
 }
 
-/// The history tail a checkpoint leaves in the run item instead of its checkpoint item,
+/// The checkpoint tail a checkpoint leaves in the run item instead of its checkpoint item,
 /// given the tail `previous` the run item holds at `expected_version` (as the item it
 /// is archived as). The checkpoint joins that tail when the tail's last checkpoint made
 /// `expected_version` (no other write came between: the tail's checkpoints are
@@ -145,9 +145,9 @@ pub(crate) fn next_tail(
             archive: None,
         }));
     };
-    let previous_sk = get_s(&previous, SK, "history tail")?.to_owned();
+    let previous_sk = get_s(&previous, SK, "checkpoint tail")?.to_owned();
     let before = timeline_before(run, events.len());
-    let joined = unpack::<PackedTail>(&previous, "history tail")?;
+    let joined = unpack::<PackedTail>(&previous, "checkpoint tail")?;
     if let Some(joined) = joined.filter(|j| {
         may_take(
             &previous_sk,
@@ -184,7 +184,7 @@ pub(crate) fn timeline_before(run: &Run, events: usize) -> u64 {
     run.timeline_seq.saturating_sub(events as u64)
 }
 
-/// What a history tail (as the item it is archived as) holds, when its last
+/// What a checkpoint tail (as the item it is archived as) holds, when its last
 /// checkpoint made `version`: for a transaction's checkpoint conditioned on that
 /// version to write ahead of its own entries and events, in its own checkpoint items
 /// (the two are consecutive, so nothing sorts between them). `None` when it did not.
@@ -193,13 +193,13 @@ pub(crate) fn tail_before(
     version: u64,
     timeline_seq: u64,
 ) -> Result<Option<TailContents>, StoreError> {
-    let sk = get_s(tail, SK, "history tail")?;
-    let contents = unpack::<TailContents>(tail, "history tail")?
-        .ok_or_else(|| corrupt("history tail", "not deflated"))?;
+    let sk = get_s(tail, SK, "checkpoint tail")?;
+    let contents = unpack::<TailContents>(tail, "checkpoint tail")?
+        .ok_or_else(|| corrupt("checkpoint tail", "not deflated"))?;
     Ok(may_take(sk, !contents.journal.is_empty(), version, timeline_seq).then_some(contents))
 }
 
-/// The history tail a delivery to `run` (as the delivery leaves it) writes: the tail
+/// The checkpoint tail a delivery to `run` (as the delivery leaves it) writes: the tail
 /// `previous` the run item holds, if any (as the item it is archived as), with the
 /// delivery's `event` after its events, under the key of the delivery's seq and
 /// version — so that the delivery's event needs no item of its own: the run's next
@@ -219,9 +219,9 @@ pub(crate) fn tail_with_event(
     let event = [json];
     let packed = match previous {
         Some(previous) => {
-            let tail = unpack::<PackedTail>(previous, "history tail")?
-                .ok_or_else(|| corrupt("history tail", "not deflated"))?;
-            let sk = get_s(previous, SK, "history tail")?;
+            let tail = unpack::<PackedTail>(previous, "checkpoint tail")?
+                .ok_or_else(|| corrupt("checkpoint tail", "not deflated"))?;
+            let sk = get_s(previous, SK, "checkpoint tail")?;
             let before = event_seq.saturating_sub(1);
             if !may_take(sk, !tail.journal.is_empty(), read_version, before) {
                 // Moved under the delivery's key, it would sort after what came
@@ -240,12 +240,12 @@ pub(crate) fn tail_with_event(
     }))
 }
 
-/// Whether the history tail `held` (a run item as read) holds is the one `written` (the
+/// Whether the checkpoint tail `held` (a run item as read) holds is the one `written` (the
 /// run item a step's write wrote) put in it, or grew from it by deliveries' events
 /// alone ([`tail_with_event`]): how a step's write whose answer was lost knows, on its
 /// retry, that it was applied.
 pub(crate) fn tail_grew_from(held: &Item, written: &Item) -> Result<bool, StoreError> {
-    const WHAT: &str = "history tail";
+    const WHAT: &str = "checkpoint tail";
     let tail = |item: &Item| match (item.get(TAIL_SK), item.get(TAIL)) {
         (Some(AttributeValue::S(sk)), Some(AttributeValue::B(packed))) => {
             Some((sk.clone(), packed.clone()))
@@ -269,7 +269,7 @@ pub(crate) fn tail_grew_from(held: &Item, written: &Item) -> Result<bool, StoreE
         && held.events[..ours.events.len()] == ours.events[..])
 }
 
-/// What a history tail holds: its checkpoints' entries and events, in order.
+/// What a checkpoint tail holds: its checkpoints' entries and events, in order.
 #[derive(Debug, PartialEq, Deserialize)]
 pub(crate) struct TailContents {
     #[serde(default)]
@@ -278,9 +278,9 @@ pub(crate) struct TailContents {
     pub(crate) events: Vec<TimelineEvent>,
 }
 
-/// The history tail `run_item` holds, as the checkpoint item it is archived as.
+/// The checkpoint tail `run_item` holds, as the checkpoint item it is archived as.
 pub(crate) fn archived_tail(run_item: &Item) -> Result<Option<Item>, StoreError> {
-    const WHAT: &str = "history tail";
+    const WHAT: &str = "checkpoint tail";
     let Some(tail) = run_item.get(TAIL) else {
         return Ok(None);
     };
@@ -298,7 +298,7 @@ pub(crate) fn committed_by(items: Vec<Item>, run_item: &Item) -> Result<Vec<Item
     let version: u64 = get_n(run_item, VERSION, "run")?;
     let mut kept = Vec::with_capacity(items.len() + 1);
     for item in items {
-        let sk = get_s(&item, SK, "history")?;
+        let sk = get_s(&item, SK, "checkpoint item")?;
         if checkpoint_version(sk).is_none_or(|v| v <= version) {
             kept.push(item);
         }
@@ -306,7 +306,7 @@ pub(crate) fn committed_by(items: Vec<Item>, run_item: &Item) -> Result<Vec<Item
     Ok(kept)
 }
 
-/// How many bytes a history tail (as the item it is archived as) adds to its run item.
+/// How many bytes a checkpoint tail (as the item it is archived as) adds to its run item.
 pub(crate) fn tail_size(tail: &Item) -> usize {
     let sk = tail
         .get(SK)
@@ -317,8 +317,8 @@ pub(crate) fn tail_size(tail: &Item) -> usize {
     TAIL_SK.len() + sk + TAIL.len() + packed
 }
 
-/// What the run's history was when `run_item` was read: `items`, from one query of its
-/// history in sort-key order made after that read ([`committed_by`] it), with the run
+/// What the run's checkpoint items (and deliveries) were when `run_item` was read:
+/// `items`, from one query of them in sort-key order made after that read ([`committed_by`] it), with the run
 /// item's tail among them in its place. A tail archived since the read is found once.
 pub(crate) fn with_tail(
     items: Vec<Item>,
@@ -329,11 +329,12 @@ pub(crate) fn with_tail(
     };
     let mut items = committed_by(items, run_item)?;
     if let Some(tail) = archived_tail(run_item)? {
-        let sk = get_s(&tail, SK, "history tail")?.to_owned();
-        let at = items.partition_point(|i| get_s(i, SK, "history").is_ok_and(|k| k < sk.as_str()));
+        let sk = get_s(&tail, SK, "checkpoint tail")?.to_owned();
+        let at = items
+            .partition_point(|i| get_s(i, SK, "checkpoint item").is_ok_and(|k| k < sk.as_str()));
         let archived = items
             .get(at)
-            .is_some_and(|i| get_s(i, SK, "history").is_ok_and(|k| k == sk));
+            .is_some_and(|i| get_s(i, SK, "checkpoint item").is_ok_and(|k| k == sk));
         if !archived {
             items.insert(at, tail);
         }

@@ -1,4 +1,4 @@
-//! A run's history read back from its items: timeline events, journal entries, the
+//! A run's checkpoint items and deliveries read back: timeline events, journal entries, the
 //! journal as the last item holding each position says.
 
 use std::collections::HashMap;
@@ -41,36 +41,36 @@ pub(crate) fn timeline_from_item(item: &Item) -> Result<Vec<TimelineEvent>, Stor
     }
 }
 
-/// One item of a run's history.
-pub(crate) enum HistoryItem {
+/// One item of a run's replay input: a checkpoint item or a delivery.
+pub(crate) enum ReplayItem {
     /// A checkpoint item's journal entries (its events are not read).
     Checkpoint(Vec<JournalEntry>),
     /// A delivery.
     Delivery(Delivery),
 }
 
-/// What `item`, found under [`HISTORY_PREFIX`], holds for a replay.
-pub(crate) fn history_from_item(item: &Item) -> Result<HistoryItem, StoreError> {
-    let sk = get_s(item, SK, "history")?;
+/// What `item`, found under [`REPLAY_INPUT_PREFIX`], holds for a replay.
+pub(crate) fn replay_item(item: &Item) -> Result<ReplayItem, StoreError> {
+    let sk = get_s(item, SK, "replay input")?;
     if sk.starts_with(CHECKPOINT_PREFIX) {
         const WHAT: &str = "checkpoint's journal entries";
         if let Some(packed) = unpack::<PackedJournal>(item, WHAT)? {
-            return Ok(HistoryItem::Checkpoint(packed.journal));
+            return Ok(ReplayItem::Checkpoint(packed.journal));
         }
-        Ok(HistoryItem::Checkpoint(match item.get(JOURNAL) {
+        Ok(ReplayItem::Checkpoint(match item.get(JOURNAL) {
             Some(_) => {
                 serde_json::from_str(get_s(item, JOURNAL, WHAT)?).map_err(|e| corrupt(WHAT, e))?
             }
             None => Vec::new(),
         }))
     } else if sk.starts_with(DELIVERY_PREFIX) {
-        Ok(HistoryItem::Delivery(from_json(item, "delivery")?))
+        Ok(ReplayItem::Delivery(from_json(item, "delivery")?))
     } else {
-        Err(corrupt("history", format!("unexpected sort key {sk}")))
+        Err(corrupt("replay input", format!("unexpected sort key {sk}")))
     }
 }
 
-/// A run's journal gathered from its history items in sort-key order: an entry read
+/// A run's journal gathered from its checkpoint items in sort-key order: an entry read
 /// later replaces one at the same position read earlier.
 #[derive(Default)]
 pub(crate) struct Journal {
@@ -90,11 +90,11 @@ impl Journal {
         }
     }
 
-    /// Adds what a history item holds of the journal; a delivery is handed back.
-    pub(crate) fn take(&mut self, item: HistoryItem) -> Option<Delivery> {
+    /// Adds what an item of the replay input holds of the journal; a delivery is handed back.
+    pub(crate) fn take(&mut self, item: ReplayItem) -> Option<Delivery> {
         match item {
-            HistoryItem::Checkpoint(entries) => entries.into_iter().for_each(|e| self.push(e)),
-            HistoryItem::Delivery(delivery) => return Some(delivery),
+            ReplayItem::Checkpoint(entries) => entries.into_iter().for_each(|e| self.push(e)),
+            ReplayItem::Delivery(delivery) => return Some(delivery),
         }
         None
     }

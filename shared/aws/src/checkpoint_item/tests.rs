@@ -1,4 +1,4 @@
-//! Unit tests of the checkpoint items' layout, the history tail, packing and reading back.
+//! Unit tests of the checkpoint items' layout, the checkpoint tail, packing and reading back.
 
 use super::*;
 use serde_json::json;
@@ -47,7 +47,7 @@ fn ids() -> (TenantId, RunId) {
 fn journal_of(items: &[Item]) -> Vec<JournalEntry> {
     let mut journal = Journal::default();
     for item in items {
-        assert!(journal.take(history_from_item(item).unwrap()).is_none());
+        assert!(journal.take(replay_item(item).unwrap()).is_none());
     }
     journal.into_entries()
 }
@@ -107,10 +107,7 @@ fn a_packed_item_that_does_not_inflate_is_an_error_not_a_panic() {
         timeline_from_item(&item),
         Err(StoreError::Invalid(_))
     ));
-    assert!(matches!(
-        history_from_item(&item),
-        Err(StoreError::Invalid(_))
-    ));
+    assert!(matches!(replay_item(&item), Err(StoreError::Invalid(_))));
 }
 
 #[test]
@@ -485,7 +482,7 @@ fn a_checkpoint_of_more_than_one_item_or_of_nothing_has_no_tail() {
 }
 
 #[test]
-fn the_history_read_after_the_run_item_has_its_tail_once_in_its_place() {
+fn the_items_read_after_the_run_item_has_its_tail_once_in_its_place() {
     let (tenant, run_id) = ids();
     let at = |seq, version| {
         let mut r = run(seq, version);
@@ -513,22 +510,22 @@ fn the_history_read_after_the_run_item_has_its_tail_once_in_its_place() {
             .collect::<Vec<_>>()
     };
     // Not archived yet: the tail joins in its place, last here.
-    let history = with_tail(vec![first.clone(), second.clone()], Some(&run_item)).unwrap();
+    let items = with_tail(vec![first.clone(), second.clone()], Some(&run_item)).unwrap();
     assert_eq!(
-        sks(&history),
+        sks(&items),
         sks(&[first.clone(), second.clone(), archived.clone()])
     );
-    assert_eq!(journal_of(&history), vec![entry("a#1", 3), entry("b#1", 1)]);
+    assert_eq!(journal_of(&items), vec![entry("a#1", 3), entry("b#1", 1)]);
     // Archived between the two reads, and a checkpoint of version 8 committed (as a
     // checkpoint item): the tail once, the later checkpoint not at all.
     let later = item(&at(8, 8), entry("a#1", 9));
     let read = vec![first.clone(), second.clone(), archived.clone(), later];
-    let history = with_tail(read, Some(&run_item)).unwrap();
+    let items = with_tail(read, Some(&run_item)).unwrap();
     assert_eq!(
-        sks(&history),
+        sks(&items),
         sks(&[first.clone(), second.clone(), archived.clone()])
     );
-    assert_eq!(journal_of(&history), vec![entry("a#1", 3), entry("b#1", 1)]);
+    assert_eq!(journal_of(&items), vec![entry("a#1", 3), entry("b#1", 1)]);
     // A tail older than a checkpoint item (a transaction's, which keeps the tail):
     // the later item's entry wins.
     current.version = 9;
@@ -537,8 +534,8 @@ fn the_history_read_after_the_run_item_has_its_tail_once_in_its_place() {
         &current,
         checkpoint_tail(&at(6, 6), &[entry("a#1", 3)], &[]).unwrap(),
     );
-    let history = with_tail(vec![first, tx_item], Some(&run_item)).unwrap();
-    assert_eq!(journal_of(&history), vec![entry("a#1", 4)]);
+    let items = with_tail(vec![first, tx_item], Some(&run_item)).unwrap();
+    assert_eq!(journal_of(&items), vec![entry("a#1", 4)]);
     // No run item, nothing to add.
     assert!(with_tail(Vec::new(), None).unwrap().is_empty());
 }
