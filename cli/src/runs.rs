@@ -316,7 +316,7 @@ impl Remote {
         Ok(())
     }
 
-    /// `runs export RUN`: the run and its history as JSON on stdout.
+    /// `runs export RUN`: the run and its replay input (journal, deliveries) as JSON on stdout.
     pub async fn export(&self, id: &str) -> anyhow::Result<()> {
         let export = self
             .client()

@@ -206,8 +206,8 @@ macro_rules! conformance_suite {
             callback_delivery_after_its_heartbeat_deadline_is_gone
             parent_delivery_is_applied_inside_the_checkpoint
             parent_delivery_is_skipped_when_duplicate_or_parent_gone
-            load_history_returns_journal_and_deliveries_in_order
-            load_claimed_history_is_the_history_of_the_claimed_run
+            load_replay_input_returns_journal_and_deliveries_in_order
+            load_claimed_replay_input_is_the_replay_input_of_the_claimed_run
             // the engine on the backend
             a_wait_a_race_dropped_takes_no_delivery
             a_dropped_wait_takes_no_delivery_whatever_its_shape_and_whenever_it_arrives

@@ -251,18 +251,18 @@ pub(crate) async fn snapshot(h: &Harness, tenant: &TenantId, run_id: &RunId) -> 
         .get_run(tenant, run_id)
         .await
         .unwrap_or_else(|e| panic!("get_run {run_id}: {e}"));
-    let history = h
+    let replay_input = h
         .backend
         .store
         .load_replay_input(tenant, run_id)
         .await
         .unwrap_or_else(|e| panic!("load_replay_input {run_id}: {e}"));
-    let mut journal = history.journal;
+    let mut journal = replay_input.journal;
     journal.sort_by(|a, b| a.position.cmp(&b.position));
     Snapshot {
         run,
         journal,
-        deliveries: history.deliveries,
+        deliveries: replay_input.deliveries,
         timeline: timeline(h, tenant, run_id).await,
     }
 }

@@ -242,12 +242,12 @@ async fn workload(backend: &crate::EmbeddedBackend, clock: &Arc<ManualClock>) {
         .unwrap()
         .runs;
     let waiting = waiting.first().expect("a run waits on its callback");
-    let history = ports
+    let replay_input = ports
         .store
         .load_replay_input(&waiting.tenant, &waiting.id)
         .await
         .unwrap();
-    let callback_id = history
+    let callback_id = replay_input
         .journal
         .iter()
         .find_map(|e| match &e.state {

@@ -676,11 +676,11 @@ pub async fn callback_and_tool_call_records_round_trip(h: Harness) {
     write(&h, &cp).await;
 
     let store = &h.backend.store;
-    let history = store
+    let replay_input = store
         .load_replay_input(&tenant, &run.id)
         .await
-        .expect("history");
-    let stored = history
+        .expect("replay input");
+    let stored = replay_input
         .journal
         .iter()
         .find(|e| e.position == event_wait.position)

@@ -1,4 +1,4 @@
-//! Deliveries: dedup, counters, due times, callbacks, deliveries to parents, history.
+//! Deliveries: dedup, counters, due times, callbacks, deliveries to parents, the replay input.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -101,13 +101,13 @@ pub async fn deliver_appends_delivery_and_event(h: Harness) {
         sent.push(stored(&d, after.inbox_seq));
         current = after;
     }
-    let history = h
+    let replay_input = h
         .backend
         .store
         .load_replay_input(&tenant, &run.id)
         .await
         .expect("load_replay_input");
-    assert_eq!(history.deliveries, sent, "the stored deliveries");
+    assert_eq!(replay_input.deliveries, sent, "the stored deliveries");
     assert_eq!(
         sent.iter().map(|d| d.seq).collect::<Vec<_>>(),
         vec![1, 2],
@@ -265,19 +265,23 @@ pub async fn concurrent_deliveries_get_gapless_seqs(h: Harness) {
         run.version + N as u64,
         "every delivery bumped the version"
     );
-    let history = h
+    let replay_input = h
         .backend
         .store
         .load_replay_input(&tenant, &run.id)
         .await
         .expect("load_replay_input");
     assert_eq!(
-        history.deliveries.iter().map(|d| d.seq).collect::<Vec<_>>(),
+        replay_input
+            .deliveries
+            .iter()
+            .map(|d| d.seq)
+            .collect::<Vec<_>>(),
         (1..=N as u64).collect::<Vec<_>>(),
         "inbox seqs are gapless"
     );
     assert_eq!(
-        history
+        replay_input
             .deliveries
             .iter()
             .map(|d| &d.id)
@@ -747,13 +751,13 @@ pub async fn parent_delivery_is_applied_inside_the_checkpoint(h: Harness) {
         events.last(),
         Some(&numbered(&to_parent, after.timeline_seq))
     );
-    let history = h
+    let replay_input = h
         .backend
         .store
         .load_replay_input(&tenant, &parent.id)
         .await
         .expect("load_replay_input");
-    assert_eq!(history.deliveries, vec![stored(&to_parent, 1)]);
+    assert_eq!(replay_input.deliveries, vec![stored(&to_parent, 1)]);
 }
 
 /// A `parent_delivery` that is a duplicate, or whose parent has finished, does not exist
@@ -829,7 +833,7 @@ pub async fn parent_delivery_is_skipped_when_duplicate_or_parent_gone(h: Harness
 
 /// `load_replay_input` returns every journal entry and every delivery, in `seq` order;
 /// `load_journal` the same journal alone.
-pub async fn load_history_returns_journal_and_deliveries_in_order(h: Harness) {
+pub async fn load_replay_input_returns_journal_and_deliveries_in_order(h: Harness) {
     let tenant = tenant();
     let run = create(&h, &tenant).await;
     let held = claim(&h, &run, "engine-a", LEASE).await;
@@ -867,14 +871,17 @@ pub async fn load_history_returns_journal_and_deliveries_in_order(h: Harness) {
         deliver(&h, &d).await;
         expected.push(stored(&d, i + 1));
     }
-    let history = h
+    let replay_input = h
         .backend
         .store
         .load_replay_input(&tenant, &run.id)
         .await
         .expect("load_replay_input");
-    assert_eq!(history.deliveries, expected, "every delivery, in seq order");
-    let mut journal = history.journal;
+    assert_eq!(
+        replay_input.deliveries, expected,
+        "every delivery, in seq order"
+    );
+    let mut journal = replay_input.journal;
     journal.sort_by(|a, b| a.position.cmp(&b.position));
     let mut written = cp.journal;
     written.sort_by(|a, b| a.position.cmp(&b.position));
@@ -892,11 +899,11 @@ pub async fn load_history_returns_journal_and_deliveries_in_order(h: Harness) {
     );
 }
 
-/// `load_claimed_replay_input` of a run as its claim returned it is `load_replay_input`'s
-/// history: every entry (those of the run item's history tail among them, where an
+/// `load_claimed_replay_input` of a run as its claim returned it is `load_replay_input`'s:
+/// every entry (those of the run item's checkpoint tail among them, where an
 /// adapter keeps one), and every delivery, one that arrived after the claim too. Of a
 /// run at another version than the claim's, it reads the run as `load_replay_input` does.
-pub async fn load_claimed_history_is_the_history_of_the_claimed_run(h: Harness) {
+pub async fn load_claimed_replay_input_is_the_replay_input_of_the_claimed_run(h: Harness) {
     let tenant = tenant();
     let run = create(&h, &tenant).await;
     let held = claim(&h, &run, "engine-a", Duration::from_secs(1)).await;
@@ -920,16 +927,16 @@ pub async fn load_claimed_history_is_the_history_of_the_claimed_run(h: Harness) 
     deliver(&h, &after).await;
 
     let store = &h.backend.store;
-    let history = store
+    let replay_input = store
         .load_claimed_replay_input(&claimed)
         .await
         .expect("load_claimed_replay_input");
     assert_eq!(
-        history.deliveries,
+        replay_input.deliveries,
         vec![stored(&before, 1), stored(&after, 2)],
         "the deliveries before the claim and after it"
     );
-    let mut journal = history.journal;
+    let mut journal = replay_input.journal;
     journal.sort_by(|a, b| a.position.cmp(&b.position));
     let mut written: Vec<_> = many.journal.iter().chain(&one.journal).cloned().collect();
     written.sort_by(|a, b| a.position.cmp(&b.position));
@@ -940,13 +947,13 @@ pub async fn load_claimed_history_is_the_history_of_the_claimed_run(h: Harness) 
         .expect("load_replay_input");
     read.journal.sort_by(|a, b| a.position.cmp(&b.position));
     assert_eq!(read.journal, written, "as load_replay_input reads it");
-    assert_eq!(read.deliveries, history.deliveries);
+    assert_eq!(read.deliveries, replay_input.deliveries);
     // Not the claimed version: read as load_replay_input does.
     let again = store
         .load_claimed_replay_input(&held)
         .await
         .expect("load_claimed_replay_input of an older version");
-    assert_eq!(again.deliveries, history.deliveries);
+    assert_eq!(again.deliveries, replay_input.deliveries);
     assert_eq!(again.journal.len(), written.len());
 }
 

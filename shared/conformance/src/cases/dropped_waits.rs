@@ -319,15 +319,15 @@ async fn try_deliver(
     r: &mut Running,
 ) -> Result<(), String> {
     let value = format!("d{}", r.sent.len());
-    let history = h
+    let replay_input = h
         .backend
         .store
         .load_replay_input(tenant, &r.run)
         .await
-        .expect("read the history");
+        .expect("read the replay input");
     // The open callback or child run created last: the wait live now.
     let live = |kind: OperationKind| {
-        history
+        replay_input
             .journal
             .iter()
             .filter(|e| e.kind == kind && matches!(e.state, EntryState::Waiting(_)))
@@ -527,15 +527,19 @@ async fn check(h: &Harness, tenant: &TenantId, r: &Running) -> Result<(), String
             r.sent
         ));
     }
-    let history = h
+    let replay_input = h
         .backend
         .store
         .load_replay_input(tenant, &r.run)
         .await
-        .expect("read the history");
+        .expect("read the replay input");
     if timeouts == 1 {
         // The later rounds' timers never fire: the first round is the one lost.
-        for entry in history.journal.iter().filter(|e| in_lost_round(&r.case, e)) {
+        for entry in replay_input
+            .journal
+            .iter()
+            .filter(|e| in_lost_round(&r.case, e))
+        {
             if !entry.consumed.is_empty() {
                 return Err(format!(
                     "{name}: {} of the lost round took {:?}",
@@ -544,7 +548,7 @@ async fn check(h: &Harness, tenant: &TenantId, r: &Running) -> Result<(), String
             }
         }
     }
-    let taken: Vec<&DeliveryId> = history
+    let taken: Vec<&DeliveryId> = replay_input
         .journal
         .iter()
         .flat_map(|e| e.consumed.iter())

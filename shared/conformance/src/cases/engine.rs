@@ -91,13 +91,13 @@ pub async fn a_wait_a_race_dropped_takes_no_delivery(h: Harness) {
             Some(Payload::Inline(json!(["tick", "hello"]))),
             "written={written}"
         );
-        let history = h
+        let replay_input = h
             .backend
             .store
             .load_replay_input(&tenant, &run.id)
             .await
-            .expect("read the history");
-        let loser = history
+            .expect("read the replay input");
+        let loser = replay_input
             .journal
             .iter()
             .find(|e| e.position.0 == "ping#0")

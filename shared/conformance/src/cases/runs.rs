@@ -56,7 +56,7 @@ pub async fn create_and_get_run(h: Harness) {
 }
 
 /// Everything is keyed by tenant: another tenant does not see the run (get, claim,
-/// deliver, history, timeline, listing, tool calls) and can use the same run id.
+/// deliver, replay input, timeline, listing, tool calls) and can use the same run id.
 pub async fn tenant_isolation(h: Harness) {
     let owner = tenant();
     let stranger = tenant();
@@ -90,13 +90,13 @@ pub async fn tenant_isolation(h: Harness) {
         matches!(delivered, Err(StoreError::NotFound)),
         "another tenant's deliver: expected NotFound, got {delivered:?}"
     );
-    let history = store
+    let replay_input = store
         .load_replay_input(&stranger, &run.id)
         .await
         .expect("load_replay_input");
     assert!(
-        history.journal.is_empty() && history.deliveries.is_empty(),
-        "another tenant's history is empty, got {history:?}"
+        replay_input.journal.is_empty() && replay_input.deliveries.is_empty(),
+        "another tenant's replay input is empty, got {replay_input:?}"
     );
     assert_eq!(
         store

@@ -158,7 +158,7 @@ impl RunStore for EmbeddedBackend {
     ) -> Result<ReplayInput, StoreError> {
         let (tenant, run_id) = (tenant.0.clone(), run_id.0.clone());
         self.read(move |tx| {
-            let mut history = ReplayInput {
+            let mut input = ReplayInput {
                 journal: read_journal(tx, &tenant, &run_id)?,
                 ..ReplayInput::default()
             };
@@ -172,9 +172,9 @@ impl RunStore for EmbeddedBackend {
                 .query_map(params![tenant, run_id], |r| r.get::<_, String>(0))
                 .map_err(sql)?
             {
-                history.deliveries.push(from_json(&body.map_err(sql)?)?);
+                input.deliveries.push(from_json(&body.map_err(sql)?)?);
             }
-            Ok(history)
+            Ok(input)
         })
         .await
     }

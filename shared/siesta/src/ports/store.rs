@@ -58,7 +58,7 @@ pub struct Checkpoint {
     /// A delivery to the parent run, when this run finishes as a child.
     pub parent_delivery: Option<NewDelivery>,
     /// Whether the run's own build writes this (its engine, under the lease). A store
-    /// may keep what only the run's own next write replaces (DynamoDB's history tail,
+    /// may keep what only the run's own next write replaces (DynamoDB's checkpoint tail,
     /// docs/dynamodb.md): a write made for the run by other code — the control plane's
     /// cancel, resume, resolution, park or upgrade — leaves it as it is. `false` from
     /// [`Checkpoint::new`].
