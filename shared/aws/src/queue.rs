@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use aws_sdk_sqs::Client;
-use aws_sdk_sqs::types::MessageSystemAttributeName;
+use aws_sdk_sqs::types::{Message, MessageSystemAttributeName};
 use siesta::ports::*;
 use siesta::{RunId, TenantId};
 
@@ -40,6 +40,52 @@ impl SqsQueue {
     /// refused it).
     pub(crate) fn is_fair(&self) -> bool {
         self.fair.load(Ordering::Relaxed)
+    }
+
+    /// Up to `max` messages (SQS gives ten at most) of the queue at `url`, hidden for
+    /// `visibility` (a second at least), with their receive counts if `counted`: the
+    /// wake-up queue's and the dead-letter queue's receive.
+    async fn receive_from(
+        &self,
+        url: &str,
+        max: usize,
+        visibility: Duration,
+        counted: bool,
+        what: &str,
+    ) -> Result<Vec<Message>, StoreError> {
+        if max == 0 {
+            return Ok(Vec::new());
+        }
+        let out = self
+            .client
+            .receive_message()
+            .queue_url(url)
+            .max_number_of_messages(max.min(10) as i32)
+            .visibility_timeout(seconds(visibility, MAX_VISIBILITY).max(1))
+            .set_message_system_attribute_names(
+                counted.then(|| vec![MessageSystemAttributeName::ApproximateReceiveCount]),
+            )
+            .send()
+            .await
+            .map_err(|e| sdk(what, e))?;
+        Ok(out.messages.unwrap_or_default())
+    }
+
+    /// Deletes the message `receipt` names from the queue at `url`: a receipt already
+    /// gone ([`GONE_RECEIPT_CODES`]) is what the caller wanted, not an error.
+    async fn delete_from(&self, url: &str, receipt: &str, what: &str) -> Result<(), StoreError> {
+        match self
+            .client
+            .delete_message()
+            .queue_url(url)
+            .receipt_handle(receipt)
+            .send()
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if code(&e).is_some_and(|c| GONE_RECEIPT_CODES.contains(&c)) => Ok(()),
+            Err(e) => Err(sdk(what, e)),
+        }
     }
 }
 
@@ -116,21 +162,11 @@ impl WakeQueue for SqsQueue {
         max: usize,
         visibility: Duration,
     ) -> Result<Vec<ReceivedWakeUp>, StoreError> {
-        if max == 0 {
-            return Ok(Vec::new());
-        }
-        let out = self
-            .client
-            .receive_message()
-            .queue_url(&self.queue_url)
-            .max_number_of_messages(max.min(10) as i32)
-            .visibility_timeout(seconds(visibility, MAX_VISIBILITY).max(1))
-            .message_system_attribute_names(MessageSystemAttributeName::ApproximateReceiveCount)
-            .send()
-            .await
-            .map_err(|e| sdk("receive wake-ups", e))?;
+        let messages = self
+            .receive_from(&self.queue_url, max, visibility, true, "receive wake-ups")
+            .await?;
         let mut received = Vec::new();
-        for message in out.messages.unwrap_or_default() {
+        for message in messages {
             let receipt = message.receipt_handle().unwrap_or_default().to_owned();
             let wake = match decode(message.body()) {
                 Ok(wake) => wake,
@@ -155,18 +191,8 @@ impl WakeQueue for SqsQueue {
     }
 
     async fn ack(&self, receipt: &str) -> Result<(), StoreError> {
-        match self
-            .client
-            .delete_message()
-            .queue_url(&self.queue_url)
-            .receipt_handle(receipt)
-            .send()
+        self.delete_from(&self.queue_url, receipt, "ack wake-up")
             .await
-        {
-            Ok(_) => Ok(()),
-            Err(e) if code(&e).is_some_and(|c| GONE_RECEIPT_CODES.contains(&c)) => Ok(()),
-            Err(e) => Err(sdk("ack wake-up", e)),
-        }
     }
 
     async fn extend_visibility(
@@ -190,23 +216,20 @@ impl WakeQueue for SqsQueue {
         max: usize,
         visibility: Duration,
     ) -> Result<Vec<DeadLetter>, StoreError> {
-        if max == 0 {
-            return Ok(Vec::new());
-        }
         // A receive that hides what it returns: the next call gets the next ones, so a
         // caller pages through however many there are (a zero-visibility peek returns
         // the same few every time).
-        let out = self
-            .client
-            .receive_message()
-            .queue_url(&self.dead_letter_queue_url)
-            .max_number_of_messages(max.min(10) as i32)
-            .visibility_timeout(seconds(visibility, MAX_VISIBILITY).max(1))
-            .send()
-            .await
-            .map_err(|e| sdk("read dead letters", e))?;
+        let messages = self
+            .receive_from(
+                &self.dead_letter_queue_url,
+                max,
+                visibility,
+                false,
+                "read dead letters",
+            )
+            .await?;
         let mut dead = Vec::new();
-        for message in out.messages.unwrap_or_default() {
+        for message in messages {
             let receipt = message.receipt_handle().unwrap_or_default().to_owned();
             match decode(message.body()) {
                 Ok(wake) => dead.push(DeadLetter { wake, receipt }),
@@ -231,18 +254,8 @@ impl WakeQueue for SqsQueue {
     }
 
     async fn delete_dead_letter(&self, receipt: &str) -> Result<(), StoreError> {
-        match self
-            .client
-            .delete_message()
-            .queue_url(&self.dead_letter_queue_url)
-            .receipt_handle(receipt)
-            .send()
+        self.delete_from(&self.dead_letter_queue_url, receipt, "delete dead letter")
             .await
-        {
-            Ok(_) => Ok(()),
-            Err(e) if code(&e).is_some_and(|c| GONE_RECEIPT_CODES.contains(&c)) => Ok(()),
-            Err(e) => Err(sdk("delete dead letter", e)),
-        }
     }
 }
 
