@@ -67,11 +67,10 @@ fn registry() -> Registry {
     reg
 }
 
-/// SQS, but the next send for each run armed with [`LosesSends::lose_next_for`] vanishes
-/// without an error (and without a request), as it does when the process dies between
-/// the write and the send.
+/// A send hook for SQS: the next send for each run armed with
+/// [`LosesSends::lose_next_for`] vanishes without an error (and without a request), as
+/// it does when the process dies between the write and the send.
 struct LosesSends {
-    inner: Arc<dyn WakeQueue>,
     armed: Mutex<HashSet<RunId>>,
     lost: AtomicUsize,
 }
@@ -87,36 +86,18 @@ impl LosesSends {
 }
 
 #[async_trait]
-impl WakeQueue for LosesSends {
-    async fn send(&self, wake: &WakeUp, delay: Duration) -> Result<(), StoreError> {
+impl SendHook for LosesSends {
+    async fn send(
+        &self,
+        queue: &dyn WakeQueue,
+        wake: &WakeUp,
+        delay: Duration,
+    ) -> Result<(), StoreError> {
         if self.armed.lock().unwrap().remove(&wake.run_id) {
             self.lost.fetch_add(1, Ordering::SeqCst);
             return Ok(());
         }
-        self.inner.send(wake, delay).await
-    }
-    async fn receive(&self, max: usize, v: Duration) -> Result<Vec<ReceivedWakeUp>, StoreError> {
-        self.inner.receive(max, v).await
-    }
-    async fn ack(&self, receipt: &str) -> Result<(), StoreError> {
-        self.inner.ack(receipt).await
-    }
-    async fn extend_visibility(&self, receipt: &str, v: Duration) -> Result<(), StoreError> {
-        self.inner.extend_visibility(receipt, v).await
-    }
-    async fn dead_letters(&self, max: usize, v: Duration) -> Result<Vec<DeadLetter>, StoreError> {
-        self.inner.dead_letters(max, v).await
-    }
-    async fn delete_dead_letter(&self, receipt: &str) -> Result<(), StoreError> {
-        self.inner.delete_dead_letter(receipt).await
-    }
-    async fn holds(
-        &self,
-        t: &TenantId,
-        r: &RunId,
-        due: Timestamp,
-    ) -> Result<Option<bool>, StoreError> {
-        self.inner.holds(t, r, due).await
+        queue.send(wake, delay).await
     }
 }
 
@@ -191,7 +172,7 @@ impl Route {
 struct World {
     engine: Engine,
     router: Router,
-    queue: Arc<LosesSends>,
+    queue: Arc<HookedSends<LosesSends>>,
     counter: RequestCounter,
     clock: Arc<ManualClock>,
     tenant: TenantId,
@@ -202,11 +183,13 @@ impl World {
     async fn new(env: &Emulators) -> World {
         let (aws, counter) = env.counted_backend(5).await;
         let base = aws.backend();
-        let queue = Arc::new(LosesSends {
-            inner: base.queue.clone(),
-            armed: Mutex::default(),
-            lost: AtomicUsize::new(0),
-        });
+        let queue = Arc::new(HookedSends::new(
+            base.queue.clone(),
+            LosesSends {
+                armed: Mutex::default(),
+                lost: AtomicUsize::new(0),
+            },
+        ));
         let clock = Arc::new(ManualClock::new(Timestamp(1_800_000_000_000)));
         let engine = Engine::new(
             Backend {

@@ -35,48 +35,30 @@ fn registry() -> Registry {
 
 /// SQS, but the next `lose` sends vanish without an error (and without a request), as
 /// they do when the process dies between the write and the send.
-struct LosesSends(Arc<dyn WakeQueue>, AtomicUsize);
+struct LosesSends(AtomicUsize);
 
 #[async_trait]
-impl WakeQueue for LosesSends {
-    async fn send(&self, wake: &WakeUp, delay: Duration) -> Result<(), StoreError> {
+impl SendHook for LosesSends {
+    async fn send(
+        &self,
+        queue: &dyn WakeQueue,
+        wake: &WakeUp,
+        delay: Duration,
+    ) -> Result<(), StoreError> {
         let lost = self
-            .1
+            .0
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
             .is_ok();
         if lost {
             return Ok(());
         }
-        self.0.send(wake, delay).await
-    }
-    async fn receive(&self, max: usize, v: Duration) -> Result<Vec<ReceivedWakeUp>, StoreError> {
-        self.0.receive(max, v).await
-    }
-    async fn ack(&self, receipt: &str) -> Result<(), StoreError> {
-        self.0.ack(receipt).await
-    }
-    async fn extend_visibility(&self, receipt: &str, v: Duration) -> Result<(), StoreError> {
-        self.0.extend_visibility(receipt, v).await
-    }
-    async fn dead_letters(&self, max: usize, v: Duration) -> Result<Vec<DeadLetter>, StoreError> {
-        self.0.dead_letters(max, v).await
-    }
-    async fn delete_dead_letter(&self, receipt: &str) -> Result<(), StoreError> {
-        self.0.delete_dead_letter(receipt).await
-    }
-    async fn holds(
-        &self,
-        t: &TenantId,
-        r: &RunId,
-        due: Timestamp,
-    ) -> Result<Option<bool>, StoreError> {
-        self.0.holds(t, r, due).await
+        queue.send(wake, delay).await
     }
 }
 
 struct World {
     engine: Engine,
-    queue: Arc<LosesSends>,
+    queue: Arc<HookedSends<LosesSends>>,
     counter: RequestCounter,
     clock: Arc<ManualClock>,
     tenant: TenantId,
@@ -86,7 +68,10 @@ impl World {
     async fn new(env: &support::Emulators) -> World {
         let (aws, counter) = env.counted_backend(5).await;
         let base = aws.backend();
-        let queue = Arc::new(LosesSends(base.queue.clone(), AtomicUsize::new(0)));
+        let queue = Arc::new(HookedSends::new(
+            base.queue.clone(),
+            LosesSends(AtomicUsize::new(0)),
+        ));
         let clock = Arc::new(ManualClock::new(Timestamp(1_800_000_000_000)));
         let engine = Engine::new(
             Backend {
@@ -108,12 +93,12 @@ impl World {
 
     /// Start `id`, its wake-up lost on the way.
     async fn start_cut_off(&self, id: &RunId) {
-        self.queue.1.store(1, Ordering::SeqCst);
+        self.queue.0.store(1, Ordering::SeqCst);
         self.engine
             .start(&self.tenant, "await_go", json!(null), Some(id.clone()))
             .await
             .unwrap();
-        assert_eq!(self.queue.1.load(Ordering::SeqCst), 0, "the send was lost");
+        assert_eq!(self.queue.0.load(Ordering::SeqCst), 0, "the send was lost");
     }
 
     async fn status(&self, id: &RunId) -> RunStatus {

@@ -31,7 +31,9 @@ use std::time::{Duration, Instant};
 use aws_sdk_dynamodb::types::{AttributeValue, Select};
 use futures::StreamExt;
 use serde_json::json;
-use siesta::ports::{Backend, DeadLetter, ReceivedWakeUp, StoreError, WakeQueue, WakeUp};
+use siesta::ports::{
+    Backend, HookedSends, ReceivedWakeUp, SendHook, StoreError, WakeQueue, WakeUp,
+};
 use siesta::*;
 use siesta_aws::RequestCounts;
 use siesta_aws::keys::{DUE_INDEX, DUE_SHARD, DUE_SHARDS, SWEEP_AT, due_shard, shard_name};
@@ -61,10 +63,9 @@ fn registry() -> Registry {
     reg
 }
 
-/// The SQS queue, with every wake-up sent through it recorded; while `forward` is off
-/// the wake-ups are only recorded (the test handles them itself).
+/// A send hook for the SQS queue: every wake-up sent through it recorded; while
+/// `forward` is off the wake-ups are only recorded (the test handles them itself).
 struct Recording {
-    inner: Arc<dyn WakeQueue>,
     forward: std::sync::atomic::AtomicBool,
     sent: Mutex<Vec<WakeUp>>,
 }
@@ -76,58 +77,24 @@ impl Recording {
 }
 
 #[async_trait::async_trait]
-impl WakeQueue for Recording {
-    async fn send(&self, wake: &WakeUp, delay: Duration) -> Result<(), StoreError> {
+impl SendHook for Recording {
+    async fn send(
+        &self,
+        queue: &dyn WakeQueue,
+        wake: &WakeUp,
+        delay: Duration,
+    ) -> Result<(), StoreError> {
         if self.forward.load(std::sync::atomic::Ordering::SeqCst) {
-            self.inner.send(wake, delay).await?;
+            queue.send(wake, delay).await?;
         }
         self.sent.lock().unwrap().push(wake.clone());
         Ok(())
-    }
-
-    async fn receive(
-        &self,
-        max: usize,
-        visibility: Duration,
-    ) -> Result<Vec<ReceivedWakeUp>, StoreError> {
-        self.inner.receive(max, visibility).await
-    }
-
-    async fn ack(&self, receipt: &str) -> Result<(), StoreError> {
-        self.inner.ack(receipt).await
-    }
-
-    async fn extend_visibility(
-        &self,
-        receipt: &str,
-        visibility: Duration,
-    ) -> Result<(), StoreError> {
-        self.inner.extend_visibility(receipt, visibility).await
-    }
-
-    async fn dead_letters(
-        &self,
-        max: usize,
-        visibility: Duration,
-    ) -> Result<Vec<DeadLetter>, StoreError> {
-        self.inner.dead_letters(max, visibility).await
-    }
-    async fn delete_dead_letter(&self, receipt: &str) -> Result<(), StoreError> {
-        self.inner.delete_dead_letter(receipt).await
-    }
-    async fn holds(
-        &self,
-        tenant: &TenantId,
-        run_id: &RunId,
-        due_at: Timestamp,
-    ) -> Result<Option<bool>, StoreError> {
-        self.inner.holds(tenant, run_id, due_at).await
     }
 }
 
 /// Receive `expected` wake-ups from SQS and handle each, `IN_FLIGHT` at a time; the run
 /// ids received, in the order handled.
-async fn drain(engine: &Engine, queue: &Recording, expected: usize) -> Vec<RunId> {
+async fn drain(engine: &Engine, queue: &HookedSends<Recording>, expected: usize) -> Vec<RunId> {
     let received = Mutex::new(0usize);
     let messages = futures::stream::unfold((), |()| async {
         let started = Instant::now();
@@ -282,11 +249,13 @@ async fn sweep_at_scale(env: &support::Emulators, runs: usize) {
     let (aws, counter) = env.counted_backend(5).await;
     let capacity = aws.clone();
     let aws = aws.backend();
-    let queue = Arc::new(Recording {
-        inner: aws.queue.clone(),
-        forward: false.into(),
-        sent: Mutex::new(Vec::new()),
-    });
+    let queue = Arc::new(HookedSends::new(
+        aws.queue.clone(),
+        Recording {
+            forward: false.into(),
+            sent: Mutex::new(Vec::new()),
+        },
+    ));
     let backend = Backend {
         queue: queue.clone(),
         ..aws

@@ -20,9 +20,7 @@ use async_trait::async_trait;
 use tokio::sync::Notify;
 
 use crate::model::{RunId, TenantId};
-use crate::ports::{
-    DeadLetter, NewChunk, ReceivedWakeUp, StoreError, StreamChunk, StreamStore, WakeQueue, WakeUp,
-};
+use crate::ports::{NewChunk, SendHook, StoreError, StreamChunk, StreamStore, WakeQueue, WakeUp};
 use crate::time::{Clock, Timestamp};
 
 /// Most delayed sends remembered; beyond that the worker's idle look finds them.
@@ -77,62 +75,25 @@ impl QueueSignal {
     }
 }
 
-/// The engine's queue: the backend's, plus a signal to this process's worker on every
-/// send.
-pub(crate) struct SignallingQueue {
-    pub(crate) inner: Arc<dyn WakeQueue>,
+/// The engine's hook on its queue's sends ([`HookedSends`](crate::ports::HookedSends)):
+/// each send also signals this process's worker.
+pub(crate) struct SignalSends {
     pub(crate) signal: Arc<QueueSignal>,
     pub(crate) clock: Arc<dyn Clock>,
 }
 
 #[async_trait]
-impl WakeQueue for SignallingQueue {
-    async fn send(&self, wake: &WakeUp, delay: Duration) -> Result<(), StoreError> {
-        self.inner.send(wake, delay).await?;
+impl SendHook for SignalSends {
+    async fn send(
+        &self,
+        queue: &dyn WakeQueue,
+        wake: &WakeUp,
+        delay: Duration,
+    ) -> Result<(), StoreError> {
+        queue.send(wake, delay).await?;
         let now = self.clock.now();
         self.signal.sent(now.plus(delay), now);
         Ok(())
-    }
-
-    async fn receive(
-        &self,
-        max: usize,
-        visibility: Duration,
-    ) -> Result<Vec<ReceivedWakeUp>, StoreError> {
-        self.inner.receive(max, visibility).await
-    }
-
-    async fn ack(&self, receipt: &str) -> Result<(), StoreError> {
-        self.inner.ack(receipt).await
-    }
-
-    async fn extend_visibility(
-        &self,
-        receipt: &str,
-        visibility: Duration,
-    ) -> Result<(), StoreError> {
-        self.inner.extend_visibility(receipt, visibility).await
-    }
-
-    async fn dead_letters(
-        &self,
-        max: usize,
-        visibility: Duration,
-    ) -> Result<Vec<DeadLetter>, StoreError> {
-        self.inner.dead_letters(max, visibility).await
-    }
-
-    async fn delete_dead_letter(&self, receipt: &str) -> Result<(), StoreError> {
-        self.inner.delete_dead_letter(receipt).await
-    }
-
-    async fn holds(
-        &self,
-        tenant: &TenantId,
-        run_id: &RunId,
-        due_at: Timestamp,
-    ) -> Result<Option<bool>, StoreError> {
-        self.inner.holds(tenant, run_id, due_at).await
     }
 }
 

@@ -48,52 +48,21 @@ fn appended_step() -> Registry {
     reg
 }
 
-/// A queue that counts sends, around the test environment's queue.
+/// Counts sends, around the test environment's queue.
 struct CountingQueue {
-    inner: Arc<dyn WakeQueue>,
     sends: AtomicU64,
 }
 
 #[async_trait::async_trait]
-impl WakeQueue for CountingQueue {
-    async fn send(&self, wake: &WakeUp, delay: Duration) -> Result<(), StoreError> {
-        self.sends.fetch_add(1, Ordering::SeqCst);
-        self.inner.send(wake, delay).await
-    }
-    async fn receive(
+impl SendHook for CountingQueue {
+    async fn send(
         &self,
-        max: usize,
-        visibility: Duration,
-    ) -> Result<Vec<ReceivedWakeUp>, StoreError> {
-        self.inner.receive(max, visibility).await
-    }
-    async fn ack(&self, receipt: &str) -> Result<(), StoreError> {
-        self.inner.ack(receipt).await
-    }
-    async fn extend_visibility(
-        &self,
-        receipt: &str,
-        visibility: Duration,
+        queue: &dyn WakeQueue,
+        wake: &WakeUp,
+        delay: Duration,
     ) -> Result<(), StoreError> {
-        self.inner.extend_visibility(receipt, visibility).await
-    }
-    async fn dead_letters(
-        &self,
-        max: usize,
-        visibility: Duration,
-    ) -> Result<Vec<DeadLetter>, StoreError> {
-        self.inner.dead_letters(max, visibility).await
-    }
-    async fn delete_dead_letter(&self, receipt: &str) -> Result<(), StoreError> {
-        self.inner.delete_dead_letter(receipt).await
-    }
-    async fn holds(
-        &self,
-        tenant: &TenantId,
-        run_id: &RunId,
-        due_at: Timestamp,
-    ) -> Result<Option<bool>, StoreError> {
-        self.inner.holds(tenant, run_id, due_at).await
+        self.sends.fetch_add(1, Ordering::SeqCst);
+        queue.send(wake, delay).await
     }
 }
 
@@ -209,10 +178,12 @@ async fn the_check_writes_nothing_sends_nothing_and_runs_no_step() {
     });
     let base = w.backend();
     let probe = probe::ProbeStore::new(base.store.clone());
-    let queue = Arc::new(CountingQueue {
-        inner: base.queue.clone(),
-        sends: AtomicU64::new(0),
-    });
+    let queue = Arc::new(HookedSends::new(
+        base.queue.clone(),
+        CountingQueue {
+            sends: AtomicU64::new(0),
+        },
+    ));
     let engine = Engine::new(
         Backend {
             store: probe.clone(),

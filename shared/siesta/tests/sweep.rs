@@ -113,35 +113,12 @@ async fn a_sweep_while_wake_ups_wait_in_the_queue_sends_none_again() {
 }
 
 /// A queue whose sends fail: the commit before them happened, the message did not.
-struct SendsFail(Arc<dyn WakeQueue>);
+struct SendsFail;
 
 #[async_trait]
-impl WakeQueue for SendsFail {
-    async fn send(&self, _: &WakeUp, _: Duration) -> Result<(), StoreError> {
+impl SendHook for SendsFail {
+    async fn send(&self, _: &dyn WakeQueue, _: &WakeUp, _: Duration) -> Result<(), StoreError> {
         Err(StoreError::Unavailable("injected: the send failed".into()))
-    }
-    async fn receive(&self, max: usize, v: Duration) -> Result<Vec<ReceivedWakeUp>, StoreError> {
-        self.0.receive(max, v).await
-    }
-    async fn ack(&self, receipt: &str) -> Result<(), StoreError> {
-        self.0.ack(receipt).await
-    }
-    async fn extend_visibility(&self, receipt: &str, v: Duration) -> Result<(), StoreError> {
-        self.0.extend_visibility(receipt, v).await
-    }
-    async fn dead_letters(&self, max: usize, v: Duration) -> Result<Vec<DeadLetter>, StoreError> {
-        self.0.dead_letters(max, v).await
-    }
-    async fn delete_dead_letter(&self, receipt: &str) -> Result<(), StoreError> {
-        self.0.delete_dead_letter(receipt).await
-    }
-    async fn holds(
-        &self,
-        t: &TenantId,
-        r: &RunId,
-        due: Timestamp,
-    ) -> Result<Option<bool>, StoreError> {
-        self.0.holds(t, r, due).await
     }
 }
 
@@ -151,7 +128,7 @@ async fn a_sweep_after_a_lost_send_sends_it_again() {
     let base = w.embedded().backend();
     let failing = Engine::new(
         Backend {
-            queue: Arc::new(SendsFail(base.queue.clone())),
+            queue: Arc::new(HookedSends::new(base.queue.clone(), SendsFail)),
             ..base.clone()
         },
         w.clock().clone(),
@@ -190,36 +167,13 @@ async fn a_sweep_after_a_lost_send_sends_it_again() {
 
 /// A queue that takes every send and keeps none, without an error: a wake-up lost
 /// the way a process dying between its write and its send loses it.
-struct SendsVanish(Arc<dyn WakeQueue>, std::sync::atomic::AtomicUsize);
+struct SendsVanish(std::sync::atomic::AtomicUsize);
 
 #[async_trait]
-impl WakeQueue for SendsVanish {
-    async fn send(&self, _: &WakeUp, _: Duration) -> Result<(), StoreError> {
-        self.1.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+impl SendHook for SendsVanish {
+    async fn send(&self, _: &dyn WakeQueue, _: &WakeUp, _: Duration) -> Result<(), StoreError> {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         Ok(())
-    }
-    async fn receive(&self, max: usize, v: Duration) -> Result<Vec<ReceivedWakeUp>, StoreError> {
-        self.0.receive(max, v).await
-    }
-    async fn ack(&self, receipt: &str) -> Result<(), StoreError> {
-        self.0.ack(receipt).await
-    }
-    async fn extend_visibility(&self, receipt: &str, v: Duration) -> Result<(), StoreError> {
-        self.0.extend_visibility(receipt, v).await
-    }
-    async fn dead_letters(&self, max: usize, v: Duration) -> Result<Vec<DeadLetter>, StoreError> {
-        self.0.dead_letters(max, v).await
-    }
-    async fn delete_dead_letter(&self, receipt: &str) -> Result<(), StoreError> {
-        self.0.delete_dead_letter(receipt).await
-    }
-    async fn holds(
-        &self,
-        t: &TenantId,
-        r: &RunId,
-        due: Timestamp,
-    ) -> Result<Option<bool>, StoreError> {
-        self.0.holds(t, r, due).await
     }
 }
 
@@ -228,7 +182,7 @@ async fn a_wake_up_lost_without_an_error_is_sent_again_once_its_margin_passed_th
  {
     let w = world(registry());
     let base = w.embedded().backend();
-    let vanish = Arc::new(SendsVanish(base.queue.clone(), 0.into()));
+    let vanish = Arc::new(HookedSends::new(base.queue.clone(), SendsVanish(0.into())));
     let margin = EngineConfig::default().resend_margin;
     // The general margin, which a start's shorter one (tests/lost_start.rs) would hide.
     let lossy = Engine::new(
@@ -243,7 +197,7 @@ async fn a_wake_up_lost_without_an_error_is_sent_again_once_its_margin_passed_th
             ..EngineConfig::default()
         },
     );
-    let sends = || vanish.1.load(std::sync::atomic::Ordering::SeqCst);
+    let sends = || vanish.0.load(std::sync::atomic::Ordering::SeqCst);
     let run = lossy
         .start(w.tenant(), "await_go", json!(null), None)
         .await
@@ -298,7 +252,7 @@ async fn a_wake_up_lost_with_the_process_is_sent_by_the_first_sweep_after_a_rest
             .backend();
         // The process dies between the start's write and its send.
         let dying = engine_on(Backend {
-            queue: Arc::new(SendsVanish(base.queue.clone(), 0.into())),
+            queue: Arc::new(HookedSends::new(base.queue.clone(), SendsVanish(0.into()))),
             ..base.clone()
         });
         let lost = dying

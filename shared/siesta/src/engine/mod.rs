@@ -26,7 +26,7 @@ use std::time::Duration;
 use crate::context::{ContextConfig, encode_payload};
 use crate::error::ErrorKind;
 use crate::model::*;
-use crate::notify::{QueueSignal, RunWatch, RunWatchers, SignallingQueue, SignallingStreams};
+use crate::notify::{QueueSignal, RunWatch, RunWatchers, SignalSends, SignallingStreams};
 use crate::ports::*;
 use crate::quota::{QuotaExceeded, StartRate};
 use crate::registry::{Registry, UpgradePolicy};
@@ -319,11 +319,13 @@ impl Engine {
         // Every append through the engine tells this process's stream readers.
         let stream_watchers = Arc::new(RunWatchers::default());
         let backend = Backend {
-            queue: Arc::new(SignallingQueue {
-                inner: backend.queue,
-                signal: queue_signal.clone(),
-                clock: clock.clone(),
-            }),
+            queue: Arc::new(HookedSends::new(
+                backend.queue,
+                SignalSends {
+                    signal: queue_signal.clone(),
+                    clock: clock.clone(),
+                },
+            )),
             streams: Arc::new(SignallingStreams {
                 inner: backend.streams,
                 watchers: stream_watchers.clone(),

@@ -128,3 +128,89 @@ pub trait WakeQueue: Send + Sync + 'static {
         due_at: Timestamp,
     ) -> Result<Option<bool>, StoreError>;
 }
+
+/// What a [`HookedSends`] queue does with a wake-up sent through it: its own
+/// bookkeeping, and the send on the queue it wraps — or not, to lose it.
+#[async_trait]
+pub trait SendHook: Send + Sync + 'static {
+    /// Handles `wake`, sent with `delay`; `queue` is the wrapped queue, to send it on.
+    async fn send(
+        &self,
+        queue: &dyn WakeQueue,
+        wake: &WakeUp,
+        delay: Duration,
+    ) -> Result<(), StoreError>;
+}
+
+/// A queue that hands each send to its `hook` and every other call to `inner`
+/// unchanged: the engine's signal to its worker, and tests' queues that count, record,
+/// lose or fail sends. It derefs to its hook, so the hook's counters read through it.
+pub struct HookedSends<H> {
+    /// The wrapped queue.
+    pub inner: Arc<dyn WakeQueue>,
+    /// What a send does.
+    pub hook: H,
+}
+
+impl<H> HookedSends<H> {
+    /// `inner`, with its sends handed to `hook`.
+    pub fn new(inner: Arc<dyn WakeQueue>, hook: H) -> Self {
+        HookedSends { inner, hook }
+    }
+}
+
+impl<H> std::ops::Deref for HookedSends<H> {
+    type Target = H;
+
+    fn deref(&self) -> &H {
+        &self.hook
+    }
+}
+
+#[async_trait]
+impl<H: SendHook> WakeQueue for HookedSends<H> {
+    async fn send(&self, wake: &WakeUp, delay: Duration) -> Result<(), StoreError> {
+        self.hook.send(self.inner.as_ref(), wake, delay).await
+    }
+
+    async fn receive(
+        &self,
+        max: usize,
+        visibility: Duration,
+    ) -> Result<Vec<ReceivedWakeUp>, StoreError> {
+        self.inner.receive(max, visibility).await
+    }
+
+    async fn ack(&self, receipt: &str) -> Result<(), StoreError> {
+        self.inner.ack(receipt).await
+    }
+
+    async fn extend_visibility(
+        &self,
+        receipt: &str,
+        visibility: Duration,
+    ) -> Result<(), StoreError> {
+        self.inner.extend_visibility(receipt, visibility).await
+    }
+
+    async fn dead_letters(
+        &self,
+        max: usize,
+        visibility: Duration,
+    ) -> Result<Vec<DeadLetter>, StoreError> {
+        self.inner.dead_letters(max, visibility).await
+    }
+
+    async fn delete_dead_letter(&self, receipt: &str) -> Result<(), StoreError> {
+        self.inner.delete_dead_letter(receipt).await
+    }
+
+    async fn holds(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+        due_at: Timestamp,
+    ) -> Result<Option<bool>, StoreError> {
+        self.inner.holds(tenant, run_id, due_at).await
+    }
+}
