@@ -11,6 +11,24 @@ use crate::ports::*;
 use crate::time::Timestamp;
 
 impl Engine {
+    /// The run as read now, if it is at version `if_match` (when given; else
+    /// [`EngineError::VersionMismatch`]): what an operator's action (cancel, resume,
+    /// resolve, upgrade) acts on, guarded against a stale view.
+    pub(super) async fn run_at(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+        if_match: Option<u64>,
+    ) -> Result<Run, EngineError> {
+        let run = self.get_run(tenant, run_id).await?;
+        match if_match {
+            Some(v) if v != run.version => Err(EngineError::VersionMismatch {
+                current: run.version,
+            }),
+            _ => Ok(run),
+        }
+    }
+
     /// Cancel a run: at once when it is not running, at its next operation boundary when
     /// it is. `if_match` guards against a stale view (the run's version).
     pub async fn cancel(
@@ -20,12 +38,7 @@ impl Engine {
         if_match: Option<u64>,
     ) -> Result<Run, EngineError> {
         for _ in 0..8 {
-            let run = self.get_run(tenant, run_id).await?;
-            if if_match.is_some_and(|v| v != run.version) {
-                return Err(EngineError::VersionMismatch {
-                    current: run.version,
-                });
-            }
+            let run = self.run_at(tenant, run_id, if_match).await?;
             if run.status.is_finished() {
                 return Err(EngineError::AlreadyFinished(run.status));
             }
@@ -200,12 +213,7 @@ impl Engine {
         run_id: &RunId,
         if_match: Option<u64>,
     ) -> Result<Run, EngineError> {
-        let run = self.get_run(tenant, run_id).await?;
-        if if_match.is_some_and(|v| v != run.version) {
-            return Err(EngineError::VersionMismatch {
-                current: run.version,
-            });
-        }
+        let run = self.run_at(tenant, run_id, if_match).await?;
         if run.status != RunStatus::Parked {
             return Err(if run.status.is_finished() {
                 EngineError::AlreadyFinished(run.status)

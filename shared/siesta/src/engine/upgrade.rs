@@ -71,12 +71,7 @@ impl Engine {
         if_match: Option<u64>,
     ) -> Result<Run, EngineError> {
         for _ in 0..4 {
-            let run = self.get_run(tenant, run_id).await?;
-            if if_match.is_some_and(|v| v != run.version) {
-                return Err(EngineError::VersionMismatch {
-                    current: run.version,
-                });
-            }
+            let run = self.run_at(tenant, run_id, if_match).await?;
             if run.status.is_finished() {
                 return Err(EngineError::AlreadyFinished(run.status));
             }
