@@ -206,17 +206,7 @@ impl Engine {
         // Take the lease first: parking is then an ordinary fenced checkpoint, and a
         // run someone holds is not parked under them.
         let now = self.clock.now();
-        let claim = Claim {
-            owner: format!("{}#dead-letter", self.config.owner),
-            now,
-            expires_at: now.plus(self.config.lease_ttl),
-        };
-        let run = match self
-            .backend
-            .store
-            .claim(&wake.tenant, &wake.run_id, &claim)
-            .await
-        {
+        let run = match self.claim_lease(wake, "dead-letter", now).await {
             Ok(run) => run,
             Err(StoreError::Conflict(_) | StoreError::NotFound) => return Ok(false),
             Err(e) => return Err(e.into()),

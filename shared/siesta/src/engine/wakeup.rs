@@ -96,6 +96,25 @@ impl Engine {
         }
     }
 
+    /// Claims the lease of `wake`'s run from `now` for the engine's lease time, owned as
+    /// this engine's owner, `#` and `suffix` (a wake-up's count, or what else claims).
+    pub(super) async fn claim_lease(
+        &self,
+        wake: &WakeUp,
+        suffix: impl std::fmt::Display,
+        now: Timestamp,
+    ) -> Result<Run, StoreError> {
+        let claim = Claim {
+            owner: format!("{}#{suffix}", self.config.owner),
+            now,
+            expires_at: now.plus(self.config.lease_ttl),
+        };
+        self.backend
+            .store
+            .claim(&wake.tenant, &wake.run_id, &claim)
+            .await
+    }
+
     /// One pass of [`Engine::handle_wakeup_until`]: read the run, claim it, advance it.
     async fn handle_wakeup_once(
         &self,
@@ -126,17 +145,7 @@ impl Engine {
             });
         }
         let n = self.invocations.fetch_add(1, Ordering::Relaxed);
-        let claim = Claim {
-            owner: format!("{}#{n}", self.config.owner),
-            now,
-            expires_at: now.plus(self.config.lease_ttl),
-        };
-        let run = match self
-            .backend
-            .store
-            .claim(&wake.tenant, &wake.run_id, &claim)
-            .await
-        {
+        let run = match self.claim_lease(wake, n, now).await {
             Ok(run) => run,
             Err(StoreError::Conflict(_)) => return Ok(WakeOutcome::Busy),
             Err(StoreError::NotFound) => return Ok(WakeOutcome::NotFound),
