@@ -307,8 +307,8 @@ impl World {
     /// The child run `parent` waits for.
     async fn child(&self, parent: &RunId) -> RunId {
         let store = &self.engine.backend().store;
-        let history = store.load_replay_input(&self.tenant, parent).await.unwrap();
-        history
+        let input = store.load_replay_input(&self.tenant, parent).await.unwrap();
+        input
             .journal
             .iter()
             .find_map(|e| match &e.state {

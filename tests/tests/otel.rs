@@ -298,14 +298,14 @@ async fn the_order_example_through_the_lambda_handlers_a_crash_a_retry_and_a_cal
 
     // The payment provider calls the callback's URL; the webhook function takes it.
     let run = s.engine.get_run(&tenant, &id).await.unwrap();
-    let history = s
+    let input = s
         .engine
         .backend()
         .store
         .load_replay_input(&tenant, &id)
         .await
         .unwrap();
-    let token = history
+    let token = input
         .journal
         .iter()
         .find_map(|e| match &e.state {

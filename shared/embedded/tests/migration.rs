@@ -156,12 +156,12 @@ async fn a_file_written_before_run_keys_opens_and_its_runs_go_on() {
             .await
             .expect("get_run");
         assert_eq!(got.as_ref(), Some(run), "run {}", run.id);
-        let history = ports
+        let input = ports
             .store
             .load_replay_input(&run.tenant, &run.id)
             .await
-            .expect("history");
-        let mut journal = history.journal.clone();
+            .expect("replay input");
+        let mut journal = input.journal.clone();
         journal.sort_by(|a, b| a.position.0.cmp(&b.position.0));
         assert_eq!(
             journal,
@@ -170,7 +170,7 @@ async fn a_file_written_before_run_keys_opens_and_its_runs_go_on() {
             run.id
         );
         assert_eq!(
-            history.deliveries,
+            input.deliveries,
             old.deliveries.get(&run.id.0).cloned().unwrap_or_default(),
             "deliveries of {}",
             run.id

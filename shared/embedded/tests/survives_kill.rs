@@ -184,13 +184,13 @@ fn committed_writes_survive_a_process_kill() {
             .expect("the run survived");
         assert_eq!(run.status, RunStatus::Waiting, "the checkpoint survived");
         assert_eq!(run.version, 3, "created, claimed, checkpointed");
-        let history = store
+        let input = store
             .load_replay_input(&tenant, &run_id)
             .await
             .expect("load_replay_input");
         let at = run.created_at;
         assert_eq!(
-            history.journal,
+            input.journal,
             vec![journal_entry(at)],
             "the journal entry survived"
         );

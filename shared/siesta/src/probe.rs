@@ -24,7 +24,7 @@ pub struct ProbeStore {
     pub bytes_written: AtomicU64,
     /// Checkpoints applied.
     pub checkpoints: AtomicU64,
-    /// Whole histories (journal and deliveries) read.
+    /// Replay inputs (journal and deliveries) loaded.
     pub replay_input_loads: AtomicU64,
     crash_after: AtomicI64,
     crash_before: AtomicBool,

@@ -93,7 +93,7 @@ struct Entry {
 
 type Key = (TenantId, RunId);
 
-/// Suspended runs' decoded histories, keyed by run, valid for one claim.
+/// Suspended runs' decoded replay inputs (and continuations), keyed by run, valid for one claim.
 pub(crate) struct ReplayCache {
     capacity: usize,
     max_continuations: usize,

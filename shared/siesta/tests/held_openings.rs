@@ -890,13 +890,13 @@ async fn a_step_acting_on_a_held_event_acts_on_the_same_one_after_a_crash() {
     assert_eq!(runs.load(Ordering::SeqCst), 2);
     let taken = consumed_by(&w, &id, "go#0").await;
     assert_eq!(taken.len(), 1);
-    let history = w
+    let input = w
         .backend()
         .store
         .load_replay_input(w.tenant(), &id)
         .await
         .unwrap();
-    let first = history
+    let first = input
         .deliveries
         .iter()
         .find(|d| matches!(&d.body, DeliveryBody::Event { value: Payload::Inline(v), .. } if *v == json!("first")))

@@ -139,13 +139,13 @@ async fn a_delivery_cut_off_and_never_retried_is_taken_at_the_first_sweep_past_t
         .unwrap()
         .id;
     engine.run_until_idle(10).await.unwrap();
-    let history = engine
+    let input = engine
         .backend()
         .store
         .load_replay_input(w.tenant(), &parent)
         .await
         .unwrap();
-    let child = history
+    let child = input
         .journal
         .iter()
         .find_map(|e| match &e.state {

@@ -847,12 +847,8 @@ async fn large_values_are_stored_by_reference_and_artifacts_round_trip() {
     let out = output(&w.run(&id).await);
     assert_eq!(out["len"], 200_000);
     assert_eq!(out["artifact_len"], 200_000);
-    let history = w.replay_input(&id).await;
-    let produce = history
-        .journal
-        .iter()
-        .find(|e| e.name == "produce")
-        .unwrap();
+    let input = w.replay_input(&id).await;
+    let produce = input.journal.iter().find(|e| e.name == "produce").unwrap();
     assert!(
         matches!(
             &produce.state,
@@ -863,7 +859,7 @@ async fn large_values_are_stored_by_reference_and_artifacts_round_trip() {
         ),
         "stored by reference"
     );
-    for entry in &history.journal {
+    for entry in &input.journal {
         assert!(
             serde_json::to_vec(entry).unwrap().len() < 64 * 1024,
             "journal entries stay small"

@@ -156,7 +156,7 @@ async fn the_check_writes_nothing_sends_nothing_and_runs_no_step() {
         .unwrap();
     w.clock().advance(Duration::from_secs(3600));
     let before_run = w.run(&id).await;
-    let before_history = w.replay_input(&id).await;
+    let before = w.replay_input(&id).await;
     let before_timeline = w.timeline(&id).await;
 
     let ran = Arc::new(AtomicU64::new(0));
@@ -209,7 +209,7 @@ async fn the_check_writes_nothing_sends_nothing_and_runs_no_step() {
     assert_eq!(after_run.version, before_run.version);
     assert_eq!(after_run.timeline_seq, before_run.timeline_seq);
     assert_eq!(after_run.status, before_run.status);
-    assert_eq!(w.replay_input(&id).await.journal, before_history.journal);
+    assert_eq!(w.replay_input(&id).await.journal, before.journal);
     assert_eq!(w.timeline(&id).await.len(), before_timeline.len());
 
     // The run is where it was: its own build takes the delivery and finishes it.
@@ -218,23 +218,23 @@ async fn the_check_writes_nothing_sends_nothing_and_runs_no_step() {
 }
 
 #[tokio::test]
-async fn an_exported_history_is_checked_without_the_store() {
+async fn an_exported_run_is_checked_without_the_store() {
     let w = world(v1());
     let id = w.start("agent", json!(null)).await;
     let run = w.run(&id).await;
-    let history = w.replay_input(&id).await;
+    let input = w.replay_input(&id).await;
     let (inserted, _) = w.engine_with(inserted_step(), w.config().clone());
     let (appended, _) = w.engine_with(appended_step(), w.config().clone());
     assert!(
         !inserted
-            .check_replay_input(run.clone(), history.clone())
+            .check_replay_input(run.clone(), input.clone())
             .await
             .unwrap()
             .is_clean()
     );
     assert!(
         appended
-            .check_replay_input(run, history)
+            .check_replay_input(run, input)
             .await
             .unwrap()
             .is_clean()
@@ -286,11 +286,11 @@ async fn an_export_carries_offloaded_values_inline_so_it_replays_on_an_empty_sto
 
     // Another store, which has none of the run's artifacts.
     let elsewhere = world(registry());
-    let (run, history) = export.into_parts();
+    let (run, input) = export.into_parts();
     assert_eq!(
         elsewhere
             .engine()
-            .check_replay_input(run, history)
+            .check_replay_input(run, input)
             .await
             .unwrap(),
         ReplayCheck::Clean { replayed: 2 }

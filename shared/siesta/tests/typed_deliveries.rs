@@ -247,7 +247,7 @@ async fn an_event_delivery_checks_the_journal_and_never_loads_the_runs_deliverie
             .replay_input_loads
             .load(std::sync::atomic::Ordering::SeqCst),
         before,
-        "no event delivery loaded the run's history"
+        "no event delivery loaded the run's replay input"
     );
     w.run_until_idle().await;
     assert_eq!(output(&w.run(&id).await), json!({"txn": "txn_9"}));
