@@ -386,7 +386,7 @@ impl Remote {
         loop {
             let page = self
                 .client()
-                .dead_letters(cursor.as_deref(), Some(200))
+                .dead_lettered_runs(cursor.as_deref(), Some(200))
                 .await
                 .map_err(|e| self.failed(e))?;
             all.extend(page.dead_letters);
@@ -469,7 +469,7 @@ impl Outcome {
                 value: value.clone(),
             },
             Outcome::Failed(message) => siesta_client::Resolution::Failed {
-                error: siesta_client::Failure {
+                error: siesta_client::ResolvedError::Detailed {
                     code: None,
                     message: message.clone(),
                 },
@@ -965,7 +965,7 @@ mod tests {
             "order",
             serde_json::json!({"Item": "☕".repeat(100)}),
         );
-        let row = timeline_row(&siesta_api::TimelineEventView::new("r", event));
+        let row = timeline_row(&siesta_api::timeline_event_view("r", event));
         assert!(row.ends_with("..."), "{row}");
         assert!(row.starts_with("   1  ExecutionStarted"), "{row}");
     }

@@ -9,8 +9,9 @@ use siesta::*;
 
 use crate::auth::Authenticate;
 use crate::error::ApiError;
-use crate::view::RunView;
+use crate::view::served_view;
 use crate::{Deployments, HealthCheck, WebhookReceiver};
+use siesta_api_types::RunView;
 
 /// What every handler shares.
 #[derive(Clone)]
@@ -32,10 +33,7 @@ impl AppState {
             .store
             .load_history(tenant, &run.id)
             .await?;
-        Ok(
-            RunView::new(run, Some(&history), &self.engine.config().callback_base_url)
-                .served_by(&self.engine.config().build_id),
-        )
+        Ok(served_view(run, Some(&history), self.engine.config()))
     }
 
     /// Hold until the run is finished or `wait` passes (capped by the router's and the
