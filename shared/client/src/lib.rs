@@ -456,6 +456,23 @@ impl Client {
         self.call(request).await
     }
 
+    /// `POST /hooks/{token}`: a callback's public webhook (the URL a run view shows in
+    /// its `waits[].url`) with `body`; `webhook_id` (`webhook-id`) makes a repeat a
+    /// duplicate. Sent without the API key: the token is the credential.
+    pub async fn callback_webhook(
+        &self,
+        token: &str,
+        body: &serde_json::Value,
+        webhook_id: Option<&str>,
+    ) -> Result<Received, Error> {
+        let url = format!("{}/hooks/{}", self.base, path_segment(token));
+        let mut request = self.http.post(url).json(body);
+        if let Some(id) = webhook_id {
+            request = request.header("webhook-id", id);
+        }
+        self.call(request).await
+    }
+
     /// `POST /hooks/sources/{source}`: a provider's webhook, `body` exactly as signed
     /// and `headers` its signature headers (`webhook-id`, `webhook-signature`...).
     /// Sent without the API key: a source authenticates by its signature.
