@@ -255,8 +255,8 @@ pub(crate) enum RunsAction {
         #[arg(long, requires = "id")]
         if_match: Option<u64>,
     },
-    /// Print a run and its history (journal and deliveries) as one JSON document: what
-    /// `myapp replay --history FILE` checks.
+    /// Print a run and its replay input (journal and deliveries) as one JSON document: what
+    /// `myapp replay --export FILE` checks.
     Export {
         /// The run's id.
         id: String,

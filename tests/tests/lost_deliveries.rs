@@ -324,7 +324,7 @@ impl World {
     /// The child run `parent` waits for.
     async fn child(&self, parent: &RunId) -> RunId {
         let store = &self.engine.backend().store;
-        let history = store.load_history(&self.tenant, parent).await.unwrap();
+        let history = store.load_replay_input(&self.tenant, parent).await.unwrap();
         history
             .journal
             .iter()

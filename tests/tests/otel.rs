@@ -302,7 +302,7 @@ async fn the_order_example_through_the_lambda_handlers_a_crash_a_retry_and_a_cal
         .engine
         .backend()
         .store
-        .load_history(&tenant, &id)
+        .load_replay_input(&tenant, &id)
         .await
         .unwrap();
     let token = history

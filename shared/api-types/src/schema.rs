@@ -226,7 +226,7 @@ mod tests {
                 Payload::Inline(serde_json::Value::Null),
                 Timestamp(0),
             ),
-            siesta::ports::History::default(),
+            siesta::ports::ReplayInput::default(),
         );
         assert_eq!(
             keys(&serde_json::to_value(&export).unwrap()),

@@ -27,13 +27,13 @@ pub(crate) struct AppState {
 
 impl AppState {
     pub(crate) async fn view(&self, tenant: &TenantId, run: &Run) -> Result<RunView, ApiError> {
-        let history = self
+        let replay_input = self
             .engine
             .backend()
             .store
-            .load_history(tenant, &run.id)
+            .load_replay_input(tenant, &run.id)
             .await?;
-        Ok(served_view(run, Some(&history), self.engine.config()))
+        Ok(served_view(run, Some(&replay_input), self.engine.config()))
     }
 
     /// Hold until the run is finished or `wait` passes (capped by the router's and the

@@ -4,7 +4,7 @@
 use axum::Json;
 use axum::response::{IntoResponse, Response};
 use http::{HeaderValue, StatusCode, header};
-use siesta::ports::History;
+use siesta::ports::ReplayInput;
 use siesta::*;
 use siesta_api_types::{OperationsSummary, Rfc3339, RunView, TimelineEventView, WaitView};
 
@@ -56,15 +56,20 @@ pub fn served_by(mut view: RunView, serving: &str) -> RunView {
 
 /// The view of `run` as the engine configured by `config` serves it (its callback URLs,
 /// its build).
-pub(crate) fn served_view(run: &Run, history: Option<&History>, config: &EngineConfig) -> RunView {
+pub(crate) fn served_view(
+    run: &Run,
+    replay_input: Option<&ReplayInput>,
+    config: &EngineConfig,
+) -> RunView {
     served_by(
-        run_view(run, history, &config.callback_base_url),
+        run_view(run, replay_input, &config.callback_base_url),
         &config.build_id,
     )
 }
 
-/// The view of `run`; with its history, also its waits and operations.
-pub fn run_view(run: &Run, history: Option<&History>, callback_base_url: &str) -> RunView {
+/// The view of `run`; with its replay input (its journal), also its waits and
+/// operations.
+pub fn run_view(run: &Run, replay_input: Option<&ReplayInput>, callback_base_url: &str) -> RunView {
     let mut view = RunView {
         id: run.id.to_string(),
         workflow: run.workflow.clone(),
@@ -85,12 +90,14 @@ pub fn run_view(run: &Run, history: Option<&History>, callback_base_url: &str) -
         waits: Vec::new(),
         operations: None,
     };
-    let Some(history) = history else { return view };
+    let Some(replay_input) = replay_input else {
+        return view;
+    };
     let mut summary = OperationsSummary {
-        total: history.journal.len(),
+        total: replay_input.journal.len(),
         ..Default::default()
     };
-    let mut entries: Vec<&JournalEntry> = history.journal.iter().collect();
+    let mut entries: Vec<&JournalEntry> = replay_input.journal.iter().collect();
     entries.sort_by(|a, b| a.position.cmp(&b.position));
     for entry in entries {
         match &entry.state {

@@ -24,8 +24,8 @@ pub enum Command {
     Dev(DevArgs),
     /// Check that the runs in flight replay on this binary's code, with no side
     /// effect and no write: by default the unfinished runs of other builds, in the
-    /// embedded `--data-dir`, on AWS (`--backend aws`), or in exported histories
-    /// (`--history FILE...`). Exits non-zero naming each run, position and both
+    /// embedded `--data-dir`, on AWS (`--backend aws`), or in exported runs
+    /// (`--export FILE...`). Exits non-zero naming each run, position and both
     /// operation kinds where replay diverges: the CI step before a deploy.
     Replay(crate::replay::ReplayArgs),
     /// Serve one of the four Lambda functions on the Lambda runtime (what a function's

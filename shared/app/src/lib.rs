@@ -16,7 +16,7 @@
 //!   the HTTP API and webhooks, a queue worker standing in for SQS and a sweep ticker
 //!   standing in for EventBridge, on the embedded store (a SQLite file) or, with
 //!   `--backend aws`, on DynamoDB, S3 and SQS ([`dev`]).
-//! - `myapp replay [--data-dir .siesta | --backend aws | --history FILE…] [--all]
+//! - `myapp replay [--data-dir .siesta | --backend aws | --export FILE…] [--all]
 //!   [--build ID]` — the check before a deploy: the runs in flight (by default the
 //!   unfinished runs of other builds) replayed on this binary's code with no side
 //!   effect and no write; exits non-zero naming each run, position and both operation

@@ -28,9 +28,10 @@ pub struct ReplayArgs {
     #[arg(long, env = "SIESTA_BACKEND", value_enum, default_value_t = BackendKind::Embedded)]
     pub backend: BackendKind,
     /// Check these exported runs (`GET /runs/{id}/export` saved to a file) instead of a
-    /// backend: every one given is checked, whatever its build and status.
-    #[arg(long, num_args = 1.., value_name = "FILE")]
-    pub history: Vec<PathBuf>,
+    /// backend: every one given is checked, whatever its build and status. `--history`
+    /// is the flag's former name, still accepted.
+    #[arg(long = "export", alias = "history", num_args = 1.., value_name = "FILE")]
+    pub exports: Vec<PathBuf>,
     /// The tenants whose runs to check (comma-separated or repeated).
     #[arg(long = "tenant", value_delimiter = ',', default_value = "default")]
     pub tenants: Vec<String>,
@@ -83,13 +84,13 @@ pub async fn check(
     let ReplayArgs {
         data_dir,
         backend,
-        history,
+        exports,
         tenants,
         all,
         build: only,
         aws,
     } = args;
-    if !history.is_empty() {
+    if !exports.is_empty() {
         // An export holds its offloaded values inline, so the check reads nothing from
         // a backend; an engine needs one all the same: an empty one, in a scratch
         // directory.
@@ -103,7 +104,7 @@ pub async fn check(
                 siesta_embedded::EmbeddedBackend::open(scratch.join("siesta.db"), clock())
                     .context("opening a scratch store for the check")?;
             let engine = engine(&app, embedded.backend());
-            for path in &history {
+            for path in &exports {
                 let text = std::fs::read_to_string(path)
                     .with_context(|| format!("reading {}", path.display()))?;
                 let export: RunExport = serde_json::from_str(&text)
@@ -116,8 +117,8 @@ pub async fn check(
                         RunExport::FORMAT
                     );
                 }
-                let (run, history) = export.into_parts();
-                let result = engine.check_replay_history(run.clone(), history).await;
+                let (run, input) = export.into_parts();
+                let result = engine.check_replay_input(run.clone(), input).await;
                 record(&mut report, out, &run, result)?;
             }
             Ok(())

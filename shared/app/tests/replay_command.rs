@@ -144,7 +144,7 @@ async fn replay_passes_an_appended_step_and_skips_this_builds_runs_unless_all() 
 }
 
 #[tokio::test]
-async fn replay_checks_exported_histories_without_a_store() {
+async fn replay_checks_exported_runs_without_a_store_under_the_flag_and_its_former_name() {
     let (dir, id) = data_dir_with_a_waiting_run().await;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let embedded =
@@ -162,18 +162,34 @@ async fn replay_checks_exported_histories_without_a_store() {
         .unwrap();
     let file = dir.path().join("run.json");
     std::fs::write(&file, serde_json::to_vec(&export).unwrap()).unwrap();
-    let history = ["--history", file.to_str().unwrap()];
+    let export_flag = ["--export", file.to_str().unwrap()];
+    // The flag's former name still works: scripts written for it keep passing.
+    let former_flag = ["--history", file.to_str().unwrap()];
 
     let fails = App::new(inserted_step()).build_id("agent@b");
     assert!(
         fails
-            .run(replay_args(std::path::Path::new("/nonexistent"), &history))
+            .run(replay_args(
+                std::path::Path::new("/nonexistent"),
+                &export_flag
+            ))
             .await
             .is_err()
     );
     let passes = App::new(appended_step()).build_id("agent@b");
     passes
-        .run(replay_args(std::path::Path::new("/nonexistent"), &history))
+        .run(replay_args(
+            std::path::Path::new("/nonexistent"),
+            &export_flag,
+        ))
         .await
         .expect("an appended step replays");
+    App::new(appended_step())
+        .build_id("agent@b")
+        .run(replay_args(
+            std::path::Path::new("/nonexistent"),
+            &former_flag,
+        ))
+        .await
+        .expect("--history still names the exports");
 }

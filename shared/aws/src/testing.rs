@@ -308,7 +308,7 @@ pub async fn waiting_callback(
     tenant: &TenantId,
     run: &RunId,
 ) -> Option<CallbackId> {
-    let history = store.load_history(tenant, run).await.expect("history");
+    let history = store.load_replay_input(tenant, run).await.expect("history");
     history.journal.iter().find_map(|e| match &e.state {
         EntryState::Waiting(Wait {
             kind: WaitKind::Callback { callback_id, .. },

@@ -201,7 +201,7 @@ async fn running_with_callbacks(
 ) -> (Run, Vec<CallbackRecord>) {
     let held = claimed_run(store, "in-run", at).await;
     // As the engine does, the replay after the claim reads the run's history first.
-    store.load_claimed_history(&held).await.unwrap();
+    store.load_claimed_replay_input(&held).await.unwrap();
     let mut next = held.clone();
     next.version += 1;
     let mut cp = Checkpoint::new(next, held.version, Some(held.epoch));

@@ -71,7 +71,7 @@ fn engine_of(aws: &siesta_aws::AwsBackend, reg: Registry) -> (Engine, TenantId) 
 async fn journal(backend: &Backend, run: &Run) -> Vec<JournalEntry> {
     backend
         .store
-        .load_history(&run.tenant, &run.id)
+        .load_replay_input(&run.tenant, &run.id)
         .await
         .unwrap()
         .journal

@@ -229,7 +229,11 @@ async fn two_step_handlers_racing_on_one_run_one_advances_the_other_backs_off() 
             "round {round}: one writer's timeline"
         );
         assert_eq!(after.timeline_seq, timeline.len() as u64);
-        let history = backend.store.load_history(&tenant, &run.id).await.unwrap();
+        let history = backend
+            .store
+            .load_replay_input(&tenant, &run.id)
+            .await
+            .unwrap();
         assert_eq!(
             history.journal.len(),
             1,
@@ -303,7 +307,11 @@ async fn zombie_with_a_stale_fencing_epoch_writes_nothing_on_dynamodb() {
         .timeline(&tenant, &run.id, 0, 1000)
         .await
         .unwrap();
-    let history = backend.store.load_history(&tenant, &run.id).await.unwrap();
+    let history = backend
+        .store
+        .load_replay_input(&tenant, &run.id)
+        .await
+        .unwrap();
     assert_eq!(history.journal.len(), 2, "both steps journaled");
 
     release.send(()).unwrap();
@@ -332,7 +340,11 @@ async fn zombie_with_a_stale_fencing_epoch_writes_nothing_on_dynamodb() {
         timeline,
         "no timeline event"
     );
-    let history_after = backend.store.load_history(&tenant, &run.id).await.unwrap();
+    let history_after = backend
+        .store
+        .load_replay_input(&tenant, &run.id)
+        .await
+        .unwrap();
     assert_eq!(history_after.journal, history.journal, "no journal entry");
     assert_eq!(history_after.deliveries.len(), history.deliveries.len());
 }

@@ -223,7 +223,7 @@ impl Client {
     }
 
     /// `GET /runs/{id}/export`: the run and its history (journal and deliveries), what
-    /// `myapp replay --history FILE` checks.
+    /// `myapp replay --export FILE` checks.
     pub async fn export_run(&self, id: &str) -> Result<RunExport, Error> {
         self.call(self.request(Method::GET, &run_path(id, "/export")))
             .await

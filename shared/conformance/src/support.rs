@@ -254,9 +254,9 @@ pub(crate) async fn snapshot(h: &Harness, tenant: &TenantId, run_id: &RunId) -> 
     let history = h
         .backend
         .store
-        .load_history(tenant, run_id)
+        .load_replay_input(tenant, run_id)
         .await
-        .unwrap_or_else(|e| panic!("load_history {run_id}: {e}"));
+        .unwrap_or_else(|e| panic!("load_replay_input {run_id}: {e}"));
     let mut journal = history.journal;
     journal.sort_by(|a, b| a.position.cmp(&b.position));
     Snapshot {

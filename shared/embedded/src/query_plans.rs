@@ -244,7 +244,7 @@ async fn workload(backend: &crate::EmbeddedBackend, clock: &Arc<ManualClock>) {
     let waiting = waiting.first().expect("a run waits on its callback");
     let history = ports
         .store
-        .load_history(&waiting.tenant, &waiting.id)
+        .load_replay_input(&waiting.tenant, &waiting.id)
         .await
         .unwrap();
     let callback_id = history

@@ -158,7 +158,7 @@ async fn a_file_written_before_run_keys_opens_and_its_runs_go_on() {
         assert_eq!(got.as_ref(), Some(run), "run {}", run.id);
         let history = ports
             .store
-            .load_history(&run.tenant, &run.id)
+            .load_replay_input(&run.tenant, &run.id)
             .await
             .expect("history");
         let mut journal = history.journal.clone();

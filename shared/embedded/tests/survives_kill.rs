@@ -185,9 +185,9 @@ fn committed_writes_survive_a_process_kill() {
         assert_eq!(run.status, RunStatus::Waiting, "the checkpoint survived");
         assert_eq!(run.version, 3, "created, claimed, checkpointed");
         let history = store
-            .load_history(&tenant, &run_id)
+            .load_replay_input(&tenant, &run_id)
             .await
-            .expect("load_history");
+            .expect("load_replay_input");
         let at = run.created_at;
         assert_eq!(
             history.journal,

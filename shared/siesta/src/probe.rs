@@ -25,7 +25,7 @@ pub struct ProbeStore {
     /// Checkpoints applied.
     pub checkpoints: AtomicU64,
     /// Whole histories (journal and deliveries) read.
-    pub history_loads: AtomicU64,
+    pub replay_input_loads: AtomicU64,
     crash_after: AtomicI64,
     crash_before: AtomicBool,
     dead: AtomicBool,
@@ -79,7 +79,7 @@ impl ProbeStore {
             writes: AtomicU64::new(0),
             bytes_written: AtomicU64::new(0),
             checkpoints: AtomicU64::new(0),
-            history_loads: AtomicU64::new(0),
+            replay_input_loads: AtomicU64::new(0),
             crash_after: AtomicI64::new(-1),
             crash_before: AtomicBool::new(false),
             dead: AtomicBool::new(false),
@@ -221,15 +221,19 @@ impl RunStore for ProbeStore {
             .renew_lease(tenant, run_id, epoch, expires_at)
             .await
     }
-    async fn load_history(&self, tenant: &TenantId, run_id: &RunId) -> Result<History, StoreError> {
+    async fn load_replay_input(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+    ) -> Result<ReplayInput, StoreError> {
         self.read()?;
-        self.history_loads.fetch_add(1, Ordering::SeqCst);
-        self.inner.load_history(tenant, run_id).await
+        self.replay_input_loads.fetch_add(1, Ordering::SeqCst);
+        self.inner.load_replay_input(tenant, run_id).await
     }
-    async fn load_claimed_history(&self, run: &Run) -> Result<History, StoreError> {
+    async fn load_claimed_replay_input(&self, run: &Run) -> Result<ReplayInput, StoreError> {
         self.read()?;
-        self.history_loads.fetch_add(1, Ordering::SeqCst);
-        self.inner.load_claimed_history(run).await
+        self.replay_input_loads.fetch_add(1, Ordering::SeqCst);
+        self.inner.load_claimed_replay_input(run).await
     }
     async fn load_journal(
         &self,

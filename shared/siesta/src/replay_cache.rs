@@ -28,7 +28,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::model::{Delivery, FencingEpoch, JournalEntry, Position, Run, RunId, TenantId};
-use crate::ports::History;
+use crate::ports::ReplayInput;
 use crate::time::Timestamp;
 
 /// A run's journal and deliveries, decoded, as replay uses them.
@@ -40,15 +40,15 @@ pub(crate) struct Replayed {
     pub deliveries: Vec<Delivery>,
 }
 
-impl From<History> for Replayed {
-    fn from(history: History) -> Self {
+impl From<ReplayInput> for Replayed {
+    fn from(replay_input: ReplayInput) -> Self {
         Replayed {
-            journal: history
+            journal: replay_input
                 .journal
                 .into_iter()
                 .map(|entry| (entry.position.clone(), entry))
                 .collect(),
-            deliveries: history.deliveries,
+            deliveries: replay_input.deliveries,
         }
     }
 }

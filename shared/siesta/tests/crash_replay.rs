@@ -219,7 +219,7 @@ async fn tool_call_found_running_without_a_lookup_is_marked_unknown_and_parks_th
     assert!(run.error.unwrap().message.contains("idem_"));
     assert!(calls.load(Ordering::SeqCst) <= 1, "never blindly repeated");
     let key = w
-        .history(&id)
+        .replay_input(&id)
         .await
         .journal
         .iter()

@@ -893,7 +893,7 @@ async fn a_step_acting_on_a_held_event_acts_on_the_same_one_after_a_crash() {
     let history = w
         .backend()
         .store
-        .load_history(w.tenant(), &id)
+        .load_replay_input(w.tenant(), &id)
         .await
         .unwrap();
     let first = history

@@ -142,7 +142,7 @@ async fn a_delivery_cut_off_and_never_retried_is_taken_at_the_first_sweep_past_t
     let history = engine
         .backend()
         .store
-        .load_history(w.tenant(), &parent)
+        .load_replay_input(w.tenant(), &parent)
         .await
         .unwrap();
     let child = history

@@ -780,7 +780,7 @@ async fn child_context_groups_operations_and_replays_as_one_result() {
     assert_eq!(output(&w.run(&id).await), json!(10));
     assert_eq!(inner.load(Ordering::SeqCst), 2);
     let positions: Vec<String> = w
-        .history(&id)
+        .replay_input(&id)
         .await
         .journal
         .into_iter()
@@ -847,7 +847,7 @@ async fn large_values_are_stored_by_reference_and_artifacts_round_trip() {
     let out = output(&w.run(&id).await);
     assert_eq!(out["len"], 200_000);
     assert_eq!(out["artifact_len"], 200_000);
-    let history = w.history(&id).await;
+    let history = w.replay_input(&id).await;
     let produce = history
         .journal
         .iter()

@@ -128,7 +128,7 @@ async fn a_run_started_again_under_a_removed_parents_id_has_children_of_its_own(
         "the new run took the old child's outcome"
     );
     assert!(
-        w.history(&parent).await.deliveries.is_empty(),
+        w.replay_input(&parent).await.deliveries.is_empty(),
         "the old child's outcome was delivered to the new run"
     );
 

@@ -187,7 +187,7 @@ async fn the_check_writes_nothing_sends_nothing_and_runs_no_step() {
         .unwrap();
     w.clock().advance(Duration::from_secs(3600));
     let before_run = w.run(&id).await;
-    let before_history = w.history(&id).await;
+    let before_history = w.replay_input(&id).await;
     let before_timeline = w.timeline(&id).await;
 
     let ran = Arc::new(AtomicU64::new(0));
@@ -238,7 +238,7 @@ async fn the_check_writes_nothing_sends_nothing_and_runs_no_step() {
     assert_eq!(after_run.version, before_run.version);
     assert_eq!(after_run.timeline_seq, before_run.timeline_seq);
     assert_eq!(after_run.status, before_run.status);
-    assert_eq!(w.history(&id).await.journal, before_history.journal);
+    assert_eq!(w.replay_input(&id).await.journal, before_history.journal);
     assert_eq!(w.timeline(&id).await.len(), before_timeline.len());
 
     // The run is where it was: its own build takes the delivery and finishes it.
@@ -251,19 +251,19 @@ async fn an_exported_history_is_checked_without_the_store() {
     let w = world(v1());
     let id = w.start("agent", json!(null)).await;
     let run = w.run(&id).await;
-    let history = w.history(&id).await;
+    let history = w.replay_input(&id).await;
     let (inserted, _) = w.engine_with(inserted_step(), w.config().clone());
     let (appended, _) = w.engine_with(appended_step(), w.config().clone());
     assert!(
         !inserted
-            .check_replay_history(run.clone(), history.clone())
+            .check_replay_input(run.clone(), history.clone())
             .await
             .unwrap()
             .is_clean()
     );
     assert!(
         appended
-            .check_replay_history(run, history)
+            .check_replay_input(run, history)
             .await
             .unwrap()
             .is_clean()
@@ -319,7 +319,7 @@ async fn an_export_carries_offloaded_values_inline_so_it_replays_on_an_empty_sto
     assert_eq!(
         elsewhere
             .engine()
-            .check_replay_history(run, history)
+            .check_replay_input(run, history)
             .await
             .unwrap(),
         ReplayCheck::Clean { replayed: 2 }

@@ -79,7 +79,7 @@ async fn a_callback_completed_after_its_deadline_is_refused_and_times_out_at_the
         "late heartbeat: {late:?}"
     );
     assert_eq!(w.timeline(&id).await.len(), before);
-    assert!(w.history(&id).await.deliveries.is_empty());
+    assert!(w.replay_input(&id).await.deliveries.is_empty());
 
     // Awaiting it later raises the timeout.
     w.advance(Duration::from_secs(2)).await;
@@ -386,7 +386,7 @@ async fn finishing_or_cancelling_a_run_with_more_open_callbacks_than_a_transacti
     let cancelled = w.start("many", json!(false)).await;
     w.run_until_idle().await;
     let ids: Vec<CallbackId> = w
-        .history(&finishes)
+        .replay_input(&finishes)
         .await
         .journal
         .iter()

@@ -87,7 +87,7 @@ async fn a_callback_payload_of_the_wrong_shape_is_refused_and_the_callback_stays
     let after = w.run(&id).await;
     assert_eq!(after.version, before.version, "nothing was recorded");
     assert_eq!(after.status, RunStatus::Waiting);
-    assert!(w.history(&id).await.deliveries.is_empty());
+    assert!(w.replay_input(&id).await.deliveries.is_empty());
     // The right one, even under the id the wrong one was sent with, completes it.
     w.engine()
         .complete_callback(
@@ -222,7 +222,7 @@ async fn an_event_delivery_checks_the_journal_and_never_loads_the_runs_deliverie
     w.run_until_idle().await;
     let probe = w.probe();
     let before = probe
-        .history_loads
+        .replay_input_loads
         .load(std::sync::atomic::Ordering::SeqCst);
     let refused = w
         .engine()
@@ -244,7 +244,7 @@ async fn an_event_delivery_checks_the_journal_and_never_loads_the_runs_deliverie
         .unwrap();
     assert_eq!(
         probe
-            .history_loads
+            .replay_input_loads
             .load(std::sync::atomic::Ordering::SeqCst),
         before,
         "no event delivery loaded the run's history"

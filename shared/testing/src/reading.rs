@@ -2,7 +2,7 @@
 //! streams and timeline.
 
 use serde::de::DeserializeOwned;
-use siesta::ports::History;
+use siesta::ports::ReplayInput;
 use siesta::{ErrorInfo, JournalEntry, Payload, Run, RunId, RunStatus, TimelineEvent};
 
 use crate::TestEnv;
@@ -68,17 +68,17 @@ impl TestEnv {
     }
 
     /// The run's journal and deliveries.
-    pub async fn history(&self, run_id: &RunId) -> History {
+    pub async fn replay_input(&self, run_id: &RunId) -> ReplayInput {
         self.backend()
             .store
-            .load_history(&self.tenant, run_id)
+            .load_replay_input(&self.tenant, run_id)
             .await
             .expect("the in-memory store failed")
     }
 
     /// The run's journal entries.
     pub async fn journal(&self, run_id: &RunId) -> Vec<JournalEntry> {
-        self.history(run_id).await.journal
+        self.replay_input(run_id).await.journal
     }
 
     /// The journal entry at `position` (`name#occurrence`, e.g. `charge#0`).

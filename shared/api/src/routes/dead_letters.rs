@@ -56,7 +56,7 @@ pub(crate) async fn list_dead_letters(
     let limit = crate::extract::page_size(query.limit, 50, 200)?;
     let page = app
         .engine
-        .dead_letters(&tenant, query.cursor.as_deref(), limit)
+        .dead_lettered_runs(&tenant, query.cursor.as_deref(), limit)
         .await
         .map_err(|e| match e {
             // The caller's cursor is what did not parse.

@@ -1,4 +1,4 @@
-//! Runs across deploys: export a run with its history (what `myapp replay --history`
+//! Runs across deploys: export a run with its replay input (what `myapp replay --export`
 //! checks away from the store), check that a run's journal replays on the build serving
 //! this API, and upgrade a run — or every run of a build — to this build when it does.
 //! Nothing here runs a step: a check only reads, and an upgrade is one conditional write
@@ -21,7 +21,7 @@ use siesta_api_types::{ReplayCheckView, RunView};
 
 /// The run and its history (journal and deliveries) as one JSON document, in the core's
 /// own serialization, with values offloaded to the artifact store put inline: save it
-/// to a file and check it with `myapp replay --history FILE`.
+/// to a file and check it with `myapp replay --export FILE`.
 #[utoipa::path(
     get, path = "/runs/{id}/export", operation_id = "exportRun", tag = "runs",
     security(("bearer" = [])),

@@ -74,7 +74,7 @@ impl AppState {
             return Ok(Some(a));
         }
         let store = &backend.store;
-        let history = store.load_history(tenant, &run.id).await?;
+        let history = store.load_replay_input(tenant, &run.id).await?;
         let found = history
             .journal
             .iter()

@@ -23,26 +23,26 @@ async fn run_item_first(
     Ok(item)
 }
 
-/// [`RunStore::load_history`]: the journal and the deliveries, in one paged query
+/// [`RunStore::load_replay_input`]: the journal and the deliveries, in one paged query
 /// after the run item (for its history tail).
-pub(super) async fn load_history(
+pub(super) async fn load_replay_input(
     store: &DynamoStore,
     tenant: &TenantId,
     run_id: &RunId,
-) -> Result<History, StoreError> {
+) -> Result<ReplayInput, StoreError> {
     let pk = run_pk(tenant, run_id);
-    let run = run_item_first(store, "load_history: the run", &pk).await?;
+    let run = run_item_first(store, "load_replay_input: the run", &pk).await?;
     history_after(store, &pk, run.as_ref()).await
 }
 
-/// [`RunStore::load_claimed_history`]: [`load_history`] from the run item the claim
+/// [`RunStore::load_claimed_replay_input`]: [`load_replay_input`] from the run item the claim
 /// returned, when the store kept it and it is `run`'s (that run at that version): read
 /// before the history's query as [`with_tail`] needs, and what any reader would read
 /// at that version.
-pub(super) async fn load_claimed_history(
+pub(super) async fn load_claimed_replay_input(
     store: &DynamoStore,
     run: &Run,
-) -> Result<History, StoreError> {
+) -> Result<ReplayInput, StoreError> {
     let pk = run_pk(&run.tenant, &run.id);
     let claimed = store.claimed.take(&pk).filter(|item| {
         get_n::<u64>(item, VERSION, "run").is_ok_and(|v| v == run.version)
@@ -54,7 +54,7 @@ pub(super) async fn load_claimed_history(
             store.tails.remember(&item)?;
             history_after(store, &pk, Some(&item)).await
         }
-        None => load_history(store, &run.tenant, &run.id).await,
+        None => load_replay_input(store, &run.tenant, &run.id).await,
     }
 }
 
@@ -64,10 +64,10 @@ async fn history_after(
     store: &DynamoStore,
     pk: &str,
     run: Option<&Item>,
-) -> Result<History, StoreError> {
+) -> Result<ReplayInput, StoreError> {
     let items = store
         .query_pages(
-            "load_history",
+            "load_replay_input",
             |q| {
                 q.key_condition_expression("pk = :pk AND begins_with(sk, :history)")
                     .expression_attribute_values(":pk", s(pk))
@@ -84,7 +84,7 @@ async fn history_after(
         deliveries.extend(journal.take(history_from_item(item)?));
     }
     deliveries.sort_by_key(|d: &Delivery| d.seq);
-    Ok(History {
+    Ok(ReplayInput {
         journal: journal.into_entries(),
         deliveries,
     })

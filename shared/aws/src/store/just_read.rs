@@ -1,6 +1,6 @@
 //! Items the store has just read or written, kept for the one read that follows them
 //! in the same handling, so that it is not made twice: the run item a claim's write
-//! returned, for the replay after it ([`RunStore::load_claimed_history`]), and the
+//! returned, for the replay after it ([`RunStore::load_claimed_replay_input`]), and the
 //! callback record a webhook's lookup read, for the delivery after it.
 //!
 //! Each is taken once, and what it stands in for is a read whose staleness the reader
@@ -8,7 +8,7 @@
 //! conditioned on that version), a delivery's callback record (its write checks the
 //! record is still open and in time, and is decided again on a fresh read if not).
 //!
-//! [`RunStore::load_claimed_history`]: siesta::ports::RunStore::load_claimed_history
+//! [`RunStore::load_claimed_replay_input`]: siesta::ports::RunStore::load_claimed_replay_input
 
 use std::collections::HashMap;
 use std::sync::Mutex;

@@ -149,7 +149,7 @@ pub(super) async fn claim(
         .return_consumed_capacity(ReturnConsumedCapacity::Total)
         .send()
         .await;
-    // The run item as claimed, for the replay that follows (`load_claimed_history`).
+    // The run item as claimed, for the replay that follows (`load_claimed_replay_input`).
     if let Ok(out) = &result
         && let Some(item) = &out.attributes
     {

@@ -139,12 +139,16 @@ impl RunStore for DynamoStore {
         lifecycle::renew_lease(self, tenant, run_id, epoch, expires_at).await
     }
 
-    async fn load_history(&self, tenant: &TenantId, run_id: &RunId) -> Result<History, StoreError> {
-        history::load_history(self, tenant, run_id).await
+    async fn load_replay_input(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+    ) -> Result<ReplayInput, StoreError> {
+        history::load_replay_input(self, tenant, run_id).await
     }
 
-    async fn load_claimed_history(&self, run: &Run) -> Result<History, StoreError> {
-        history::load_claimed_history(self, run).await
+    async fn load_claimed_replay_input(&self, run: &Run) -> Result<ReplayInput, StoreError> {
+        history::load_claimed_replay_input(self, run).await
     }
 
     async fn load_journal(

@@ -676,7 +676,10 @@ pub async fn callback_and_tool_call_records_round_trip(h: Harness) {
     write(&h, &cp).await;
 
     let store = &h.backend.store;
-    let history = store.load_history(&tenant, &run.id).await.expect("history");
+    let history = store
+        .load_replay_input(&tenant, &run.id)
+        .await
+        .expect("history");
     let stored = history
         .journal
         .iter()

@@ -22,7 +22,7 @@ fn delivered_to(before: &Run, d: &NewDelivery, updated_at: Timestamp) -> Run {
     expected
 }
 
-/// The delivery as `load_history` must return it, with its `seq`.
+/// The delivery as `load_replay_input` must return it, with its `seq`.
 fn stored(d: &NewDelivery, seq: u64) -> Delivery {
     Delivery {
         id: d.id.clone(),
@@ -104,9 +104,9 @@ pub async fn deliver_appends_delivery_and_event(h: Harness) {
     let history = h
         .backend
         .store
-        .load_history(&tenant, &run.id)
+        .load_replay_input(&tenant, &run.id)
         .await
-        .expect("load_history");
+        .expect("load_replay_input");
     assert_eq!(history.deliveries, sent, "the stored deliveries");
     assert_eq!(
         sent.iter().map(|d| d.seq).collect::<Vec<_>>(),
@@ -268,9 +268,9 @@ pub async fn concurrent_deliveries_get_gapless_seqs(h: Harness) {
     let history = h
         .backend
         .store
-        .load_history(&tenant, &run.id)
+        .load_replay_input(&tenant, &run.id)
         .await
-        .expect("load_history");
+        .expect("load_replay_input");
     assert_eq!(
         history.deliveries.iter().map(|d| d.seq).collect::<Vec<_>>(),
         (1..=N as u64).collect::<Vec<_>>(),
@@ -750,9 +750,9 @@ pub async fn parent_delivery_is_applied_inside_the_checkpoint(h: Harness) {
     let history = h
         .backend
         .store
-        .load_history(&tenant, &parent.id)
+        .load_replay_input(&tenant, &parent.id)
         .await
-        .expect("load_history");
+        .expect("load_replay_input");
     assert_eq!(history.deliveries, vec![stored(&to_parent, 1)]);
 }
 
@@ -827,7 +827,7 @@ pub async fn parent_delivery_is_skipped_when_duplicate_or_parent_gone(h: Harness
     );
 }
 
-/// `load_history` returns every journal entry and every delivery, in `seq` order;
+/// `load_replay_input` returns every journal entry and every delivery, in `seq` order;
 /// `load_journal` the same journal alone.
 pub async fn load_history_returns_journal_and_deliveries_in_order(h: Harness) {
     let tenant = tenant();
@@ -870,9 +870,9 @@ pub async fn load_history_returns_journal_and_deliveries_in_order(h: Harness) {
     let history = h
         .backend
         .store
-        .load_history(&tenant, &run.id)
+        .load_replay_input(&tenant, &run.id)
         .await
-        .expect("load_history");
+        .expect("load_replay_input");
     assert_eq!(history.deliveries, expected, "every delivery, in seq order");
     let mut journal = history.journal;
     journal.sort_by(|a, b| a.position.cmp(&b.position));
@@ -892,10 +892,10 @@ pub async fn load_history_returns_journal_and_deliveries_in_order(h: Harness) {
     );
 }
 
-/// `load_claimed_history` of a run as its claim returned it is `load_history`'s
+/// `load_claimed_replay_input` of a run as its claim returned it is `load_replay_input`'s
 /// history: every entry (those of the run item's history tail among them, where an
 /// adapter keeps one), and every delivery, one that arrived after the claim too. Of a
-/// run at another version than the claim's, it reads the run as `load_history` does.
+/// run at another version than the claim's, it reads the run as `load_replay_input` does.
 pub async fn load_claimed_history_is_the_history_of_the_claimed_run(h: Harness) {
     let tenant = tenant();
     let run = create(&h, &tenant).await;
@@ -921,9 +921,9 @@ pub async fn load_claimed_history_is_the_history_of_the_claimed_run(h: Harness) 
 
     let store = &h.backend.store;
     let history = store
-        .load_claimed_history(&claimed)
+        .load_claimed_replay_input(&claimed)
         .await
-        .expect("load_claimed_history");
+        .expect("load_claimed_replay_input");
     assert_eq!(
         history.deliveries,
         vec![stored(&before, 1), stored(&after, 2)],
@@ -935,17 +935,17 @@ pub async fn load_claimed_history_is_the_history_of_the_claimed_run(h: Harness) 
     written.sort_by(|a, b| a.position.cmp(&b.position));
     assert_eq!(journal, written, "every entry");
     let mut read = store
-        .load_history(&tenant, &run.id)
+        .load_replay_input(&tenant, &run.id)
         .await
-        .expect("load_history");
+        .expect("load_replay_input");
     read.journal.sort_by(|a, b| a.position.cmp(&b.position));
-    assert_eq!(read.journal, written, "as load_history reads it");
+    assert_eq!(read.journal, written, "as load_replay_input reads it");
     assert_eq!(read.deliveries, history.deliveries);
-    // Not the claimed version: read as load_history does.
+    // Not the claimed version: read as load_replay_input does.
     let again = store
-        .load_claimed_history(&held)
+        .load_claimed_replay_input(&held)
         .await
-        .expect("load_claimed_history of an older version");
+        .expect("load_claimed_replay_input of an older version");
     assert_eq!(again.deliveries, history.deliveries);
     assert_eq!(again.journal.len(), written.len());
 }

@@ -322,7 +322,7 @@ async fn try_deliver(
     let history = h
         .backend
         .store
-        .load_history(tenant, &r.run)
+        .load_replay_input(tenant, &r.run)
         .await
         .expect("read the history");
     // The open callback or child run created last: the wait live now.
@@ -530,7 +530,7 @@ async fn check(h: &Harness, tenant: &TenantId, r: &Running) -> Result<(), String
     let history = h
         .backend
         .store
-        .load_history(tenant, &r.run)
+        .load_replay_input(tenant, &r.run)
         .await
         .expect("read the history");
     if timeouts == 1 {

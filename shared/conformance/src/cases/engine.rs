@@ -94,7 +94,7 @@ pub async fn a_wait_a_race_dropped_takes_no_delivery(h: Harness) {
         let history = h
             .backend
             .store
-            .load_history(&tenant, &run.id)
+            .load_replay_input(&tenant, &run.id)
             .await
             .expect("read the history");
         let loser = history

@@ -91,9 +91,9 @@ pub async fn tenant_isolation(h: Harness) {
         "another tenant's deliver: expected NotFound, got {delivered:?}"
     );
     let history = store
-        .load_history(&stranger, &run.id)
+        .load_replay_input(&stranger, &run.id)
         .await
-        .expect("load_history");
+        .expect("load_replay_input");
     assert!(
         history.journal.is_empty() && history.deliveries.is_empty(),
         "another tenant's history is empty, got {history:?}"

@@ -151,12 +151,16 @@ impl RunStore for EmbeddedBackend {
         .await
     }
 
-    async fn load_history(&self, tenant: &TenantId, run_id: &RunId) -> Result<History, StoreError> {
+    async fn load_replay_input(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+    ) -> Result<ReplayInput, StoreError> {
         let (tenant, run_id) = (tenant.0.clone(), run_id.0.clone());
         self.read(move |tx| {
-            let mut history = History {
+            let mut history = ReplayInput {
                 journal: read_journal(tx, &tenant, &run_id)?,
-                ..History::default()
+                ..ReplayInput::default()
             };
             let mut stmt = tx
                 .prepare_cached(

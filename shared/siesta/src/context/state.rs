@@ -190,15 +190,15 @@ impl Shared {
         clock: Arc<dyn Clock>,
         config: ContextConfig,
         run: Run,
-        history: crate::replay_cache::Replayed,
+        replayed: crate::replay_cache::Replayed,
         budget_deadline: Timestamp,
         watch: Arc<LeaseWatch>,
     ) -> Shared {
         let epoch = run.lease.as_ref().map(|l| l.epoch).unwrap_or(run.epoch);
-        let mut by_index = HashMap::with_capacity(history.journal.len());
+        let mut by_index = HashMap::with_capacity(replayed.journal.len());
         let mut consumed = HashSet::new();
         let mut waiting_callbacks = std::collections::BTreeSet::new();
-        for entry in history.journal.values() {
+        for entry in replayed.journal.values() {
             if is_waiting_callback(entry) {
                 waiting_callbacks.insert(entry.position.clone());
             }
@@ -206,7 +206,7 @@ impl Shared {
             by_index.insert((parent, entry.index), entry.position.clone());
             consumed.extend(entry.consumed.iter().cloned());
         }
-        let journal = history.journal;
+        let journal = replayed.journal;
         let inbox_loaded = run.inbox_seq;
         Shared {
             backend,
@@ -220,7 +220,7 @@ impl Shared {
                 journal,
                 waiting_callbacks,
                 by_index,
-                deliveries: history.deliveries,
+                deliveries: replayed.deliveries,
                 consumed,
                 counters: HashMap::new(),
                 stream_publishes: HashMap::new(),

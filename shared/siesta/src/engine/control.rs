@@ -68,9 +68,9 @@ impl Engine {
                 next.resend_after = None;
                 next.error = Some(ErrorInfo::new("Cancelled", "the run was cancelled", false));
                 checkpoint.run = next.clone();
-                let history = self.backend.store.load_history(tenant, run_id).await?;
+                let replay_input = self.backend.store.load_replay_input(tenant, run_id).await?;
                 checkpoint.callbacks =
-                    open_callbacks(history.journal.iter(), &history.deliveries, &run);
+                    open_callbacks(replay_input.journal.iter(), &replay_input.deliveries, &run);
                 if let Some(parent) = &run.parent {
                     let outcome = Err(ErrorInfo::new(
                         "Cancelled",
@@ -319,8 +319,8 @@ impl Engine {
         if_match: Option<u64>,
     ) -> Result<Run, EngineError> {
         let run = self.parked_run(tenant, run_id, if_match).await?;
-        let history = self.backend.store.load_history(tenant, run_id).await?;
-        let entry = history
+        let replay_input = self.backend.store.load_replay_input(tenant, run_id).await?;
+        let entry = replay_input
             .journal
             .into_iter()
             .find(|e| e.position == *position)

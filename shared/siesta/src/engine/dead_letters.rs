@@ -1,13 +1,15 @@
-//! The operator's view of dead letters: the runs parked because a wake-up of theirs kept
-//! failing and went to the dead-letter queue while it was their latest, listed and
-//! redriven (resumed) one by one or all at once.
+//! Dead letters and the runs they park. A *dead letter* is a wake-up that kept failing
+//! and went to the dead-letter queue ([`DeadLetter`]); a *dead-lettered run* is the run
+//! one parked, because the wake-up was still its latest.
 //!
 //! The dead-letter queue itself is drained by every sweep ([`Engine::sweep`]): each dead
 //! letter is handled once, then deleted. What an operator has to act on is what it left
-//! behind — a parked run, with the reason in its error and the wake-up in its
-//! `RunParked` event — so that is what these list: a dead letter here is a run, named by
-//! its id. A dead letter that the run's progress had overtaken parked nothing and needs
-//! nothing.
+//! behind — a dead-lettered run, with the reason in its error and the wake-up in its
+//! `RunParked` event — so that is what is listed ([`Engine::dead_lettered_runs`]) and
+//! *redriven*: redriving resumes dead-lettered runs, one or all ([`Engine::resume`] of
+//! each; SQS's word for moving messages off a dead-letter queue, here applied to the run,
+//! since the message is already gone). A dead letter that the run's progress had
+//! overtaken parked nothing and needs nothing.
 //!
 //! Handling the dead-letter queue itself ([`Engine::handle_dead_letters`], the first
 //! move of every sweep) is here too.
@@ -41,9 +43,9 @@ pub const DEAD_LETTERED: &str = "DeadLettered";
 /// reasons are skipped, and a call's work stays bounded however many there are.
 const MAX_PAGES_PER_CALL: usize = 8;
 
-/// One page of dead letters, newest first.
+/// One page of dead-lettered runs, newest first.
 #[derive(Debug, Clone, Default)]
-pub struct DeadLetterPage {
+pub struct DeadLetteredRunPage {
     /// The runs parked for a dead letter.
     pub runs: Vec<Run>,
     /// Pass back to get the next page; `None` on the last page. A page may hold fewer
@@ -57,20 +59,20 @@ pub fn is_dead_lettered(run: &Run) -> bool {
 }
 
 impl Engine {
-    /// The tenant's dead letters (runs parked for one), newest first, at most `limit`,
+    /// The tenant's dead-lettered runs (parked for a dead letter), newest first, at most `limit`,
     /// from `cursor` (a previous page's `next_cursor`). Reads at most a few pages of
     /// parked runs per call.
-    pub async fn dead_letters(
+    pub async fn dead_lettered_runs(
         &self,
         tenant: &TenantId,
         cursor: Option<&str>,
         limit: usize,
-    ) -> Result<DeadLetterPage, EngineError> {
+    ) -> Result<DeadLetteredRunPage, EngineError> {
         let filter = RunFilter {
             status: Some(RunStatus::Parked),
             workflow: None,
         };
-        let mut page = DeadLetterPage::default();
+        let mut page = DeadLetteredRunPage::default();
         let mut cursor = cursor.map(str::to_owned);
         for _ in 0..MAX_PAGES_PER_CALL {
             // Never more than still fits: every run of the page can be kept, so the
@@ -95,7 +97,7 @@ impl Engine {
         Ok(page)
     }
 
-    /// Redrive one dead letter: resume the run it parked (pending, due now, woken; see
+    /// Redrive one dead-lettered run: resume it (pending, due now, woken; see
     /// [`Engine::resume`]). [`EngineError::NotFound`] when the run is not parked for a
     /// dead letter (any more); `if_match` guards against a stale view.
     pub async fn redrive_dead_letter(
@@ -112,7 +114,7 @@ impl Engine {
             .await
     }
 
-    /// Redrive every dead letter of the tenant, at most `limit`; the runs resumed. A run
+    /// Redrive every dead-lettered run of the tenant, at most `limit`; the runs resumed. A run
     /// that changed meanwhile (resumed or cancelled by someone else) is skipped.
     pub async fn redrive_dead_letters(
         &self,
@@ -123,7 +125,7 @@ impl Engine {
         let mut cursor: Option<String> = None;
         loop {
             let page = self
-                .dead_letters(tenant, cursor.as_deref(), (limit - resumed.len()).min(100))
+                .dead_lettered_runs(tenant, cursor.as_deref(), (limit - resumed.len()).min(100))
                 .await?;
             for run in page.runs {
                 match self.resume(tenant, &run.id, Some(run.version)).await {

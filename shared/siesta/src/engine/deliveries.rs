@@ -120,12 +120,12 @@ impl Engine {
         if run.inbox_seq <= run.inbox_seen {
             return Ok(false);
         }
-        let history = self
+        let replay_input = self
             .backend
             .store
-            .load_history(&run.tenant, &run.id)
+            .load_replay_input(&run.tenant, &run.id)
             .await?;
-        let consumed: std::collections::HashSet<&DeliveryId> = history
+        let consumed: std::collections::HashSet<&DeliveryId> = replay_input
             .journal
             .iter()
             .flat_map(|e| e.consumed.iter())
@@ -136,7 +136,7 @@ impl Engine {
                 .any(|schema| crate::accepts::check(schema, value).is_ok()),
             Payload::Artifact(_) => true,
         };
-        let pending = history
+        let pending = replay_input
             .deliveries
             .iter()
             .filter(|d| !consumed.contains(&d.id))

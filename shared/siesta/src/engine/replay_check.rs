@@ -7,7 +7,7 @@
 //! wait, consume a delivery — the branch stops there (the run replayed cleanly so far)
 //! instead of doing it, and where the code asks for an operation the journal does not
 //! have at that position, the divergence is recorded instead of parking the run.
-//! Nothing is written, sent or claimed: the store is only read (the run, its history,
+//! Nothing is written, sent or claimed: the store is only read (the run, its replay input,
 //! the artifacts of offloaded values).
 
 use std::panic::AssertUnwindSafe;
@@ -23,7 +23,7 @@ use crate::context::{Context, LeaseWatch, Shared, decode_payload};
 use crate::error::panic_message;
 pub use crate::model::Divergence;
 use crate::model::*;
-use crate::ports::History;
+use crate::ports::ReplayInput;
 use crate::time::Timestamp;
 
 /// What a replay check found.
@@ -47,8 +47,8 @@ impl ReplayCheck {
     }
 }
 
-/// A run and its history as one JSON document (`GET /runs/{id}/export`), for a
-/// replay check away from the store (`myapp replay --history FILE`).
+/// A run and its replay input as one JSON document (`GET /runs/{id}/export`), for a
+/// replay check away from the store (`myapp replay --export FILE`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunExport {
     /// The document's format: [`RunExport::FORMAT`].
@@ -65,21 +65,21 @@ impl RunExport {
     /// The format this version writes and reads.
     pub const FORMAT: &'static str = "siesta.run-export.v1";
 
-    /// The export of `run` with its history.
-    pub fn new(run: Run, history: History) -> RunExport {
+    /// The export of `run` with its replay input.
+    pub fn new(run: Run, replay_input: ReplayInput) -> RunExport {
         RunExport {
             format: RunExport::FORMAT.to_owned(),
             run,
-            journal: history.journal,
-            deliveries: history.deliveries,
+            journal: replay_input.journal,
+            deliveries: replay_input.deliveries,
         }
     }
 
-    /// The run and its history, to check.
-    pub fn into_parts(self) -> (Run, History) {
+    /// The run and its replay input, to check.
+    pub fn into_parts(self) -> (Run, ReplayInput) {
         (
             self.run,
-            History {
+            ReplayInput {
                 journal: self.journal,
                 deliveries: self.deliveries,
             },
@@ -88,7 +88,7 @@ impl RunExport {
 }
 
 impl Engine {
-    /// The run (of this tenant) and its history as one document. Values offloaded to
+    /// The run (of this tenant) and its replay input as one document. Values offloaded to
     /// the artifact store (the input, step results, delivered payloads...) are read
     /// and put inline, so the document replays with no access to the store.
     pub async fn export_run(
@@ -97,19 +97,19 @@ impl Engine {
         run_id: &RunId,
     ) -> Result<RunExport, EngineError> {
         let mut run = self.get_run(tenant, run_id).await?;
-        let mut history = self.backend.store.load_history(tenant, run_id).await?;
+        let mut replay_input = self.backend.store.load_replay_input(tenant, run_id).await?;
         self.inline(&mut run.input).await?;
         if let Some(output) = &mut run.output {
             self.inline(output).await?;
         }
-        for entry in &mut history.journal {
+        for entry in &mut replay_input.journal {
             match &mut entry.state {
                 EntryState::Succeeded { value, .. } => self.inline(value).await?,
                 EntryState::Polling { state, .. } => self.inline(state).await?,
                 _ => {}
             }
         }
-        for delivery in &mut history.deliveries {
+        for delivery in &mut replay_input.deliveries {
             match &mut delivery.body {
                 DeliveryBody::CallbackSucceeded { value, .. }
                 | DeliveryBody::Event { value, .. }
@@ -120,7 +120,7 @@ impl Engine {
                 _ => {}
             }
         }
-        Ok(RunExport::new(run, history))
+        Ok(RunExport::new(run, replay_input))
     }
 
     /// Replace an offloaded value by its content: replay decodes both the same way.
@@ -144,17 +144,17 @@ impl Engine {
         run_id: &RunId,
     ) -> Result<ReplayCheck, EngineError> {
         let run = self.get_run(tenant, run_id).await?;
-        let history = self.backend.store.load_history(tenant, run_id).await?;
-        self.check_replay_history(run, history).await
+        let replay_input = self.backend.store.load_replay_input(tenant, run_id).await?;
+        self.check_replay_input(run, replay_input).await
     }
 
-    /// [`Engine::check_replay`] over a run and its history given whole (an exported
-    /// history, say): the store is not read, except for the artifacts of values the
+    /// [`Engine::check_replay`] over a run and its replay input given whole (an exported
+    /// run, say): the store is not read, except for the artifacts of values the
     /// journal offloaded.
-    pub async fn check_replay_history(
+    pub async fn check_replay_input(
         &self,
         run: Run,
-        history: History,
+        replay_input: ReplayInput,
     ) -> Result<ReplayCheck, EngineError> {
         let Some(workflow) = self.registry.get(&run.workflow).cloned() else {
             return Err(EngineError::UnknownWorkflow(run.workflow.clone()));
@@ -172,7 +172,7 @@ impl Engine {
                 self.clock.clone(),
                 self.context_config(),
                 run,
-                history.into(),
+                replay_input.into(),
                 Timestamp(i64::MAX),
                 Arc::new(LeaseWatch::default()),
             )

@@ -89,8 +89,8 @@ impl Engine {
             if run.is_leased(now) {
                 return Err(EngineError::Leased);
             }
-            let history = self.backend.store.load_history(tenant, run_id).await?;
-            let replayed = match self.check_replay_history(run.clone(), history).await? {
+            let replay_input = self.backend.store.load_replay_input(tenant, run_id).await?;
+            let replayed = match self.check_replay_input(run.clone(), replay_input).await? {
                 ReplayCheck::Clean { replayed } => replayed,
                 ReplayCheck::Diverged(divergence) => {
                     return Err(EngineError::Diverged(divergence));

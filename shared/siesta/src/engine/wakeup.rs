@@ -202,12 +202,17 @@ impl Engine {
                     (shared, future)
                 }
                 kept => {
-                    let history = match kept {
+                    let replayed = match kept {
                         Some(Kept::Journal(replayed)) => replayed,
-                        _ => self.backend.store.load_claimed_history(&run).await?.into(),
+                        _ => self
+                            .backend
+                            .store
+                            .load_claimed_replay_input(&run)
+                            .await?
+                            .into(),
                     };
                     let cancel = run.cancel_requested;
-                    let shared = self.shared(run.clone(), history, budget, watch);
+                    let shared = self.shared(run.clone(), replayed, budget, watch);
                     if cancel {
                         return self.finish(&shared, Ending::Cancel).await;
                     }
@@ -337,7 +342,7 @@ impl Engine {
     fn shared(
         &self,
         run: Run,
-        history: Replayed,
+        replayed: Replayed,
         budget: Timestamp,
         watch: &Arc<LeaseWatch>,
     ) -> Arc<Shared> {
@@ -346,7 +351,7 @@ impl Engine {
             self.clock.clone(),
             self.context_config(),
             run,
-            history,
+            replayed,
             budget,
             watch.clone(),
         ))

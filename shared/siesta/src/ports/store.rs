@@ -128,9 +128,10 @@ pub enum DeliverOutcome {
     Duplicate,
 }
 
-/// A run's journal and deliveries, as loaded for replay.
+/// What a replay reads: a run's journal and its deliveries. (Called *history* before;
+/// that word is now kept for AWS's *execution history*, our timeline.)
 #[derive(Debug, Clone, Default)]
-pub struct History {
+pub struct ReplayInput {
     /// Every journal entry.
     pub journal: Vec<JournalEntry>,
     /// Every delivery, in `seq` order.
@@ -270,26 +271,30 @@ pub trait RunStore: Send + Sync + 'static {
     ) -> Result<Run, StoreError>;
 
     /// The run's journal and deliveries. One `Query` (paged).
-    async fn load_history(&self, tenant: &TenantId, run_id: &RunId) -> Result<History, StoreError>;
+    async fn load_replay_input(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+    ) -> Result<ReplayInput, StoreError>;
 
-    /// [`RunStore::load_history`] of `run` as this store's [`RunStore::claim`] just
+    /// [`RunStore::load_replay_input`] of `run` as this store's [`RunStore::claim`] just
     /// returned it: the replay that follows a claim. An adapter that kept what the
     /// claim's write returned may start from it rather than read the run again; the
-    /// history is then as of the claimed version or later, which is all a replay under
-    /// that claim can write over. Default: [`RunStore::load_history`].
-    async fn load_claimed_history(&self, run: &Run) -> Result<History, StoreError> {
-        self.load_history(&run.tenant, &run.id).await
+    /// replay input is then as of the claimed version or later, which is all a replay under
+    /// that claim can write over. Default: [`RunStore::load_replay_input`].
+    async fn load_claimed_replay_input(&self, run: &Run) -> Result<ReplayInput, StoreError> {
+        self.load_replay_input(&run.tenant, &run.id).await
     }
 
     /// The run's journal alone, without its deliveries (which grow with every event
     /// and message): what an event delivery checks its payload against. One `Query`
-    /// (paged) of the journal's keys. Default: [`RunStore::load_history`]'s journal.
+    /// (paged) of the journal's keys. Default: [`RunStore::load_replay_input`]'s journal.
     async fn load_journal(
         &self,
         tenant: &TenantId,
         run_id: &RunId,
     ) -> Result<Vec<JournalEntry>, StoreError> {
-        Ok(self.load_history(tenant, run_id).await?.journal)
+        Ok(self.load_replay_input(tenant, run_id).await?.journal)
     }
 
     /// Write a checkpoint atomically; see [`Checkpoint`]. [`StoreError::Conflict`] with
