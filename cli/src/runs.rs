@@ -865,7 +865,7 @@ mod tests {
                 axum::Json(match uri.as_str() {
                     "/dead-letters?limit=200" => serde_json::json!({
                         "dead_letters": [letter("run-1")], "next_cursor": "0a1b"}),
-                    "/dead-letters?limit=200&cursor=0a1b" => {
+                    "/dead-letters?cursor=0a1b&limit=200" => {
                         serde_json::json!({"dead_letters": [letter("run-2")]})
                     }
                     "/dead-letters/redrive" => {
@@ -886,7 +886,7 @@ mod tests {
         assert_eq!(seen.try_recv().unwrap().0, "/dead-letters?limit=200");
         assert_eq!(
             seen.try_recv().unwrap().0,
-            "/dead-letters?limit=200&cursor=0a1b",
+            "/dead-letters?cursor=0a1b&limit=200",
             "the next page, through the cursor as given"
         );
         remote.redrive(Some("run-1"), Some(3)).await.unwrap();
