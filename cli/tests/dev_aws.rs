@@ -126,9 +126,9 @@ async fn on_the_aws_backend_a_list_cursor_put_raw_into_the_next_url_pages_throug
         .await
         .unwrap();
     let base = format!("http://{}", server.addr);
+    let started = common::start_approvals(&base, 3).await;
     // Raw HTTP: the test is about a cursor put into the next page's URL as it is.
     let client = reqwest::Client::new();
-    let started = common::start_approvals(&client, &base, 3).await;
     let listed = common::list_through_raw_cursors(&client, &base).await;
     // The table is shared with other tests of the tenant `default`: every run started
     // here is listed, each page reached through the cursor as it came.

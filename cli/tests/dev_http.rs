@@ -906,10 +906,10 @@ async fn a_signed_source_webhook_completes_the_callback_its_body_names_once_and_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_list_cursor_put_raw_into_the_next_url_pages_through_every_run() {
     let (server, _dir, base) = server("").await;
+    let started = common::start_approvals(&base, 3).await;
     // Raw HTTP: the test is about a cursor put into the next page's URL as it is, as a
     // client that does not encode it writes it (the typed client encodes its queries).
     let client = reqwest::Client::new();
-    let started = common::start_approvals(&client, &base, 3).await;
     let listed = common::list_through_raw_cursors(&client, &base).await;
     assert_eq!(listed, started);
     server.stop();
