@@ -46,6 +46,7 @@ mod history_item;
 pub mod index_writes;
 mod item;
 pub mod keys;
+mod layout;
 pub mod prune;
 mod queue;
 mod requests;

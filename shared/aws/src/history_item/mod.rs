@@ -6,7 +6,7 @@
 //! [`checkpoint_sk`]: in a `TransactWriteItems`, where each item costs two write units
 //! per KB, a step's entry and its events in one item cost two units where two items
 //! cost four. A delivery's event, and a run's first, that find no room in the run item
-//! ([`tail_with_event`], [`created_items`]) have a timeline item of their own under
+//! ([`tail_with_event`], [`crate::layout::created_items`]) have a timeline item of their own under
 //! [`timeline_sk`].
 //!
 //! A checkpoint of the run's own build that needs one checkpoint item and writes no
@@ -45,6 +45,7 @@ use siesta::*;
 
 use crate::item::{Item, item_size, key, s};
 use crate::keys::*;
+use crate::layout::WRITE_UNIT_BYTES;
 
 /// A checkpoint item's journal entries, as a JSON array.
 const JOURNAL: &str = "journal";
@@ -56,8 +57,6 @@ pub(crate) const EVENTS: &str = "events";
 /// item under fewer KB: DynamoDB bills writes by the KB, and a wait's checkpoint (two
 /// entries, three events) is just over one as JSON and well under it deflated.
 const PACKED: &str = "z";
-/// DynamoDB's write unit: an item's size is billed rounded up to it.
-pub(crate) const WRITE_UNIT_BYTES: usize = 1024;
 /// How many bytes of entries and events one checkpoint item holds at most; what a
 /// checkpoint writes beyond goes in the next one (DynamoDB items hold 400 KB, a larger
 /// entry gets an item of its own).

@@ -7,18 +7,18 @@ use serde::Deserialize;
 use siesta::ports::StoreError;
 use siesta::*;
 
+use super::PACKED;
 use super::packing::{entries_and_events, in_parts, inflate, pack, tagged_json, unpack};
-use super::{PACKED, WRITE_UNIT_BYTES};
 use crate::error::corrupt;
 use crate::item::{Item, TAIL, TAIL_SK, VERSION, get_n, get_s, item_size, key, s};
 use crate::keys::*;
 
 /// How many checkpoints a history tail holds at most: the checkpoint that would add one
 /// more archives it instead (a write request per this many steps).
-pub(super) const TAIL_CHECKPOINTS: u64 = 3;
+pub(crate) const TAIL_CHECKPOINTS: u64 = 3;
 /// How many bytes a history tail holds at most, deflated: every write of the run item
 /// is billed for it, so a checkpoint that would take it past this archives it instead.
-pub(super) const TAIL_BYTES: usize = 1024;
+pub(crate) const TAIL_BYTES: usize = 1024;
 
 /// Whether a history tail under `sk` (holding journal entries or not) may be joined by,
 /// or taken into, a write conditioned on the run at `version` with its timeline at
@@ -238,36 +238,6 @@ pub(crate) fn tail_with_event(
         packed,
         archive: None,
     }))
-}
-
-/// Room a run item holding a history tail leaves under [`WRITE_UNIT_BYTES`] for the
-/// lease the claim that follows adds (owner, expiry, epoch: about 70 bytes), so that
-/// the claim stays one unit too.
-pub(crate) const CLAIM_ROOM: usize = 100;
-
-/// The items a run created with its first event writes, given its `run_item`: the run
-/// item holding the event in its tail, as a delivery's event is held
-/// ([`tail_with_event`]), when it stays within one write unit with room for the claim
-/// after it — the create's transaction then writes one item
-/// fewer (two write units) and no later write of the run item is billed a unit more;
-/// else the run item as given and the event's own timeline item (a large input, which
-/// the run item's body holds, leaves no room). The tail is keyed by the run's timeline
-/// seq, so only an event at that seq goes in it.
-pub(crate) fn created_items(
-    run_item: Item,
-    run: &Run,
-    started: &TimelineEvent,
-) -> Result<(Item, Option<Item>), StoreError> {
-    if started.seq == run.timeline_seq
-        && let Some(tail) = tail_with_event(run, run.version, None, started)?
-        && tail.size_in(&run_item) + CLAIM_ROOM <= WRITE_UNIT_BYTES
-    {
-        let mut with_tail = run_item;
-        tail.put_in(&mut with_tail);
-        return Ok((with_tail, None));
-    }
-    let event = crate::item::timeline_item(&run.tenant, &run.id, started)?;
-    Ok((run_item, Some(event)))
 }
 
 /// Whether the history tail `held` (a run item as read) holds is the one `written` (the

@@ -4,6 +4,7 @@ use super::*;
 use serde_json::json;
 
 use crate::item::{TAIL, TAIL_SK, get_s, to_json};
+use crate::layout::WRITE_UNIT_BYTES;
 
 fn run(timeline_seq: u64, version: u64) -> Run {
     let mut run = Run::new(
@@ -41,42 +42,6 @@ fn event(seq: u64, details: serde_json::Value) -> TimelineEvent {
 
 fn ids() -> (TenantId, RunId) {
     (TenantId("t".into()), RunId("r".into()))
-}
-
-#[test]
-fn a_new_runs_first_event_is_held_in_its_run_item_when_it_leaves_room_for_the_claim() {
-    let run = run(1, 1);
-    let run_item = crate::item::run_item(&run, std::time::Duration::ZERO).unwrap();
-    let (held, own) = created_items(run_item.clone(), &run, &event(1, json!(null))).unwrap();
-    assert!(own.is_none(), "no item of its own");
-    let tail = archived_tail(&held).unwrap().expect("a tail");
-    assert_eq!(checkpoint_seq(get_s(&tail, SK, "tail").unwrap()), Some(1));
-    assert_eq!(
-        timeline_from_item(&tail).unwrap(),
-        vec![event(1, json!(null))]
-    );
-
-    // An event at another seq than the run's: not under the run's key.
-    let (alone, own) = created_items(run_item.clone(), &run, &event(2, json!(null))).unwrap();
-    assert_eq!(alone, run_item);
-    assert!(own.is_some());
-
-    // An event too large to leave that room even deflated: an item of its own.
-    // (The engine's carries no input; a large input fills the run item's body.)
-    let mut state = 1_u64;
-    let note: String = (0..900)
-        .map(|_| {
-            state = state
-                .wrapping_mul(6_364_136_223_846_793_005)
-                .wrapping_add(1_442_695_040_888_963_407);
-            char::from(b'a' + (state >> 33) as u8 % 26)
-        })
-        .collect();
-    let large = event(1, json!({ "note": note }));
-    let (alone, own) = created_items(run_item.clone(), &run, &large).unwrap();
-    assert_eq!(alone, run_item, "the run item as given");
-    let own = own.expect("the event's own item");
-    assert_eq!(get_s(&own, SK, "event").unwrap(), timeline_sk(1));
 }
 
 fn journal_of(items: &[Item]) -> Vec<JournalEntry> {

@@ -8,10 +8,10 @@ use siesta::*;
 
 use super::DynamoStore;
 use super::reads::item_key;
-use super::tx::names;
 use crate::error::sdk;
 use crate::item::*;
 use crate::keys::*;
+use crate::layout::names;
 
 impl DynamoStore {
     /// Record that `run` is on its build, for [`RunStore::builds`]: the tenant's record

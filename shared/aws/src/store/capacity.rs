@@ -7,9 +7,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use aws_sdk_dynamodb::types::ConsumedCapacity;
 
-use crate::index_writes::{index_writes, indexed_part};
-use crate::item::{Item, get_s};
+use crate::index_writes::{IndexWrite, index_writes, indexed_part};
+use crate::item::{Item, get_s, item_size};
 use crate::keys::PK;
+use crate::layout::{Billed, PlannedWrite, write_units};
 
 /// How many run items' indexed attributes a meter remembers; past it, it forgets them
 /// all (a run's next write then counts no index write).
@@ -67,7 +68,6 @@ impl CapacityMeter {
     /// Note that a request `op` wrote an item of kind `what` of `bytes` bytes,
     /// `transactional` or not.
     pub(crate) fn note_write(&self, op: &str, what: &str, transactional: bool, bytes: usize) {
-        let kb = bytes.div_ceil(1024).max(1) as f64;
         let label = format!(
             "{op}: {what}{}",
             if transactional {
@@ -80,29 +80,66 @@ impl CapacityMeter {
         let entry = written.entry(label).or_default();
         entry.items += 1;
         entry.bytes += bytes as u64;
-        entry.write_units += if transactional { 2.0 * kb } else { kb };
+        entry.write_units += write_units(bytes, transactional);
+    }
+
+    /// Note the planned `write` of request `op` as the plan bills it — by the item
+    /// `returned` when the plan bills it so ([`Billed::Returned`]) — and the index writes
+    /// of the run item it writes, if it writes one.
+    pub(crate) fn note_planned(&self, op: &str, write: &PlannedWrite, returned: Option<&Item>) {
+        match write.billed {
+            Billed::Bytes(bytes) => {
+                self.note_write(op, &write.role.label(), write.transactional, bytes);
+                if let Some((after, new)) = &write.run_after
+                    && let Some(before) = self.remember_run(after, *new)
+                {
+                    self.note_index_writes(op, &write.index_effects(before.as_ref()));
+                }
+            }
+            Billed::Returned => {
+                let item = returned.cloned().unwrap_or_default();
+                self.note_write(
+                    op,
+                    &write.role.label(),
+                    write.transactional,
+                    item_size(&item),
+                );
+                self.note_run(op, &item, false);
+            }
+        }
     }
 
     /// Note the index writes ([`crate::index_writes`]) of request `op` writing run item
     /// `after` (its attributes the indexes hold, at least), over the item as this store
-    /// last wrote it — or over none, for a run it creates (`new`). A run the store has
-    /// not written before is only remembered.
-    pub(crate) fn note_run(&self, op: &str, after: &Item, new: bool) {
-        let Ok(pk) = get_s(after, PK, "run") else {
-            return;
-        };
+    /// last wrote it — or over none, for a run it creates (`new`).
+    fn note_run(&self, op: &str, after: &Item, new: bool) {
+        if let Some(before) = self.remember_run(after, new) {
+            let writes = index_writes(before.as_ref(), Some(&indexed_part(after)));
+            self.note_index_writes(op, &writes);
+        }
+    }
+
+    /// Remember what the indexes hold of run item `after`, returning what they held
+    /// of it as this store last wrote it (`Some(None)`: none, a run it creates, `new`).
+    /// `None` for a run the store has not written before, which is only remembered: its
+    /// index writes are not known.
+    fn remember_run(&self, after: &Item, new: bool) -> Option<Option<Item>> {
+        let pk = get_s(after, PK, "run").ok()?;
         let after = indexed_part(after);
         let before = {
             let mut indexed = self.indexed.lock().unwrap_or_else(|e| e.into_inner());
             if indexed.len() >= REMEMBERED_RUNS {
                 indexed.clear();
             }
-            indexed.insert(pk.to_owned(), after.clone())
+            indexed.insert(pk.to_owned(), after)
         };
-        if before.is_none() && !new {
-            return;
-        }
-        for write in index_writes(before.as_ref(), Some(&after)) {
+        (before.is_some() || new).then_some(before)
+    }
+
+    /// Note `writes` to the indexes by request `op`, each entry written a write of its
+    /// own.
+    fn note_index_writes(&self, op: &str, writes: &[IndexWrite]) {
+        for write in writes {
             for _ in 0..write.writes {
                 self.note_write(
                     op,

@@ -1,8 +1,6 @@
 //! Deliveries: read what the core's delivery decision needs (the run, the dedup record,
 //! the callback record) in one request, decide ([`siesta::delivery::decide`]), and write
-//! the accepted delivery in one transaction: of the delivery record and the run item,
-//! and the callback record unless its state is in the run item
-//! ([`crate::callback_state`]).
+//! the accepted delivery in one transaction, as [`crate::layout::delivery()`] plans it.
 //!
 //! A delivery on its own ([`deliver`]) does not read its dedup record first: the write
 //! inserts it only if new, and a duplicate is told by that condition failing, or, when
@@ -13,11 +11,12 @@ use siesta::delivery::Decision;
 use siesta::ports::*;
 
 use super::reads::item_key;
-use super::tx::{Role, Tx, TxOutcome, reason_of};
+use super::tx::{TxOutcome, reason_of};
 use super::{DynamoStore, RACE_ATTEMPTS, run_lookup_key};
 use crate::callback_state::{is_in_run, with_state};
 use crate::item::*;
 use crate::keys::*;
+use crate::layout::{self, Role, WritePlan};
 
 /// A delivery decided: the decision, the run item as read (for the history tail it
 /// holds), and whether the callback it names keeps its state in the run item
@@ -163,15 +162,13 @@ pub(super) async fn deliver(
             Decision::Duplicate => return Ok(DeliverOutcome::Duplicate),
             Decision::Accept(plan) => plan,
         };
-        let mut tx = Tx::default();
-        tx.delivery(
-            &store.table,
+        let writes = layout::delivery(
             &plan,
             planned.read.as_ref(),
             store.retention,
             planned.callback_in_run,
         )?;
-        match store.transact("deliver", tx).await? {
+        match store.transact("deliver", &WritePlan { writes }).await? {
             TxOutcome::Committed => return Ok(DeliverOutcome::Accepted(Box::new(plan.run))),
             TxOutcome::NotWritten(e) => return Err(e),
             TxOutcome::Cancelled(reasons) => {

@@ -9,10 +9,10 @@ use siesta::ports::*;
 use siesta::*;
 
 use super::DynamoStore;
-use super::tx::names;
 use crate::error::sdk;
 use crate::item::*;
 use crate::keys::*;
+use crate::layout::names;
 
 /// [`RunStore::due_runs`]: the earliest due runs of every shard.
 pub(super) async fn due_runs(

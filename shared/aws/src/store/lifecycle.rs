@@ -1,23 +1,19 @@
-//! A run's life in the store: its creation (counted among its tenant's unfinished runs,
-//! within a limit when there is one), its claim by a worker and the renewal of the lease.
-
-use std::collections::HashMap;
+//! A run's life in the store, each write as [`crate::layout`] plans it: its creation
+//! (counted among its tenant's unfinished runs, within a limit when there is one), its
+//! claim by a worker and the renewal of the lease.
 
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::update_item::{UpdateItemError, UpdateItemOutput};
-use aws_sdk_dynamodb::types::{
-    ReturnConsumedCapacity, ReturnValue, ReturnValuesOnConditionCheckFailure,
-};
 use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
 use siesta::ports::*;
 use siesta::*;
 
 use super::DynamoStore;
-use super::tx::{Role, Tx, TxOutcome, names, reason_of};
+use super::tx::{TxOutcome, reason_of};
 use crate::error::sdk;
-use crate::history_item::created_items;
 use crate::item::*;
 use crate::keys::*;
+use crate::layout::{self, Role};
 
 impl DynamoStore {
     /// Create a run with its first event, counted among its tenant's unfinished runs;
@@ -31,16 +27,8 @@ impl DynamoStore {
         // Before the run, so that every run's build is listed (a create that then
         // fails leaves a build record that counts no run).
         self.note_build(run).await?;
-        let mut tx = Tx::default();
-        let (run_item, started_item) = created_items(run_item(run, self.retention)?, run, started)?;
-        tx.insert(&self.table, Role::Run, run_item)?;
-        if let Some(item) = started_item {
-            tx.insert(&self.table, Role::Timeline, item)?;
-        }
-        if !run.status.is_finished() {
-            tx.count_unfinished(&self.table, &run.tenant, 1, max_unfinished)?;
-        }
-        match self.transact("create_run", tx).await? {
+        let plan = layout::create(run, started, max_unfinished, self.retention)?;
+        match self.transact("create_run", &plan).await? {
             TxOutcome::Committed => Ok(()),
             TxOutcome::NotWritten(e) => Err(e),
             TxOutcome::Cancelled(reasons) => match reason_of(&reasons, Role::Quota) {
@@ -68,13 +56,7 @@ impl DynamoStore {
         result: Result<UpdateItemOutput, SdkError<UpdateItemError, HttpResponse>>,
     ) -> Result<Result<Run, Box<Run>>, StoreError> {
         match result {
-            Ok(out) => {
-                self.capacity.add(true, out.consumed_capacity());
-                let item = out.attributes.unwrap_or_default();
-                self.capacity.note_write(op, "Run", false, item_size(&item));
-                self.capacity.note_run(op, &item, false);
-                run_from_item(&item).map(Ok)
-            }
+            Ok(out) => run_from_item(&out.attributes.unwrap_or_default()).map(Ok),
             Err(e) => match e.as_service_error() {
                 Some(UpdateItemError::ConditionalCheckFailedException(c)) => {
                     match c.item().map(run_from_item).transpose()? {
@@ -107,48 +89,8 @@ pub(super) async fn claim(
     claim: &Claim,
 ) -> Result<Run, StoreError> {
     let result = store
-        .client
-        .update_item()
-        .table_name(&store.table)
-        .set_key(Some(key(run_pk(tenant, run_id), RUN_SK)))
-        .update_expression(
-            "SET #status = :running, #version = #version + :one, #epoch = #epoch + :one, \
-             #lease_epoch = #epoch + :one, #lease_owner = :owner, #lease_expires = :expires, \
-             #due_at = :expires, #sweep_at = :expires, #due_shard = :shard, \
-             #updated_at = :now REMOVE #resend_after",
-        )
-        .condition_expression(
-            "attribute_exists(pk) AND #status IN (:pending, :running, :waiting) \
-             AND (attribute_not_exists(#lease_expires) OR #lease_expires <= :now)",
-        )
-        .set_expression_attribute_names(Some(names(&[
-            ("#status", STATUS),
-            ("#version", VERSION),
-            ("#epoch", EPOCH),
-            ("#lease_epoch", LEASE_EPOCH),
-            ("#lease_owner", LEASE_OWNER),
-            ("#lease_expires", LEASE_EXPIRES),
-            ("#due_at", DUE_AT),
-            ("#sweep_at", SWEEP_AT),
-            ("#resend_after", RESEND_AFTER),
-            ("#due_shard", DUE_SHARD),
-            ("#updated_at", UPDATED_AT),
-        ])))
-        .set_expression_attribute_values(Some(HashMap::from([
-            (":running".to_owned(), s(RunStatus::Running.as_str())),
-            (":pending".to_owned(), s(RunStatus::Pending.as_str())),
-            (":waiting".to_owned(), s(RunStatus::Waiting.as_str())),
-            (":one".to_owned(), n(1)),
-            (":owner".to_owned(), s(&claim.owner)),
-            (":expires".to_owned(), n(claim.expires_at.0)),
-            (":shard".to_owned(), s(due_shard(tenant, run_id))),
-            (":now".to_owned(), n(claim.now.0)),
-        ])))
-        .return_values(ReturnValue::AllNew)
-        .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-        .return_consumed_capacity(ReturnConsumedCapacity::Total)
-        .send()
-        .await;
+        .update_plain("claim", &layout::claim(tenant, run_id, claim))
+        .await?;
     // The run item as claimed, for the replay that follows (`load_claimed_replay_input`).
     if let Ok(out) = &result
         && let Some(item) = &out.attributes
@@ -181,33 +123,11 @@ pub(super) async fn renew_lease(
     expires_at: Timestamp,
 ) -> Result<Run, StoreError> {
     let result = store
-        .client
-        .update_item()
-        .table_name(&store.table)
-        .set_key(Some(key(run_pk(tenant, run_id), RUN_SK)))
-        .update_expression(
-            "SET #lease_expires = :expires, #due_at = :expires, #sweep_at = :expires, \
-             #due_shard = :shard REMOVE #resend_after",
+        .update_plain(
+            "renew_lease",
+            &layout::renewal(tenant, run_id, epoch, expires_at),
         )
-        .condition_expression("#lease_epoch = :epoch")
-        .set_expression_attribute_names(Some(names(&[
-            ("#lease_epoch", LEASE_EPOCH),
-            ("#lease_expires", LEASE_EXPIRES),
-            ("#due_at", DUE_AT),
-            ("#sweep_at", SWEEP_AT),
-            ("#resend_after", RESEND_AFTER),
-            ("#due_shard", DUE_SHARD),
-        ])))
-        .set_expression_attribute_values(Some(HashMap::from([
-            (":expires".to_owned(), n(expires_at.0)),
-            (":epoch".to_owned(), n(epoch.0)),
-            (":shard".to_owned(), s(due_shard(tenant, run_id))),
-        ])))
-        .return_values(ReturnValue::AllNew)
-        .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-        .return_consumed_capacity(ReturnConsumedCapacity::Total)
-        .send()
-        .await;
+        .await?;
     store
         .updated_run("renew_lease", result)?
         .map_err(|current| StoreError::Conflict(Some(current)))

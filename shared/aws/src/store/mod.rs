@@ -9,12 +9,15 @@
 //! being applied twice; single-item writes resolve the same ambiguity by looking at the
 //! item their condition failed on.
 //!
-//! A file per job: [`capacity`] (what the requests cost), [`reads`] (gets and paged
-//! queries), [`tx`] (transactions and the roles of their items), [`lifecycle`] (create,
-//! claim, renew), [`history`] (what a replay loads), [`checkpoint`] (and [`tail`], a checkpoint kept in the run item), [`deliveries`],
-//! [`builds`] (the tenant's build records), [`queries`] (timeline and run listings) and
-//! [`due`] (the sweep's index). The [`RunStore`] impl here only routes each call to its
-//! file, but for the one-item reads.
+//! What each write puts in the table is decided in [`crate::layout`]; the files here
+//! read what a plan needs, send what it returns and act on the answer. A file per job:
+//! [`capacity`] (what the requests cost, tallied from the plans), [`reads`] (gets and
+//! paged queries), [`tx`] (sending a plan: plain puts and updates, transactions, the
+//! roles of their items), [`lifecycle`] (create, claim, renew), [`history`] (what a
+//! replay loads), [`checkpoint`] (and [`tail`], a checkpoint kept in the run item),
+//! [`deliveries`], [`builds`] (the tenant's build records), [`queries`] (timeline and
+//! run listings) and [`due`] (the sweep's index). The [`RunStore`] impl here only routes
+//! each call to its file, but for the one-item reads.
 
 mod builds;
 mod capacity;
@@ -25,7 +28,6 @@ mod history;
 mod just_read;
 mod lifecycle;
 mod openings;
-mod puts;
 mod queries;
 mod reads;
 mod tail;

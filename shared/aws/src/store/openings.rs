@@ -17,10 +17,11 @@ use siesta::ports::StoreError;
 use siesta::{CallbackRecord, CallbackStatus, Timestamp};
 
 use super::DynamoStore;
-use crate::callback_state::{in_run_record_item, is_in_run};
+use crate::callback_state::is_in_run;
 use crate::error::sdk;
 use crate::item::*;
 use crate::keys::*;
+use crate::layout;
 
 /// The callback records a checkpoint opens (to put first) and the rest (closings,
 /// written in its transaction).
@@ -52,15 +53,9 @@ pub(super) async fn put_openings(
 ) -> Result<Vec<bool>, StoreError> {
     let mut states_in_run = Vec::with_capacity(opened.len());
     for (i, record) in opened.iter().enumerate() {
-        let item = match i < in_run {
-            true => in_run_record_item(record, at, store.retention)?,
-            false => callback_item(record, at, store.retention)?,
-        };
+        let write = layout::opening(record, i < in_run, at, store.retention)?;
         let record_key = key(callback_pk(&record.callback_id), RECORD_SK);
-        if store
-            .put_plain("checkpoint", "Callback opened", item, true)
-            .await?
-        {
+        if store.put_plain("checkpoint", &write).await? {
             created.push(record_key);
             states_in_run.push(i < in_run);
         } else {

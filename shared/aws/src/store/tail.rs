@@ -1,25 +1,22 @@
-//! A checkpoint kept in the run item as its history tail (see [`crate::history_item`]):
-//! the previous tail archived by a plain put, then one conditional `UpdateItem` of the
-//! run item holding the new one. And what the store remembers of the tails it read and
+//! A checkpoint kept in the run item as its tail, as [`crate::layout::in_tail`] plans
+//! it: the previous tail archived by a plain put, then one conditional `UpdateItem` of
+//! the run item holding the new one. And what the store remembers of the tails it read and
 //! wrote, so that a run's next step need not read its run item again to archive one.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
-use aws_sdk_dynamodb::types::{ReturnConsumedCapacity, ReturnValuesOnConditionCheckFailure};
 use siesta::ports::*;
 use siesta::{Run, Timestamp};
 
 use super::DynamoStore;
-use super::tx::{Expected, RunWrite};
 use crate::callback_state::state_attrs;
 use crate::error::sdk;
-use crate::history_item::{
-    TailWrite, WRITE_UNIT_BYTES, archived_tail, next_tail, tail_grew_from, tail_size,
-};
+use crate::history_item::{archived_tail, tail_grew_from};
 use crate::item::*;
 use crate::keys::*;
+use crate::layout::{self, Role};
 
 /// How many runs' tails a store remembers; past it, it forgets them all (a forgotten
 /// tail costs one read of its run item).
@@ -159,33 +156,16 @@ impl DynamoStore {
     }
 }
 
-/// [`RunStore::checkpoint`] of a checkpoint that writes nothing but its run and one
-/// checkpoint item's worth of entries and events, kept in the run item. Whether it
-/// could: not when the run moved on from the version the checkpoint expects, or the
-/// checkpoint needs more than one item (the caller writes a transaction).
+/// [`RunStore::checkpoint`] of a checkpoint kept in the run item as its tail
+/// ([`layout::in_tail`]): the tail it replaces archived by a plain put, then one
+/// conditional `UpdateItem`. Whether it could: not when the run moved on from the
+/// version the checkpoint expects, or the checkpoint needs more than one item (the
+/// caller writes a transaction).
 pub(super) async fn checkpoint_in_tail(
     store: &DynamoStore,
     cp: &Checkpoint,
 ) -> Result<bool, StoreError> {
-    let pk = run_pk(&cp.run.tenant, &cp.run.id);
-    if cp.journal.is_empty() && cp.timeline.is_empty() {
-        return Ok(false);
-    }
     let Some(previous) = store.tail_at(&cp.run, cp.expected_version).await? else {
-        return Ok(false);
-    };
-    let before_tail = previous.as_ref().map_or(0, tail_size);
-    let mut item = run_item(&cp.run, store.retention)?;
-    let tail_of = |previous| {
-        next_tail(
-            &cp.run,
-            cp.expected_version,
-            &cp.journal,
-            &cp.timeline,
-            previous,
-        )
-    };
-    let Some(mut tail) = tail_of(previous.clone())? else {
         return Ok(false);
     };
     // What the run item holds beside what this write sets: the callback states it keeps
@@ -196,60 +176,25 @@ pub(super) async fn checkpoint_in_tail(
         .iter()
         .map(|state| state.len() + 8)
         .sum::<usize>();
-    if tail.archive.is_none()
-        && let Some(previous) = previous
-        && tail.size_in(&item) + kept > WRITE_UNIT_BYTES
+    let Some(planned) = layout::in_tail(cp, previous, kept, store.retention)? else {
+        return Ok(false);
+    };
+    for archive in planned
+        .plan
+        .plain()
+        .filter(|w| w.role == Role::TailArchived)
     {
-        // Joined, the tail would take the run item past one write unit: every write of
-        // the run item until the next step (a claim, a delivery, a renewal) would be
-        // billed a unit more, and this one too unless the item before it was over
-        // already. Archived (a put of one unit), it leaves room for this step's — when
-        // this step's fits alone.
-        if let Some(fresh) = tail_of(None)?
-            && fresh.size_in(&item) + kept <= WRITE_UNIT_BYTES
-        {
-            tail = TailWrite {
-                archive: Some(previous),
-                ..fresh
-            };
-        }
+        store.put_plain("checkpoint", archive).await?;
     }
-    if let Some(archive) = tail.archive.take() {
-        // Committed content under its own key: written again by a retry, or by a
-        // writer that then loses the run's condition, it is the same item.
-        store
-            .put_plain("checkpoint", "Tail archived", archive, false)
-            .await?;
-    }
-    // Billed by the item before or after, whichever is larger, with what it keeps.
-    let before = item_size(&item) + before_tail;
-    tail.put_in(&mut item);
-    let expected = Expected::of(cp);
-    let write = RunWrite::new(&item, &expected, false, &[]);
-    let result = store
-        .client
-        .update_item()
-        .table_name(&store.table)
-        .set_key(Some(key(pk, RUN_SK)))
-        .update_expression(write.update)
-        .condition_expression(write.condition)
-        .set_expression_attribute_names(Some(write.names))
-        .set_expression_attribute_values(Some(write.values))
-        .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-        .return_consumed_capacity(ReturnConsumedCapacity::Total)
-        .send()
-        .await;
-    match result {
-        Ok(out) => {
-            store.capacity.add(true, out.consumed_capacity());
-            store.capacity.note_write(
-                "checkpoint",
-                "Run with tail",
-                false,
-                item_size(&item).max(before) + kept,
-            );
-            store.capacity.note_run("checkpoint", &item, false);
-            store.tails.remember_written(&item, cp.expected_version)?;
+    let Some(write) = planned.plan.of(Role::RunWithTail) else {
+        return Err(StoreError::Invalid(
+            "checkpoint: no run item planned".into(),
+        ));
+    };
+    let item = &planned.run_item;
+    match store.update_plain("checkpoint", write).await? {
+        Ok(_) => {
+            store.tails.remember_written(item, cp.expected_version)?;
             Ok(true)
         }
         Err(e) => match e.as_service_error() {
@@ -264,20 +209,14 @@ pub(super) async fn checkpoint_in_tail(
                 // run's own next step replaces it: found, it is this write's.
                 // A delivery since may have added its event to the tail, under its key.
                 let run = run_from_item(current)?;
-                let ours = tail_grew_from(current, &item)?
+                let ours = tail_grew_from(current, item)?
                     && cp
                         .epoch
                         .is_none_or(|e| run.lease.as_ref().is_some_and(|l| l.epoch == e));
                 if ours {
                     // Its answer lost, so was the capacity it reported: counted here at
                     // its size, as any write is in the cost breakdown.
-                    store.capacity.note_write(
-                        "checkpoint",
-                        "Run with tail",
-                        false,
-                        item_size(&item).max(before) + kept,
-                    );
-                    store.capacity.note_run("checkpoint", &item, false);
+                    store.capacity.note_planned("checkpoint", write, None);
                     store.tails.remember(current)?;
                     return Ok(true);
                 }
