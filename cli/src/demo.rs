@@ -1,12 +1,13 @@
 //! `siesta demo`: the order example (with a signed payment webhook) or the support agent
 //! run end to end on a dev stack in this process, their timelines printed (the binary's
-//! module).
+//! module). It talks to the stack as any client does, through `siesta-client`.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{Context as _, bail};
+use anyhow::bail;
 use siesta::*;
+use siesta_client::{Client, RunView};
 
 pub(crate) async fn demo(data_dir: Option<PathBuf>) -> anyhow::Result<()> {
     let temp = tempfile::tempdir()?;
@@ -31,7 +32,7 @@ pub(crate) async fn demo(data_dir: Option<PathBuf>) -> anyhow::Result<()> {
     ];
     let server = siesta_app::dev::start(listener, options, siesta_workflows::registry()).await?;
     let base = format!("http://{}", server.addr);
-    let http = reqwest::Client::new();
+    let client = Client::new(&base);
     println!(
         "siesta dev stack on {base} (embedded backend, data in {})",
         dir.display()
@@ -43,52 +44,39 @@ pub(crate) async fn demo(data_dir: Option<PathBuf>) -> anyhow::Result<()> {
     );
 
     let input = serde_json::json!({"item": "Espresso machine", "amount": 129.0});
-    let id = start_demo_run(&http, &base, "order", &input).await?;
+    let id = start_demo_run(&client, "order", &input).await?;
     println!();
     println!("{}", siesta_cli::runs::TIMELINE_HEADER);
 
     let mut paid = false;
-    let view = follow_run(&http, &base, &id, |view| {
-        if let (false, Some(callback_id)) = (paid, view["waits"][0]["callback_id"].as_str()) {
+    let view = follow_run(&client, &id, |view| {
+        let callback_id = view.waits.first().and_then(|w| w.callback_id.as_deref());
+        if let (false, Some(callback_id)) = (paid, callback_id) {
             paid = true;
-            tokio::spawn(pay(
-                http.clone(),
-                base.clone(),
-                callback_id.to_owned(),
-                secret.clone(),
-            ));
+            tokio::spawn(pay(client.clone(), callback_id.to_owned(), secret.clone()));
         }
     })
     .await?;
-    println!(
-        "\nrun {id} is {}: {}",
-        view["status"].as_str().unwrap_or(""),
-        if view["output"].is_null() {
-            &view["error"]
-        } else {
-            &view["output"]
-        }
-    );
+    let outcome = match (&view.output, &view.error) {
+        (Some(output), _) => output.to_string(),
+        (None, Some(error)) => serde_json::to_string(error)?,
+        (None, None) => "null".to_owned(),
+    };
+    println!("\nrun {id} is {}: {outcome}", view.status);
     server.stop();
     Ok(())
 }
 
 /// Start a run of `workflow` with `input` through the API and say so; its id.
 async fn start_demo_run(
-    http: &reqwest::Client,
-    base: &str,
+    client: &Client,
     workflow: &str,
     input: &serde_json::Value,
 ) -> anyhow::Result<String> {
-    let run: serde_json::Value = http
-        .post(format!("{base}/runs"))
-        .json(&serde_json::json!({"workflow": workflow, "input": input}))
-        .send()
-        .await?
-        .error_for_status()?
-        .json()
+    let run = client
+        .start_run(workflow, input, &Default::default())
         .await?;
-    let id = run["id"].as_str().context("run id")?.to_owned();
+    let id = run.id;
     println!("POST /runs → run {id} of workflow `{workflow}` with {input}");
     Ok(id)
 }
@@ -97,35 +85,20 @@ async fn start_demo_run(
 /// page, until the run has ended (completed, failed, cancelled or parked); the run as
 /// it ended.
 async fn follow_run(
-    http: &reqwest::Client,
-    base: &str,
+    client: &Client,
     id: &str,
-    mut on_view: impl FnMut(&serde_json::Value),
-) -> anyhow::Result<serde_json::Value> {
+    mut on_view: impl FnMut(&RunView),
+) -> anyhow::Result<RunView> {
     let mut after = 0u64;
     for _ in 0..1000 {
-        let page: serde_json::Value = http
-            .get(format!("{base}/runs/{id}/timeline?after={after}"))
-            .send()
-            .await?
-            .json()
-            .await?;
-        for event in page["events"].as_array().into_iter().flatten() {
-            let event: siesta_api::TimelineEventView = serde_json::from_value(event.clone())?;
+        let page = client.timeline(id, after, None).await?;
+        for event in &page.events {
             after = event.seq;
-            println!("{}", siesta_cli::runs::timeline_row(&event));
+            println!("{}", siesta_cli::runs::timeline_row(event));
         }
-        let view: serde_json::Value = http
-            .get(format!("{base}/runs/{id}"))
-            .send()
-            .await?
-            .json()
-            .await?;
+        let view = client.get_run(id).await?;
         on_view(&view);
-        if matches!(
-            view["status"].as_str(),
-            Some("completed" | "failed" | "cancelled" | "parked")
-        ) {
+        if view.status.is_finished() || view.status == RunStatus::Parked {
             return Ok(view);
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -143,7 +116,7 @@ pub(crate) async fn demo_agent(data_dir: Option<PathBuf>) -> anyhow::Result<()> 
     let options = siesta_app::dev::DevOptions::new(dir.clone());
     let server = siesta_app::dev::start(listener, options, siesta_workflows::registry()).await?;
     let base = format!("http://{}", server.addr);
-    let http = reqwest::Client::new();
+    let client = Client::new(&base);
     let model = if siesta_ai::OpenAiCompatible::from_env().is_some() {
         "the OpenAI-compatible endpoint OPENAI_BASE_URL names"
     } else {
@@ -154,42 +127,44 @@ pub(crate) async fn demo_agent(data_dir: Option<PathBuf>) -> anyhow::Result<()> 
         dir.display()
     );
     let input = serde_json::json!({"customer": "Ada", "message": "My espresso machine arrived broken. I want my money back."});
-    let id = start_demo_run(&http, &base, "agent", &input).await?;
+    let id = start_demo_run(&client, "agent", &input).await?;
     println!("(watch it at {base}/ui/runs/{id})\n");
     println!("{}", siesta_cli::runs::TIMELINE_HEADER);
     let mut approved = false;
-    let view = follow_run(&http, &base, &id, |view| {
-        let waits_for_approval = view["waits"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .any(|w| w["event"] == siesta_ai::APPROVAL_EVENT);
+    let view = follow_run(&client, &id, |view| {
+        let waits_for_approval = view
+            .waits
+            .iter()
+            .any(|w| w.event.as_deref() == Some(siesta_ai::APPROVAL_EVENT));
         if !approved && waits_for_approval {
             approved = true;
             let decision = serde_json::json!({"approved": true, "by": "demo-operator", "comment": "photos look broken"});
             println!("\n→ the operator approves the refund: POST /runs/{id}/events/approval {decision}\n");
-            let (http, url) = (http.clone(), format!("{base}/runs/{id}/events/approval"));
+            let (client, id) = (client.clone(), id.clone());
             tokio::spawn(async move {
-                if let Err(e) = http.post(url).json(&decision).send().await.and_then(|r| r.error_for_status()) {
+                if let Err(e) = client
+                    .send_event(&id, siesta_ai::APPROVAL_EVENT, &decision, None)
+                    .await
+                {
                     eprintln!("approving the refund failed: {e}");
                 }
             });
         }
     })
     .await?;
-    let status = view["status"].as_str().unwrap_or("");
-    match view["output"]["answer"].as_str() {
+    let status = view.status;
+    let output = view.output.unwrap_or_default();
+    match output["answer"].as_str() {
         Some(answer) => println!(
             "\nrun {id} is {status}. The agent answered, in {} model calls and {} tokens:\n  {answer}",
-            view["output"]["turns"],
-            view["output"]["usage"]["input_tokens"]
-                .as_u64()
-                .unwrap_or(0)
-                + view["output"]["usage"]["output_tokens"]
-                    .as_u64()
-                    .unwrap_or(0)
+            output["turns"],
+            output["usage"]["input_tokens"].as_u64().unwrap_or(0)
+                + output["usage"]["output_tokens"].as_u64().unwrap_or(0)
         ),
-        None => println!("\nrun {id} is {status}: {}", view["error"]),
+        None => println!(
+            "\nrun {id} is {status}: {}",
+            serde_json::to_string(&view.error)?
+        ),
     }
     server.stop();
     Ok(())
@@ -203,10 +178,9 @@ const PAYMENTS_SOURCE: &str = "payments";
 /// verifies the signature over the raw body and completes that callback. A forged copy
 /// (another key) is refused first; the provider's retry of the genuine delivery is a
 /// duplicate, acknowledged and ignored.
-async fn pay(http: reqwest::Client, base: String, callback_id: String, secret: String) {
+async fn pay(client: Client, callback_id: String, secret: String) {
     use siesta_api::signature::{Scheme, Secret, sign};
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let url = format!("{base}/hooks/sources/{PAYMENTS_SOURCE}");
     let body = serde_json::to_vec(&serde_json::json!({
         "callback_id": callback_id, "status": "COMPLETED", "transaction_id": "txn_8f2c41"
     }))
@@ -227,22 +201,18 @@ async fn pay(http: reqwest::Client, base: String, callback_id: String, secret: S
         ("delivery #2, the provider's retry", &genuine),
     ];
     for (what, key) in deliveries {
-        let mut request = http.post(&url).body(body.clone());
-        for (name, value) in sign(Scheme::StandardWebhooks, key, "psp-delivery-1", now, &body) {
-            request = request.header(name, value);
-        }
-        let said = match request.send().await {
-            Ok(r) => {
-                let status = r.status();
-                let answer: serde_json::Value = r.json().await.unwrap_or_default();
-                match (status.is_success(), answer["duplicate"] == true) {
-                    (true, true) => format!("{status}, signature verified, duplicate ignored"),
-                    (true, false) => {
-                        format!("{status}, signature verified, recorded for the callback")
-                    }
-                    (false, _) => format!("{status}, refused: {}", answer["error"]["message"]),
-                }
+        let headers = sign(Scheme::StandardWebhooks, key, "psp-delivery-1", now, &body);
+        let said = match client
+            .source_webhook(PAYMENTS_SOURCE, &headers, body.clone())
+            .await
+        {
+            Ok(received) if received.duplicate => {
+                "200 OK, signature verified, duplicate ignored".to_owned()
             }
+            Ok(_) => "200 OK, signature verified, recorded for the callback".to_owned(),
+            Err(siesta_client::Error::Api {
+                status, message, ..
+            }) => format!("{status}, refused: {message:?}"),
             Err(e) => e.to_string(),
         };
         println!("      ↳ payment provider POST /hooks/sources/{PAYMENTS_SOURCE} ({what}): {said}");

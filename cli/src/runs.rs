@@ -386,7 +386,7 @@ impl Remote {
         loop {
             let page = self
                 .client()
-                .dead_letters(cursor.as_deref(), Some(200))
+                .dead_lettered_runs(cursor.as_deref(), Some(200))
                 .await
                 .map_err(|e| self.failed(e))?;
             all.extend(page.dead_letters);
@@ -469,7 +469,7 @@ impl Outcome {
                 value: value.clone(),
             },
             Outcome::Failed(message) => siesta_client::Resolution::Failed {
-                error: siesta_client::Failure {
+                error: siesta_client::ResolvedError::Detailed {
                     code: None,
                     message: message.clone(),
                 },
@@ -865,7 +865,7 @@ mod tests {
                 axum::Json(match uri.as_str() {
                     "/dead-letters?limit=200" => serde_json::json!({
                         "dead_letters": [letter("run-1")], "next_cursor": "0a1b"}),
-                    "/dead-letters?limit=200&cursor=0a1b" => {
+                    "/dead-letters?cursor=0a1b&limit=200" => {
                         serde_json::json!({"dead_letters": [letter("run-2")]})
                     }
                     "/dead-letters/redrive" => {
@@ -886,7 +886,7 @@ mod tests {
         assert_eq!(seen.try_recv().unwrap().0, "/dead-letters?limit=200");
         assert_eq!(
             seen.try_recv().unwrap().0,
-            "/dead-letters?limit=200&cursor=0a1b",
+            "/dead-letters?cursor=0a1b&limit=200",
             "the next page, through the cursor as given"
         );
         remote.redrive(Some("run-1"), Some(3)).await.unwrap();
@@ -965,7 +965,7 @@ mod tests {
             "order",
             serde_json::json!({"Item": "☕".repeat(100)}),
         );
-        let row = timeline_row(&siesta_api::TimelineEventView::new("r", event));
+        let row = timeline_row(&siesta_api::timeline_event_view("r", event));
         assert!(row.ends_with("..."), "{row}");
         assert!(row.starts_with("   1  ExecutionStarted"), "{row}");
     }

@@ -24,6 +24,8 @@ use siesta::{Context, Error, Registry, RetryStrategy, RunStatus, StepError};
 use siesta_ai::{Model, ModelError, ModelReply, ModelRequest, Role, TokenSink};
 use siesta_api::{ApiKeys, ControlApi};
 use siesta_app::dev::{DevOptions, DevServer, start};
+// `Client` is the browser's (fantoccini); the API's typed client is `Api`.
+use siesta_client::Client as Api;
 use siesta_testing::{LEASE_TTL, TestEnv};
 use siesta_workflows::{SupportDemoModel, agent_with};
 use std::sync::Arc;
@@ -230,19 +232,31 @@ async fn server(keys: &str) -> (DevServer, tempfile::TempDir, String) {
     (server, dir, base)
 }
 
+/// The API at `base` through the typed client, with `key` as its bearer token.
+fn api(base: &str, key: Option<&str>) -> Api {
+    Api::new(base).api_key(key.map(str::to_owned))
+}
+
+/// Starts `body`'s `workflow` with its `input` through the client; the run view as
+/// JSON, as the pages under test read it.
 async fn start_run(base: &str, key: Option<&str>, body: Value, prefer_wait: bool) -> Value {
-    let mut req = reqwest::Client::new()
-        .post(format!("{base}/runs"))
-        .json(&body);
-    if let Some(k) = key {
-        req = req.bearer_auth(k);
+    let options = siesta_client::StartOptions {
+        wait_secs: prefer_wait.then_some(60),
+        ..Default::default()
+    };
+    let run = api(base, key)
+        .start_run(body["workflow"].as_str().unwrap(), &body["input"], &options)
+        .await
+        .unwrap();
+    serde_json::to_value(run).unwrap()
+}
+
+/// The outcome of run `id`, which has finished, as JSON.
+async fn finished(base: &str, id: &str) -> Value {
+    match api(base, None).run_result(id, None).await.unwrap() {
+        siesta_client::RunOutcome::Finished(result) => serde_json::to_value(result).unwrap(),
+        siesta_client::RunOutcome::Pending(view) => panic!("run {id} has not finished: {view:?}"),
     }
-    if prefer_wait {
-        req = req.header("Prefer", "wait=60");
-    }
-    let response = req.send().await.unwrap();
-    assert_eq!(response.status(), 201);
-    response.json().await.unwrap()
 }
 
 async fn find(client: &Client, css: &str) -> fantoccini::elements::Element {
@@ -347,23 +361,18 @@ async fn an_order_is_paid_through_the_ui_and_its_waterfall_shows_the_steps() {
         .await
         .unwrap();
     let shown = text_of(client, "code.callback-url").await;
-    let view: Value = reqwest::get(format!("{base}/runs/{id}"))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(shown, view["waits"][0]["url"].as_str().unwrap());
+    let view = api(&base, None).get_run(&id).await.unwrap();
+    assert_eq!(Some(shown.as_str()), view.waits[0].url.as_deref());
     assert!(shown.starts_with(&format!("{base}/hooks/cb_")), "{shown}");
     // The page reads the API's RFC 3339 times: the start and the callback's deadline it
     // shows (in local time, `<time datetime>`) are the instants the API gives.
     assert_same_instant(
         &time_shown(client, ".meta time").await,
-        view["created_at"].as_str().unwrap(),
+        &view.created_at.to_string(),
     );
     assert_same_instant(
         &time_shown(client, ".wait time").await,
-        view["waits"][0]["deadline"].as_str().unwrap(),
+        &view.waits[0].deadline.unwrap().to_string(),
     );
     let meta = text_of(client, ".meta").await;
     assert!(!meta.contains("duration —"), "a duration so far: {meta}");
@@ -397,27 +406,17 @@ async fn an_order_is_paid_through_the_ui_and_its_waterfall_shows_the_steps() {
     }
     let page = text_of(client, "main").await;
     assert!(page.contains("tx-from-the-ui"), "the output is shown");
-    let done: Value = reqwest::get(format!("{base}/runs/{id}/timeline"))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let done = api(&base, None).timeline(&id, 0, None).await.unwrap();
     assert_same_instant(
         &time_shown(client, "#events tr.ev time").await,
-        done["events"][0]["EventTimestamp"].as_str().unwrap(),
+        &done.events[0].event_timestamp.to_string(),
     );
     let lifecycle = text_of(client, "#lifecycle").await;
     assert!(
         lifecycle.contains("Completed at") && !lifecycle.contains("after —"),
         "when and after how long: {lifecycle}"
     );
-    let result: Value = reqwest::get(format!("{base}/runs/{id}/result"))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let result = finished(&base, &id).await;
     assert_eq!(result["output"]["transaction_id"], "tx-from-the-ui");
     screenshot(client, "ui-run.png").await;
 
@@ -577,12 +576,7 @@ async fn the_waterfall_shows_attempts_and_nested_items_and_an_event_is_sent_thro
         body.send_keys(r#"{"bonus": 1000}"#).await.unwrap();
         find(client, "#dialog-confirm").await.click().await.unwrap();
         find(client, r#"h1 .badge[data-status="completed"]"#).await;
-        let result: Value = reqwest::get(format!("{base}/runs/{id}/result"))
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let result = finished(&base, &id).await;
         assert_eq!(result["output"], 7 + 60 + 3 + 1000);
         screenshot(client, "ui-waterfall.png").await;
         client.goto(&format!("{base}{child}")).await.unwrap();
@@ -707,14 +701,10 @@ async fn with_api_keys_the_ui_asks_for_a_key_once_and_shows_only_that_tenants_ru
             .await
             .unwrap();
         find(client, "#dialog-confirm").await;
-        let injected = reqwest::Client::new()
-            .post(format!("{base}/runs/{id}/messages"))
-            .bearer_auth("key-a")
-            .json(&json!({"note": "the run moves on"}))
-            .send()
+        api(&base, Some("key-a"))
+            .send_message(id, &json!({"note": "the run moves on"}), None)
             .await
             .unwrap();
-        assert_eq!(injected.status(), 202);
         find(client, "#dialog-confirm").await.click().await.unwrap();
         let error = find(client, "#action-error.shown")
             .await
@@ -726,15 +716,8 @@ async fn with_api_keys_the_ui_asks_for_a_key_once_and_shows_only_that_tenants_ru
             "the API's error is shown: {error}"
         );
         find(client, "#dialog-cancel").await.click().await.unwrap();
-        let view: Value = reqwest::Client::new()
-            .get(format!("{base}/runs/{id}"))
-            .bearer_auth("key-a")
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let view =
+            serde_json::to_value(api(&base, Some("key-a")).get_run(id).await.unwrap()).unwrap();
         assert_eq!(
             view["status"], "waiting",
             "the stale cancel changed nothing"
@@ -917,15 +900,13 @@ async fn the_models_words_arrive_live_and_the_refund_is_approved_on_the_run_page
         let base = format!("http://{}", server.addr);
 
         let client = &client;
-        let run: serde_json::Value = reqwest::Client::new()
-            .post(format!("{base}/runs"))
-            .json(&json!({"workflow": "agent", "input": {"customer": "Ada", "message": "It arrived broken, refund please."}}))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let run = start_run(
+            &base,
+            None,
+            json!({"workflow": "agent", "input": {"customer": "Ada", "message": "It arrived broken, refund please."}}),
+            false,
+        )
+        .await;
         let id = run["id"].as_str().unwrap().to_owned();
         client.goto(&format!("{base}/ui/runs/{id}")).await.unwrap();
         // The first call (the lookup's sentence) is in the conversation; the second is

@@ -34,37 +34,26 @@ async fn on_the_aws_backend_an_order_pauses_a_signed_webhook_resumes_it_and_dupl
         .await
         .unwrap();
     let base = format!("http://{}", server.addr);
-    let client = reqwest::Client::new();
+    let api = siesta_client::Client::new(&base);
 
-    let created = client
-        .post(format!("{base}/runs"))
-        .json(&json!({"workflow": "order", "input": {"item": "Lamp", "amount": 20}}))
-        .send()
+    let run = api
+        .start_run(
+            "order",
+            &json!({"item": "Lamp", "amount": 20}),
+            &siesta_client::StartOptions::default(),
+        )
         .await
         .unwrap();
-    assert_eq!(created.status(), 201);
-    let run: Value = created.json().await.unwrap();
-    let run_url = format!("{base}/runs/{}", run["id"].as_str().unwrap());
-    let mut waiting = Value::Null;
+    let mut waiting = api.get_run(&run.id).await.unwrap();
     for _ in 0..200 {
-        waiting = client
-            .get(&run_url)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        if waiting["status"] == "waiting" {
+        if waiting.status == RunStatus::Waiting {
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
+        waiting = api.get_run(&run.id).await.unwrap();
     }
-    assert_eq!(waiting["status"], "waiting", "{waiting}");
-    let callback_id = waiting["waits"][0]["callback_id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    assert_eq!(waiting.status, RunStatus::Waiting, "{waiting:?}");
+    let callback_id = waiting.waits[0].callback_id.clone().unwrap();
 
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -75,13 +64,16 @@ async fn on_the_aws_backend_an_order_pauses_a_signed_webhook_resumes_it_and_dupl
     let post = |secret: &str, delivery: &str| {
         let body = serde_json::to_vec(&paid).unwrap();
         let secret = Secret::parse(Scheme::StandardWebhooks, secret).unwrap();
-        let mut req = client.post(format!("{base}/hooks/sources/psp"));
-        for (k, v) in sign(Scheme::StandardWebhooks, &secret, delivery, now, &body) {
-            req = req.header(k, v);
-        }
+        let headers = sign(Scheme::StandardWebhooks, &secret, delivery, now, &body);
+        let api = &api;
         async move {
-            let r = req.body(body).send().await.unwrap();
-            (r.status().as_u16(), r.json::<Value>().await.unwrap())
+            match api.source_webhook("psp", &headers, body).await {
+                Ok(received) => (200, serde_json::to_value(received).unwrap()),
+                Err(siesta_client::Error::Api { status, body, .. }) => {
+                    (status.as_u16(), body.unwrap_or_default())
+                }
+                Err(e) => panic!("the webhook did not reach the API: {e}"),
+            }
         }
     };
 
@@ -89,26 +81,14 @@ async fn on_the_aws_backend_an_order_pauses_a_signed_webhook_resumes_it_and_dupl
     assert_eq!(status, 401, "a forged webhook is refused");
     let (status, ack) = post(SECRET, "d1").await;
     assert_eq!((status, &ack["duplicate"]), (200, &json!(false)), "{ack}");
-    let done: Value = client
-        .get(format!("{run_url}/result"))
-        .header("Prefer", "wait=20")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(done["status"], "completed", "{done}");
-    assert_eq!(done["output"]["transaction_id"], "txn_aws");
-    let version = client
-        .get(&run_url)
-        .send()
-        .await
-        .unwrap()
-        .json::<Value>()
-        .await
-        .unwrap()["version"]
-        .clone();
+    let siesta_client::RunOutcome::Finished(done) =
+        api.run_result(&run.id, Some(20)).await.unwrap()
+    else {
+        panic!("the run finished within 20 s");
+    };
+    assert_eq!(done.status, RunStatus::Completed, "{done:?}");
+    assert_eq!(done.output.unwrap()["transaction_id"], "txn_aws");
+    let version = api.get_run(&run.id).await.unwrap().version;
 
     let (status, ack) = post(SECRET, "d1").await;
     assert_eq!(
@@ -122,30 +102,14 @@ async fn on_the_aws_backend_an_order_pauses_a_signed_webhook_resumes_it_and_dupl
         "a new delivery for the closed callback is gone"
     );
     tokio::time::sleep(Duration::from_millis(600)).await;
-    let after: Value = client
-        .get(&run_url)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(after["version"], version, "duplicates changed nothing");
-    let timeline: Value = client
-        .get(format!("{run_url}/timeline?limit=1000"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let delivered = timeline["events"]
-        .as_array()
-        .unwrap()
+    let after = api.get_run(&run.id).await.unwrap();
+    assert_eq!(after.version, version, "duplicates changed nothing");
+    let timeline = api.full_timeline(&run.id).await.unwrap();
+    let delivered = timeline
         .iter()
-        .filter(|e| e["EventType"] == "CallbackDelivered")
+        .filter(|e| e.event_type == siesta::EventType::CallbackDelivered)
         .count();
-    assert_eq!(delivered, 1, "{timeline}");
+    assert_eq!(delivered, 1, "{timeline:?}");
     server.stop();
 }
 
@@ -162,8 +126,9 @@ async fn on_the_aws_backend_a_list_cursor_put_raw_into_the_next_url_pages_throug
         .await
         .unwrap();
     let base = format!("http://{}", server.addr);
+    let started = common::start_approvals(&base, 3).await;
+    // Raw HTTP: the test is about a cursor put into the next page's URL as it is.
     let client = reqwest::Client::new();
-    let started = common::start_approvals(&client, &base, 3).await;
     let listed = common::list_through_raw_cursors(&client, &base).await;
     // The table is shared with other tests of the tenant `default`: every run started
     // here is listed, each page reached through the cursor as it came.

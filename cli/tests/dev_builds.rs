@@ -15,8 +15,7 @@ use serde_json::{Value, json};
 use siesta::{Context, Registry, RunStatus, UpgradePolicy};
 use siesta_app::dev::{DevOptions, DevServer, start};
 
-mod common;
-use common::get_json;
+use siesta_client::{Client, RunView, StartOptions};
 
 const OLD: &str = "shop@0.1.0+old";
 const NEW: &str = "shop@0.1.1+new";
@@ -67,59 +66,49 @@ async fn serve(dir: &std::path::Path, build: &str, registry: Registry) -> (DevSe
     (server, base)
 }
 
-async fn wait_for(client: &reqwest::Client, url: &str, status: &str) -> Value {
+async fn wait_for(api: &Client, id: &str, status: RunStatus) -> RunView {
     for _ in 0..400 {
-        let body = get_json(client, url).await;
-        if body["status"] == status {
-            return body;
+        let view = api.get_run(id).await.unwrap();
+        if view.status == status {
+            return view;
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
     panic!(
-        "{url} never reached {status}: {}",
-        get_json(client, url).await
+        "run {id} never reached {status}: {:?}",
+        api.get_run(id).await.unwrap()
     )
 }
 
-async fn start_run(client: &reqwest::Client, base: &str, workflow: &str) -> String {
-    let created: Value = client
-        .post(format!("{base}/runs"))
-        .json(&json!({"workflow": workflow, "input": null}))
-        .send()
-        .await
-        .unwrap()
-        .json()
+async fn start_run(api: &Client, workflow: &str) -> String {
+    let created = api
+        .start_run(workflow, &Value::Null, &StartOptions::default())
         .await
         .unwrap();
-    let id = created["id"].as_str().unwrap().to_owned();
-    wait_for(client, &format!("{base}/runs/{id}"), "waiting").await;
-    id
+    wait_for(api, &created.id, RunStatus::Waiting).await;
+    created.id
 }
 
-async fn approve(client: &reqwest::Client, base: &str, id: &str) {
-    let answer = client
-        .post(format!("{base}/runs/{id}/events/approval"))
-        .json(&json!(true))
-        .send()
+async fn approve(api: &Client, id: &str) {
+    api.send_event(id, "approval", &json!(true), None)
         .await
         .unwrap();
-    assert_eq!(answer.status(), 202, "{}", answer.text().await.unwrap());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_build_moves_the_runs_that_replay_and_the_others_wait_for_their_build() {
     let dir = tempfile::tempdir().unwrap();
-    let client = reqwest::Client::new();
-
     let (old, base) = serve(dir.path(), OLD, old_build()).await;
+    let api = Client::new(&base);
     assert!(old.other_builds.is_empty());
-    let agent = start_run(&client, &base, "agent").await;
-    let note = start_run(&client, &base, "note").await;
-    let refund = start_run(&client, &base, "refund").await;
+    let agent = start_run(&api, "agent").await;
+    let note = start_run(&api, "note").await;
+    let refund = start_run(&api, "refund").await;
     old.stop();
 
     // The new build: what it found at start-up, and did.
     let (new, base) = serve(dir.path(), NEW, new_build()).await;
+    let api = Client::new(&base);
     assert_eq!(new.other_builds.len(), 1, "{:?}", new.other_builds);
     let found = &new.other_builds[0];
     assert_eq!(found.build_id, OLD);
@@ -139,42 +128,42 @@ async fn a_new_build_moves_the_runs_that_replay_and_the_others_wait_for_their_bu
     );
 
     // The run view says which runs wait for their build; GET /builds counts them.
-    let view = get_json(&client, &format!("{base}/runs/{agent}")).await;
-    assert_eq!(view["status"], "waiting");
-    assert_eq!(view["awaiting_build"], OLD);
-    let moved = get_json(&client, &format!("{base}/runs/{note}")).await;
-    assert_eq!(moved["build_id"], NEW);
-    assert!(moved.get("awaiting_build").is_none(), "{moved}");
-    let builds = get_json(&client, &format!("{base}/builds")).await;
-    assert_eq!(builds["serving"], NEW);
-    let old_build_entry = builds["builds"]
-        .as_array()
-        .unwrap()
+    let view = api.get_run(&agent).await.unwrap();
+    assert_eq!(view.status, RunStatus::Waiting);
+    assert_eq!(view.awaiting_build.as_deref(), Some(OLD));
+    let moved = api.get_run(&note).await.unwrap();
+    assert_eq!(moved.build_id.as_deref(), Some(NEW));
+    assert!(moved.awaiting_build.is_none(), "{moved:?}");
+    let builds = api.builds().await.unwrap();
+    assert_eq!(builds.serving, NEW);
+    let old_build_entry = builds
+        .builds
         .iter()
-        .find(|b| b["build_id"] == OLD)
-        .unwrap_or_else(|| panic!("{builds}"));
-    assert_eq!(old_build_entry["unfinished"], json!({"waiting": 2}));
-    assert_eq!(old_build_entry["serving"], false);
+        .find(|b| b.build_id == OLD)
+        .unwrap_or_else(|| panic!("{builds:?}"));
+    assert_eq!(old_build_entry.unfinished, [(RunStatus::Waiting, 2)].into());
+    assert!(!old_build_entry.serving);
 
     // Approvals: the moved run finishes on the new build; the waiting ones record
     // theirs and stay as they were.
     for id in [&agent, &note, &refund] {
-        approve(&client, &base, id).await;
+        approve(&api, id).await;
     }
-    let done = wait_for(&client, &format!("{base}/runs/{note}"), "completed").await;
-    assert_eq!(done["output"]["build"], "new");
+    let done = wait_for(&api, &note, RunStatus::Completed).await;
+    assert_eq!(done.output.unwrap()["build"], "new");
     for id in [&agent, &refund] {
-        let view = get_json(&client, &format!("{base}/runs/{id}")).await;
-        assert_eq!(view["status"], "waiting", "{view}");
-        assert_eq!(view["awaiting_build"], OLD);
+        let view = api.get_run(id).await.unwrap();
+        assert_eq!(view.status, RunStatus::Waiting, "{view:?}");
+        assert_eq!(view.awaiting_build.as_deref(), Some(OLD));
     }
     new.stop();
 
     // The old build serves again: its runs finish on its code with their approvals.
     let (old, base) = serve(dir.path(), OLD, old_build()).await;
+    let api = Client::new(&base);
     for id in [&agent, &refund] {
-        let done = wait_for(&client, &format!("{base}/runs/{id}"), "completed").await;
-        assert_eq!(done["output"], json!({"build": "old", "approved": true}));
+        let done = wait_for(&api, id, RunStatus::Completed).await;
+        assert_eq!(done.output, Some(json!({"build": "old", "approved": true})));
     }
     old.stop();
 }

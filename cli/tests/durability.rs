@@ -12,7 +12,9 @@
     reason = "test code: a failed unwrap is a failed assertion"
 )]
 
-use serde_json::{Value, json};
+use serde_json::json;
+use siesta::RunStatus;
+use siesta_client::{Client, RunOutcome, RunView, StartOptions};
 
 mod common;
 use common::spawn_dev;
@@ -22,16 +24,12 @@ const COMPLETED: u64 = 20;
 /// Runs whose start was acknowledged just before the kill.
 const STARTED: u64 = 30;
 
-async fn start(http: &reqwest::Client, base: &str, n: u64, wait: bool) -> Value {
-    let mut req = http
-        .post(format!("{base}/runs"))
-        .json(&json!({"workflow": "chain", "input": n}));
-    if wait {
-        req = req.header("Prefer", "wait=60");
-    }
-    let response = req.send().await.unwrap();
-    assert!(response.status().is_success(), "{}", response.status());
-    response.json().await.unwrap()
+async fn start(api: &Client, n: u64, wait: bool) -> RunView {
+    let options = StartOptions {
+        wait_secs: wait.then_some(60),
+        ..StartOptions::default()
+    };
+    api.start_run("chain", &json!(n), &options).await.unwrap()
 }
 
 fn sum_below(n: u64) -> u64 {
@@ -42,47 +40,39 @@ fn sum_below(n: u64) -> u64 {
 async fn sigkill_after_acknowledgements_loses_nothing_acknowledged() {
     let dir = tempfile::tempdir().unwrap();
     let (mut first, base) = spawn_dev(dir.path(), |_| {});
-    let http = reqwest::Client::new();
+    let api = Client::new(&base);
 
     let mut completed = Vec::new();
     for i in 0..COMPLETED {
-        let run = start(&http, &base, 5 + i, true).await;
-        assert_eq!(run["status"], "completed", "{run}");
-        completed.push((run["id"].as_str().unwrap().to_owned(), 5 + i));
+        let run = start(&api, 5 + i, true).await;
+        assert_eq!(run.status, RunStatus::Completed, "{run:?}");
+        completed.push((run.id, 5 + i));
     }
     let mut started = Vec::new();
     for i in 0..STARTED {
-        let run = start(&http, &base, 10 + i, false).await;
-        started.push((run["id"].as_str().unwrap().to_owned(), 10 + i));
+        let run = start(&api, 10 + i, false).await;
+        started.push((run.id, 10 + i));
     }
     first.kill().unwrap(); // SIGKILL, right after the last acknowledgement
     first.wait().unwrap();
 
     let (mut second, base) = spawn_dev(dir.path(), |_| {});
+    let api = Client::new(&base);
     for (id, n) in &completed {
-        let run: Value = http
-            .get(format!("{base}/runs/{id}"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        assert_eq!(run["status"], "completed", "{run}");
-        assert_eq!(run["output"], sum_below(*n), "{run}");
+        let run = api.get_run(id).await.unwrap();
+        assert_eq!(run.status, RunStatus::Completed, "{run:?}");
+        assert_eq!(run.output, Some(json!(sum_below(*n))), "{run:?}");
     }
     for (id, n) in &started {
-        let run: Value = http
-            .get(format!("{base}/runs/{id}/result"))
-            .header("Prefer", "wait=60")
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        assert_eq!(run["status"], "completed", "an acknowledged start: {run}");
-        assert_eq!(run["output"], sum_below(*n), "{run}");
+        let RunOutcome::Finished(run) = api.run_result(id, Some(60)).await.unwrap() else {
+            panic!("an acknowledged start did not finish within 60 s: {id}");
+        };
+        assert_eq!(
+            run.status,
+            RunStatus::Completed,
+            "an acknowledged start: {run:?}"
+        );
+        assert_eq!(run.output, Some(json!(sum_below(*n))), "{run:?}");
     }
     second.kill().unwrap();
     second.wait().unwrap();

@@ -16,7 +16,7 @@ use axum::Router;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::{get, post};
-use serde_json::{Value, json};
+use serde_json::json;
 
 mod common;
 
@@ -78,17 +78,15 @@ async fn sigkill_mid_report_then_restart_completes_with_exactly_one_post() {
 
     let dir = tempfile::tempdir().unwrap();
     let (mut first, base) = spawn_dev(dir.path(), &notify_url);
-    let http = reqwest::Client::new();
-    let run: Value = http
-        .post(format!("{base}/runs"))
-        .json(&json!({"workflow": "report", "input": {"issue": "ENG-7"}}))
-        .send()
-        .await
-        .unwrap()
-        .json()
+    let run = siesta_client::Client::new(&base)
+        .start_run(
+            "report",
+            &json!({"issue": "ENG-7"}),
+            &siesta_client::StartOptions::default(),
+        )
         .await
         .unwrap();
-    let id = run["id"].as_str().expect("run id").to_owned();
+    let id = run.id;
     tokio::time::timeout(Duration::from_secs(30), receiver.first_seen.notified())
         .await
         .expect("the report reached its POST");
@@ -96,25 +94,21 @@ async fn sigkill_mid_report_then_restart_completes_with_exactly_one_post() {
     first.wait().unwrap();
 
     let (mut second, base) = spawn_dev(dir.path(), &notify_url);
-    let mut done = Value::Null;
+    let api = siesta_client::Client::new(&base);
+    let mut done = None;
     for _ in 0..60 {
-        done = http
-            .get(format!("{base}/runs/{id}/result"))
-            .header("Prefer", "wait=1")
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        if done["status"] == "completed" || done["status"] == "failed" {
+        if let siesta_client::RunOutcome::Finished(result) =
+            api.run_result(&id, Some(1)).await.unwrap()
+        {
+            done = Some(result);
             break;
         }
     }
     second.kill().unwrap();
     second.wait().unwrap();
-    assert_eq!(done["status"], "completed", "{done}");
-    assert_eq!(done["output"]["notified"], true, "{done}");
+    let done = done.expect("the run finished within 60 s");
+    assert_eq!(done.status, siesta::RunStatus::Completed, "{done:?}");
+    assert_eq!(done.output.unwrap()["notified"], true);
     let posts = receiver.posts.lock().unwrap().clone();
     assert_eq!(posts.len(), 1, "one idempotency key: {posts:?}");
     assert_eq!(

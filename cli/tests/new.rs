@@ -11,7 +11,7 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
-use serde_json::{Value, json};
+use serde_json::json;
 
 /// This checkout's root.
 fn checkout() -> PathBuf {
@@ -124,18 +124,16 @@ async fn a_new_app_builds_passes_its_tests_and_serves_hello_in_dev() {
         .expect("the URL")
         .to_owned();
 
-    let run: Value = reqwest::Client::new()
-        .post(format!("{base}/runs"))
-        .header("Prefer", "wait=30")
-        .json(&json!({"workflow": "hello", "input": {"name": "Ada"}}))
-        .send()
-        .await
-        .unwrap()
-        .json()
+    let options = siesta_client::StartOptions {
+        wait_secs: Some(30),
+        ..Default::default()
+    };
+    let run = siesta_client::Client::new(&base)
+        .start_run("hello", &json!({"name": "Ada"}), &options)
         .await
         .unwrap();
-    assert_eq!(run["status"], "completed", "{run}");
-    assert_eq!(run["output"], "Hello, Ada!", "{run}");
+    assert_eq!(run.status, siesta::RunStatus::Completed, "{run:?}");
+    assert_eq!(run.output, Some(json!("Hello, Ada!")), "{run:?}");
     drop(server);
 
     // The check before a deploy, as the README shows it: the finished run replays.

@@ -9,8 +9,9 @@
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use siesta::{Context, Registry, RetryStrategy};
+use siesta::{Context, EventType, Registry, RetryStrategy, RunStatus};
 use siesta_app::dev::{DevOptions, start};
+use siesta_client::{Client, RunView, StartOptions};
 
 fn registry() -> Registry {
     let mut registry = Registry::new();
@@ -31,16 +32,12 @@ fn registry() -> Registry {
 }
 
 /// Start a run and wait for its outcome in the same request.
-async fn run(client: &reqwest::Client, base: &str, workflow: &str, input: Value) -> Value {
-    let response = client
-        .post(format!("{base}/runs"))
-        .header("Prefer", "wait=30")
-        .json(&json!({"workflow": workflow, "input": input}))
-        .send()
-        .await
-        .unwrap();
-    assert!(response.status().is_success(), "{}", response.status());
-    response.json().await.unwrap()
+async fn run(api: &Client, workflow: &str, input: Value) -> RunView {
+    let options = StartOptions {
+        wait_secs: Some(30),
+        ..StartOptions::default()
+    };
+    api.start_run(workflow, &input, &options).await.unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -51,36 +48,33 @@ async fn a_panicking_step_is_retried_and_the_server_keeps_serving_other_runs() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let server = start(listener, options, registry()).await.unwrap();
     let base = format!("http://{}", server.addr);
-    let client = reqwest::Client::new();
+    let api = Client::new(&base);
 
-    let panicky = run(&client, &base, "panicky", json!(null)).await;
-    assert_eq!(panicky["status"], "completed", "{panicky}");
-    assert_eq!(panicky["output"], 2, "the second attempt answered");
-    let id = panicky["id"].as_str().unwrap();
-    let timeline: Value = client
-        .get(format!("{base}/runs/{id}/timeline"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let failed: Vec<&Value> = timeline["events"]
-        .as_array()
-        .unwrap()
+    let panicky = run(&api, "panicky", json!(null)).await;
+    assert_eq!(panicky.status, RunStatus::Completed, "{panicky:?}");
+    assert_eq!(
+        panicky.output,
+        Some(json!(2)),
+        "the second attempt answered"
+    );
+    let timeline = api.timeline(&panicky.id, 0, None).await.unwrap();
+    let failed: Vec<_> = timeline
+        .events
         .iter()
-        .filter(|e| e["EventType"] == "StepFailed")
+        .filter(|e| e.event_type == EventType::StepFailed)
         .collect();
-    assert_eq!(failed.len(), 1, "{timeline}");
-    assert_eq!(failed[0]["Details"]["Error"]["kind"], "Panicked");
+    assert_eq!(failed.len(), 1, "{timeline:?}");
+    assert_eq!(
+        failed[0].details.as_ref().unwrap()["Error"]["kind"],
+        "Panicked"
+    );
 
     for n in 0..3 {
-        let steady = run(&client, &base, "steady", json!(n)).await;
-        assert_eq!(steady["status"], "completed", "{steady}");
-        assert_eq!(steady["output"], n * 2);
+        let steady = run(&api, "steady", json!(n)).await;
+        assert_eq!(steady.status, RunStatus::Completed, "{steady:?}");
+        assert_eq!(steady.output, Some(json!(n * 2)));
     }
-    let health = client.get(format!("{base}/healthz")).send().await.unwrap();
-    assert_eq!(health.status(), 200);
+    assert_eq!(api.health().await.unwrap().status, "ok");
     assert!(server.liveness.is_alive());
     server.stop();
 }

@@ -22,24 +22,23 @@ use opentelemetry_proto::tonic::trace::v1::Span;
 use serde_json::json;
 use siesta::telemetry::{root_span_id_for, trace_id_for};
 use siesta::*;
+use siesta_client::{Client, Resolution, StartOptions};
 use siesta_testing::TestEnv;
-use tower::ServiceExt;
 
-async fn post(router: &axum::Router, uri: &str, body: serde_json::Value) -> serde_json::Value {
-    let request = http::Request::builder()
-        .method("POST")
-        .uri(uri)
-        .header("content-type", "application/json")
-        .body(axum::body::Body::from(body.to_string()))
-        .unwrap();
-    let response = router.clone().oneshot(request).await.unwrap();
-    let status = response.status();
-    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
-        .await
-        .unwrap();
-    let body = serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null);
-    assert!(status.is_success(), "POST {uri}: {status} {body}");
-    body
+/// The API over the environment's current engine (a restart replaces it), served on an
+/// ephemeral port; a client of it.
+async fn serve(w: &TestEnv) -> Client {
+    let router = siesta_api::ControlApi::new(w.engine())
+        .authenticate(siesta_api::ApiKeys::new(HashMap::new()))
+        .router();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(siesta_api::server::serve(
+        listener,
+        router,
+        Default::default(),
+    ));
+    Client::new(base)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -49,48 +48,42 @@ async fn the_order_example_through_a_callback_a_crash_and_a_retry_is_one_trace()
     let w = TestEnv::builder(siesta_workflows::registry())
         .tenant("default")
         .build();
-    // The API over the environment's current engine (a restart replaces it).
-    let api = |w: &TestEnv| {
-        siesta_api::ControlApi::new(w.engine())
-            .authenticate(siesta_api::ApiKeys::new(HashMap::new()))
-            .router()
-    };
-    let router = api(&w);
+    let api = serve(&w).await;
     // The engine dies with its second journal write: create_order's outcome, then
     // the payment callback's creation together with request_payment's start (a tool
     // call records its attempt before running it; the callback's opening, held, goes
     // with that write). The write is kept, the process is gone before the call runs:
     // the journal cannot tell, so the run parks for an operator.
     w.crash_after_writes(2);
-    let started = post(
-        &router,
-        "/runs",
-        json!({"workflow": "order", "input": {"item": "Lamp", "amount": 12.5}}),
-    )
-    .await;
-    let id = RunId::from(started["id"].as_str().unwrap());
+    let started = api
+        .start_run(
+            "order",
+            &json!({"item": "Lamp", "amount": 12.5}),
+            &StartOptions::default(),
+        )
+        .await
+        .unwrap();
+    let id = RunId::from(started.id.as_str());
     w.run_until_idle().await;
     assert!(w.has_crashed(), "the engine died mid-run");
     w.restart();
-    let router = api(&w);
+    let api = serve(&w).await;
     let parked = w.drive(&id).await;
     assert_eq!(parked.status, RunStatus::Parked, "{parked:?}");
-    post(
-        &router,
-        &format!("/runs/{id}/operations/request_payment%230/resolve"),
-        json!({"outcome": "retry"}),
-    )
-    .await;
+    api.resolve_operation(id.as_str(), "request_payment#0", &Resolution::Retry, None)
+        .await
+        .unwrap();
     let waiting = w.drive(&id).await;
     assert_eq!(waiting.status, RunStatus::Waiting, "{waiting:?}");
 
     let token = w.callback(&id, "payment").await;
-    post(
-        &router,
-        &format!("/hooks/{token}"),
-        json!({"status": "COMPLETED", "transaction_id": "txn_1"}),
+    api.callback_webhook(
+        &token.to_string(),
+        &json!({"status": "COMPLETED", "transaction_id": "txn_1"}),
+        None,
     )
-    .await;
+    .await
+    .unwrap();
     let done = w.drive(&id).await;
     assert_eq!(done.status, RunStatus::Completed, "{done:?}");
     siesta_lambda::otel::flush().await;

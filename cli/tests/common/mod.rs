@@ -55,24 +55,21 @@ pub(crate) async fn get_json(client: &reqwest::Client, url: &str) -> Value {
     r.json().await.unwrap()
 }
 
-/// Starts `n` `approval` runs on the server at `base`; their ids.
-pub(crate) async fn start_approvals(
-    client: &reqwest::Client,
-    base: &str,
-    n: usize,
-) -> BTreeSet<String> {
+/// Starts `n` `approval` runs on the server at `base` (through the typed client); their
+/// ids.
+pub(crate) async fn start_approvals(base: &str, n: usize) -> BTreeSet<String> {
+    let api = siesta_client::Client::new(base);
     let mut started = BTreeSet::new();
     for i in 0..n {
-        let run: Value = client
-            .post(format!("{base}/runs"))
-            .json(&json!({"workflow": "approval", "input": {"change": format!("change {i}")}}))
-            .send()
-            .await
-            .unwrap()
-            .json()
+        let run = api
+            .start_run(
+                "approval",
+                &json!({"change": format!("change {i}")}),
+                &siesta_client::StartOptions::default(),
+            )
             .await
             .unwrap();
-        started.insert(run["id"].as_str().unwrap().to_owned());
+        started.insert(run.id);
     }
     started
 }

@@ -5,10 +5,8 @@
 
 use axum::response::{IntoResponse, Response};
 use http::{HeaderValue, StatusCode, header};
-use serde::{Deserialize, Serialize};
 use siesta::EngineError;
 use siesta::ports::StoreError;
-use utoipa::ToSchema;
 
 /// Seconds a client is asked to wait before retrying a 503.
 pub const RETRY_AFTER_SECS: u64 = 1;
@@ -26,27 +24,6 @@ pub struct ApiError {
     /// 429 over a quota; every 503 says [`RETRY_AFTER_SECS`]).
     pub retry_after: Option<u64>,
     /// Where the run's journal and this build's code part ways (a 409 `diverged`).
-    pub divergence: Option<siesta::Divergence>,
-}
-
-/// The body of every error answer.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-#[schema(as = Error)]
-pub struct ErrorBody {
-    /// The error.
-    pub error: ErrorDetail,
-}
-
-/// What went wrong.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct ErrorDetail {
-    /// Stable machine-readable code (`bad_request`, `not_found`, `version_mismatch`...).
-    pub code: String,
-    /// What happened, for a person.
-    pub message: String,
-    /// With `diverged`: where the run's journal and this build's code part ways.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<crate::schema::DivergenceSchema>)]
     pub divergence: Option<siesta::Divergence>,
 }
 

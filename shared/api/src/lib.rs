@@ -29,7 +29,6 @@ mod extract;
 mod openapi;
 mod responses;
 mod routes;
-mod schema;
 pub mod server;
 mod state;
 mod time;
@@ -51,19 +50,21 @@ use siesta::Engine;
 use tracing::Instrument;
 
 pub use auth::{ApiKeys, Authenticate, Tenant};
-pub use error::{ApiError, ErrorBody, ErrorDetail, RETRY_AFTER_SECS};
+pub use error::{ApiError, RETRY_AFTER_SECS};
 pub use extract::MAX_WAIT;
 pub use openapi::openapi;
-pub use routes::{
-    BuildList, BuildView, DeadLetterPage, DeadLetterView, Redriven, StreamChunkView,
-    StreamPageView, idempotent_run_id,
+pub use routes::idempotent_run_id;
+/// The request bodies, queries and views the routes take and answer (re-exported from
+/// `siesta-api-types`, which the client shares).
+pub use siesta_api_types as types;
+pub use siesta_api_types::{
+    Accepted, BuildList, BuildView, DeadLetteredRunPage, DeadLetteredRunView, Health, NotATime,
+    OperationsSummary, Received, Redriven, Rfc3339, RunPage, RunResult, RunView, StreamChunkView,
+    StreamPageView, Timeline, TimelineEventView, VALUE_REF, ValueRef, WaitView, path_segment,
+    value_path,
 };
-pub use time::{NotATime, Rfc3339};
-pub use values::{VALUE_REF, ValueRef, path_segment, value_path};
-pub use view::{
-    Accepted, Health, OperationsSummary, Received, RunPage, RunResult, RunView, Timeline,
-    TimelineEventView, WaitView,
-};
+pub use siesta_api_types::{ErrorBody, ErrorDetail};
+pub use view::{run_view, served_by, timeline_event_view};
 pub use webhook::{DEFAULT_MAX_BODY, SourceConfig, WebhookReceiver, WebhookSource};
 
 /// The default largest control-API body (a run's input, an event, a message): 4 MiB.

@@ -4,7 +4,7 @@
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{ComponentsBuilder, InfoBuilder, OpenApi, OpenApiBuilder};
 
-use crate::values::ValueRef;
+use siesta_api_types::ValueRef;
 
 /// The document's info and components, which the route table adds its paths to.
 pub(crate) fn base() -> OpenApi {

@@ -9,8 +9,9 @@ use siesta::*;
 
 use crate::auth::Authenticate;
 use crate::error::ApiError;
-use crate::view::RunView;
+use crate::view::served_view;
 use crate::{Deployments, HealthCheck, WebhookReceiver};
+use siesta_api_types::RunView;
 
 /// What every handler shares.
 #[derive(Clone)]
@@ -26,16 +27,13 @@ pub(crate) struct AppState {
 
 impl AppState {
     pub(crate) async fn view(&self, tenant: &TenantId, run: &Run) -> Result<RunView, ApiError> {
-        let history = self
+        let replay_input = self
             .engine
             .backend()
             .store
             .load_replay_input(tenant, &run.id)
             .await?;
-        Ok(
-            RunView::new(run, Some(&history), &self.engine.config().callback_base_url)
-                .served_by(&self.engine.config().build_id),
-        )
+        Ok(served_view(run, Some(&replay_input), self.engine.config()))
     }
 
     /// Hold until the run is finished or `wait` passes (capped by the router's and the

@@ -8,63 +8,17 @@
 //! deliveries or its timeline): knowing a digest is not enough to read another run's
 //! content, and another tenant's run is not found at all.
 
-use serde::{Deserialize, Serialize};
 use siesta::*;
-use utoipa::ToSchema;
+use siesta_api_types::{ValueRef, value_path};
 
-/// The key under which a large value's reference stands in for it:
-/// `{"value_ref": {"sha256", "size", "media_type", "href"}}`.
-pub const VALUE_REF: &str = "value_ref";
-
-/// A large value kept in the artifact store, in place of the value.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-pub struct ValueRef {
-    /// Lower-case hex SHA-256 of the value's bytes.
-    pub sha256: String,
-    /// Its size in bytes.
-    pub size: u64,
-    /// Its media type (`application/json` for values).
-    pub media_type: String,
-    /// Where to fetch it: `/runs/{id}/values/{sha256}`.
-    pub href: String,
-}
-
-impl ValueRef {
-    /// The reference to `artifact`, kept for run `run_id`.
-    pub fn new(run_id: &str, artifact: &ArtifactRef) -> ValueRef {
-        ValueRef {
-            sha256: artifact.sha256.clone(),
-            size: artifact.size,
-            media_type: artifact.media_type.clone(),
-            href: value_path(run_id, &artifact.sha256),
-        }
+/// The reference to `artifact`, kept for run `run_id`, as the API shows it.
+pub(crate) fn value_ref(run_id: &str, artifact: &ArtifactRef) -> ValueRef {
+    ValueRef {
+        sha256: artifact.sha256.clone(),
+        size: artifact.size,
+        media_type: artifact.media_type.clone(),
+        href: value_path(run_id, &artifact.sha256),
     }
-
-    /// `{"value_ref": {...}}`, as the API shows it in place of the value.
-    pub fn to_json(&self) -> serde_json::Value {
-        serde_json::json!({ VALUE_REF: self })
-    }
-}
-
-/// The path a run's large value is served at.
-pub fn value_path(run_id: &str, sha256: &str) -> String {
-    format!("/runs/{}/values/{sha256}", path_segment(run_id))
-}
-
-/// What a path segment keeps as it is: RFC 3986's unreserved characters. Everything
-/// else (`/`, `#`, `?`, `%`, spaces...) is percent-encoded, so a position such as
-/// `3#1/2` or a caller's own run id (an idempotent start keeps it as given) stays one
-/// segment.
-const SEGMENT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
-    .remove(b'-')
-    .remove(b'_')
-    .remove(b'.')
-    .remove(b'~');
-
-/// `segment` percent-encoded as one path segment of an API path (the server's links,
-/// the client's requests).
-pub fn path_segment(segment: &str) -> String {
-    percent_encoding::utf8_percent_encode(segment, SEGMENT).to_string()
 }
 
 /// The artifact reference `v` is, as the stores and the engine write it: an object
@@ -87,7 +41,7 @@ pub(crate) fn as_artifact(v: &serde_json::Value) -> Option<ArtifactRef> {
 /// shown: it is the store's business.
 pub(crate) fn show_refs(run_id: &str, details: &mut serde_json::Value) {
     if let Some(artifact) = as_artifact(details) {
-        *details = ValueRef::new(run_id, &artifact).to_json();
+        *details = value_ref(run_id, &artifact).to_json();
         return;
     }
     match details {
@@ -98,7 +52,7 @@ pub(crate) fn show_refs(run_id: &str, details: &mut serde_json::Value) {
                     .or_else(|| o.get("artifact"))
                     .and_then(as_artifact)
             {
-                *details = ValueRef::new(run_id, &artifact).to_json();
+                *details = value_ref(run_id, &artifact).to_json();
                 return;
             }
             for v in o.values_mut() {

@@ -1,211 +1,29 @@
-//! What the API shows of a run.
+//! How the API shows a run: the views (`siesta-api-types`: what a run looks like on the
+//! wire) built from the engine's records, and a run answered with its `ETag`.
 
 use axum::Json;
 use axum::response::{IntoResponse, Response};
 use http::{HeaderValue, StatusCode, header};
-use serde::{Deserialize, Serialize};
 use siesta::ports::ReplayInput;
 use siesta::*;
-use utoipa::ToSchema;
+use siesta_api_types::{OperationsSummary, Rfc3339, RunView, TimelineEventView, WaitView};
 
-use crate::schema::{ErrorInfoSchema, RunStatusSchema};
-use crate::time::Rfc3339;
-
-/// A run as the API shows it.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
-#[schema(as = Run)]
-pub struct RunView {
-    /// The run's id.
-    pub id: String,
-    /// The workflow it runs.
-    pub workflow: String,
-    /// The tenant it belongs to (the caller's: another tenant's run is not found).
-    pub tenant: String,
-    /// Where it is in its life.
-    #[schema(value_type = RunStatusSchema)]
-    pub status: RunStatus,
-    /// Its version (the `ETag`).
-    pub version: u64,
-    /// Its input; a large one is `{"value_ref": ValueRef}`, fetched from
-    /// `GET /runs/{id}/values/{sha256}`.
-    pub input: serde_json::Value,
-    /// Its output, once completed (a large one as for `input`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub output: Option<serde_json::Value>,
-    /// Its error, once failed, parked or cancelled.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<ErrorInfoSchema>)]
-    pub error: Option<ErrorInfo>,
-    /// Cancellation was requested and will be honoured at the next boundary.
-    pub cancel_requested: bool,
-    /// When it was created.
-    pub created_at: Rfc3339,
-    /// When it last changed.
-    pub updated_at: Rfc3339,
-    /// The build of the code it started on.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub build_id: Option<String>,
-    /// The build the run waits for: set when it started on another build than the one
-    /// serving this API and is not finished. Such a run is not replayed on this
-    /// build's code: it stays as it is (deliveries to it are recorded) until its own
-    /// build serves it, or it is upgraded to this one.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub awaiting_build: Option<String>,
-    /// What it waits for now.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub waits: Vec<WaitView>,
-    /// Counts of its operations by state.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub operations: Option<OperationsSummary>,
-}
-
-/// One pending wait.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
-pub struct WaitView {
-    /// The operation's position.
-    pub operation: String,
-    /// `timer`, `callback`, `event`, `child` or `retry`.
-    pub kind: String,
-    /// The callback's id, for callbacks.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub callback_id: Option<String>,
-    /// The callback's public webhook URL, for callbacks.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub url: Option<String>,
-    /// The event's name, for events.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub event: Option<String>,
-    /// When it gives up or fires.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub deadline: Option<Rfc3339>,
-}
-
-/// Operations by state.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
-pub struct OperationsSummary {
-    /// All journaled operations.
-    pub total: usize,
-    /// Finished with a value.
-    pub succeeded: usize,
-    /// Finished with an error.
-    pub failed: usize,
-    /// Suspended, retrying, polling or started.
-    pub pending: usize,
-}
-
-/// A page of the caller's runs.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct RunPage {
-    /// The runs, without their waits and operations.
-    pub runs: Vec<RunView>,
-    /// Pass as `cursor` for the next page; `null` on the last page.
-    pub next_cursor: Option<String>,
-}
-
-/// A finished run's outcome.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct RunResult {
-    /// The run's id.
-    pub id: String,
-    /// `completed`, `failed` or `cancelled`.
-    #[schema(value_type = RunStatusSchema)]
-    pub status: RunStatus,
-    /// Its output, when completed; a large one is `{"value_ref": ValueRef}`.
-    pub output: Option<serde_json::Value>,
-    /// Its error, when failed or cancelled.
-    #[schema(value_type = Option<ErrorInfoSchema>)]
-    pub error: Option<ErrorInfo>,
-}
-
-/// A page of a run's timeline.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct Timeline {
-    /// The events, in `seq` order. A large value in their details is
-    /// `{"value_ref": ValueRef}`.
-    pub events: Vec<TimelineEventView>,
-    /// Pass as `after` for the next page.
-    pub next_after: u64,
-}
-
-/// One event of a run's timeline, in the vocabulary of AWS Lambda durable execution
-/// histories; its time and the instants among its details are RFC 3339.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "PascalCase")]
-#[schema(as = TimelineEvent)]
-pub struct TimelineEventView {
-    /// Gapless sequence number within the run, from 1.
-    pub seq: u64,
-    /// When it happened.
-    pub event_timestamp: Rfc3339,
-    /// What happened (`ExecutionStarted`, `StepSucceeded`, `CallbackStarted`...).
-    #[schema(value_type = String)]
-    pub event_type: EventType,
-    /// The operation's sub-type (`Step`, `Wait`, `Callback`...), for operation events.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<String>)]
-    pub sub_type: Option<SubType>,
-    /// The operation's id (its position).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub id: Option<String>,
-    /// The parent operation's id.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub parent_id: Option<String>,
-    /// The operation's name.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub name: Option<String>,
-    /// Details: result, error, attempt, deadline... Its instants
-    /// (`ScheduledEndTimestamp`, `Timeout`, `NextAttemptAt`, `NextWakeAt`) are RFC 3339
-    /// too; its durations are milliseconds (`…Ms`). Its keys are those of the event
-    /// type's [`siesta::timeline::EventDetails`] variant.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(schema_with = crate::schema::event_details)]
-    pub details: Option<serde_json::Value>,
-}
-
-impl TimelineEventView {
-    /// The view of `event` of run `run_id`: large values as references to fetch them
-    /// by, times in RFC 3339.
-    pub fn new(run_id: &str, event: TimelineEvent) -> TimelineEventView {
-        let mut details = event.details;
-        crate::time::show_detail_times(event.event_type, &mut details);
-        crate::values::show_refs(run_id, &mut details);
-        TimelineEventView {
-            seq: event.seq,
-            event_timestamp: event.at.into(),
-            event_type: event.event_type,
-            sub_type: event.sub_type,
-            id: event.id,
-            parent_id: event.parent_id,
-            name: event.name,
-            details: (!details.is_null()).then_some(details),
-        }
+/// The view of `event` of run `run_id`: large values as references to fetch them by,
+/// times in RFC 3339.
+pub fn timeline_event_view(run_id: &str, event: TimelineEvent) -> TimelineEventView {
+    let mut details = event.details;
+    crate::time::show_detail_times(event.event_type, &mut details);
+    crate::values::show_refs(run_id, &mut details);
+    TimelineEventView {
+        seq: event.seq,
+        event_timestamp: event.at.into(),
+        event_type: event.event_type,
+        sub_type: event.sub_type,
+        id: event.id,
+        parent_id: event.parent_id,
+        name: event.name,
+        details: (!details.is_null()).then_some(details),
     }
-}
-
-/// A delivery through the authenticated API (event, message, callback outcome) was
-/// durably recorded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-pub struct Accepted {
-    /// Always `true`.
-    pub accepted: bool,
-    /// It had been delivered before (same delivery id); nothing changed.
-    pub duplicate: bool,
-}
-
-/// A webhook was durably recorded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-pub struct Received {
-    /// Always `true`.
-    pub received: bool,
-    /// It had been delivered before (same delivery id); nothing changed.
-    pub duplicate: bool,
-}
-
-/// The answer of `/healthz`.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct Health {
-    /// `ok`.
-    pub status: String,
 }
 
 /// The run view as an answer with `status`, its `ETag` the run's version.
@@ -218,72 +36,86 @@ pub(crate) fn run_answer(status: StatusCode, view: &RunView) -> Response {
 }
 
 /// A stored value as the API shows it: the value, or for a large one kept in the
-/// artifact store, `{"value_ref": ...}` ([`crate::ValueRef`]) to fetch it by.
+/// artifact store, `{"value_ref": ...}` ([`siesta_api_types::ValueRef`]) to fetch it by.
 pub(crate) fn payload_json(run_id: &str, p: &Payload) -> serde_json::Value {
     match p {
         Payload::Inline(v) => v.clone(),
-        Payload::Artifact(a) => crate::ValueRef::new(run_id, a).to_json(),
+        Payload::Artifact(a) => crate::values::value_ref(run_id, a).to_json(),
     }
 }
 
-impl RunView {
-    /// The view as the build `serving` shows it: [`RunView::awaiting_build`] names the
-    /// run's build when that is another and the run is not finished.
-    pub fn served_by(mut self, serving: &str) -> RunView {
-        self.awaiting_build = self
-            .build_id
-            .clone()
-            .filter(|b| b != serving && !self.status.is_finished());
-        self
-    }
+/// The view as the build `serving` shows it: [`RunView::awaiting_build`] names the run's
+/// build when that is another and the run is not finished.
+pub fn served_by(mut view: RunView, serving: &str) -> RunView {
+    view.awaiting_build = view
+        .build_id
+        .clone()
+        .filter(|b| b != serving && !view.status.is_finished());
+    view
+}
 
-    /// The view of `run`; with its history, also its waits and operations.
-    pub fn new(run: &Run, history: Option<&ReplayInput>, callback_base_url: &str) -> RunView {
-        let mut view = RunView {
-            id: run.id.to_string(),
-            workflow: run.workflow.clone(),
-            tenant: run.tenant.to_string(),
-            status: run.status,
-            version: run.version,
-            input: payload_json(run.id.as_str(), &run.input),
-            output: run
-                .output
-                .as_ref()
-                .map(|p| payload_json(run.id.as_str(), p)),
-            error: run.error.clone(),
-            cancel_requested: run.cancel_requested && !run.status.is_finished(),
-            created_at: run.created_at.into(),
-            updated_at: run.updated_at.into(),
-            build_id: run.build_id.clone(),
-            awaiting_build: None,
-            waits: Vec::new(),
-            operations: None,
-        };
-        let Some(history) = history else { return view };
-        let mut summary = OperationsSummary {
-            total: history.journal.len(),
-            ..Default::default()
-        };
-        let mut entries: Vec<&JournalEntry> = history.journal.iter().collect();
-        entries.sort_by(|a, b| a.position.cmp(&b.position));
-        for entry in entries {
-            match &entry.state {
-                EntryState::Succeeded { .. } => summary.succeeded += 1,
-                EntryState::Failed { .. } => summary.failed += 1,
-                state => {
-                    summary.pending += 1;
-                    if run.status.is_finished() {
-                        continue;
-                    }
-                    if let Some(wait) = wait_view(entry, state, callback_base_url) {
-                        view.waits.push(wait);
-                    }
+/// The view of `run` as the engine configured by `config` serves it (its callback URLs,
+/// its build).
+pub(crate) fn served_view(
+    run: &Run,
+    replay_input: Option<&ReplayInput>,
+    config: &EngineConfig,
+) -> RunView {
+    served_by(
+        run_view(run, replay_input, &config.callback_base_url),
+        &config.build_id,
+    )
+}
+
+/// The view of `run`; with its replay input (its journal), also its waits and
+/// operations.
+pub fn run_view(run: &Run, replay_input: Option<&ReplayInput>, callback_base_url: &str) -> RunView {
+    let mut view = RunView {
+        id: run.id.to_string(),
+        workflow: run.workflow.clone(),
+        tenant: run.tenant.to_string(),
+        status: run.status,
+        version: run.version,
+        input: payload_json(run.id.as_str(), &run.input),
+        output: run
+            .output
+            .as_ref()
+            .map(|p| payload_json(run.id.as_str(), p)),
+        error: run.error.clone(),
+        cancel_requested: run.cancel_requested && !run.status.is_finished(),
+        created_at: run.created_at.into(),
+        updated_at: run.updated_at.into(),
+        build_id: run.build_id.clone(),
+        awaiting_build: None,
+        waits: Vec::new(),
+        operations: None,
+    };
+    let Some(replay_input) = replay_input else {
+        return view;
+    };
+    let mut summary = OperationsSummary {
+        total: replay_input.journal.len(),
+        ..Default::default()
+    };
+    let mut entries: Vec<&JournalEntry> = replay_input.journal.iter().collect();
+    entries.sort_by(|a, b| a.position.cmp(&b.position));
+    for entry in entries {
+        match &entry.state {
+            EntryState::Succeeded { .. } => summary.succeeded += 1,
+            EntryState::Failed { .. } => summary.failed += 1,
+            state => {
+                summary.pending += 1;
+                if run.status.is_finished() {
+                    continue;
+                }
+                if let Some(wait) = wait_view(entry, state, callback_base_url) {
+                    view.waits.push(wait);
                 }
             }
         }
-        view.operations = Some(summary);
-        view
     }
+    view.operations = Some(summary);
+    view
 }
 
 fn wait_view(entry: &JournalEntry, state: &EntryState, base: &str) -> Option<WaitView> {
@@ -362,7 +194,7 @@ mod tests {
 
     #[test]
     fn the_timeline_event_schema_has_the_fields_a_full_event_serializes() {
-        let value = serde_json::to_value(TimelineEventView::new("r", full_event())).unwrap();
+        let value = serde_json::to_value(timeline_event_view("r", full_event())).unwrap();
         let schema = schema_of::<TimelineEventView>();
         let properties: BTreeSet<String> = schema["properties"]
             .as_object()
@@ -375,7 +207,7 @@ mod tests {
 
     #[test]
     fn a_timeline_event_shows_its_time_and_the_instants_in_its_details_in_rfc_3339() {
-        let value = serde_json::to_value(TimelineEventView::new("r", full_event())).unwrap();
+        let value = serde_json::to_value(timeline_event_view("r", full_event())).unwrap();
         assert_eq!(value["EventTimestamp"], "2027-01-15T08:00:00.123Z");
         assert_eq!(
             value["Details"],
@@ -417,7 +249,7 @@ mod tests {
     fn an_event_without_details_shows_none() {
         let mut event = full_event();
         event.details = Value::Null;
-        let value = serde_json::to_value(TimelineEventView::new("r", event)).unwrap();
+        let value = serde_json::to_value(timeline_event_view("r", event)).unwrap();
         assert!(value.get("Details").is_none(), "{value}");
     }
 
@@ -431,7 +263,7 @@ mod tests {
             Timestamp(0),
         );
         run.updated_at = Timestamp(1_800_000_000_123);
-        let value = serde_json::to_value(RunView::new(&run, None, "http://x")).unwrap();
+        let value = serde_json::to_value(run_view(&run, None, "http://x")).unwrap();
         assert_eq!(value["created_at"], "1970-01-01T00:00:00.000Z");
         assert_eq!(value["updated_at"], "2027-01-15T08:00:00.123Z");
     }

@@ -1,7 +1,9 @@
 //! A typed client of Siesta's HTTP API, written once for the CLI, the benches and the
-//! tests: one method per route, answers decoded into the API's own view types
-//! ([`siesta_api::RunView`], [`siesta_api::Timeline`]...) so the server and its
-//! clients share one definition, and errors a caller can act on ([`Error`]).
+//! tests: one method per route, requests and answers in the API's own types
+//! ([`RunView`], [`Timeline`], [`StartRun`]... from `siesta-api-types`, which the server
+//! derives its routes and OpenAPI document from) so the server and its clients share one
+//! definition, and errors a caller can act on ([`Error`]). It depends on no server
+//! crate: no web framework, only an HTTP client (reqwest).
 //!
 //! Path segments are percent-encoded by one function ([`path_segment`], the API's
 //! own); queries are encoded by reqwest.
@@ -12,11 +14,17 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 pub use siesta::{DivergedRun, Divergence, RunExport, SkippedRun, UpgradeReport};
-pub use siesta_api::{
-    Accepted, BuildList, BuildView, DeadLetterPage, DeadLetterView, ErrorBody, Health, Received,
-    Redriven, RunPage, RunResult, RunView, StreamChunkView, StreamPageView, Timeline,
-    TimelineEventView, path_segment,
+/// Every request body, query and view of the API (`siesta-api-types`).
+pub use siesta_api_types as types;
+pub use siesta_api_types::{
+    Accepted, BuildList, BuildView, CallbackFailure, DeadLetteredRunPage, DeadLetteredRunQuery,
+    DeadLetteredRunView, ErrorBody, Health, Received, Redriven, ReplayCheckView, Resolution,
+    ResolvedError, Rfc3339, RunPage, RunResult, RunView, StartRun, StreamChunkView, StreamPageView,
+    StreamQuery, Timeline, TimelineEventView, TimelineQuery, ValueRef, path_segment,
 };
+
+/// Filters and paging of [`Client::list_runs`]: the query of `GET /runs`.
+pub use siesta_api_types::RunListQuery as RunFilter;
 
 /// What a failed call went wrong with.
 #[derive(Debug, thiserror::Error)]
@@ -74,23 +82,6 @@ impl Error {
     }
 }
 
-/// Filters and paging of [`Client::list_runs`].
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct RunFilter {
-    /// Only runs in this status (`running`, `waiting`, `completed`...).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub status: Option<String>,
-    /// Only runs of this workflow.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub workflow: Option<String>,
-    /// Where the previous page ended (its `next_cursor`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub cursor: Option<String>,
-    /// Runs per page (1 to 200; the API's default when unset).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub limit: Option<u32>,
-}
-
 /// Options of [`Client::start_run`].
 #[derive(Debug, Clone, Default)]
 pub struct StartOptions {
@@ -100,35 +91,6 @@ pub struct StartOptions {
     pub wait_secs: Option<u64>,
     /// `traceparent`: the run joins this W3C trace.
     pub traceparent: Option<String>,
-}
-
-/// What an operator says happened to a tool call whose outcome is unknown
-/// ([`Client::resolve_operation`]).
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(tag = "outcome", rename_all = "lowercase")]
-pub enum Resolution {
-    /// It happened and returned this value.
-    Succeeded {
-        /// What it returned.
-        value: serde_json::Value,
-    },
-    /// It failed.
-    Failed {
-        /// The failure.
-        error: Failure,
-    },
-    /// Make it again.
-    Retry,
-}
-
-/// A failure sent to the API (a resolution's, a callback's).
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct Failure {
-    /// Its kind (the API's default when unset).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub code: Option<String>,
-    /// What happened.
-    pub message: String,
 }
 
 /// The answer of `GET /runs/{id}/result`: the outcome, or the run while it is not
@@ -231,14 +193,11 @@ impl Client {
         input: &serde_json::Value,
         options: &StartOptions,
     ) -> Result<RunView, Error> {
-        #[derive(Serialize)]
-        struct Start<'a> {
-            workflow: &'a str,
-            input: &'a serde_json::Value,
-        }
-        let mut request = self
-            .request(Method::POST, "/runs")
-            .json(&Start { workflow, input });
+        let start = StartRun {
+            workflow: workflow.to_owned(),
+            input: input.clone(),
+        };
+        let mut request = self.request(Method::POST, "/runs").json(&start);
         if let Some(key) = &options.idempotency_key {
             request = request.header("Idempotency-Key", key);
         }
@@ -270,6 +229,13 @@ impl Client {
             .await
     }
 
+    /// `GET /runs/{id}/replay-check`: whether its journal replays on the build serving
+    /// the API (what [`Client::upgrade_run`] would need), read-only.
+    pub async fn replay_check(&self, id: &str) -> Result<ReplayCheckView, Error> {
+        self.call(self.request(Method::GET, &run_path(id, "/replay-check")))
+            .await
+    }
+
     /// `GET /runs/{id}/result`: its outcome, waiting up to `wait_secs` for it to finish.
     pub async fn run_result(&self, id: &str, wait_secs: Option<u64>) -> Result<RunOutcome, Error> {
         let mut request = self.request(Method::GET, &run_path(id, "/result"));
@@ -292,10 +258,10 @@ impl Client {
         after: u64,
         limit: Option<u32>,
     ) -> Result<Timeline, Error> {
-        let mut query = vec![("after", after.to_string())];
-        if let Some(limit) = limit {
-            query.push(("limit", limit.to_string()));
-        }
+        let query = TimelineQuery {
+            after: Some(after),
+            limit,
+        };
         self.call(
             self.request(Method::GET, &run_path(id, "/timeline"))
                 .query(&query),
@@ -315,13 +281,11 @@ impl Client {
         wait_secs: Option<u64>,
         limit: Option<u32>,
     ) -> Result<StreamPageView, Error> {
-        let mut query = vec![("from", from.to_string())];
-        if let Some(wait) = wait_secs {
-            query.push(("wait", wait.to_string()));
-        }
-        if let Some(limit) = limit {
-            query.push(("limit", limit.to_string()));
-        }
+        let query = StreamQuery {
+            from: Some(from),
+            wait: wait_secs,
+            limit,
+        };
         self.call(
             self.request(Method::GET, &stream_path(id, name))
                 .query(&query),
@@ -338,9 +302,13 @@ impl Client {
         name: &str,
         from: u64,
     ) -> Result<reqwest::Response, Error> {
+        let query = StreamQuery {
+            from: Some(from),
+            ..StreamQuery::default()
+        };
         let request = self
             .request(Method::GET, &stream_path(id, name))
-            .query(&[("from", from)])
+            .query(&query)
             .header(reqwest::header::ACCEPT, "text/event-stream");
         let (url, response) = self.execute(request).await?;
         if response.status().is_success() {
@@ -462,7 +430,7 @@ impl Client {
     pub async fn fail_callback(
         &self,
         callback_id: &str,
-        failure: &Failure,
+        failure: &CallbackFailure,
         delivery_id: Option<&str>,
     ) -> Result<Accepted, Error> {
         let path = format!("/callbacks/{}/fail", path_segment(callback_id));
@@ -488,6 +456,23 @@ impl Client {
         self.call(request).await
     }
 
+    /// `POST /hooks/{token}`: a callback's public webhook (the URL a run view shows in
+    /// its `waits[].url`) with `body`; `webhook_id` (`webhook-id`) makes a repeat a
+    /// duplicate. Sent without the API key: the token is the credential.
+    pub async fn callback_webhook(
+        &self,
+        token: &str,
+        body: &serde_json::Value,
+        webhook_id: Option<&str>,
+    ) -> Result<Received, Error> {
+        let url = format!("{}/hooks/{}", self.base, path_segment(token));
+        let mut request = self.http.post(url).json(body);
+        if let Some(id) = webhook_id {
+            request = request.header("webhook-id", id);
+        }
+        self.call(request).await
+    }
+
     /// `POST /hooks/sources/{source}`: a provider's webhook, `body` exactly as signed
     /// and `headers` its signature headers (`webhook-id`, `webhook-signature`...).
     /// Sent without the API key: a source authenticates by its signature.
@@ -509,32 +494,42 @@ impl Client {
         self.call(request).await
     }
 
-    /// `GET /dead-letters`: a page of the caller's dead letters, `limit` a page (1 to
-    /// 200; the API's default when unset), after `cursor` (the previous page's
-    /// `next_cursor`).
-    pub async fn dead_letters(
+    /// `GET /dead-letters`: a page of the caller's runs parked because a wake-up of
+    /// their own was dead-lettered, `limit` a page (1 to 200; the API's default when
+    /// unset), after `cursor` (the previous page's `next_cursor`).
+    pub async fn dead_lettered_runs(
         &self,
         cursor: Option<&str>,
         limit: Option<u32>,
-    ) -> Result<DeadLetterPage, Error> {
-        let mut query = Vec::new();
-        if let Some(limit) = limit {
-            query.push(("limit", limit.to_string()));
-        }
-        if let Some(cursor) = cursor {
-            query.push(("cursor", cursor.to_string()));
-        }
+    ) -> Result<DeadLetteredRunPage, Error> {
+        let query = DeadLetteredRunQuery {
+            cursor: cursor.map(str::to_owned),
+            limit,
+        };
         self.call(self.request(Method::GET, "/dead-letters").query(&query))
             .await
     }
 
-    /// `POST /dead-letters/{id}/redrive`: resumes one parked run.
+    /// The old name of [`Client::dead_lettered_runs`]: the page lists runs that dead
+    /// letters parked, not the dead letters (queue messages) themselves.
+    #[deprecated(note = "use `dead_lettered_runs`: the page lists the runs dead letters parked")]
+    pub async fn dead_letters(
+        &self,
+        cursor: Option<&str>,
+        limit: Option<u32>,
+    ) -> Result<DeadLetteredRunPage, Error> {
+        self.dead_lettered_runs(cursor, limit).await
+    }
+
+    /// `POST /dead-letters/{id}/redrive`: resumes one run a dead letter parked (`id` is
+    /// the run's).
     pub async fn redrive(&self, id: &str, if_match: Option<u64>) -> Result<RunView, Error> {
         let path = format!("/dead-letters/{}/redrive", path_segment(id));
         self.transition(&path, if_match).await
     }
 
-    /// `POST /dead-letters/redrive`: resumes every parked run.
+    /// `POST /dead-letters/redrive`: resumes every run dead letters parked (at most
+    /// 1 000 a call; call again while `redriven` is 1 000).
     pub async fn redrive_all(&self) -> Result<Redriven, Error> {
         self.call(self.request(Method::POST, "/dead-letters/redrive"))
             .await
@@ -603,5 +598,29 @@ mod tests {
         assert_eq!(path_segment("run-1_a.b~c"), "run-1_a.b~c");
         assert_eq!(path_segment("3#1/2"), "3%231%2F2");
         assert_eq!(path_segment("a b%?é"), "a%20b%25%3F%C3%A9");
+    }
+
+    /// The shared query types leave out what is unset, so the API's defaults apply.
+    #[test]
+    fn an_unset_filter_sends_no_parameter() {
+        let url = |query: &dyn Fn(RequestBuilder) -> RequestBuilder| {
+            let request = query(reqwest::Client::new().get("http://api/runs"));
+            request.build().unwrap().url().to_string()
+        };
+        assert_eq!(url(&|r| r.query(&RunFilter::default())), "http://api/runs");
+        let filter = RunFilter {
+            status: Some("parked".into()),
+            limit: Some(5),
+            ..RunFilter::default()
+        };
+        assert_eq!(
+            url(&|r| r.query(&filter)),
+            "http://api/runs?status=parked&limit=5"
+        );
+        let from = StreamQuery {
+            from: Some(3),
+            ..StreamQuery::default()
+        };
+        assert_eq!(url(&|r| r.query(&from)), "http://api/runs?from=3");
     }
 }

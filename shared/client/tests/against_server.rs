@@ -15,8 +15,8 @@ use siesta::*;
 use siesta_api::server::{Limits, serve};
 use siesta_api::{ApiKeys, ControlApi, SourceConfig, WebhookReceiver, WebhookSource};
 use siesta_client::{
-    Client, Error, Failure, Resolution, RunFilter, RunOutcome, StartOptions, StatusCode,
-    StreamChunkView,
+    CallbackFailure, Client, Error, Resolution, ResolvedError, RunFilter, RunOutcome, StartOptions,
+    StatusCode, StreamChunkView,
 };
 
 struct Server {
@@ -272,7 +272,7 @@ async fn refusals_are_typed_errors_with_the_apis_status_code_and_message() {
             &run.id,
             "0#1/2",
             &Resolution::Failed {
-                error: Failure {
+                error: ResolvedError::Detailed {
                     code: None,
                     message: "gone".into(),
                 },
@@ -283,7 +283,7 @@ async fn refusals_are_typed_errors_with_the_apis_status_code_and_message() {
         .unwrap_err();
     assert!(err.status().is_some(), "the API refused it: {err}");
     let err = c
-        .fail_callback("no-such-callback", &Failure::default(), None)
+        .fail_callback("no-such-callback", &CallbackFailure::default(), None)
         .await
         .unwrap_err();
     assert_eq!(err.status(), Some(StatusCode::NOT_FOUND), "{err}");
@@ -292,7 +292,7 @@ async fn refusals_are_typed_errors_with_the_apis_status_code_and_message() {
     assert!(cancelled.cancel_requested || cancelled.status == RunStatus::Cancelled);
 
     assert!(
-        c.dead_letters(None, Some(200))
+        c.dead_lettered_runs(None, Some(200))
             .await
             .unwrap()
             .dead_letters

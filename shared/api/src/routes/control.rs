@@ -14,15 +14,14 @@ use http::StatusCode;
 use http::request::Parts;
 use serde::Deserialize;
 use siesta::{EngineError, ErrorInfo, Position, RunId, TenantId, ToolCallResolution};
-use utoipa::ToSchema;
 
 use crate::ApiError;
 use crate::auth::Tenant;
-use crate::error::ErrorBody;
 use crate::extract::{ApiBody, ApiPath, IfMatch, json};
 use crate::responses::*;
 use crate::state::AppState;
-use crate::view::{RunView, run_answer};
+use crate::view::run_answer;
+use siesta_api_types::{ErrorBody, Resolution, ResolvedError, RunView};
 
 /// Cancel the run: at once when it waits, at its next step boundary when it runs.
 #[utoipa::path(
@@ -85,89 +84,22 @@ pub(crate) async fn resume_run(
     ))
 }
 
-/// The body of a resolution: `{"outcome": "succeeded", "value": ...}`,
-/// `{"outcome": "failed", "error": {"code", "message"}}` or `{"outcome": "retry"}`.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(tag = "outcome", rename_all = "lowercase")]
-pub(crate) enum Resolution {
-    /// The call happened and returned `value`; the workflow gets it.
-    Succeeded {
-        /// What the call returned (any JSON; `null` when left out).
-        #[serde(default)]
-        value: serde_json::Value,
-    },
-    /// The call failed (or must not be made): the workflow gets this as the tool
-    /// call's failure.
-    Failed {
-        /// The failure: `{"code", "message"}` or just a message.
-        error: ResolvedError,
-    },
-    /// Make the call again; the operator takes the risk that it already happened.
-    Retry,
-}
-
-/// A failure given by the operator.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(untagged, try_from = "serde_json::Value")]
-pub(crate) enum ResolvedError {
-    /// Only what happened.
-    Message(String),
-    /// Its kind and what happened.
-    Detailed {
-        /// Its kind (default `ResolvedAsFailed`; `kind` is read too).
-        #[serde(default, alias = "kind")]
-        code: Option<String>,
-        /// What happened.
-        message: String,
-    },
-}
-
-impl TryFrom<serde_json::Value> for ResolvedError {
-    type Error = String;
-
-    /// Read by hand so that a wrong shape is named plainly (serde's untagged enums say
-    /// only "did not match any variant").
-    fn try_from(value: serde_json::Value) -> Result<Self, String> {
-        const SHAPE: &str =
-            "'error' must be a message or {\"code\": \"...\", \"message\": \"...\"}";
-        match value {
-            serde_json::Value::String(message) => Ok(ResolvedError::Message(message)),
-            serde_json::Value::Object(fields) => {
-                let text = |name: &str| match fields.get(name) {
-                    None | Some(serde_json::Value::Null) => Ok(None),
-                    Some(serde_json::Value::String(s)) => Ok(Some(s.clone())),
-                    Some(_) => Err(format!("{SHAPE}: '{name}' is not text")),
-                };
-                let code = match text("code")? {
-                    Some(code) => Some(code),
-                    None => text("kind")?,
-                };
-                let message =
-                    text("message")?.ok_or_else(|| format!("{SHAPE}: it has no 'message'"))?;
-                Ok(ResolvedError::Detailed { code, message })
-            }
-            _ => Err(SHAPE.into()),
+/// What the engine is told: the operator's resolution as a [`ToolCallResolution`].
+fn into_engine(resolution: Resolution) -> ToolCallResolution {
+    match resolution {
+        Resolution::Succeeded { value } => ToolCallResolution::Succeeded(value),
+        Resolution::Failed { error } => {
+            let (code, message) = match error {
+                ResolvedError::Message(message) => (None, message),
+                ResolvedError::Detailed { code, message } => (code, message),
+            };
+            ToolCallResolution::Failed(ErrorInfo::new(
+                code.unwrap_or_else(|| "ResolvedAsFailed".into()),
+                message,
+                false,
+            ))
         }
-    }
-}
-
-impl Resolution {
-    fn into_engine(self) -> ToolCallResolution {
-        match self {
-            Resolution::Succeeded { value } => ToolCallResolution::Succeeded(value),
-            Resolution::Failed { error } => {
-                let (code, message) = match error {
-                    ResolvedError::Message(message) => (None, message),
-                    ResolvedError::Detailed { code, message } => (code, message),
-                };
-                ToolCallResolution::Failed(ErrorInfo::new(
-                    code.unwrap_or_else(|| "ResolvedAsFailed".into()),
-                    message,
-                    false,
-                ))
-            }
-            Resolution::Retry => ToolCallResolution::Retry,
-        }
+        Resolution::Retry => ToolCallResolution::Retry,
     }
 }
 
@@ -233,7 +165,7 @@ pub(crate) async fn resolve_operation(
             &caller.tenant,
             &run_id,
             &position,
-            resolution.into_engine(),
+            into_engine(resolution),
             &caller.who,
             if_match,
         )

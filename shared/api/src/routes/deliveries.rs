@@ -7,41 +7,14 @@ use http::StatusCode;
 use serde::Deserialize;
 use siesta::ports::DeliverOutcome;
 use siesta::*;
-use utoipa::{IntoParams, ToSchema};
+use siesta_api_types::{Accepted, CallbackFailure, FailureBody};
+use utoipa::IntoParams;
 
 use crate::auth::Tenant;
 use crate::error::ApiError;
 use crate::extract::{ApiPath, IdempotencyKey, JsonBody, JsonObject, object};
 use crate::responses::*;
 use crate::state::AppState;
-use crate::view::Accepted;
-
-/// The body of `POST /callbacks/{callback_id}/fail`: `{"error": {"code", "message"}}`
-/// or `{"code", "message"}`, all optional.
-#[derive(Debug, Default, Deserialize, ToSchema)]
-pub(crate) struct CallbackFailure {
-    /// The failure, nested (read as an object, then as a [`FailureBody`]).
-    #[serde(default)]
-    #[schema(value_type = Option<FailureBody>)]
-    error: Option<serde_json::Map<String, serde_json::Value>>,
-    /// Its kind (default `CallbackFailed`).
-    #[serde(default)]
-    code: Option<String>,
-    /// What happened (default "failed by the caller").
-    #[serde(default)]
-    message: Option<String>,
-}
-
-/// A callback's failure.
-#[derive(Debug, Default, Deserialize, ToSchema)]
-pub(crate) struct FailureBody {
-    /// Its kind (`kind` is read too).
-    #[serde(default, alias = "kind")]
-    code: Option<String>,
-    /// What happened.
-    #[serde(default)]
-    message: Option<String>,
-}
 
 /// The run's id and, for events, the event's name.
 #[derive(Debug, Deserialize, IntoParams)]

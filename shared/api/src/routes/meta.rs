@@ -5,10 +5,10 @@ use std::sync::OnceLock;
 use axum::Json;
 use axum::extract::State;
 
-use crate::error::{ApiError, ErrorBody};
+use crate::error::ApiError;
 use crate::openapi::openapi;
 use crate::state::AppState;
-use crate::view::Health;
+use siesta_api_types::{ErrorBody, Health};
 
 /// Liveness: 200 while this process can serve, 503 (with the reason) when a part it
 /// depends on stopped.

@@ -21,7 +21,6 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use crate::state::AppState;
-use crate::view::{RunResult, RunView};
 use builds::*;
 use control::*;
 use dead_letters::*;
@@ -29,14 +28,12 @@ use deliveries::*;
 use meta::*;
 use replay::*;
 use runs::*;
+use siesta_api_types::{RunResult, RunView};
 use streams::*;
 use values::*;
 use webhooks::*;
 
-pub use builds::{BuildList, BuildView};
-pub use dead_letters::{DeadLetterPage, DeadLetterView, Redriven};
 pub use runs::idempotent_run_id;
-pub use streams::{StreamChunkView, StreamPageView};
 
 /// Every route of the API, described, on top of `base` (the document's info and
 /// components).

@@ -8,17 +8,16 @@ use axum::Json;
 use axum::extract::State;
 use axum::response::Response;
 use http::StatusCode;
-use serde::Serialize;
-use siesta::{Divergence, ReplayCheck, RunExport, RunId, UpgradeReport};
-use utoipa::ToSchema;
+use siesta::{ReplayCheck, RunExport, RunId, UpgradeReport};
 
 use crate::ApiError;
 use crate::auth::Tenant;
 use crate::extract::{ApiPath, IfMatch};
 use crate::responses::*;
-use crate::schema::{DivergenceSchema, RunExportSchema, UpgradeReportSchema};
 use crate::state::AppState;
-use crate::view::{RunView, run_answer};
+use crate::view::run_answer;
+use siesta_api_types::schema::{RunExportSchema, UpgradeReportSchema};
+use siesta_api_types::{ReplayCheckView, RunView};
 
 /// The run and its history (journal and deliveries) as one JSON document, in the core's
 /// own serialization, with values offloaded to the artifact store put inline: save it
@@ -42,25 +41,6 @@ pub(crate) async fn export_run(
             .export_run(&tenant, &RunId::from(id.as_str()))
             .await?,
     ))
-}
-
-/// Whether a run's journal replays on the build serving this API.
-#[derive(Debug, Serialize, ToSchema)]
-pub(crate) struct ReplayCheckView {
-    /// The build the check ran on (the one serving this API).
-    pub(crate) build_id: String,
-    /// The build the run is on.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) run_build_id: Option<String>,
-    /// `clean` or `diverged`.
-    pub(crate) result: String,
-    /// With `clean`: the journal entries replayed.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) replayed: Option<usize>,
-    /// With `diverged`: where the journal and the code part ways.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<DivergenceSchema>)]
-    pub(crate) divergence: Option<Divergence>,
 }
 
 /// Replay the run's journal on the build serving this API, with no side effect and no

@@ -7,11 +7,9 @@ use axum::Json;
 use axum::extract::{Extension, State};
 use axum::response::{IntoResponse, Response};
 use http::{HeaderValue, StatusCode, header};
-use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use siesta::ports::RunFilter;
 use siesta::*;
-use utoipa::{IntoParams, ToSchema};
 
 use crate::auth::Tenant;
 use crate::error::ApiError;
@@ -20,55 +18,10 @@ use crate::extract::{
 };
 use crate::responses::*;
 use crate::state::AppState;
-use crate::view::{self, RunPage, RunResult, RunView, Timeline, TimelineEventView, run_answer};
-
-/// The body of `POST /runs`.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct StartRun {
-    /// The registered workflow to run.
-    workflow: String,
-    /// Its input (any JSON; `null` when left out).
-    #[serde(default)]
-    input: serde_json::Value,
-}
-
-impl Default for StartRun {
-    fn default() -> Self {
-        // Never used: the body of a start is required.
-        StartRun {
-            workflow: String::new(),
-            input: serde_json::Value::Null,
-        }
-    }
-}
-
-/// Filters and paging of `GET /runs`.
-#[derive(Debug, Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-pub(crate) struct ListQuery {
-    /// Only runs in this status.
-    #[param(value_type = Option<crate::schema::RunStatusSchema>)]
-    status: Option<String>,
-    /// Only runs of this workflow.
-    workflow: Option<String>,
-    /// Where the previous page ended (its `next_cursor`).
-    cursor: Option<String>,
-    /// Runs per page, 1 to 200 (default 50).
-    #[param(minimum = 1, maximum = 200)]
-    limit: Option<u32>,
-}
-
-/// Paging of `GET /runs/{id}/timeline`.
-#[derive(Debug, Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-pub(crate) struct TimelineQuery {
-    /// Events after this `seq` (default 0: from the first).
-    after: Option<u64>,
-    /// Events per page, 1 to 1000 (default 100).
-    #[param(minimum = 1, maximum = 1000)]
-    limit: Option<u32>,
-}
+use crate::view::{self, run_answer, served_view, timeline_event_view};
+use siesta_api_types::{
+    RunListQuery, RunPage, RunResult, RunView, StartRun, Timeline, TimelineQuery,
+};
 
 /// Start a run. With `Idempotency-Key`, a retry with the same body answers with the
 /// first run; with `Prefer: wait=N`, the answer waits up to N seconds for the run to
@@ -174,7 +127,7 @@ pub(crate) async fn start_run(
 #[utoipa::path(
     get, path = "/runs", operation_id = "listRuns", tag = "runs",
     security(("bearer" = [])),
-    params(ListQuery),
+    params(RunListQuery),
     responses(
         (status = 200, description = "A page of runs", body = RunPage),
         ListErrors,
@@ -183,7 +136,7 @@ pub(crate) async fn start_run(
 pub(crate) async fn list_runs(
     State(app): State<AppState>,
     Tenant(tenant): Tenant,
-    ApiQuery(query): ApiQuery<ListQuery>,
+    ApiQuery(query): ApiQuery<RunListQuery>,
 ) -> Result<Json<RunPage>, ApiError> {
     let filter = RunFilter {
         status: query
@@ -209,13 +162,11 @@ pub(crate) async fn list_runs(
             siesta::ports::StoreError::Invalid(m) => ApiError::bad_request(m),
             other => other.into(),
         })?;
-    let base = &app.engine.config().callback_base_url;
-    let serving = &app.engine.config().build_id;
     Ok(Json(RunPage {
         runs: page
             .runs
             .iter()
-            .map(|r| RunView::new(r, None, base).served_by(serving))
+            .map(|r| served_view(r, None, app.engine.config()))
             .collect(),
         next_cursor: page.next_cursor,
     }))
@@ -330,7 +281,7 @@ pub(crate) async fn get_run_timeline(
     let next_after = events.last().map_or(after, |e| e.seq);
     let events = events
         .into_iter()
-        .map(|e| TimelineEventView::new(id.as_str(), e))
+        .map(|e| timeline_event_view(id.as_str(), e))
         .collect();
     Ok(Json(Timeline { events, next_after }))
 }

@@ -20,70 +20,30 @@ use axum::extract::{Extension, State};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use http::HeaderMap;
-use serde::{Deserialize, Serialize};
 use siesta::ports::{ChunkKind, StreamChunk};
 use siesta::*;
-use utoipa::{IntoParams, ToSchema};
+use siesta_api_types::{StreamChunkView, StreamPageView, StreamQuery};
 
 use crate::auth::Tenant;
 use crate::error::ApiError;
 use crate::extract::{ApiPath, ApiQuery, page_size};
 use crate::responses::*;
 use crate::state::AppState;
-use crate::time::Rfc3339;
 
 /// The shortest and longest pause between two reads of a reader that no notification
 /// reaches.
 const POLL_MIN: Duration = Duration::from_millis(25);
 const POLL_MAX: Duration = Duration::from_millis(500);
 
-/// Where to read from and how long to wait, for `GET /runs/{id}/streams/{name}`.
-#[derive(Debug, Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-pub(crate) struct StreamQuery {
-    /// The first offset to read (default 0, the stream's start). A `Last-Event-ID`
-    /// header wins over it: reading goes on one past that id.
-    from: Option<u64>,
-    /// JSON pages only: when no chunk is there yet, wait up to this many seconds for
-    /// one (or for the stream's end) before answering (default 0; capped like
-    /// `Prefer: wait`).
-    wait: Option<u64>,
-    /// Chunks per page, 1 to 1000 (default 100).
-    #[param(minimum = 1, maximum = 1000)]
-    limit: Option<u32>,
-}
-
-/// One chunk of a stream.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
-#[schema(as = StreamChunk)]
-pub struct StreamChunkView {
-    /// Its place in the stream: 0 for the first, gapless; its SSE event id.
-    pub offset: u64,
-    /// `data`; `discard`: drop every earlier chunk of the same `step` (its attempt
-    /// failed or was interrupted); `end`: the run closed the stream.
-    pub kind: String,
-    /// What the run published (`null` for `discard` and `end`).
-    pub data: serde_json::Value,
-    /// The step that published it (its operation id); absent from the workflow's body.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub step: Option<String>,
-    /// The step's attempt (from 1) that published it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub attempt: Option<u32>,
-    /// When it was published.
-    pub at: Rfc3339,
-}
-
-impl StreamChunkView {
-    fn new(c: StreamChunk) -> Self {
-        StreamChunkView {
-            offset: c.offset,
-            kind: kind_name(c.chunk.kind).to_owned(),
-            data: c.chunk.data,
-            step: c.chunk.step.map(|p| p.0),
-            attempt: c.chunk.attempt,
-            at: c.chunk.at.into(),
-        }
+/// The view of chunk `c`.
+fn chunk_view(c: StreamChunk) -> StreamChunkView {
+    StreamChunkView {
+        offset: c.offset,
+        kind: kind_name(c.chunk.kind).to_owned(),
+        data: c.chunk.data,
+        step: c.chunk.step.map(|p| p.0),
+        attempt: c.chunk.attempt,
+        at: c.chunk.at.into(),
     }
 }
 
@@ -93,19 +53,6 @@ fn kind_name(kind: ChunkKind) -> &'static str {
         ChunkKind::Discard => "discard",
         ChunkKind::End => "end",
     }
-}
-
-/// A page of a stream.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
-#[schema(as = StreamPage)]
-pub struct StreamPageView {
-    /// The chunks from the offset asked for, in order.
-    pub chunks: Vec<StreamChunkView>,
-    /// Pass as `from` for the next page.
-    pub next: u64,
-    /// The stream has ended (closed by the run, or the run finished): nothing follows
-    /// `next`.
-    pub closed: bool,
 }
 
 /// The offset to start from: one past `Last-Event-ID` when sent, else `?from=`.
@@ -269,7 +216,7 @@ pub(crate) async fn get_run_stream(
         let wait = Duration::from_secs(query.wait.unwrap_or(0)).min(cap);
         let page = reader.page(Some(Instant::now() + wait)).await?;
         return Ok(Json(StreamPageView {
-            chunks: page.chunks.into_iter().map(StreamChunkView::new).collect(),
+            chunks: page.chunks.into_iter().map(chunk_view).collect(),
             next: page.next,
             closed: page.closed,
         })
@@ -314,7 +261,7 @@ pub(crate) async fn get_run_stream(
             let mut events: Vec<Result<Event, Infallible>> = page
                 .chunks
                 .into_iter()
-                .map(|c| Ok(event(StreamChunkView::new(c))))
+                .map(|c| Ok(event(chunk_view(c))))
                 .collect();
             if page.closed && !end_chunk {
                 events.push(Ok(Event::default()

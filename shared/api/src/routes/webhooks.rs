@@ -17,7 +17,7 @@ use crate::ApiError;
 use crate::extract::{ApiPath, json, read_body};
 use crate::responses::{CallbackWebhookErrors, SourceWebhookErrors};
 use crate::state::AppState;
-use crate::view::Received;
+use siesta_api_types::Received;
 
 /// A webhook as received: its headers (the signature's, the delivery's id) and its raw
 /// body, within the receiver's size limit. The signature is checked over exactly these

@@ -1,6 +1,7 @@
 //! OpenAPI schemas of the core's types that the API shows. The core crate knows nothing
 //! of HTTP, so its types are described here, beside the views that carry them; the tests
-//! below hold each description to the type's real serialization.
+//! below hold each description to the type's real serialization. These types are never
+//! built: they exist for their schema (`#[schema(value_type = ...)]`, `body = ...`).
 
 use serde::Serialize;
 use siesta::timeline::{EVENT_TYPES, EventDetails};
@@ -12,7 +13,10 @@ use utoipa::openapi::schema::{AnyOfBuilder, ObjectBuilder, Schema, SchemaType, T
 #[serde(rename_all = "snake_case")]
 #[schema(as = RunStatus)]
 #[allow(dead_code)]
-pub(crate) enum RunStatusSchema {
+// The variants are `siesta::RunStatus`'s, documented there; doc lines here would
+// change the schema.
+#[allow(missing_docs)]
+pub enum RunStatusSchema {
     Pending,
     Running,
     Waiting,
@@ -26,7 +30,7 @@ pub(crate) enum RunStatusSchema {
 #[derive(Serialize, ToSchema)]
 #[schema(as = ErrorInfo, no_recursion)]
 #[allow(dead_code)]
-pub(crate) struct ErrorInfoSchema {
+pub struct ErrorInfoSchema {
     /// A stable, machine-readable kind (`timeout`, `validation`, `NonDeterminism`...).
     kind: String,
     /// What happened, for a person.
@@ -42,7 +46,7 @@ pub(crate) struct ErrorInfoSchema {
 #[derive(Serialize, ToSchema)]
 #[schema(as = Divergence)]
 #[allow(dead_code)]
-pub(crate) struct DivergenceSchema {
+pub struct DivergenceSchema {
     /// The position the code reached when it left the journal (or, when the code
     /// finished without reaching part of the journal, the first position it missed).
     position: String,
@@ -60,7 +64,7 @@ pub(crate) struct DivergenceSchema {
 #[derive(Serialize, ToSchema)]
 #[schema(as = RunExport)]
 #[allow(dead_code)]
-pub(crate) struct RunExportSchema {
+pub struct RunExportSchema {
     /// `siesta.run-export.v1`.
     format: String,
     /// The run as stored.
@@ -75,7 +79,7 @@ pub(crate) struct RunExportSchema {
 #[derive(Serialize, ToSchema)]
 #[schema(as = UpgradeReport)]
 #[allow(dead_code)]
-pub(crate) struct UpgradeReportSchema {
+pub struct UpgradeReportSchema {
     /// The build the runs were on.
     from: String,
     /// The build serving the API, the moved runs' new build.
@@ -92,7 +96,7 @@ pub(crate) struct UpgradeReportSchema {
 #[derive(Serialize, ToSchema)]
 #[schema(as = DivergedRun)]
 #[allow(dead_code)]
-pub(crate) struct DivergedRunSchema {
+pub struct DivergedRunSchema {
     /// The run.
     run_id: String,
     /// Where its journal and the code part ways.
@@ -103,7 +107,7 @@ pub(crate) struct DivergedRunSchema {
 #[derive(Serialize, ToSchema)]
 #[schema(as = SkippedRun)]
 #[allow(dead_code)]
-pub(crate) struct SkippedRunSchema {
+pub struct SkippedRunSchema {
     /// The run.
     run_id: String,
     /// Why.
@@ -114,7 +118,7 @@ pub(crate) struct SkippedRunSchema {
 /// with the event type, its properties the keys of that type's variant of
 /// [`EventDetails`] (read from the type, so the document cannot drift from it). The
 /// instants among them are RFC 3339 strings, the durations milliseconds (`…Ms`).
-pub(crate) fn event_details() -> Schema {
+pub fn event_details() -> Schema {
     // anyOf, not oneOf: the objects list their keys without closing themselves, so
     // one value (`{"BuildId": …, "Workflow": …}`) is valid under several of them.
     let mut any_of = AnyOfBuilder::new().description(Some(
