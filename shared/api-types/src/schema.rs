@@ -59,7 +59,7 @@ pub struct DivergenceSchema {
     message: String,
 }
 
-/// A run and its history as one document (`GET /runs/{id}/export`), in the core's
+/// A run and its replay input as one document (`GET /runs/{id}/export`), in the core's
 /// own serialization of runs, journal entries and deliveries.
 #[derive(Serialize, ToSchema)]
 #[schema(as = RunExport)]

@@ -222,8 +222,8 @@ impl Client {
             .await
     }
 
-    /// `GET /runs/{id}/export`: the run and its history (journal and deliveries), what
-    /// `myapp replay --export FILE` checks.
+    /// `GET /runs/{id}/export`: the run and its replay input (journal and deliveries),
+    /// what `myapp replay --export FILE` checks.
     pub async fn export_run(&self, id: &str) -> Result<RunExport, Error> {
         self.call(self.request(Method::GET, &run_path(id, "/export")))
             .await

@@ -19,15 +19,15 @@ use crate::view::run_answer;
 use siesta_api_types::schema::{RunExportSchema, UpgradeReportSchema};
 use siesta_api_types::{ReplayCheckView, RunView};
 
-/// The run and its history (journal and deliveries) as one JSON document, in the core's
-/// own serialization, with values offloaded to the artifact store put inline: save it
-/// to a file and check it with `myapp replay --export FILE`.
+/// The run and its replay input (journal and deliveries) as one JSON document, in the
+/// core's own serialization, with values offloaded to the artifact store put inline:
+/// save it to a file and check it with `myapp replay --export FILE`.
 #[utoipa::path(
     get, path = "/runs/{id}/export", operation_id = "exportRun", tag = "runs",
     security(("bearer" = [])),
     params(("id" = String, Path, description = "The run's id")),
     responses(
-        (status = 200, description = "The run and its history", body = RunExportSchema),
+        (status = 200, description = "The run and its replay input", body = RunExportSchema),
         ReadRunErrors,
     )
 )]

@@ -74,17 +74,12 @@ impl AppState {
             return Ok(Some(a));
         }
         let store = &backend.store;
-        let history = store.load_replay_input(tenant, &run.id).await?;
-        let found = history
+        let input = store.load_replay_input(tenant, &run.id).await?;
+        let found = input
             .journal
             .iter()
             .find_map(|e| in_json(e, &expected))
-            .or_else(|| {
-                history
-                    .deliveries
-                    .iter()
-                    .find_map(|d| in_json(d, &expected))
-            });
+            .or_else(|| input.deliveries.iter().find_map(|d| in_json(d, &expected)));
         if found.is_some() {
             return Ok(found);
         }
