@@ -9,8 +9,10 @@ use siesta::*;
 
 use crate::auth::Authenticate;
 use crate::error::ApiError;
-use crate::view::served_view;
+use crate::view::{run_answer, served_view};
 use crate::{Deployments, HealthCheck, WebhookReceiver};
+use axum::http::StatusCode;
+use axum::response::Response;
 use siesta_api_types::RunView;
 
 /// What every handler shares.
@@ -34,6 +36,17 @@ impl AppState {
             .load_replay_input(tenant, &run.id)
             .await?;
         Ok(served_view(run, Some(&replay_input), self.engine.config()))
+    }
+
+    /// The run's view as an answer with `status`, its `ETag` the run's version: what
+    /// every route that answers with a run sends.
+    pub(crate) async fn run_answer(
+        &self,
+        status: StatusCode,
+        tenant: &TenantId,
+        run: &Run,
+    ) -> Result<Response, ApiError> {
+        Ok(run_answer(status, &self.view(tenant, run).await?))
     }
 
     /// Hold until the run is finished or `wait` passes (capped by the router's and the

@@ -20,7 +20,6 @@ use crate::auth::Tenant;
 use crate::extract::{ApiBody, ApiPath, IfMatch, json};
 use crate::responses::*;
 use crate::state::AppState;
-use crate::view::run_answer;
 use siesta_api_types::{ErrorBody, Resolution, ResolvedError, RunView};
 
 /// Cancel the run: at once when it waits, at its next step boundary when it runs.
@@ -52,7 +51,7 @@ pub(crate) async fn cancel_run(
     } else {
         StatusCode::ACCEPTED
     };
-    Ok(run_answer(status, &app.view(&tenant, &run).await?))
+    app.run_answer(status, &tenant, &run).await
 }
 
 /// Resume a parked run.
@@ -78,10 +77,7 @@ pub(crate) async fn resume_run(
         .engine
         .resume(&tenant, &RunId::from(id.as_str()), if_match)
         .await?;
-    Ok(run_answer(
-        StatusCode::ACCEPTED,
-        &app.view(&tenant, &run).await?,
-    ))
+    app.run_answer(StatusCode::ACCEPTED, &tenant, &run).await
 }
 
 /// What the engine is told: the operator's resolution as a [`ToolCallResolution`].
@@ -189,8 +185,6 @@ pub(crate) async fn resolve_operation(
         }
         Err(e) => return Err(e.into()),
     };
-    Ok(run_answer(
-        StatusCode::ACCEPTED,
-        &app.view(&caller.tenant, &run).await?,
-    ))
+    app.run_answer(StatusCode::ACCEPTED, &caller.tenant, &run)
+        .await
 }

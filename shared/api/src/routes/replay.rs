@@ -15,7 +15,6 @@ use crate::auth::Tenant;
 use crate::extract::{ApiPath, IfMatch};
 use crate::responses::*;
 use crate::state::AppState;
-use crate::view::run_answer;
 use siesta_api_types::schema::{RunExportSchema, UpgradeReportSchema};
 use siesta_api_types::{ReplayCheckView, RunView};
 
@@ -102,7 +101,7 @@ pub(crate) async fn upgrade_run(
         .engine
         .upgrade(&tenant, &RunId::from(id.as_str()), if_match)
         .await?;
-    Ok(run_answer(StatusCode::OK, &app.view(&tenant, &run).await?))
+    app.run_answer(StatusCode::OK, &tenant, &run).await
 }
 
 /// Upgrade every unfinished run (of the caller's tenant) on `build` whose journal

@@ -197,7 +197,7 @@ pub(crate) async fn get_run(
         .engine
         .get_run(&tenant, &RunId::from(id.as_str()))
         .await?;
-    Ok(run_answer(StatusCode::OK, &app.view(&tenant, &run).await?))
+    app.run_answer(StatusCode::OK, &tenant, &run).await
 }
 
 /// Long-poll for the outcome: `Prefer: wait=N` holds the request until the run
@@ -231,10 +231,7 @@ pub(crate) async fn get_run_result(
         )
         .await?;
     if !run.status.is_finished() {
-        return Ok(run_answer(
-            StatusCode::ACCEPTED,
-            &app.view(&tenant, &run).await?,
-        ));
+        return app.run_answer(StatusCode::ACCEPTED, &tenant, &run).await;
     }
     let result = RunResult {
         id: run.id.to_string(),
