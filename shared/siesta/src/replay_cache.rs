@@ -27,31 +27,9 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::model::{Delivery, FencingEpoch, JournalEntry, Position, Run, RunId, TenantId};
-use crate::ports::ReplayInput;
+use crate::context::Replayed;
+use crate::model::{FencingEpoch, Run, RunId, TenantId};
 use crate::time::Timestamp;
-
-/// A run's journal and deliveries, decoded, as replay uses them.
-#[derive(Debug, Default)]
-pub(crate) struct Replayed {
-    /// Every journal entry, by position.
-    pub journal: HashMap<Position, JournalEntry>,
-    /// Every delivery, in `seq` order.
-    pub deliveries: Vec<Delivery>,
-}
-
-impl From<ReplayInput> for Replayed {
-    fn from(replay_input: ReplayInput) -> Self {
-        Replayed {
-            journal: replay_input
-                .journal
-                .into_iter()
-                .map(|entry| (entry.position.clone(), entry))
-                .collect(),
-            deliveries: replay_input.deliveries,
-        }
-    }
-}
 
 /// A suspended invocation's workflow, kept whole for the run's next claim: the pass
 /// state (journal, deliveries, minting counters) and the workflow future, every branch
@@ -319,7 +297,7 @@ impl ReplayCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{EntryState, OperationKind, Payload};
+    use crate::model::{EntryState, JournalEntry, OperationKind, Payload, Position};
 
     fn run(id: &str, epoch: u64, version: u64) -> Run {
         let mut run = Run::new(

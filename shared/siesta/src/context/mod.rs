@@ -36,6 +36,7 @@ mod invoke;
 mod patch;
 mod payload;
 mod replay;
+mod replayed;
 mod state;
 mod step;
 mod stream;
@@ -66,6 +67,7 @@ use crate::model::*;
 use crate::time::Timestamp;
 pub(crate) use payload::{decode_payload, encode_payload};
 pub(crate) use replay::Op;
+pub(crate) use replayed::Replayed;
 pub(crate) use state::{
     BlockGuard, BranchGuard, CommitError, ContextConfig, Delta, ExecState, LeaseWatch,
     PendingStart, Shared, Stop,

@@ -190,7 +190,7 @@ impl Shared {
         clock: Arc<dyn Clock>,
         config: ContextConfig,
         run: Run,
-        replayed: crate::replay_cache::Replayed,
+        replayed: super::Replayed,
         budget_deadline: Timestamp,
         watch: Arc<LeaseWatch>,
     ) -> Shared {
@@ -309,10 +309,10 @@ impl Shared {
     /// What the replay cache keeps of an invocation that has ended: the journal as its
     /// checkpoints wrote it and the deliveries it loaded. Leaves this pass without
     /// them, so it must be over (its final checkpoint written).
-    pub(crate) fn take_replayed(&self) -> crate::replay_cache::Replayed {
+    pub(crate) fn take_replayed(&self) -> super::Replayed {
         let mut st = self.state();
         st.waiting_callbacks.clear();
-        crate::replay_cache::Replayed {
+        super::Replayed {
             journal: std::mem::take(&mut st.journal),
             deliveries: std::mem::take(&mut st.deliveries),
         }

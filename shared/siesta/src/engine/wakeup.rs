@@ -11,11 +11,12 @@ use std::time::Duration;
 use super::finish::{Ending, unvisited, workflow_panicked};
 use super::lease::{AbortOnDrop, renew_lease};
 use super::{Engine, EngineError, WakeOutcome};
+use crate::context::Replayed;
 use crate::context::{Context, LeaseWatch, Shared, Stop, decode_payload};
 use crate::error::{Error, panic_message};
 use crate::model::*;
 use crate::ports::*;
-use crate::replay_cache::{Continuation, Kept, Replayed};
+use crate::replay_cache::{Continuation, Kept};
 use crate::time::Timestamp;
 
 enum Exec {

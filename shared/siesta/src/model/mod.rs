@@ -15,10 +15,12 @@ use crate::time::Timestamp;
 mod deliveries;
 mod events;
 mod journal;
+mod trace;
 
 pub use deliveries::*;
 pub use events::*;
 pub use journal::*;
+pub use trace::{TraceParent, root_span_id_for, trace_id_for};
 
 macro_rules! string_id {
     ($(#[$doc:meta])* $name:ident) => {
@@ -318,7 +320,7 @@ pub struct Run {
     /// wake-ups' spans join that trace. `None`: the trace derived from the run
     /// (see [`crate::telemetry`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub trace_parent: Option<crate::telemetry::TraceParent>,
+    pub trace_parent: Option<TraceParent>,
 }
 
 impl Run {
