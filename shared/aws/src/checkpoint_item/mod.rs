@@ -11,7 +11,7 @@
 //!
 //! A checkpoint of the run's own build that needs one checkpoint item and writes no
 //! other record (a step's, typically) leaves it in the run item instead, as the run's
-//! **checkpoint tail** ([`TAIL`], [`TAIL_SK`]): one plain conditional write of one item,
+//! **checkpoint tail** ([`TAIL`](crate::item::TAIL), [`TAIL_SK`](crate::item::TAIL_SK)): one plain conditional write of one item,
 //! one write unit when the run item stays under 1 KB, where a transaction of two items
 //! costs four. The next such checkpoint first archives the tail as the checkpoint item
 //! it stands for (a plain put of committed content, so repeating it is harmless), then

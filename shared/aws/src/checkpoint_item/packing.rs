@@ -58,7 +58,7 @@ pub(super) fn in_parts<T>(
 }
 
 /// The deflated JSON object `{"journal": [...], "events": [...]}` of already serialized
-/// entries and events; a checkpoint tail's with `"checkpoints": n` too ([`PackedTail`]).
+/// entries and events; a checkpoint tail's with `"checkpoints": n` too ([`PackedTail`](super::tail::PackedTail)).
 pub(super) fn pack(
     entries: &[String],
     events: &[String],

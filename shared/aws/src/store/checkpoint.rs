@@ -1,7 +1,7 @@
 //! The checkpoint: what it must read first (its tenant's count, the run item's tail,
-//! its parent's records), its callbacks' openings put before it, then the writes
-//! [`crate::layout::checkpoint`] plans — in one transaction, or in the run item alone
-//! ([`super::tail`]) — sent, and a refusal traced to its cause.
+//! its parent's records), its callbacks' openings put before it, then the writes the
+//! checkpoint plans of [`crate::layout`] decide — in one transaction, or in the run
+//! item alone ([`super::tail`]) — sent, and a refusal traced to its cause.
 
 use siesta::delivery::Decision;
 use siesta::ports::*;
