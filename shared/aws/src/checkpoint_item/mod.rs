@@ -9,15 +9,15 @@
 //! ([`tail_with_event`], [`crate::layout::created_items`]) have a timeline item of their own under
 //! [`timeline_sk`].
 //!
-//! A checkpoint of the run's own build that needs one checkpoint item and writes no
-//! other record (a step's, typically) leaves it in the run item instead, as the run's
-//! **checkpoint tail** ([`TAIL`](crate::item::TAIL), [`TAIL_SK`](crate::item::TAIL_SK)): one plain conditional write of one item,
-//! one write unit when the run item stays under 1 KB, where a transaction of two items
-//! costs four. The next such checkpoint first archives the tail as the checkpoint item
-//! it stands for (a plain put of committed content, so repeating it is harmless), then
-//! replaces it; other writers keep it. A reader reads the run item first and its
-//! checkpoint items after ([`with_tail`]): the tail a later write replaces is archived before
-//! that write, so the reader finds it one place or the other.
+//! A checkpoint of the run's own build that needs one checkpoint item and writes no other
+//! record (a step's, typically) leaves it in the run item instead, as the run's
+//! **checkpoint tail** ([`TAIL`](crate::item::TAIL), [`TAIL_SK`](crate::item::TAIL_SK)):
+//! one plain conditional write of one item, one write unit when the run item stays under
+//! 1 KB, where a transaction of two items costs four. The next such checkpoint first archives
+//! the tail as the checkpoint item it stands for (a plain put of committed content, so
+//! repeating it is harmless), then replaces it; other writers keep it. A reader reads the
+//! run item first and its checkpoint items after ([`with_tail`]): the tail a later write
+//! replaces is archived before that write, so the reader finds it one place or the other.
 //!
 //! A journal entry may be replaced by a later checkpoint (a retried step's new attempt,
 //! a call's outcome): the journal is what the items hold read in sort-key order, the
