@@ -593,13 +593,6 @@ fn decode<T: DeserializeOwned>(url: &str, status: StatusCode, body: &[u8]) -> Re
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_path_segment_keeps_unreserved_characters_and_encodes_the_rest() {
-        assert_eq!(path_segment("run-1_a.b~c"), "run-1_a.b~c");
-        assert_eq!(path_segment("3#1/2"), "3%231%2F2");
-        assert_eq!(path_segment("a b%?é"), "a%20b%25%3F%C3%A9");
-    }
-
     /// The shared query types leave out what is unset, so the API's defaults apply.
     #[test]
     fn an_unset_filter_sends_no_parameter() {
