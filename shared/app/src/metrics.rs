@@ -43,7 +43,8 @@ pub const RUNS_COUNTED_AT_MOST: usize = 10_000;
 /// Due runs read at a scrape, at most (one read of the due index, as one sweep does).
 pub const DUE_READ_AT_MOST: usize = 1_000;
 
-const RUN_STATUSES: [RunStatus; 7] = [
+const RUN_STATUSES: [RunStatus; 8] = [
+    RunStatus::Queued,
     RunStatus::Pending,
     RunStatus::Running,
     RunStatus::Waiting,

@@ -35,6 +35,7 @@ mod builds;
 mod cursors;
 mod deliveries;
 mod layout;
+mod limits;
 #[cfg(test)]
 mod query_plans;
 mod queue;

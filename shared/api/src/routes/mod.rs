@@ -7,6 +7,7 @@ mod builds;
 mod control;
 mod dead_letters;
 mod deliveries;
+mod limits;
 mod meta;
 mod replay;
 mod runs;
@@ -25,6 +26,7 @@ use builds::*;
 use control::*;
 use dead_letters::*;
 use deliveries::*;
+use limits::*;
 use meta::*;
 use replay::*;
 use runs::*;
@@ -64,7 +66,8 @@ pub(crate) fn table(base: utoipa::openapi::OpenApi) -> OpenApiRouter<AppState> {
         .routes(routes!(list_dead_letters))
         .routes(routes!(redrive_dead_letter))
         .routes(routes!(redrive_dead_letters))
-        .routes(routes!(list_builds));
+        .routes(routes!(list_builds))
+        .routes(routes!(list_limits));
     run_answers_carry_their_etag(table.get_openapi_mut());
     table
 }

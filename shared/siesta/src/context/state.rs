@@ -429,8 +429,8 @@ impl Shared {
                     by_own_build: true,
                 }
             };
-            match self.backend.store.checkpoint(&checkpoint).await {
-                Ok(()) => {
+            match self.backend.store.checkpoint_admitting(&checkpoint).await {
+                Ok(admitted) => {
                     let exporting = crate::telemetry::exporting();
                     let mut ended = Vec::new();
                     {
@@ -476,6 +476,21 @@ impl Shared {
                             .await
                         {
                             tracing::warn!(run_id = %child.id, error = %e, "wake-up for child run not sent");
+                        }
+                    }
+                    // The runs this finish handed its concurrency slots to. A lost send
+                    // is healed by the sweep: an admitted run is due now.
+                    for run in &admitted {
+                        let mut wake =
+                            WakeUp::new(run.tenant.clone(), run.id.clone(), WakeReason::Started);
+                        wake.seq_hint = Some(run.timeline_seq);
+                        if let Err(e) = self
+                            .backend
+                            .queue
+                            .send(&wake, std::time::Duration::ZERO)
+                            .await
+                        {
+                            tracing::warn!(run_id = %run.id, error = %e, "wake-up for admitted run not sent");
                         }
                     }
                     return Ok(());

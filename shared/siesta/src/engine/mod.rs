@@ -38,6 +38,7 @@ pub mod dead_letters;
 mod deliveries;
 mod finish;
 mod lease;
+mod limits;
 mod reap;
 mod replay_check;
 mod start;
@@ -49,7 +50,9 @@ mod wakeup;
 pub(crate) mod worker;
 
 pub use dead_letters::DeadLetterReport;
+pub use limits::LimitReport;
 pub use replay_check::{Divergence, ReplayCheck, RunExport};
+pub use start::StartOptions;
 pub use sweep::SweepReport;
 pub use upgrade::{DivergedRun, SkippedRun, UpgradeReport};
 pub use worker::BatchReport;
@@ -144,6 +147,9 @@ pub struct EngineConfig {
     /// build's runs); the dev server, which serves its own build only, sets
     /// [`OtherBuilds::Leave`].
     pub sweep_other_builds: OtherBuilds,
+    /// This deployment's maximum for concurrency limits declared in code, by name
+    /// ([`Registry::limit`]); the others keep their declared maximum. Default: none.
+    pub limits: crate::flow::LimitOverrides,
 }
 
 /// What the sweep of an engine does with a due run that another build started (see
@@ -181,6 +187,7 @@ impl Default for EngineConfig {
             quotas: crate::quota::Quotas::default(),
             upgrade_policy: UpgradePolicy::Pinned,
             sweep_other_builds: OtherBuilds::Wake,
+            limits: crate::flow::LimitOverrides::default(),
         }
     }
 }

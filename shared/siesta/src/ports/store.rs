@@ -211,6 +211,19 @@ pub struct ReapedRun {
     pub workflow: String,
 }
 
+/// How many hold and wait for one key of one concurrency limit ([`RunStore::limit_usage`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LimitUsage {
+    /// The limit's name.
+    pub limit: String,
+    /// The key (`""` for a limit without one).
+    pub key: String,
+    /// Runs holding a slot.
+    pub holders: u64,
+    /// Runs queued for one.
+    pub waiters: u64,
+}
+
 /// Durable storage of runs and everything that belongs to them.
 #[async_trait]
 pub trait RunStore: Send + Sync + 'static {
@@ -237,6 +250,53 @@ pub trait RunStore: Send + Sync + 'static {
         started: &TimelineEvent,
         max_unfinished: u64,
     ) -> Result<(), StoreError>;
+
+    /// Create `run` under its concurrency limits ([`Run::limits`]), taking its slots by
+    /// the rule of [`crate::flow::slots`] in the same atomic write: returns the run as
+    /// stored — as given (pending) when it holds every slot, else
+    /// [`RunStatus::Queued`] with [`Run::queued`] saying where it waits, `due_at` and
+    /// `resend_after` `None` (a queued run is not due: the write that frees its slot
+    /// makes it so). Within `max_unfinished` as [`RunStore::create_run_within`], when
+    /// given; errors as [`RunStore::create_run`]. A run without limits is created as
+    /// [`RunStore::create_run`] creates it.
+    ///
+    /// Each slot taken or line joined is one more item in the create's transaction (on
+    /// DynamoDB a counter item per key of a limit, conditioned on its count, and an
+    /// item per waiter). Default: [`StoreError::Unsupported`] for a run with limits.
+    async fn admit_run(
+        &self,
+        run: &Run,
+        started: &TimelineEvent,
+        max_unfinished: Option<u64>,
+    ) -> Result<Run, StoreError> {
+        if !run.limits.is_empty() {
+            return Err(StoreError::Unsupported(
+                "concurrency limits on this backend".to_owned(),
+            ));
+        }
+        match max_unfinished {
+            Some(max) => self.create_run_within(run, started, max).await?,
+            None => self.create_run(run, started).await?,
+        }
+        Ok(run.clone())
+    }
+
+    /// Every key of `tenant`'s concurrency limits that a run holds or waits for, by
+    /// limit and key. Bounded by the keys in use, never by the runs. Default: none (a
+    /// backend without limits).
+    async fn limit_usage(&self, tenant: &TenantId) -> Result<Vec<LimitUsage>, StoreError> {
+        let _ = tenant;
+        Ok(Vec::new())
+    }
+
+    /// The place of the queued run waiting at `at` in its line: 1 when it is next.
+    /// Default: [`StoreError::Unsupported`].
+    async fn queue_position(&self, tenant: &TenantId, at: &QueuedAt) -> Result<u64, StoreError> {
+        let _ = (tenant, at);
+        Err(StoreError::Unsupported(
+            "concurrency limits on this backend".to_owned(),
+        ))
+    }
 
     /// How many of `tenant`'s runs are not finished, as the store counts them for
     /// [`RunStore::create_run_within`].
@@ -307,6 +367,20 @@ pub trait RunStore: Send + Sync + 'static {
     /// [`RunStore::deliver`], except that a missing or finished parent or a duplicate id
     /// skips it silently instead of failing the checkpoint.
     async fn checkpoint(&self, checkpoint: &Checkpoint) -> Result<(), StoreError>;
+
+    /// [`RunStore::checkpoint`], answering which runs the write admitted. A checkpoint
+    /// that finishes a run with concurrency limits ([`Run::limits`]) — or cancels a
+    /// queued one — frees the slots it held in the same atomic write and hands each to
+    /// the first in its line by the rule of [`crate::flow::slots`]; a run handed its
+    /// last slot becomes pending and due at the checkpoint's `run.updated_at`
+    /// (`version` + 1), and is among those returned, so the caller sends its wake-up at
+    /// once (one lost is healed by the sweep: the run is due). Every checkpoint frees
+    /// slots so, whichever of the two methods wrote it. Default:
+    /// [`RunStore::checkpoint`], admitting none.
+    async fn checkpoint_admitting(&self, checkpoint: &Checkpoint) -> Result<Vec<Run>, StoreError> {
+        self.checkpoint(checkpoint).await?;
+        Ok(Vec::new())
+    }
 
     /// Store a delivery. One `TransactWriteItems`: the delivery (condition: its id is new
     /// for this run), its timeline event, and the run (`inbox_seq` + 1, `timeline_seq` +
