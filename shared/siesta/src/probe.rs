@@ -190,6 +190,24 @@ impl RunStore for ProbeStore {
             .create_run_within(run, started, max_unfinished)
             .await
     }
+    async fn admit_run(
+        &self,
+        run: &Run,
+        started: &TimelineEvent,
+        max_unfinished: Option<u64>,
+    ) -> Result<Run, StoreError> {
+        self.check()?;
+        self.wrote(serde_json::to_vec(run).map(|v| v.len()).unwrap_or(0));
+        self.inner.admit_run(run, started, max_unfinished).await
+    }
+    async fn limit_usage(&self, tenant: &TenantId) -> Result<Vec<LimitUsage>, StoreError> {
+        self.read()?;
+        self.inner.limit_usage(tenant).await
+    }
+    async fn queue_position(&self, tenant: &TenantId, at: &QueuedAt) -> Result<u64, StoreError> {
+        self.read()?;
+        self.inner.queue_position(tenant, at).await
+    }
     async fn unfinished_runs(&self, tenant: &TenantId) -> Result<u64, StoreError> {
         self.read()?;
         self.inner.unfinished_runs(tenant).await
@@ -244,6 +262,9 @@ impl RunStore for ProbeStore {
         self.inner.load_journal(tenant, run_id).await
     }
     async fn checkpoint(&self, checkpoint: &Checkpoint) -> Result<(), StoreError> {
+        self.checkpoint_admitting(checkpoint).await.map(drop)
+    }
+    async fn checkpoint_admitting(&self, checkpoint: &Checkpoint) -> Result<Vec<Run>, StoreError> {
         self.check()?;
         self.paused_before.hold().await;
         if self.crash_before.load(Ordering::SeqCst) && self.crash_after.load(Ordering::SeqCst) == 1
@@ -271,7 +292,7 @@ impl RunStore for ProbeStore {
             + serde_json::to_vec(&checkpoint.tool_calls)
                 .map(|v| v.len())
                 .unwrap_or(0);
-        let result = self.inner.checkpoint(checkpoint).await;
+        let result = self.inner.checkpoint_admitting(checkpoint).await;
         if result.is_ok() {
             self.wrote(bytes);
             self.checkpoints.fetch_add(1, Ordering::SeqCst);
