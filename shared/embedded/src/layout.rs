@@ -257,6 +257,11 @@ const MIGRATIONS: &[Migration] = &[
         schema: crate::limits::SCHEMA,
         backfill: crate::limits::BACKFILL,
     },
+    Migration {
+        version: 7,
+        schema: crate::step_slots::SCHEMA,
+        backfill: crate::limits::BACKFILL,
+    },
 ];
 
 /// Apply the numbered steps the file lacks, in the transaction of [`open`]; the rows of

@@ -42,6 +42,7 @@ mod queue;
 pub use queue::QueueDepth;
 mod recovery;
 mod retention;
+mod step_slots;
 mod store;
 mod stored;
 mod streams;

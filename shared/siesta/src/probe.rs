@@ -200,6 +200,34 @@ impl RunStore for ProbeStore {
         self.wrote(serde_json::to_vec(run).map(|v| v.len()).unwrap_or(0));
         self.inner.admit_run(run, started, max_unfinished).await
     }
+    async fn take_step_slot(
+        &self,
+        key: &str,
+        max: u32,
+        holder: &StepSlotHolder,
+        now: Timestamp,
+        grant_for: std::time::Duration,
+    ) -> Result<(StepSlot, Vec<HandedSlot>), StoreError> {
+        self.check()?;
+        self.wrote(0);
+        self.inner
+            .take_step_slot(key, max, holder, now, grant_for)
+            .await
+    }
+    async fn give_back_step_slot(
+        &self,
+        key: &str,
+        max: u32,
+        holder: &StepSlotHolder,
+        now: Timestamp,
+        grant_for: std::time::Duration,
+    ) -> Result<Vec<HandedSlot>, StoreError> {
+        self.check()?;
+        self.wrote(0);
+        self.inner
+            .give_back_step_slot(key, max, holder, now, grant_for)
+            .await
+    }
     async fn limit_usage(&self, tenant: &TenantId) -> Result<Vec<LimitUsage>, StoreError> {
         self.read()?;
         self.inner.limit_usage(tenant).await

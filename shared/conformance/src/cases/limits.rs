@@ -314,3 +314,100 @@ pub async fn slots_follow_the_rule_over_a_long_history(h: Harness) {
         assert_eq!(usage(&h, &tenant).await, expected);
     }
 }
+
+/// A holder of a step slot, for `run` as claimed.
+fn step_holder(run: &Run, position: &str) -> StepSlotHolder {
+    StepSlotHolder {
+        tenant: run.tenant.clone(),
+        run_id: run.id.clone(),
+        position: Position(position.to_owned()),
+        epoch: run.epoch,
+    }
+}
+
+/// Step slots: at most `max` attempts hold a key; the next wait in line, each keeping
+/// its place when it asks again; a slot given back goes to the first in line (granted
+/// to it, its run answered for a wake-up), and a holder whose run's lease lapsed holds
+/// nothing any more. Keys are shared across tenants (a deployment's model provider).
+pub async fn step_slots_hold_at_most_max_and_hand_over_in_line(h: Harness) {
+    let key = unique("model");
+    let lease = std::time::Duration::from_secs(60);
+    let grant = std::time::Duration::from_secs(30);
+    let mut runs = Vec::new();
+    for i in 0..4 {
+        let tenant = if i % 2 == 0 {
+            tenant()
+        } else {
+            TenantId::from("other-tenant")
+        };
+        let run = create(&h, &tenant).await;
+        runs.push(claim(&h, &run, "suite", lease).await);
+    }
+    let now = h.now();
+    let take = |i: usize, at: Timestamp| {
+        let holder = step_holder(&runs[i], "call#0");
+        let key = key.clone();
+        let store = h.backend.store.clone();
+        async move { store.take_step_slot(&key, 2, &holder, at, grant).await }
+    };
+    let first = match take(0, now).await {
+        Err(StoreError::Unsupported(why)) => {
+            eprintln!("skipped: this backend has no step limits ({why})");
+            return;
+        }
+        other => other.expect("take_step_slot"),
+    };
+    assert_eq!(first.0, StepSlot::Held);
+    assert_eq!(take(1, now).await.unwrap().0, StepSlot::Held);
+    assert_eq!(
+        take(2, now).await.unwrap().0,
+        StepSlot::Queued { position: 1 }
+    );
+    assert_eq!(
+        take(3, now).await.unwrap().0,
+        StepSlot::Queued { position: 2 }
+    );
+    assert_eq!(
+        take(2, now).await.unwrap().0,
+        StepSlot::Queued { position: 1 },
+        "asking again keeps its place"
+    );
+    assert_eq!(
+        take(0, now).await.unwrap().0,
+        StepSlot::Held,
+        "a holder asking again holds"
+    );
+
+    let handed = h
+        .backend
+        .store
+        .give_back_step_slot(&key, 2, &step_holder(&runs[0], "call#0"), now, grant)
+        .await
+        .unwrap();
+    assert_eq!(
+        handed,
+        vec![HandedSlot {
+            tenant: runs[2].tenant.clone(),
+            run_id: runs[2].id.clone()
+        }],
+        "the first in line is handed the slot"
+    );
+    assert_eq!(
+        take(2, now).await.unwrap().0,
+        StepSlot::Held,
+        "its run takes what it was handed"
+    );
+    assert_eq!(
+        take(3, now).await.unwrap().0,
+        StepSlot::Queued { position: 1 }
+    );
+
+    // Past the leases of every holder, their slots lapse: the last in line goes.
+    let later = now.plus(lease + std::time::Duration::from_secs(1));
+    let (slot, _) = take(3, later).await.unwrap();
+    assert_eq!(
+        slot,
+        StepSlot::Held,
+        "holders whose lease lapsed hold nothing"
+    );
+}

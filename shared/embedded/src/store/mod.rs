@@ -19,7 +19,9 @@ use self::journal::{read_journal, schema_id};
 use self::rows::{conflict, insert_event_as, insert_run, run_key, update_run_as};
 use crate::cursors::ListPosition;
 use crate::deliveries::{apply_delivery, get_callback, put_callback_as};
-use crate::{EmbeddedBackend, builds, from_json, limits, retention, sql, stored, unfinished};
+use crate::{
+    EmbeddedBackend, builds, from_json, limits, retention, sql, step_slots, stored, unfinished,
+};
 
 /// A page of a tenant's runs, newest first, after the cursor `(?4, ?5)` (its creation
 /// time and run key).
@@ -100,6 +102,38 @@ impl RunStore for EmbeddedBackend {
             let run = limits::admit(tx, &run)?;
             insert_run(tx, &run, &started, &reaping)?;
             Ok(run)
+        })
+        .await
+    }
+
+    async fn take_step_slot(
+        &self,
+        key: &str,
+        max: u32,
+        holder: &StepSlotHolder,
+        now: Timestamp,
+        grant_for: std::time::Duration,
+    ) -> Result<(StepSlot, Vec<HandedSlot>), StoreError> {
+        let (key, holder) = (key.to_owned(), holder.clone());
+        let reaping = self.reaping();
+        self.tx_of(holder.tenant.0.clone(), move |tx, _| {
+            step_slots::take(tx, &key, max, &holder, now, grant_for, &reaping)
+        })
+        .await
+    }
+
+    async fn give_back_step_slot(
+        &self,
+        key: &str,
+        max: u32,
+        holder: &StepSlotHolder,
+        now: Timestamp,
+        grant_for: std::time::Duration,
+    ) -> Result<Vec<HandedSlot>, StoreError> {
+        let (key, holder) = (key.to_owned(), holder.clone());
+        let reaping = self.reaping();
+        self.tx_of(holder.tenant.0.clone(), move |tx, _| {
+            step_slots::give_back(tx, &key, max, &holder, now, grant_for, &reaping)
         })
         .await
     }

@@ -19,6 +19,11 @@ pub(crate) struct ContextConfig {
     pub callback_base_url: String,
     /// The build of the code running, recorded on the child runs it starts.
     pub build_id: String,
+    /// The deployment's maxima of limits, step limits' among them (by key).
+    pub limits: crate::flow::LimitOverrides,
+    /// How long a lease lasts: how long a step slot handed to a waiting run is kept for
+    /// it, and (half of it) how often a waiting step looks at its line again.
+    pub lease_ttl: std::time::Duration,
 }
 
 /// Why every branch stopped, when it was not simply waiting.

@@ -415,6 +415,8 @@ impl Engine {
             inline_limit: self.config.inline_limit,
             callback_base_url: self.config.callback_base_url.clone(),
             build_id: self.config.build_id.clone(),
+            limits: self.config.limits.clone(),
+            lease_ttl: self.config.lease_ttl,
         }
     }
 

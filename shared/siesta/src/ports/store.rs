@@ -224,6 +224,43 @@ pub struct LimitUsage {
     pub waiters: u64,
 }
 
+/// A step attempt's claim on a slot of a step limit ([`RunStore::take_step_slot`]):
+/// the run, the step's position and the fencing epoch of the invocation running it. A
+/// holder whose run's lease moved to another epoch, or lapsed, holds nothing any more.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepSlotHolder {
+    /// The run's tenant.
+    pub tenant: TenantId,
+    /// The run.
+    pub run_id: RunId,
+    /// The step's position.
+    pub position: Position,
+    /// The epoch of the lease the attempt runs under.
+    pub epoch: FencingEpoch,
+}
+
+/// What [`RunStore::take_step_slot`] gave.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StepSlot {
+    /// The attempt holds a slot: it may run.
+    Held,
+    /// Every slot is held: the attempt waits in the key's line, at this place (1:
+    /// next).
+    Queued {
+        /// Its place in line.
+        position: u64,
+    },
+}
+
+/// A run a write made due so that it takes the step slot handed to it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HandedSlot {
+    /// The run's tenant.
+    pub tenant: TenantId,
+    /// The run.
+    pub run_id: RunId,
+}
+
 /// Durable storage of runs and everything that belongs to them.
 #[async_trait]
 pub trait RunStore: Send + Sync + 'static {
@@ -296,6 +333,49 @@ pub trait RunStore: Send + Sync + 'static {
         Err(StoreError::Unsupported(
             "concurrency limits on this backend".to_owned(),
         ))
+    }
+
+    /// Take a slot of the step limit `key` (at most `max` attempts in flight across the
+    /// deployment) for `holder`'s attempt, by the rule of [`crate::flow::slots`] with
+    /// holders that lapse: first every holder that no longer holds is let go — one whose
+    /// run's lease is at another epoch or expired at `now` (its attempt crashed or was
+    /// abandoned), or a slot handed to a waiting run that did not take it by its grant's
+    /// end — and freed slots go to the first in line. Then `holder` holds when a slot
+    /// was handed to its run's step, when it is first in line and a slot is free, or
+    /// when no one waits and a slot is free; otherwise it joins the line (once: a holder
+    /// already in line keeps its place) and is [`StepSlot::Queued`].
+    ///
+    /// A slot handed to a waiting run is granted until `now` + `grant_for`; the run is
+    /// made due at `now` when it waits (its `version` + 1) and returned, for the caller
+    /// to send its wake-up. One atomic write. Default: [`StoreError::Unsupported`].
+    async fn take_step_slot(
+        &self,
+        key: &str,
+        max: u32,
+        holder: &StepSlotHolder,
+        now: Timestamp,
+        grant_for: std::time::Duration,
+    ) -> Result<(StepSlot, Vec<HandedSlot>), StoreError> {
+        let _ = (key, max, holder, now, grant_for);
+        Err(StoreError::Unsupported(
+            "step concurrency limits on this backend".to_owned(),
+        ))
+    }
+
+    /// Give back `holder`'s slot of the step limit `key` (its attempt ended): the slot
+    /// goes to the first in line, as [`RunStore::take_step_slot`] hands one. The runs
+    /// made due. Giving back a slot not held does nothing. Default: nothing to give
+    /// back.
+    async fn give_back_step_slot(
+        &self,
+        key: &str,
+        max: u32,
+        holder: &StepSlotHolder,
+        now: Timestamp,
+        grant_for: std::time::Duration,
+    ) -> Result<Vec<HandedSlot>, StoreError> {
+        let _ = (key, max, holder, now, grant_for);
+        Ok(Vec::new())
     }
 
     /// How many of `tenant`'s runs are not finished, as the store counts them for
