@@ -262,6 +262,11 @@ const MIGRATIONS: &[Migration] = &[
         schema: crate::step_slots::SCHEMA,
         backfill: crate::limits::BACKFILL,
     },
+    Migration {
+        version: 8,
+        schema: crate::rate_turns::SCHEMA,
+        backfill: crate::limits::BACKFILL,
+    },
 ];
 
 /// Apply the numbered steps the file lacks, in the transaction of [`open`]; the rows of
