@@ -267,6 +267,11 @@ const MIGRATIONS: &[Migration] = &[
         schema: crate::rate_turns::SCHEMA,
         backfill: crate::limits::BACKFILL,
     },
+    Migration {
+        version: 9,
+        schema: crate::builds::INDEX_WITHOUT_NOT_IN,
+        backfill: crate::limits::BACKFILL,
+    },
 ];
 
 /// Apply the numbered steps the file lacks, in the transaction of [`open`]; the rows of
