@@ -6,7 +6,7 @@
 //! (tenant, run) pairs can never produce the same key.
 
 use sha2::{Digest, Sha256};
-use siesta::{CallbackId, DeliveryId, IdempotencyKey, RunId, TenantId};
+use siesta::{CallbackId, DeliveryId, IdempotencyKey, Position, RunId, TenantId};
 
 use crate::item::{RUN_ID, STATUS};
 
@@ -303,6 +303,24 @@ pub fn limit_waiter_sk(ticket: u64) -> String {
 /// The ticket a [`limit_waiter_sk`] names.
 pub fn ticket_of_waiter_sk(sk: &str) -> Option<u64> {
     sk.strip_prefix(LIMIT_WAITER_PREFIX)?.parse().ok()
+}
+
+/// The partition of a step rate limit's key (the key across the deployment, as the
+/// engine names it): its last turn (sort key [`RECORD_SK`]) and the turns kept for
+/// attempts that wait for theirs (sort key [`rate_turn_sk`]).
+pub fn rate_key_pk(key: &str) -> String {
+    format!("P#{}", escape(key))
+}
+
+/// The sort key of the turn kept for a run's step under a rate key (under
+/// [`rate_key_pk`]).
+pub fn rate_turn_sk(tenant: &TenantId, run_id: &RunId, position: &Position) -> String {
+    format!(
+        "T#{}#{}#{}",
+        escape(tenant.as_str()),
+        escape(run_id.as_str()),
+        escape(position.0.as_str())
+    )
 }
 
 /// The counter item's attribute: the tenant's unfinished runs.

@@ -16,7 +16,8 @@
 //! checkpoint in a transaction — a finishing checkpoint is one of those), `delivery.rs`
 //! (an accepted delivery), `run.rs` (a whole run item written over the stored one, what
 //! the delivery and the checkpoint share), `limits.rs` (concurrency limits' slots:
-//! taken in a create's transaction, freed and handed on in a finishing checkpoint's).
+//! taken in a create's transaction, freed and handed on in a finishing checkpoint's),
+//! `rate_turns.rs` (step rate limits' turns: the key's last turn, the turns kept).
 //! Nothing here sends a request.
 
 mod checkpoint;
@@ -26,6 +27,7 @@ mod delivery;
 #[cfg(test)]
 mod fixtures;
 mod limits;
+mod rate_turns;
 mod run;
 
 pub(crate) use checkpoint::*;
@@ -33,6 +35,7 @@ pub(crate) use claim::*;
 pub(crate) use create::*;
 pub(crate) use delivery::*;
 pub(crate) use limits::*;
+pub(crate) use rate_turns::*;
 pub(crate) use run::*;
 
 use std::collections::HashMap;
@@ -98,6 +101,10 @@ pub(crate) enum Role {
     /// A queued run a finishing checkpoint hands a slot to (admitted, or queued for its
     /// next limit).
     AdmittedRun,
+    /// A step rate limit's key: its last turn.
+    RateKey,
+    /// A turn kept for a step waiting for it under a rate limit.
+    RateTurn,
 }
 
 impl Role {
@@ -112,6 +119,8 @@ impl Role {
             Role::LimitHolder => "Limit holder".into(),
             Role::LimitWaiter => "Limit waiter".into(),
             Role::AdmittedRun => "Admitted run".into(),
+            Role::RateKey => "Rate key".into(),
+            Role::RateTurn => "Rate turn".into(),
             other => format!("{other:?}"),
         }
     }
@@ -161,7 +170,7 @@ pub(crate) enum Action {
         /// The item's key.
         key: Item,
     },
-    /// Delete the item under `key` (in a transaction only).
+    /// Delete the item under `key` (in a transaction, or on its own: a used rate turn).
     Delete {
         /// The item's key.
         key: Item,

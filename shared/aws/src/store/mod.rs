@@ -16,9 +16,10 @@
 //! roles of their items), [`lifecycle`] (create, claim, renew), [`replay_input`] (what a
 //! replay loads), [`checkpoint`] (and [`tail`], a checkpoint kept in the run item),
 //! [`deliveries`], [`builds`] (the tenant's build records), [`queries`] (timeline and
-//! run listings), [`due`] (the sweep's index) and [`limits`] (concurrency limits: a
-//! start under them, what their plans read, usage and places in line). The [`RunStore`] impl here only routes
-//! each call to its file, but for the one-item reads.
+//! run listings), [`due`] (the sweep's index), [`limits`] (concurrency limits: a start
+//! under them, what their plans read, usage and places in line) and [`rate_turns`]
+//! (step rate limits' turns). The [`RunStore`] impl here only routes each call to its
+//! file, but for the one-item reads.
 
 mod builds;
 mod capacity;
@@ -30,6 +31,7 @@ mod lifecycle;
 mod limits;
 mod openings;
 mod queries;
+mod rate_turns;
 mod reads;
 mod replay_input;
 mod tail;
@@ -121,6 +123,16 @@ impl RunStore for DynamoStore {
 
     async fn queue_position(&self, tenant: &TenantId, at: &QueuedAt) -> Result<u64, StoreError> {
         self.position(tenant, at).await
+    }
+
+    async fn take_rate_turn(
+        &self,
+        key: &str,
+        interval: Duration,
+        holder: &StepSlotHolder,
+        now: Timestamp,
+    ) -> Result<RateTurn, StoreError> {
+        DynamoStore::take_rate_turn(self, key, interval, holder, now).await
     }
 
     async fn unfinished_runs(&self, tenant: &TenantId) -> Result<u64, StoreError> {

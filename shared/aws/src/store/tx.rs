@@ -1,13 +1,14 @@
-//! Sending what a plan ([`crate::layout`]) decided: its plain writes as `PutItem` and
-//! `UpdateItem` requests, its transactional ones as one `TransactWriteItems` — retried
-//! while only contention cancels it, each item's role kept so that a cancellation
-//! reason can be traced to its cause — and each write noted in the cost breakdown as
-//! the plan bills it. No layout is decided here.
+//! Sending what a plan ([`crate::layout`]) decided: its plain writes as `PutItem`,
+//! `UpdateItem` and `DeleteItem` requests, its transactional ones as one
+//! `TransactWriteItems` — retried while only contention cancels it, each item's role
+//! kept so that a cancellation reason can be traced to its cause — and each write
+//! noted in the cost breakdown as the plan bills it. No layout is decided here.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::operation::update_item::{UpdateItemError, UpdateItemOutput};
@@ -268,6 +269,51 @@ impl DynamoStore {
                 Ok(false)
             }
             Err(e) => Err(sdk(&format!("{op}: put {}", write.role.label()), e)),
+        }
+    }
+
+    /// Send `write`, a plain delete, counting its capacity and noting it in the cost
+    /// breakdown under `op`. `Ok(false)` when its condition failed.
+    pub(super) async fn delete_plain(
+        &self,
+        op: &str,
+        write: &PlannedWrite,
+    ) -> Result<bool, StoreError> {
+        let Action::Delete { key } = &write.action else {
+            return Err(StoreError::Invalid(format!(
+                "{op}: a delete planned as {:?}",
+                write.action
+            )));
+        };
+        let condition = write.condition.as_ref();
+        let (names, values) = placeholders(&HashMap::new(), &Item::new(), condition);
+        let result = self
+            .client
+            .delete_item()
+            .table_name(&self.table)
+            .set_key(Some(key.clone()))
+            .set_condition_expression(condition.map(|c| c.expression.clone()))
+            .set_expression_attribute_names(names)
+            .set_expression_attribute_values(values)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await;
+        match result {
+            Ok(out) => {
+                self.capacity.add(true, out.consumed_capacity());
+                self.capacity.note_planned(op, write, None);
+                Ok(true)
+            }
+            Err(e)
+                if condition.is_some()
+                    && matches!(
+                        e.as_service_error(),
+                        Some(DeleteItemError::ConditionalCheckFailedException(_))
+                    ) =>
+            {
+                Ok(false)
+            }
+            Err(e) => Err(sdk(&format!("{op}: delete {}", write.role.label()), e)),
         }
     }
 
