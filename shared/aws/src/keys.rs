@@ -323,6 +323,35 @@ pub fn rate_turn_sk(tenant: &TenantId, run_id: &RunId, position: &Position) -> S
     )
 }
 
+/// The partition of a step limit's key (the key across the deployment, as the engine
+/// names it): its line item (sort key [`RECORD_SK`]), its holders (sort key
+/// [`step_holder_sk`]) and its waiters (sort key [`step_waiter_sk`], in ticket order).
+pub fn step_slot_pk(key: &str) -> String {
+    format!("G#{}", escape(key))
+}
+
+/// The sort key of a run's step holding a slot of a step limit's key (under
+/// [`step_slot_pk`]).
+pub fn step_holder_sk(tenant: &str, run_id: &str, position: &str) -> String {
+    format!(
+        "H#{}#{}#{}",
+        escape(tenant),
+        escape(run_id),
+        escape(position)
+    )
+}
+
+/// The sort key of the waiter with `ticket` in a step limit's line (under
+/// [`step_slot_pk`]): zero-padded, so that the sort key orders the line.
+pub fn step_waiter_sk(ticket: u64) -> String {
+    format!("W#{ticket:020}")
+}
+
+/// The ticket a [`step_waiter_sk`] names; `None` for another sort key.
+pub fn ticket_of_step_waiter_sk(sk: &str) -> Option<u64> {
+    sk.strip_prefix("W#")?.parse().ok()
+}
+
 /// The counter item's attribute: the tenant's unfinished runs.
 pub const UNFINISHED: &str = "unfinished";
 

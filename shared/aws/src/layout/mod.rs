@@ -17,7 +17,8 @@
 //! (an accepted delivery), `run.rs` (a whole run item written over the stored one, what
 //! the delivery and the checkpoint share), `limits.rs` (concurrency limits' slots:
 //! taken in a create's transaction, freed and handed on in a finishing checkpoint's),
-//! `rate_turns.rs` (step rate limits' turns: the key's last turn, the turns kept).
+//! `rate_turns.rs` (step rate limits' turns: the key's last turn, the turns kept),
+//! `step_slots.rs` (step limits' slots: holders that lapse, a line handed slots).
 //! Nothing here sends a request.
 
 mod checkpoint;
@@ -29,6 +30,7 @@ mod fixtures;
 mod limits;
 mod rate_turns;
 mod run;
+mod step_slots;
 
 pub(crate) use checkpoint::*;
 pub(crate) use claim::*;
@@ -37,6 +39,7 @@ pub(crate) use delivery::*;
 pub(crate) use limits::*;
 pub(crate) use rate_turns::*;
 pub(crate) use run::*;
+pub(crate) use step_slots::*;
 
 use std::collections::HashMap;
 
@@ -105,6 +108,12 @@ pub(crate) enum Role {
     RateKey,
     /// A turn kept for a step waiting for it under a rate limit.
     RateTurn,
+    /// A step limit's line item (its `rev`).
+    StepLine,
+    /// A step attempt's hold on a slot of a step limit.
+    StepHolder,
+    /// A step attempt's place in the line of a step limit.
+    StepWaiter,
 }
 
 impl Role {
@@ -121,6 +130,9 @@ impl Role {
             Role::AdmittedRun => "Admitted run".into(),
             Role::RateKey => "Rate key".into(),
             Role::RateTurn => "Rate turn".into(),
+            Role::StepLine => "Step line".into(),
+            Role::StepHolder => "Step holder".into(),
+            Role::StepWaiter => "Step waiter".into(),
             other => format!("{other:?}"),
         }
     }

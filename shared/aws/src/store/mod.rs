@@ -17,9 +17,9 @@
 //! replay loads), [`checkpoint`] (and [`tail`], a checkpoint kept in the run item),
 //! [`deliveries`], [`builds`] (the tenant's build records), [`queries`] (timeline and
 //! run listings), [`due`] (the sweep's index), [`limits`] (concurrency limits: a start
-//! under them, what their plans read, usage and places in line) and [`rate_turns`]
-//! (step rate limits' turns). The [`RunStore`] impl here only routes each call to its
-//! file, but for the one-item reads.
+//! under them, what their plans read, usage and places in line), [`rate_turns`] (step
+//! rate limits' turns) and [`step_slots`] (step limits' slots). The [`RunStore`] impl
+//! here only routes each call to its file, but for the one-item reads.
 
 mod builds;
 mod capacity;
@@ -34,6 +34,7 @@ mod queries;
 mod rate_turns;
 mod reads;
 mod replay_input;
+mod step_slots;
 mod tail;
 mod tx;
 
@@ -123,6 +124,28 @@ impl RunStore for DynamoStore {
 
     async fn queue_position(&self, tenant: &TenantId, at: &QueuedAt) -> Result<u64, StoreError> {
         self.position(tenant, at).await
+    }
+
+    async fn take_step_slot(
+        &self,
+        key: &str,
+        max: u32,
+        holder: &StepSlotHolder,
+        now: Timestamp,
+        grant_for: Duration,
+    ) -> Result<(StepSlot, Vec<HandedSlot>), StoreError> {
+        DynamoStore::take_step_slot(self, key, max, holder, now, grant_for).await
+    }
+
+    async fn give_back_step_slot(
+        &self,
+        key: &str,
+        max: u32,
+        holder: &StepSlotHolder,
+        now: Timestamp,
+        grant_for: Duration,
+    ) -> Result<Vec<HandedSlot>, StoreError> {
+        DynamoStore::give_back_step_slot(self, key, max, holder, now, grant_for).await
     }
 
     async fn take_rate_turn(
