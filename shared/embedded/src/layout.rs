@@ -252,6 +252,11 @@ const MIGRATIONS: &[Migration] = &[
         schema: crate::retention::REAP_SCHEMA,
         backfill: crate::retention::REAP_BACKFILL,
     },
+    Migration {
+        version: 6,
+        schema: crate::schedules::SCHEMA,
+        backfill: crate::schedules::BACKFILL,
+    },
 ];
 
 /// Apply the numbered steps the file lacks, in the transaction of [`open`]; the rows of

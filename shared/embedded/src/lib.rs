@@ -41,6 +41,7 @@ mod queue;
 pub use queue::QueueDepth;
 mod recovery;
 mod retention;
+mod schedules;
 mod store;
 mod stored;
 mod streams;
@@ -214,14 +215,15 @@ impl EmbeddedBackend {
         })
     }
 
-    /// The four ports over this file.
+    /// The ports over this file.
     pub fn backend(&self) -> Backend {
         let me = Arc::new(self.clone());
         Backend {
             store: me.clone(),
             artifacts: me.clone(),
             queue: me.clone(),
-            streams: me,
+            streams: me.clone(),
+            schedules: me,
         }
     }
 

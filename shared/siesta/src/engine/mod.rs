@@ -40,6 +40,7 @@ mod finish;
 mod lease;
 mod reap;
 mod replay_check;
+mod schedules;
 mod start;
 pub mod streams;
 mod sweep;
@@ -50,6 +51,7 @@ pub(crate) mod worker;
 
 pub use dead_letters::DeadLetterReport;
 pub use replay_check::{Divergence, ReplayCheck, RunExport};
+pub use schedules::{ScheduleInfo, ScheduleReport, parse_schedule_names};
 pub use sweep::SweepReport;
 pub use upgrade::{DivergedRun, SkippedRun, UpgradeReport};
 pub use worker::BatchReport;
@@ -144,6 +146,10 @@ pub struct EngineConfig {
     /// build's runs); the dev server, which serves its own build only, sets
     /// [`OtherBuilds::Leave`].
     pub sweep_other_builds: OtherBuilds,
+    /// Schedules this deployment does not fire (by name; see [`crate::schedule`]):
+    /// listed as paused, they may still be triggered by hand. Enabled again, their
+    /// missed ticks follow their catch-up policy. Default: none.
+    pub disabled_schedules: std::collections::BTreeSet<String>,
 }
 
 /// What the sweep of an engine does with a due run that another build started (see
@@ -181,6 +187,7 @@ impl Default for EngineConfig {
             quotas: crate::quota::Quotas::default(),
             upgrade_policy: UpgradePolicy::Pinned,
             sweep_other_builds: OtherBuilds::Wake,
+            disabled_schedules: std::collections::BTreeSet::new(),
         }
     }
 }
