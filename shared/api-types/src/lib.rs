@@ -18,6 +18,7 @@
 //! | `streams.rs` | [`StreamQuery`]; [`StreamPageView`], [`StreamChunkView`] |
 //! | `replay.rs` | [`ReplayCheckView`] |
 //! | `builds.rs` | [`BuildList`] |
+//! | `schedules.rs` | [`ScheduleList`], [`ScheduleView`] |
 //! | `meta.rs` | [`ErrorBody`] (every error answer), [`Health`] |
 //!
 //! and what they share: times ([`Rfc3339`]), large values and path segments
@@ -31,6 +32,7 @@ mod deliveries;
 mod meta;
 mod replay;
 mod runs;
+mod schedules;
 pub mod schema;
 mod streams;
 mod time;
@@ -46,6 +48,7 @@ pub use runs::{
     OperationsSummary, RunListQuery, RunPage, RunResult, RunView, StartRun, Timeline,
     TimelineEventView, TimelineQuery, WaitView,
 };
+pub use schedules::{ScheduleList, ScheduleView};
 pub use streams::{StreamChunkView, StreamPageView, StreamQuery};
 pub use time::{NotATime, Rfc3339};
 pub use values::{VALUE_REF, ValueRef, path_segment, value_path};
