@@ -312,6 +312,9 @@ pub(crate) enum RunsAction {
     /// status, first and last seen and whether it is still deployed, the serving one
     /// marked (a drain you can see). The same as `siesta builds`.
     Builds,
+    /// List the concurrency limits: per key, how many of the caller's runs hold a slot
+    /// and how many wait in line (queued runs), against the limit's max.
+    Limits,
     /// Redrive a dead letter (resume the run it parked), or all of them with `--all`.
     Redrive {
         /// The run the dead letter parked.

@@ -216,6 +216,7 @@ async fn main() -> anyhow::Result<()> {
                 }
                 RunsAction::DeadLetters => remote.dead_letters().await,
                 RunsAction::Builds => remote.builds().await,
+                RunsAction::Limits => remote.limits().await,
                 RunsAction::Upgrade {
                     id,
                     build,

@@ -82,6 +82,7 @@ impl Remote {
                 let awaiting = run["awaiting_build"]
                     .as_str()
                     .map(|b| format!("  awaiting build {b}"))
+                    .or_else(|| queued_note(&run["queued"]).map(|q| format!("  {q}")))
                     .unwrap_or_default();
                 println!(
                     "{:<40} {:<12} {} {:<26} {:<26} {:>12} {:>7}{awaiting}",
@@ -121,6 +122,9 @@ impl Remote {
                 println!(
                     "awaiting  build {build}: this server runs only its own build; the run goes on when {build} serves it, or when an upgrade moves it here"
                 );
+            }
+            if let Some(queued) = queued_note(&b["queued"]) {
+                println!("queued    {queued}: it starts when a run holding the key finishes (`siesta runs limits` shows who holds it)");
             }
             println!(
                 "web UI    {}{}",
@@ -171,6 +175,14 @@ impl Remote {
         let builds = self.client().builds().await.map_err(|e| self.failed(e))?;
         let body = Self::shown(&builds)?;
         self.print(&body, |b| print!("{}", builds_table(b)));
+        Ok(())
+    }
+
+    /// `runs limits`: every concurrency limit, per key its holders and waiters.
+    pub async fn limits(&self) -> anyhow::Result<()> {
+        let limits = self.client().limits().await.map_err(|e| self.failed(e))?;
+        let body = Self::shown(&limits)?;
+        self.print(&body, |b| print!("{}", limits_table(b)));
         Ok(())
     }
 
@@ -625,6 +637,64 @@ pub fn builds_table(body: &Value) -> String {
     out
 }
 
+/// What a queued run waits for, in words: `queued for per-customer "acme", 2nd in
+/// line`; `None` when the view carries no `queued`.
+pub fn queued_note(queued: &Value) -> Option<String> {
+    let limit = queued["limit"].as_str()?;
+    let key = queued["key"].as_str().unwrap_or("");
+    let key = if key.is_empty() {
+        String::new()
+    } else {
+        format!(" {key:?}")
+    };
+    let place = match queued["position"].as_u64() {
+        Some(1) => ", next in line".to_owned(),
+        Some(n) => format!(", place {n} in line"),
+        None => String::new(),
+    };
+    Some(format!("queued for {limit}{key}{place}"))
+}
+
+/// The `runs limits` table: a row per key in use, and a row for a limit none uses.
+pub fn limits_table(body: &Value) -> String {
+    let mut out = format!(
+        "{:<24} {:<32} {:>5} {:>8} {:>8}  {}\n",
+        "LIMIT", "KEY", "MAX", "HOLDERS", "WAITERS", "WORKFLOWS"
+    );
+    for limit in body["limits"].as_array().into_iter().flatten() {
+        let name = limit["name"].as_str().unwrap_or("");
+        let max = limit["max"]
+            .as_u64()
+            .map_or_else(|| "-".to_owned(), |m| m.to_string());
+        let workflows: Vec<&str> = limit["workflows"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        let workflows = workflows.join(",");
+        let keys = limit["keys"].as_array().cloned().unwrap_or_default();
+        if keys.is_empty() {
+            out.push_str(&format!(
+                "{name:<24} {:<32} {max:>5} {:>8} {:>8}  {workflows}\n",
+                "-", 0, 0
+            ));
+        }
+        for key in keys {
+            out.push_str(&format!(
+                "{name:<24} {:<32} {max:>5} {:>8} {:>8}  {workflows}\n",
+                key["key"]
+                    .as_str()
+                    .filter(|k| !k.is_empty())
+                    .unwrap_or("(all)"),
+                key["holders"].as_u64().unwrap_or(0),
+                key["waiters"].as_u64().unwrap_or(0),
+            ));
+        }
+    }
+    out
+}
+
 fn paint_status(status: &str) -> String {
     if !std::io::stdout().is_terminal() {
         return format!("{status:<10}");
@@ -633,7 +703,7 @@ fn paint_status(status: &str) -> String {
         "completed" => "32",
         "failed" | "parked" => "31",
         "cancelled" => "90",
-        "waiting" => "33",
+        "waiting" | "queued" => "33",
         _ => "36",
     };
     format!("\x1b[{colour}m{status:<10}\x1b[0m")
@@ -693,6 +763,41 @@ mod tests {
         assert!(lines[2].contains(" no "), "{table}");
         assert!(lines[2].contains("1 parked, 3 waiting"), "{table}");
         assert!(lines[2].contains("2027-01-15"), "{table}");
+    }
+
+    #[test]
+    fn a_queued_run_says_which_limit_key_and_place_it_waits_for() {
+        let queued = serde_json::json!({"limit": "per-customer", "key": "acme", "position": 2});
+        assert_eq!(
+            queued_note(&queued).unwrap(),
+            "queued for per-customer \"acme\", place 2 in line"
+        );
+        let next = serde_json::json!({"limit": "total", "key": "", "position": 1});
+        assert_eq!(
+            queued_note(&next).unwrap(),
+            "queued for total, next in line"
+        );
+        assert_eq!(queued_note(&Value::Null), None);
+    }
+
+    #[test]
+    fn the_limits_table_has_a_row_per_key_in_use_and_one_for_an_idle_limit() {
+        let body = serde_json::json!({"limits": [
+            {"name": "idle", "scope": "runs", "max": 3, "key": "none", "workflows": ["job"], "keys": []},
+            {"name": "per-customer", "scope": "runs", "max": 1, "key": "input:/customer",
+             "workflows": ["per_customer"], "keys": [{"key": "acme", "holders": 1, "waiters": 2}]},
+        ]});
+        let table = limits_table(&body);
+        let rows: Vec<Vec<&str>> = table
+            .lines()
+            .map(|l| l.split_whitespace().collect())
+            .collect();
+        assert_eq!(rows.len(), 3, "{table}");
+        assert_eq!(rows[1], vec!["idle", "-", "3", "0", "0", "job"]);
+        assert_eq!(
+            rows[2],
+            vec!["per-customer", "acme", "1", "1", "2", "per_customer"]
+        );
     }
 
     #[test]

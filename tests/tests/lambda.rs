@@ -123,6 +123,7 @@ async fn stack(registry: Registry, lease_ttl: Duration) -> Option<Stack> {
         build_id: "lambda-test@1".into(),
         quotas: siesta::Quotas::default(),
         quotas_parameter: None,
+        limits: siesta::LimitOverrides::default(),
     };
     let engine = settings.engine(&env.sdk, registry).await;
     let webhook =
@@ -465,6 +466,7 @@ async fn webhook_sources_come_from_an_ssm_secure_string_and_a_rotated_secret_tak
         build_id: "lambda-test@1".into(),
         quotas: siesta::Quotas::default(),
         quotas_parameter: None,
+        limits: siesta::LimitOverrides::default(),
     };
     let sources = settings
         .webhook_sources(&env.sdk)

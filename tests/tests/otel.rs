@@ -97,6 +97,7 @@ async fn stack(lease_ttl: Duration) -> Option<Stack> {
         build_id: "otel-test@1".into(),
         quotas: siesta::Quotas::default(),
         quotas_parameter: None,
+        limits: siesta::LimitOverrides::default(),
     };
     let engine = settings
         .engine(&env.sdk, siesta_workflows::registry())

@@ -202,6 +202,7 @@ async fn prune_deletes_only_versions_no_unfinished_run_needs_and_their_registry_
         build_id: build.into(),
         quotas: siesta::Quotas::default(),
         quotas_parameter: None,
+        limits: siesta::LimitOverrides::default(),
     };
     let sqs = aws_sdk_sqs::Client::new(&env.sdk);
     let tenant = TenantId::from("acme");
@@ -399,6 +400,7 @@ async fn the_drain_check_counts_unfinished_runs_of_builds_no_version_serves() {
         build_id: build.into(),
         quotas: siesta::Quotas::default(),
         quotas_parameter: None,
+        limits: siesta::LimitOverrides::default(),
     };
     let sqs = aws_sdk_sqs::Client::new(&env.sdk);
     let a = settings(BUILD_A).engine(&env.sdk, registry()).await;

@@ -16,6 +16,9 @@
 //!   output: the shape benchmarks use.
 //! - [`ticker`](ticker::ticker) — publish `N` stamped chunks on the stream `ticks`: the
 //!   shape of `siesta bench --streams N`.
+//! - [`per_customer`](per_customer::per_customer) — one conversation per customer at a
+//!   time: a concurrency limit keyed by the input's `customer` queues a second start
+//!   until the first run (which waits for the event `done`) finishes.
 //! - [`timer`](timer::timer) — sleep on one durable timer until an instant (RFC 3339) or
 //!   for `sleep_ms`: the shape of `siesta bench --timers N`.
 //!
@@ -25,6 +28,7 @@ pub mod agent;
 pub mod approval;
 pub mod chain;
 pub mod order;
+pub mod per_customer;
 pub mod report;
 pub mod ticker;
 pub mod timer;
@@ -35,6 +39,7 @@ pub use agent::{AgentInput, SupportDemoModel, agent_with, configured_model};
 pub use approval::{ApprovalInput, ApprovalOutcome, Decision, ExecutedStep, approval};
 pub use chain::chain;
 pub use order::{OrderInput, OrderOutcome, PaymentEvent, order};
+pub use per_customer::{PerCustomerInput, PerCustomerOutcome, per_customer, per_customer_limit};
 pub use report::{
     Notice, Notification, NotifyTargets, ReportInput, ReportOutcome, report, report_with,
 };
@@ -64,6 +69,9 @@ pub fn registry() -> Registry {
     if let Err(e) = registry.schedule(nightly_report()) {
         panic!("the nightly-report schedule: {e}");
     }
+    registry
+        .register("per_customer", per_customer)
+        .limit(per_customer_limit());
     registry
 }
 

@@ -29,6 +29,7 @@ mod builds;
 mod control;
 mod dead_letters;
 mod deliveries;
+mod limits;
 mod meta;
 mod replay;
 mod runs;
@@ -42,10 +43,11 @@ pub use builds::{BuildList, BuildView};
 pub use control::{Resolution, ResolvedError};
 pub use dead_letters::{DeadLetteredRunPage, DeadLetteredRunQuery, DeadLetteredRunView, Redriven};
 pub use deliveries::{Accepted, CallbackFailure, FailureBody, Received};
+pub use limits::{LimitKeyView, LimitList, LimitView};
 pub use meta::{ErrorBody, ErrorDetail, Health};
 pub use replay::ReplayCheckView;
 pub use runs::{
-    OperationsSummary, RunListQuery, RunPage, RunResult, RunView, StartRun, Timeline,
+    OperationsSummary, QueuedView, RunListQuery, RunPage, RunResult, RunView, StartRun, Timeline,
     TimelineEventView, TimelineQuery, WaitView,
 };
 pub use schedules::{ScheduleList, ScheduleView};

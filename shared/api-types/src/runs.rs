@@ -19,6 +19,11 @@ pub struct StartRun {
     /// Its input (any JSON; `null` when left out).
     #[serde(default)]
     pub input: serde_json::Value,
+    /// The key the run counts under for the workflow's concurrency limits whose key
+    /// is given at start (docs/flow-control.md); refused as invalid when such a limit
+    /// applies and none is given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency_key: Option<String>,
 }
 
 /// Filters and paging of `GET /runs`.
@@ -88,12 +93,28 @@ pub struct RunView {
     /// build serves it, or it is upgraded to this one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub awaiting_build: Option<String>,
+    /// Where it waits while `queued`: the concurrency limit and key whose slot it
+    /// waits for, and its place in that key's line.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queued: Option<QueuedView>,
     /// What it waits for now.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub waits: Vec<WaitView>,
     /// Counts of its operations by state.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub operations: Option<OperationsSummary>,
+}
+
+/// Why a queued run waits (docs/flow-control.md).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct QueuedView {
+    /// The concurrency limit whose slot it waits for.
+    pub limit: String,
+    /// The key it counts under (`""` for a limit without one).
+    pub key: String,
+    /// Its place in the key's line: 1 is next. Left out when it could not be read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub position: Option<u64>,
 }
 
 /// One pending wait.

@@ -17,6 +17,7 @@ use utoipa::openapi::schema::{AnyOfBuilder, ObjectBuilder, Schema, SchemaType, T
 // change the schema.
 #[allow(missing_docs)]
 pub enum RunStatusSchema {
+    Queued,
     Pending,
     Running,
     Waiting,

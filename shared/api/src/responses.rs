@@ -84,6 +84,15 @@ error_set!(
 );
 
 error_set!(
+    /// `GET /limits`.
+    LimitsErrors {
+        401 => UNAUTHORIZED,
+        500 => INTERNAL,
+        503 => UNAVAILABLE,
+    }
+);
+
+error_set!(
     /// `GET /builds`.
     BuildsErrors {
         401 => UNAUTHORIZED,

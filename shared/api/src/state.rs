@@ -35,7 +35,22 @@ impl AppState {
             .store
             .load_replay_input(tenant, &run.id)
             .await?;
-        Ok(served_view(run, Some(&replay_input), self.engine.config()))
+        let mut view = served_view(run, Some(&replay_input), self.engine.config());
+        self.place_in_line(run, &mut view).await;
+        Ok(view)
+    }
+
+    /// A queued run's place in its line, on its view. A place that could not be read
+    /// is left out rather than failing the read of the run.
+    pub(crate) async fn place_in_line(&self, run: &Run, view: &mut RunView) {
+        if let Some(queued) = view.queued.as_mut() {
+            match self.engine.queue_position(run).await {
+                Ok(position) => queued.position = position,
+                Err(e) => {
+                    tracing::warn!(run_id = %run.id, error = %e, "a queued run's place in line not read")
+                }
+            }
+        }
     }
 
     /// The run's view as an answer with `status`, its `ETag` the run's version: what

@@ -6,7 +6,9 @@ use axum::response::{IntoResponse, Response};
 use http::{HeaderValue, StatusCode, header};
 use siesta::ports::ReplayInput;
 use siesta::*;
-use siesta_api_types::{OperationsSummary, Rfc3339, RunView, TimelineEventView, WaitView};
+use siesta_api_types::{
+    OperationsSummary, QueuedView, Rfc3339, RunView, TimelineEventView, WaitView,
+};
 
 /// The view of `event` of run `run_id`: large values as references to fetch them by,
 /// times in RFC 3339.
@@ -87,6 +89,15 @@ pub fn run_view(run: &Run, replay_input: Option<&ReplayInput>, callback_base_url
         updated_at: run.updated_at.into(),
         build_id: run.build_id.clone(),
         awaiting_build: None,
+        queued: run
+            .queued
+            .as_ref()
+            .filter(|_| run.status == RunStatus::Queued)
+            .map(|at| QueuedView {
+                limit: at.limit.clone(),
+                key: at.key.clone(),
+                position: None,
+            }),
         waits: Vec::new(),
         operations: None,
     };

@@ -146,6 +146,7 @@ impl DevArgs {
             DurabilityKind::Relaxed => siesta_embedded::Durability::Relaxed,
         };
         options.retention = self.shared.retention_policy()?;
+        options.concurrency_limits = self.shared.limit_overrides()?;
         options.sources = siesta_api::WebhookSource::parse_all(&self.shared.webhook_sources)
             .map_err(anyhow::Error::msg)?;
         if let Some(path) = &self.quotas {

@@ -52,6 +52,8 @@ pub struct DevOptions {
     pub build_id: String,
     /// Per-tenant quotas (default: none).
     pub quotas: siesta::Quotas,
+    /// This deployment's maxima of concurrency limits (default: as declared in code).
+    pub concurrency_limits: siesta::LimitOverrides,
     /// Journal entries of suspended runs the engine keeps in memory
     /// ([`EngineConfig::replay_cache_entries`]; 0 turns the cache off).
     pub replay_cache_entries: usize,
@@ -100,8 +102,9 @@ impl std::fmt::Debug for DevOptions {
                 "backend",
                 &self.backend.as_ref().map_or("embedded", |_| "given"),
             )
-            .field("limits", &self.limits)
+            .field("concurrency_limits", &self.concurrency_limits)
             .field("quotas", &self.quotas)
+            .field("limits", &self.limits)
             .field("replay_cache_entries", &self.replay_cache_entries)
             .field("worker_nice", &self.worker_nice)
             .field("metrics", &self.metrics)
@@ -131,6 +134,7 @@ impl DevOptions {
             limits: Limits::default(),
             build_id: EngineConfig::default().build_id,
             quotas: siesta::Quotas::default(),
+            concurrency_limits: siesta::LimitOverrides::default(),
             replay_cache_entries: EngineConfig::default().replay_cache_entries,
             worker_nice: DEFAULT_WORKER_NICE,
             metrics: Metrics::default(),
@@ -376,6 +380,7 @@ pub async fn start(
         lease_ttl: options.lease_ttl,
         build_id: options.build_id.clone(),
         quotas: options.quotas.clone(),
+        limits: options.concurrency_limits.clone(),
         replay_cache_entries: options.replay_cache_entries,
         upgrade_policy: options.upgrade_policy,
         // This process serves its own build only: other builds' runs wait for theirs.

@@ -43,7 +43,8 @@ pub const RUNS_COUNTED_AT_MOST: usize = 10_000;
 /// Due runs read at a scrape, at most (one read of the due index, as one sweep does).
 pub const DUE_READ_AT_MOST: usize = 1_000;
 
-const RUN_STATUSES: [RunStatus; 7] = [
+const RUN_STATUSES: [RunStatus; 8] = [
+    RunStatus::Queued,
     RunStatus::Pending,
     RunStatus::Running,
     RunStatus::Waiting,
@@ -80,6 +81,13 @@ struct QueueLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LimitLabels {
+    tenant: String,
+    limit: String,
+    key: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RunLabels {
     tenant: String,
     status: String,
@@ -104,6 +112,8 @@ struct Inner {
     idempotent_replays: Counter,
     queue: Family<QueueLabels, Gauge>,
     queue_lag_ms: Gauge,
+    limit_holders: Family<LimitLabels, Gauge>,
+    limit_waiters: Family<LimitLabels, Gauge>,
 }
 
 /// The dev server's metrics: a registry of its own (no process-wide recorder), fed by
@@ -143,6 +153,18 @@ impl Metrics {
         let idempotent_replays = Counter::default();
         let queue = Family::<QueueLabels, Gauge>::default();
         let queue_lag_ms = Gauge::default();
+        let limit_holders = Family::<LimitLabels, Gauge>::default();
+        let limit_waiters = Family::<LimitLabels, Gauge>::default();
+        registry.register(
+            "limit_holders",
+            "Runs holding a slot of a concurrency limit, by tenant, limit and key, at the scrape",
+            limit_holders.clone(),
+        );
+        registry.register(
+            "limit_waiters",
+            "Runs queued for a slot of a concurrency limit, by tenant, limit and key, at the scrape",
+            limit_waiters.clone(),
+        );
         registry.register(
             "wakeup_duration_seconds",
             "Each wake-up's handling (a durable_execution span), by the run's status after it",
@@ -211,6 +233,8 @@ impl Metrics {
             idempotent_replays,
             queue,
             queue_lag_ms,
+            limit_holders,
+            limit_waiters,
         }))
     }
 
@@ -317,6 +341,39 @@ impl Metrics {
         }
     }
 
+    /// Read each tenant's concurrency limits: holders and waiters per key. The series
+    /// are rebuilt at each scrape, so a key no run holds or waits for any more leaves
+    /// them (keys come and go with the input: customers, teams) instead of piling up.
+    async fn read_limits(&self, engine: &Engine, tenants: &[TenantId]) {
+        for family in [&self.0.limit_holders, &self.0.limit_waiters] {
+            family.clear();
+        }
+        for tenant in tenants {
+            let usage = match engine.backend().store.limit_usage(tenant).await {
+                Ok(usage) => usage,
+                Err(e) => {
+                    tracing::warn!(error = %e, "metrics: reading the concurrency limits");
+                    continue;
+                }
+            };
+            for keyed in usage {
+                let labels = LimitLabels {
+                    tenant: tenant.to_string(),
+                    limit: keyed.limit,
+                    key: keyed.key,
+                };
+                self.0
+                    .limit_holders
+                    .get_or_create(&labels)
+                    .set(keyed.holders as i64);
+                self.0
+                    .limit_waiters
+                    .get_or_create(&labels)
+                    .set(keyed.waiters as i64);
+            }
+        }
+    }
+
     /// Read runs by status, runs due and the wake-up lag from the store.
     async fn read_store(&self, engine: &Engine, tenants: &[TenantId]) {
         let store = &engine.backend().store;
@@ -354,6 +411,7 @@ impl Metrics {
                     .set(counted.min(RUNS_COUNTED_AT_MOST) as i64);
             }
         }
+        self.read_limits(engine, tenants).await;
         let now = engine.clock().now();
         match store.due_runs(now, DUE_READ_AT_MOST).await {
             Ok(due) => {

@@ -273,3 +273,50 @@ async fn metrics_count_a_runs_wakeups_its_step_its_webhook_verdicts_and_its_stat
     assert_eq!(value(&samples, "siesta_queue_lag_milliseconds", &[]), 0.0);
     assert_eq!(value(&samples, "siesta_wakeup_lag_milliseconds", &[]), 0.0);
 }
+
+#[tokio::test]
+async fn metrics_count_each_limits_holders_and_waiters_per_key() {
+    let metrics = Metrics::new();
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::default());
+    let embedded =
+        siesta_embedded::EmbeddedBackend::open(dir.path().join("db"), clock.clone()).unwrap();
+    let mut reg = Registry::new();
+    reg.register("chat", |ctx: Context, _: serde_json::Value| async move {
+        let done: serde_json::Value = ctx.wait_for_event("done").await?;
+        Ok(done)
+    })
+    .limit(
+        RunLimit::new("per-customer", 1)
+            .key_from_input("/customer")
+            .workflow("chat"),
+    );
+    let engine = Engine::new(embedded.backend(), clock, reg, EngineConfig::default());
+    let tenant = TenantId::from("acme");
+    for customer in ["c-1", "c-1", "c-1", "c-2"] {
+        engine
+            .start(&tenant, "chat", json!({ "customer": customer }), None)
+            .await
+            .unwrap();
+    }
+    let router = metrics.serve(
+        axum::Router::new(),
+        engine.clone(),
+        vec![tenant.clone()],
+        Some(embedded.clone()),
+    );
+    let (status, text) = send(&router, Method::GET, "/metrics", false, "").await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    let samples = parse(&text);
+    let of = |name: &str, key: &str| {
+        value(
+            &samples,
+            name,
+            &[("key", key), ("limit", "per-customer"), ("tenant", "acme")],
+        )
+    };
+    assert_eq!(of("siesta_limit_holders", "c-1"), 1.0);
+    assert_eq!(of("siesta_limit_waiters", "c-1"), 2.0);
+    assert_eq!(of("siesta_limit_holders", "c-2"), 1.0);
+    assert_eq!(of("siesta_limit_waiters", "c-2"), 0.0);
+}

@@ -173,6 +173,10 @@ struct RunBody {
     build_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     trace_parent: Option<siesta::telemetry::TraceParent>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    limits: Vec<siesta::LimitSlot>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    queued: Option<siesta::QueuedAt>,
 }
 
 /// The TTL of a record closed at `at`: kept for `retention`, then removed by DynamoDB.
@@ -238,6 +242,8 @@ pub(crate) fn run_item(run: &Run, retention: Duration) -> Result<Item, StoreErro
         parent: run.parent.clone(),
         build_id: run.build_id.clone(),
         trace_parent: run.trace_parent,
+        limits: run.limits.clone(),
+        queued: run.queued.clone(),
     };
     item.insert(BODY.into(), s(to_json(&body)?));
     Ok(item)
@@ -324,6 +330,8 @@ pub(crate) fn run_from_item(item: &Item) -> Result<Run, StoreError> {
         parent: body.parent,
         build_id: body.build_id,
         trace_parent: body.trace_parent,
+        limits: body.limits,
+        queued: body.queued,
     })
 }
 

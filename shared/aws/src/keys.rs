@@ -250,6 +250,61 @@ fn unescape(component: &str) -> Option<String> {
     Some(out)
 }
 
+/// The partition of a tenant's concurrency-limit counters, one item per key of a limit
+/// in use (sort key [`limit_counter_sk`]): `limit_usage` is one `Query` of it.
+pub fn limits_pk(tenant: &TenantId) -> String {
+    format!("L#{}", escape(tenant.as_str()))
+}
+
+/// The sort-key prefix of a tenant's limit counters (under [`limits_pk`]).
+pub const LIMIT_COUNTER_PREFIX: &str = "C#";
+
+/// The sort key of the counter of `limit`'s `key` (under [`limits_pk`]): how many hold
+/// the key, how many wait, the line's last ticket.
+pub fn limit_counter_sk(limit: &str, key: &str) -> String {
+    format!("{LIMIT_COUNTER_PREFIX}{}#{}", escape(limit), escape(key))
+}
+
+/// The limit and key a [`limit_counter_sk`] names; `None` for another sort key.
+pub fn limit_of_counter_sk(sk: &str) -> Option<(String, String)> {
+    let rest = sk.strip_prefix(LIMIT_COUNTER_PREFIX)?;
+    // An escaped component holds no `#`: the first one ends the limit's name.
+    let (limit, key) = rest.split_once('#')?;
+    Some((unescape(limit)?, unescape(key)?))
+}
+
+/// The partition of one key of one limit, a *line*: its holders (sort key
+/// [`limit_holder_sk`]) and its waiters (sort key [`limit_waiter_sk`], in ticket order).
+/// One partition per line, apart from the tenant's counters, so that a line's first
+/// waiter is one `Query` with `Limit 1` and a long line weighs on no other key.
+pub fn limit_line_pk(tenant: &TenantId, limit: &str, key: &str) -> String {
+    format!(
+        "L#{}#{}#{}",
+        escape(tenant.as_str()),
+        escape(limit),
+        escape(key)
+    )
+}
+
+/// The sort key of a run holding a slot of a line (under [`limit_line_pk`]).
+pub fn limit_holder_sk(run_id: &RunId) -> String {
+    format!("H#{}", escape(run_id.as_str()))
+}
+
+/// The sort-key prefix of a line's waiters (under [`limit_line_pk`]).
+pub const LIMIT_WAITER_PREFIX: &str = "W#";
+
+/// The sort key of the waiter with `ticket` in its line (under [`limit_line_pk`]):
+/// zero-padded, so that the sort key orders the line.
+pub fn limit_waiter_sk(ticket: u64) -> String {
+    format!("{LIMIT_WAITER_PREFIX}{ticket:020}")
+}
+
+/// The ticket a [`limit_waiter_sk`] names.
+pub fn ticket_of_waiter_sk(sk: &str) -> Option<u64> {
+    sk.strip_prefix(LIMIT_WAITER_PREFIX)?.parse().ok()
+}
+
 /// The counter item's attribute: the tenant's unfinished runs.
 pub const UNFINISHED: &str = "unfinished";
 
@@ -348,6 +403,23 @@ mod tests {
         }
     }
 
+    #[test]
+    fn limit_keys_give_back_their_limit_and_key_and_waiters_sort_by_ticket() {
+        for (limit, key) in [("per-customer", "acme"), ("a#b", "%23#"), ("total", "")] {
+            let sk = limit_counter_sk(limit, key);
+            assert_eq!(
+                limit_of_counter_sk(&sk),
+                Some((limit.to_owned(), key.to_owned())),
+                "{sk}"
+            );
+        }
+        assert!(limit_waiter_sk(9) < limit_waiter_sk(10));
+        assert_eq!(ticket_of_waiter_sk(&limit_waiter_sk(42)), Some(42));
+        let t = TenantId("t".into());
+        // A line's partition is never a tenant's counters' partition.
+        assert_ne!(limit_line_pk(&t, "", ""), limits_pk(&t));
+    }
+
     proptest! {
         #[test]
         fn run_keys_are_injective(t1 in ".{0,8}", r1 in ".{0,8}", t2 in ".{0,8}", r2 in ".{0,8}") {
@@ -356,6 +428,20 @@ mod tests {
                 run_pk(&TenantId(t1), &RunId(r1)),
                 run_pk(&TenantId(t2), &RunId(r2))
             );
+        }
+
+        #[test]
+        fn limit_lines_are_injective(
+            t1 in ".{0,6}", l1 in ".{0,6}", k1 in ".{0,6}",
+            t2 in ".{0,6}", l2 in ".{0,6}", k2 in ".{0,6}",
+        ) {
+            prop_assume!((&t1, &l1, &k1) != (&t2, &l2, &k2));
+            let (a, b) = (TenantId(t1.clone()), TenantId(t2.clone()));
+            prop_assert_ne!(limit_line_pk(&a, &l1, &k1), limit_line_pk(&b, &l2, &k2));
+            if t1 == t2 {
+                prop_assert_ne!(limit_counter_sk(&l1, &k1), limit_counter_sk(&l2, &k2));
+            }
+            prop_assert_eq!(limit_of_counter_sk(&limit_counter_sk(&l1, &k1)), Some((l1, k1)));
         }
 
         #[test]

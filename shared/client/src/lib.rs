@@ -18,10 +18,10 @@ pub use siesta::{DivergedRun, Divergence, RunExport, SkippedRun, UpgradeReport};
 pub use siesta_api_types as types;
 pub use siesta_api_types::{
     Accepted, BuildList, BuildView, CallbackFailure, DeadLetteredRunPage, DeadLetteredRunQuery,
-    DeadLetteredRunView, ErrorBody, Health, Received, Redriven, ReplayCheckView, Resolution,
-    ResolvedError, Rfc3339, RunPage, RunResult, RunView, ScheduleList, ScheduleView, StartRun,
-    StreamChunkView, StreamPageView, StreamQuery, Timeline, TimelineEventView, TimelineQuery,
-    ValueRef, path_segment,
+    DeadLetteredRunView, ErrorBody, Health, LimitKeyView, LimitList, LimitView, QueuedView,
+    Received, Redriven, ReplayCheckView, Resolution, ResolvedError, Rfc3339, RunPage, RunResult,
+    RunView, ScheduleList, ScheduleView, StartRun, StreamChunkView, StreamPageView, StreamQuery,
+    Timeline, TimelineEventView, TimelineQuery, ValueRef, path_segment,
 };
 
 /// Filters and paging of [`Client::list_runs`]: the query of `GET /runs`.
@@ -92,6 +92,9 @@ pub struct StartOptions {
     pub wait_secs: Option<u64>,
     /// `traceparent`: the run joins this W3C trace.
     pub traceparent: Option<String>,
+    /// `concurrency_key`: the key the run counts under for concurrency limits whose
+    /// key is given at start.
+    pub concurrency_key: Option<String>,
 }
 
 /// The answer of `GET /runs/{id}/result`: the outcome, or the run while it is not
@@ -197,6 +200,7 @@ impl Client {
         let start = StartRun {
             workflow: workflow.to_owned(),
             input: input.clone(),
+            concurrency_key: options.concurrency_key.clone(),
         };
         let mut request = self.request(Method::POST, "/runs").json(&start);
         if let Some(key) = &options.idempotency_key {
@@ -539,6 +543,12 @@ impl Client {
     /// `GET /builds`: the caller's builds.
     pub async fn builds(&self) -> Result<BuildList, Error> {
         self.call(self.request(Method::GET, "/builds")).await
+    }
+
+    /// `GET /limits`: every concurrency limit, with the caller's keys in use (how many
+    /// runs hold each, how many wait).
+    pub async fn limits(&self) -> Result<LimitList, Error> {
+        self.call(self.request(Method::GET, "/limits")).await
     }
 
     /// `GET /schedules`: the caller's schedules, each with its next tick.

@@ -214,6 +214,11 @@ macro_rules! conformance_suite {
             // quotas
             unfinished_runs_are_counted_and_released_once
             concurrent_creates_for_the_last_slot_exactly_one_wins
+            // concurrency limits
+            a_start_over_its_limit_is_queued_and_a_finish_hands_its_slot_on
+            a_cancelled_queued_run_frees_what_it_held_and_leaves_its_line
+            slots_follow_the_rule_over_a_long_history
+            step_slots_hold_at_most_max_and_hand_over_in_line
             // reading
             timeline_pages_are_gapless
             timeline_pages_from_every_point_across_checkpoints_and_deliveries

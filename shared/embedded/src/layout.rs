@@ -254,6 +254,16 @@ const MIGRATIONS: &[Migration] = &[
     },
     Migration {
         version: 6,
+        schema: crate::limits::SCHEMA,
+        backfill: crate::limits::BACKFILL,
+    },
+    Migration {
+        version: 7,
+        schema: crate::step_slots::SCHEMA,
+        backfill: crate::limits::BACKFILL,
+    },
+    Migration {
+        version: 8,
         schema: crate::schedules::SCHEMA,
         backfill: crate::schedules::BACKFILL,
     },

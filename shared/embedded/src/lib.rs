@@ -35,6 +35,7 @@ mod builds;
 mod cursors;
 mod deliveries;
 mod layout;
+mod limits;
 #[cfg(test)]
 mod query_plans;
 mod queue;
@@ -42,6 +43,7 @@ pub use queue::QueueDepth;
 mod recovery;
 mod retention;
 mod schedules;
+mod step_slots;
 mod store;
 mod stored;
 mod streams;

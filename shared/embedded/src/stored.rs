@@ -18,9 +18,9 @@ use sha2::{Digest, Sha256};
 use siesta::ports::StoreError;
 use siesta::telemetry::TraceParent;
 use siesta::{
-    DeliveryId, EntryState, ErrorInfo, EventType, FencingEpoch, JournalEntry, Lease,
-    MintedPosition, OperationKind, ParentLink, Payload, Position, Run, RunId, RunStatus, SubType,
-    TenantId, TimelineEvent, Timestamp, Wait, WaitKind,
+    DeliveryId, EntryState, ErrorInfo, EventType, FencingEpoch, JournalEntry, Lease, LimitSlot,
+    MintedPosition, OperationKind, ParentLink, Payload, Position, QueuedAt, Run, RunId, RunStatus,
+    SubType, TenantId, TimelineEvent, Timestamp, Wait, WaitKind,
 };
 
 use crate::{from_json, to_json};
@@ -300,6 +300,10 @@ struct RunBodyRef<'a> {
     build_id: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     trace_parent: Option<TraceParent>,
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    limits: &'a [LimitSlot],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    queued: Option<&'a QueuedAt>,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -333,6 +337,10 @@ struct RunBody {
     build_id: Option<String>,
     #[serde(default)]
     trace_parent: Option<TraceParent>,
+    #[serde(default)]
+    limits: Vec<LimitSlot>,
+    #[serde(default)]
+    queued: Option<QueuedAt>,
 }
 
 /// `run`'s body as stored.
@@ -360,6 +368,8 @@ pub(crate) fn run_body(run: &Run) -> Result<String, StoreError> {
         parent,
         build_id,
         trace_parent,
+        limits,
+        queued,
     } = run;
     to_json(&RunBodyRef {
         input,
@@ -377,6 +387,8 @@ pub(crate) fn run_body(run: &Run) -> Result<String, StoreError> {
         parent: parent.as_ref(),
         build_id: build_id.as_deref(),
         trace_parent: *trace_parent,
+        limits,
+        queued: queued.as_ref(),
     })
 }
 
@@ -430,6 +442,8 @@ impl RunRow {
             parent,
             build_id,
             trace_parent,
+            limits,
+            queued,
         } = from_json(&self.body)?;
         Ok(Run {
             tenant: TenantId(self.tenant),
@@ -453,6 +467,8 @@ impl RunRow {
             parent,
             build_id,
             trace_parent,
+            limits,
+            queued,
         })
     }
 }

@@ -57,6 +57,8 @@ pub struct Settings {
     /// The build id every run started here records (the app sets it; default: the
     /// engine's, Siesta's own version).
     pub build_id: String,
+    /// This deployment's maxima of concurrency limits (`SIESTA_LIMITS`).
+    pub limits: siesta::LimitOverrides,
     /// Per-tenant quotas (`SIESTA_QUOTAS`, JSON, see docs/quotas.md; replaced by the
     /// parameter's by [`Settings::load_quotas`]).
     pub quotas: siesta::Quotas,
@@ -123,6 +125,11 @@ pub struct SharedArgs {
     /// before a tenant's (`--quotas`) and `--retention`.
     #[arg(long, env = "SIESTA_RETENTION_WORKFLOWS", default_value = "")]
     pub retention_workflows: String,
+    /// This deployment's maximum for concurrency limits declared in code, as JSON by
+    /// limit name (`{"per-customer": 2}`; docs/flow-control.md); the others keep the
+    /// maximum their code declares.
+    #[arg(long, env = "SIESTA_LIMITS", default_value = "")]
+    pub limits: String,
 }
 
 impl SharedArgs {
@@ -134,6 +141,15 @@ impl SharedArgs {
     /// The retention policy `--retention` and `--retention-workflows` name.
     pub fn retention_policy(&self) -> Result<RetentionPolicy, SetupError> {
         retention_policy(&self.retention, &self.retention_workflows)
+    }
+
+    /// The limits' maxima `--limits` sets (none when it is empty).
+    pub fn limit_overrides(&self) -> Result<siesta::LimitOverrides, SetupError> {
+        if self.limits.trim().is_empty() {
+            return Ok(siesta::LimitOverrides::default());
+        }
+        siesta::LimitOverrides::parse(&self.limits)
+            .map_err(|e| SetupError::Config(format!("SIESTA_LIMITS (--limits): {e}")))
     }
 }
 
@@ -229,6 +245,7 @@ impl Settings {
             lease_ttl: env.shared.lease_ttl(),
             safety_margin: Duration::from_millis(env.safety_margin_ms),
             retention: env.shared.retention_policy()?,
+            limits: env.shared.limit_overrides()?,
             reap_page: env.reap_page,
             sweep_page: env.sweep_page,
             webhook_sources: env.shared.webhook_sources,
@@ -260,6 +277,7 @@ impl Settings {
             callback_base_url: self.callback_base_url.clone(),
             build_id: self.build_id.clone(),
             quotas: self.quotas.clone(),
+            limits: self.limits.clone(),
             ..EngineConfig::default()
         };
         Engine::new(backend, std::sync::Arc::new(SystemClock), registry, config)

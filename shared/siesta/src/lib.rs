@@ -87,6 +87,7 @@ pub mod cursor;
 pub mod delivery;
 pub mod engine;
 pub mod error;
+pub mod flow;
 pub mod lifecycle;
 pub mod liveness;
 pub mod model;
@@ -135,11 +136,12 @@ pub use engine::streams::{StreamPage, visible};
 pub use engine::worker::WorkerConfig;
 pub use engine::{
     BatchReport, DeadLetterReport, DivergedRun, Divergence, Engine, EngineConfig, EngineError,
-    OtherBuilds, ReplayCheck, RunExport, SkippedRun, SweepReport, ToolCallResolution,
-    UpgradeReport, WakeOutcome,
+    LimitReport, OtherBuilds, ReplayCheck, RunExport, SkippedRun, StartOptions, SweepReport,
+    ToolCallResolution, UpgradeReport, WakeOutcome,
 };
 pub use engine::{ScheduleInfo, ScheduleReport, parse_schedule_names};
 pub use error::{Error, ErrorKind, MAX_RETRY_AFTER, PANICKED, StepError, StepResultExt};
+pub use flow::{KeySource, LimitOverrides, RunLimit};
 pub use liveness::{Liveness, LoopGuard};
 pub use model::*;
 pub use notify::RunWatch;

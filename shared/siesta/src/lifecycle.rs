@@ -1,7 +1,8 @@
 //! The run lifecycle as a pure transition function.
 //!
 //! `pending → running → waiting → running → … → completed | failed | cancelled`, plus
-//! `parked` for runs that need an operator. Every status change the engine or the API
+//! `parked` for runs that need an operator and `queued` before `pending` for a run
+//! over one of its concurrency limits. Every status change the engine or the API
 //! makes is first asked of [`decide`]; the write that follows is conditioned on the
 //! run's version, so two writers cannot both apply a transition from the same state.
 
@@ -28,6 +29,8 @@ pub enum LifecycleEvent {
     Cancel,
     /// An operator lets a parked run continue.
     Resume,
+    /// A queued run is given the last slot it waited for (by the write that freed it).
+    Admit,
 }
 
 /// Why a transition is refused.
@@ -61,8 +64,9 @@ pub fn decide(from: RunStatus, event: LifecycleEvent) -> Result<RunStatus, Rejec
         (S::Running, E::Fail) => S::Failed,
         (S::Running, E::Park) => S::Parked,
         (S::Running, E::RequestCancel) => S::Running,
-        (S::Pending | S::Running | S::Waiting | S::Parked, E::Cancel) => S::Cancelled,
+        (S::Queued | S::Pending | S::Running | S::Waiting | S::Parked, E::Cancel) => S::Cancelled,
         (S::Parked, E::Resume) => S::Pending,
+        (S::Queued, E::Admit) => S::Pending,
         (from, event) => return Err(Rejected::NotAllowed { from, event }),
     };
     Ok(next)
@@ -74,7 +78,7 @@ mod tests {
     use LifecycleEvent as E;
     use RunStatus as S;
 
-    const EVENTS: [LifecycleEvent; 9] = [
+    const EVENTS: [LifecycleEvent; 10] = [
         E::Claim,
         E::Suspend,
         E::Yield,
@@ -84,13 +88,26 @@ mod tests {
         E::RequestCancel,
         E::Cancel,
         E::Resume,
+        E::Admit,
     ];
 
     /// The whole table, every status × every event, written out by hand: `None` is a
     /// rejection.
     fn expected(from: RunStatus, event: LifecycleEvent) -> Option<RunStatus> {
-        let row: [Option<RunStatus>; 9] = match from {
-            //                 Claim          Suspend          Yield            Complete           Fail            Park            RequestCancel   Cancel             Resume
+        let row: [Option<RunStatus>; 10] = match from {
+            //                 Claim          Suspend          Yield            Complete           Fail            Park            RequestCancel   Cancel             Resume  Admit
+            S::Queued => [
+                None,
+                None,
+                None,
+                None,
+                None,
+                None,
+                None,
+                Some(S::Cancelled),
+                None,
+                Some(S::Pending),
+            ],
             S::Pending => [
                 Some(S::Running),
                 None,
@@ -100,6 +117,7 @@ mod tests {
                 None,
                 None,
                 Some(S::Cancelled),
+                None,
                 None,
             ],
             S::Running => [
@@ -112,6 +130,7 @@ mod tests {
                 Some(S::Running),
                 Some(S::Cancelled),
                 None,
+                None,
             ],
             S::Waiting => [
                 Some(S::Running),
@@ -122,6 +141,7 @@ mod tests {
                 None,
                 None,
                 Some(S::Cancelled),
+                None,
                 None,
             ],
             S::Parked => [
@@ -134,8 +154,9 @@ mod tests {
                 None,
                 Some(S::Cancelled),
                 Some(S::Pending),
+                None,
             ],
-            S::Completed | S::Failed | S::Cancelled => [None; 9],
+            S::Completed | S::Failed | S::Cancelled => [None; 10],
         };
         let i = EVENTS.iter().position(|e| *e == event).unwrap();
         row[i]

@@ -190,6 +190,52 @@ impl RunStore for ProbeStore {
             .create_run_within(run, started, max_unfinished)
             .await
     }
+    async fn admit_run(
+        &self,
+        run: &Run,
+        started: &TimelineEvent,
+        max_unfinished: Option<u64>,
+    ) -> Result<Run, StoreError> {
+        self.check()?;
+        self.wrote(serde_json::to_vec(run).map(|v| v.len()).unwrap_or(0));
+        self.inner.admit_run(run, started, max_unfinished).await
+    }
+    async fn take_step_slot(
+        &self,
+        key: &str,
+        max: u32,
+        holder: &StepSlotHolder,
+        now: Timestamp,
+        grant_for: std::time::Duration,
+    ) -> Result<(StepSlot, Vec<HandedSlot>), StoreError> {
+        self.check()?;
+        self.wrote(0);
+        self.inner
+            .take_step_slot(key, max, holder, now, grant_for)
+            .await
+    }
+    async fn give_back_step_slot(
+        &self,
+        key: &str,
+        max: u32,
+        holder: &StepSlotHolder,
+        now: Timestamp,
+        grant_for: std::time::Duration,
+    ) -> Result<Vec<HandedSlot>, StoreError> {
+        self.check()?;
+        self.wrote(0);
+        self.inner
+            .give_back_step_slot(key, max, holder, now, grant_for)
+            .await
+    }
+    async fn limit_usage(&self, tenant: &TenantId) -> Result<Vec<LimitUsage>, StoreError> {
+        self.read()?;
+        self.inner.limit_usage(tenant).await
+    }
+    async fn queue_position(&self, tenant: &TenantId, at: &QueuedAt) -> Result<u64, StoreError> {
+        self.read()?;
+        self.inner.queue_position(tenant, at).await
+    }
     async fn unfinished_runs(&self, tenant: &TenantId) -> Result<u64, StoreError> {
         self.read()?;
         self.inner.unfinished_runs(tenant).await
@@ -244,6 +290,9 @@ impl RunStore for ProbeStore {
         self.inner.load_journal(tenant, run_id).await
     }
     async fn checkpoint(&self, checkpoint: &Checkpoint) -> Result<(), StoreError> {
+        self.checkpoint_admitting(checkpoint).await.map(drop)
+    }
+    async fn checkpoint_admitting(&self, checkpoint: &Checkpoint) -> Result<Vec<Run>, StoreError> {
         self.check()?;
         self.paused_before.hold().await;
         if self.crash_before.load(Ordering::SeqCst) && self.crash_after.load(Ordering::SeqCst) == 1
@@ -271,7 +320,7 @@ impl RunStore for ProbeStore {
             + serde_json::to_vec(&checkpoint.tool_calls)
                 .map(|v| v.len())
                 .unwrap_or(0);
-        let result = self.inner.checkpoint(checkpoint).await;
+        let result = self.inner.checkpoint_admitting(checkpoint).await;
         if result.is_ok() {
             self.wrote(bytes);
             self.checkpoints.fetch_add(1, Ordering::SeqCst);

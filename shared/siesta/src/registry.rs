@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::context::Context;
 use crate::error::Error;
+use crate::flow::RunLimit;
 use crate::schedule::{Schedule, ScheduleError};
 
 type Run = dyn Fn(Context, serde_json::Value) -> BoxFuture<'static, Result<serde_json::Value, Error>>
@@ -80,6 +81,8 @@ pub struct Registry {
     /// Policies set per workflow; the others follow the engine's
     /// [`EngineConfig::upgrade_policy`](crate::EngineConfig::upgrade_policy).
     policies: BTreeMap<String, UpgradePolicy>,
+    /// Concurrency limits, by name.
+    limits: BTreeMap<String, RunLimit>,
     /// Schedules by name, checked at registration.
     schedules: BTreeMap<String, Schedule>,
 }
@@ -129,6 +132,37 @@ impl Registry {
     /// [`Engine::upgrade_policy`](crate::Engine::upgrade_policy) for the one that applies.
     pub fn policy(&self, name: &str) -> Option<UpgradePolicy> {
         self.policies.get(name).copied()
+    }
+
+    /// Declare a concurrency limit ([`RunLimit`]): at most its `max` unfinished runs
+    /// of the workflows it names per key; a start over it is queued until a slot
+    /// frees (docs/flow-control.md). A limit may name workflows registered before or
+    /// after it, and a workflow may be under several limits.
+    ///
+    /// ```
+    /// use siesta::prelude::*;
+    /// # async fn per_customer(_: Context, _: serde_json::Value) -> Result<(), Error> { Ok(()) }
+    /// let mut registry = Registry::new();
+    /// registry
+    ///     .register("per_customer", per_customer)
+    ///     .limit(RunLimit::new("per-customer", 1).key_from_input("/customer").workflow("per_customer"));
+    /// ```
+    ///
+    /// # Panics
+    /// When a limit of the same name was declared already.
+    pub fn limit(&mut self, limit: RunLimit) -> &mut Self {
+        let name = limit.name().to_owned();
+        assert!(
+            !self.limits.contains_key(&name),
+            "the concurrency limit {name} is declared twice"
+        );
+        self.limits.insert(name, limit);
+        self
+    }
+
+    /// The concurrency limits declared, by name.
+    pub fn limits(&self) -> impl Iterator<Item = &RunLimit> {
+        self.limits.values()
     }
 
     /// The workflow registered as `name`.

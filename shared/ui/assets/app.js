@@ -8,7 +8,7 @@ const dialog = document.getElementById('dialog');
 const FINISHED = ['completed', 'failed', 'cancelled'];
 const FIRST_ROWS = 40; // event rows in the first paint of a run page
 const MORE_ROWS = 500; // event rows added per task after it
-const STATUSES = ['pending', 'running', 'waiting', 'parked', 'completed', 'failed', 'cancelled'];
+const STATUSES = ['queued', 'pending', 'running', 'waiting', 'parked', 'completed', 'failed', 'cancelled'];
 const KEY_STORE = 'siesta.apiKey';
 let timers = [];
 let generation = 0; // bumped on every navigation: late answers of a left page are dropped
@@ -229,7 +229,7 @@ function runsTable(page, params) {
     const end = finishedAt(r);
     const took = (end ?? Date.now()) - instant(r.created_at);
     return `<tr data-run-id="${esc(r.id)}">
-      <td>${badge(r.status)}${r.cancel_requested ? ' <span class="muted">cancelling</span>' : ''}${r.awaiting_build ? ` <span class="muted" title="started on build ${esc(r.awaiting_build)}; this server runs only its own build">awaiting its build</span>` : ''}</td>
+      <td>${badge(r.status)}${r.cancel_requested ? ' <span class="muted">cancelling</span>' : ''}${r.awaiting_build ? ` <span class="muted" title="started on build ${esc(r.awaiting_build)}; this server runs only its own build">awaiting its build</span>` : ''}${r.queued ? ` <span class="muted" title="waits for a slot of the concurrency limit ${esc(r.queued.limit)}">${esc(queuedText(r.queued))}</span>` : ''}</td>
       <td>${esc(r.workflow)}</td>
       <td class="id">${runLink(r.id)}</td>
       ${showTenant ? `<td>${esc(r.tenant)}</td>` : ''}
@@ -445,11 +445,22 @@ function eventRows(events) {
   }).join('');
 }
 
+/** A queued run's line in words: "per-customer acme · next in line". */
+function queuedText(q) {
+  const place = q.position ? (q.position === 1 ? 'next in line' : `${q.position} in line`) : 'in line';
+  return `${q.limit}${q.key ? ` ${q.key}` : ''} · ${place}`;
+}
+
 function explain(view, model) {
   const { run } = model;
   const took = (finishedAt(view) ?? Date.now()) - instant(view.created_at);
   const lines = [];
   switch (view.status) {
+    case 'queued': {
+      const q = view.queued || {};
+      lines.push(`<p><b>Queued</b>: started, but the concurrency limit <code>${esc(q.limit || '?')}</code> is full${q.key ? ` for the key <code>${esc(q.key)}</code>` : ''}: as many runs as it allows hold it. It costs nothing while it waits, takes deliveries meanwhile, and begins the moment a run holding the key finishes${q.position ? ` — it is <b>${q.position === 1 ? 'next' : `number ${q.position}`}</b> in line` : ''}. <code>GET /limits</code> (or <code>siesta runs limits</code>) shows who holds each key.</p>`);
+      break;
+    }
     case 'pending': lines.push('<p><b>Pending</b>: started and queued; a worker picks it up at its next wake-up.</p>'); break;
     case 'running': lines.push('<p><b>Running</b>: a worker holds its lease and is executing the workflow from its journal.</p>'); break;
     case 'waiting': {

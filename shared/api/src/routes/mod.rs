@@ -7,6 +7,7 @@ mod builds;
 mod control;
 mod dead_letters;
 mod deliveries;
+mod limits;
 mod meta;
 mod replay;
 mod runs;
@@ -26,6 +27,7 @@ use builds::*;
 use control::*;
 use dead_letters::*;
 use deliveries::*;
+use limits::*;
 use meta::*;
 use replay::*;
 use runs::*;
@@ -67,6 +69,7 @@ pub(crate) fn table(base: utoipa::openapi::OpenApi) -> OpenApiRouter<AppState> {
         .routes(routes!(redrive_dead_letter))
         .routes(routes!(redrive_dead_letters))
         .routes(routes!(list_builds))
+        .routes(routes!(list_limits))
         .routes(routes!(list_schedules))
         .routes(routes!(pause_schedule))
         .routes(routes!(resume_schedule))

@@ -75,12 +75,15 @@ pub(crate) async fn start_run(
         .map(|sent| siesta::telemetry::current_trace_parent().unwrap_or(sent));
     let (run, replayed) = match (
         app.engine
-            .start_in_trace(
+            .start_with(
                 &tenant,
                 &start.workflow,
                 start.input.clone(),
-                run_id.clone(),
-                trace_parent,
+                StartOptions {
+                    run_id: run_id.clone(),
+                    trace_parent,
+                    concurrency_key: start.concurrency_key.clone(),
+                },
             )
             .await,
         run_id,
@@ -162,12 +165,14 @@ pub(crate) async fn list_runs(
             siesta::ports::StoreError::Invalid(m) => ApiError::bad_request(m),
             other => other.into(),
         })?;
+    let mut runs = Vec::with_capacity(page.runs.len());
+    for run in &page.runs {
+        let mut view = served_view(run, None, app.engine.config());
+        app.place_in_line(run, &mut view).await;
+        runs.push(view);
+    }
     Ok(Json(RunPage {
-        runs: page
-            .runs
-            .iter()
-            .map(|r| served_view(r, None, app.engine.config()))
-            .collect(),
+        runs,
         next_cursor: page.next_cursor,
     }))
 }

@@ -15,7 +15,9 @@
 //! `checkpoint.rs` (a step's checkpoint kept in the run item as its tail, and the
 //! checkpoint in a transaction — a finishing checkpoint is one of those), `delivery.rs`
 //! (an accepted delivery), `run.rs` (a whole run item written over the stored one, what
-//! the delivery and the checkpoint share). Nothing here sends a request.
+//! the delivery and the checkpoint share), `limits.rs` (concurrency limits' slots:
+//! taken in a create's transaction, freed and handed on in a finishing checkpoint's).
+//! Nothing here sends a request.
 
 mod checkpoint;
 mod claim;
@@ -23,12 +25,14 @@ mod create;
 mod delivery;
 #[cfg(test)]
 mod fixtures;
+mod limits;
 mod run;
 
 pub(crate) use checkpoint::*;
 pub(crate) use claim::*;
 pub(crate) use create::*;
 pub(crate) use delivery::*;
+pub(crate) use limits::*;
 pub(crate) use run::*;
 
 use std::collections::HashMap;
@@ -85,6 +89,15 @@ pub(crate) enum Role {
     DeliveryCallback,
     /// The tenant's count of unfinished runs.
     Quota,
+    /// The counter of one key of a concurrency limit: how many hold it, how many wait.
+    LimitCounter,
+    /// A run's hold on a slot of a key of a limit.
+    LimitHolder,
+    /// A run's place in the line of a key of a limit.
+    LimitWaiter,
+    /// A queued run a finishing checkpoint hands a slot to (admitted, or queued for its
+    /// next limit).
+    AdmittedRun,
 }
 
 impl Role {
@@ -95,6 +108,10 @@ impl Role {
             Role::RunWithTail => "Run with tail".into(),
             Role::TailArchived => "Tail archived".into(),
             Role::CallbackOpened => "Callback opened".into(),
+            Role::LimitCounter => "Limit counter".into(),
+            Role::LimitHolder => "Limit holder".into(),
+            Role::LimitWaiter => "Limit waiter".into(),
+            Role::AdmittedRun => "Admitted run".into(),
             other => format!("{other:?}"),
         }
     }
@@ -141,6 +158,11 @@ pub(crate) enum Action {
     /// Check the item under `key` against the condition, writing nothing (in a
     /// transaction only).
     Check {
+        /// The item's key.
+        key: Item,
+    },
+    /// Delete the item under `key` (in a transaction only).
+    Delete {
         /// The item's key.
         key: Item,
     },

@@ -18,23 +18,28 @@ use crate::layout::{self, Role};
 
 impl DynamoStore {
     /// How a checkpoint changes its tenant's count of unfinished runs: +1 per child
-    /// run, -1 when it moves the run from unfinished to finished. Whether it does is
-    /// read here, at the version the checkpoint is conditioned on: if the run moved on
-    /// since, the checkpoint's own condition fails and the count is not touched.
-    pub(super) async fn unfinished_delta(&self, cp: &Checkpoint) -> Result<i64, StoreError> {
+    /// run, -1 when it moves the run from unfinished to finished — and, then, the run
+    /// as it was before (what the slots of its concurrency limits are freed from).
+    /// Whether it does is read here, at the version the checkpoint is conditioned on:
+    /// if the run moved on since, the checkpoint's own condition fails and neither the
+    /// count nor a slot is touched.
+    pub(super) async fn unfinished_delta(
+        &self,
+        cp: &Checkpoint,
+    ) -> Result<(i64, Option<Run>), StoreError> {
         let children = cp
             .child_runs
             .iter()
             .filter(|(child, _)| !child.status.is_finished())
             .count() as i64;
         if !cp.run.status.is_finished() {
-            return Ok(children);
+            return Ok((children, None));
         }
-        let finishes = match self.get_run(&cp.run.tenant, &cp.run.id).await? {
-            Some(before) => before.version == cp.expected_version && !before.status.is_finished(),
-            None => false,
-        };
-        Ok(children - i64::from(finishes))
+        let finishing = self
+            .get_run(&cp.run.tenant, &cp.run.id)
+            .await?
+            .filter(|before| before.version == cp.expected_version && !before.status.is_finished());
+        Ok((children - i64::from(finishing.is_some()), finishing))
     }
 
     pub(super) async fn current_run(
@@ -48,8 +53,13 @@ impl DynamoStore {
     }
 }
 
-/// [`RunStore::checkpoint`]: one `TransactWriteItems`.
-pub(super) async fn checkpoint(store: &DynamoStore, cp: &Checkpoint) -> Result<(), StoreError> {
+/// [`RunStore::checkpoint_admitting`]: one `TransactWriteItems` (or, for a step, one
+/// `UpdateItem`); a run that finishes frees its concurrency slots in it and hands them
+/// on ([`layout::release`]), answering which runs that admitted.
+pub(super) async fn checkpoint(
+    store: &DynamoStore,
+    cp: &Checkpoint,
+) -> Result<Vec<Run>, StoreError> {
     let (tenant, run_id) = (&cp.run.tenant, &cp.run.id);
     // A run moved to another build (an upgrade) and child runs are on builds the
     // tenant's records must list.
@@ -63,10 +73,12 @@ pub(super) async fn checkpoint(store: &DynamoStore, cp: &Checkpoint) -> Result<(
     for (child, _) in &cp.child_runs {
         store.note_build(child).await?;
     }
-    let unfinished = store.unfinished_delta(cp).await?;
+    let (unfinished, finishing) = store.unfinished_delta(cp).await?;
+    // A run with concurrency limits that finishes here frees its slots in this write.
+    let releasing = finishing.filter(|before| !before.limits.is_empty());
     // A step's checkpoint, typically: kept in the run item as its tail.
     if layout::may_keep_in_tail(cp, unfinished) && checkpoint_in_tail(store, cp).await? {
-        return Ok(());
+        return Ok(Vec::new());
     }
     let previous_tail = match cp.by_own_build {
         true => store.tail_at(&cp.run, cp.expected_version).await?.flatten(),
@@ -121,9 +133,16 @@ pub(super) async fn checkpoint(store: &DynamoStore, cp: &Checkpoint) -> Result<(
             return Err(e);
         }
     };
-    let written: Result<(), Refused> = async {
+    let written: Result<Vec<Run>, Refused> = async {
         for _ in 0..RACE_ATTEMPTS {
             let mut plan = base.clone();
+            // The slots it frees, handed on, from the lines as they are now.
+            let mut admitted = Vec::new();
+            if let Some(before) = &releasing {
+                let slots = store.plan_release(before, cp.run.updated_at).await?;
+                plan.writes.extend(slots.writes);
+                admitted = slots.admitted;
+            }
             if let Some(delivery) = &cp.parent_delivery {
                 // A missing or finished parent, or a duplicate, skips the delivery.
                 match store.plan(delivery, Dedup::Read).await {
@@ -157,7 +176,7 @@ pub(super) async fn checkpoint(store: &DynamoStore, cp: &Checkpoint) -> Result<(
                             &closed_states,
                         );
                     }
-                    return Ok(());
+                    return Ok(admitted);
                 }
                 TxOutcome::Cancelled(reasons) => reasons,
                 TxOutcome::NotWritten(e) => return Err(Refused::Certainly(e)),
@@ -182,15 +201,16 @@ pub(super) async fn checkpoint(store: &DynamoStore, cp: &Checkpoint) -> Result<(
             {
                 return Err(Refused::Certainly(StoreError::AlreadyExists));
             }
-            // Only the parent's records moved since they were read: read them again.
+            // Only the parent's records, or the limits' lines, moved since they were
+            // read: read them again.
         }
         Err(Refused::Certainly(StoreError::Unavailable(
-            "checkpoint: the parent run kept changing".into(),
+            "checkpoint: the parent run or the limits' lines kept changing".into(),
         )))
     }
     .await;
     match written {
-        Ok(()) => Ok(()),
+        Ok(admitted) => Ok(admitted),
         Err(Refused::Maybe(e)) => Err(e),
         // A refused checkpoint writes nothing (the port's contract), its openings
         // included — even refused by a conflict under its own lease, which the core

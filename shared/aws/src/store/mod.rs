@@ -16,7 +16,8 @@
 //! roles of their items), [`lifecycle`] (create, claim, renew), [`replay_input`] (what a
 //! replay loads), [`checkpoint`] (and [`tail`], a checkpoint kept in the run item),
 //! [`deliveries`], [`builds`] (the tenant's build records), [`queries`] (timeline and
-//! run listings) and [`due`] (the sweep's index). The [`RunStore`] impl here only routes
+//! run listings), [`due`] (the sweep's index) and [`limits`] (concurrency limits: a
+//! start under them, what their plans read, usage and places in line). The [`RunStore`] impl here only routes
 //! each call to its file, but for the one-item reads.
 
 mod builds;
@@ -26,6 +27,7 @@ mod deliveries;
 mod due;
 mod just_read;
 mod lifecycle;
+mod limits;
 mod openings;
 mod queries;
 mod reads;
@@ -104,6 +106,23 @@ impl RunStore for DynamoStore {
         self.create(run, started, Some(max_unfinished)).await
     }
 
+    async fn admit_run(
+        &self,
+        run: &Run,
+        started: &TimelineEvent,
+        max_unfinished: Option<u64>,
+    ) -> Result<Run, StoreError> {
+        self.admit(run, started, max_unfinished).await
+    }
+
+    async fn limit_usage(&self, tenant: &TenantId) -> Result<Vec<LimitUsage>, StoreError> {
+        self.usage(tenant).await
+    }
+
+    async fn queue_position(&self, tenant: &TenantId, at: &QueuedAt) -> Result<u64, StoreError> {
+        self.position(tenant, at).await
+    }
+
     async fn unfinished_runs(&self, tenant: &TenantId) -> Result<u64, StoreError> {
         let item = self
             .get_item("unfinished_runs", key(quota_pk(tenant), RECORD_SK))
@@ -162,6 +181,10 @@ impl RunStore for DynamoStore {
     }
 
     async fn checkpoint(&self, cp: &Checkpoint) -> Result<(), StoreError> {
+        checkpoint::checkpoint(self, cp).await.map(drop)
+    }
+
+    async fn checkpoint_admitting(&self, cp: &Checkpoint) -> Result<Vec<Run>, StoreError> {
         checkpoint::checkpoint(self, cp).await
     }
 

@@ -12,8 +12,8 @@ use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::operation::update_item::{UpdateItemError, UpdateItemOutput};
 use aws_sdk_dynamodb::types::{
-    ConditionCheck, Put, ReturnConsumedCapacity, ReturnValue, ReturnValuesOnConditionCheckFailure,
-    TransactWriteItem, Update,
+    ConditionCheck, Delete, Put, ReturnConsumedCapacity, ReturnValue,
+    ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update,
 };
 use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
 use siesta::ports::*;
@@ -115,6 +115,17 @@ fn transact_item(table: &str, write: &PlannedWrite) -> Result<TransactWriteItem,
                 .set_expression_attribute_names(names)
                 .set_expression_attribute_values(values);
             item.condition_check(build(check.build())?).build()
+        }
+        Action::Delete { key } => {
+            let (names, values) = placeholders(&HashMap::new(), &Item::new(), condition);
+            let delete = Delete::builder()
+                .table_name(table)
+                .set_key(Some(key.clone()))
+                .set_condition_expression(expression)
+                .set_expression_attribute_names(names)
+                .set_expression_attribute_values(values)
+                .set_return_values_on_condition_check_failure(old);
+            item.delete(build(delete.build())?).build()
         }
     })
 }

@@ -19,7 +19,9 @@ use self::journal::{read_journal, schema_id};
 use self::rows::{conflict, insert_event_as, insert_run, run_key, update_run_as};
 use crate::cursors::ListPosition;
 use crate::deliveries::{apply_delivery, get_callback, put_callback_as};
-use crate::{EmbeddedBackend, builds, from_json, retention, sql, stored, unfinished};
+use crate::{
+    EmbeddedBackend, builds, from_json, limits, retention, sql, step_slots, stored, unfinished,
+};
 
 /// A page of a tenant's runs, newest first, after the cursor `(?4, ?5)` (its creation
 /// time and run key).
@@ -74,6 +76,77 @@ impl RunStore for EmbeddedBackend {
             insert_run(tx, &run, &started, &reaping)
         })
         .await
+    }
+
+    async fn admit_run(
+        &self,
+        run: &Run,
+        started: &TimelineEvent,
+        max_unfinished: Option<u64>,
+    ) -> Result<Run, StoreError> {
+        let (run, started) = (run.clone(), started.clone());
+        let reaping = self.reaping();
+        self.tx_of(run.tenant.0.clone(), move |tx, _| {
+            if get_run(tx, &run.tenant.0, &run.id.0)?.is_some() {
+                return Err(StoreError::AlreadyExists);
+            }
+            if let Some(max) = max_unfinished {
+                let unfinished = unfinished::count(tx, &run.tenant)?;
+                if unfinished >= max {
+                    return Err(StoreError::OverQuota(format!(
+                        "tenant {} has {unfinished} unfinished runs; its limit is {max}",
+                        run.tenant
+                    )));
+                }
+            }
+            let run = limits::admit(tx, &run)?;
+            insert_run(tx, &run, &started, &reaping)?;
+            Ok(run)
+        })
+        .await
+    }
+
+    async fn take_step_slot(
+        &self,
+        key: &str,
+        max: u32,
+        holder: &StepSlotHolder,
+        now: Timestamp,
+        grant_for: std::time::Duration,
+    ) -> Result<(StepSlot, Vec<HandedSlot>), StoreError> {
+        let (key, holder) = (key.to_owned(), holder.clone());
+        let reaping = self.reaping();
+        self.tx_of(holder.tenant.0.clone(), move |tx, _| {
+            step_slots::take(tx, &key, max, &holder, now, grant_for, &reaping)
+        })
+        .await
+    }
+
+    async fn give_back_step_slot(
+        &self,
+        key: &str,
+        max: u32,
+        holder: &StepSlotHolder,
+        now: Timestamp,
+        grant_for: std::time::Duration,
+    ) -> Result<Vec<HandedSlot>, StoreError> {
+        let (key, holder) = (key.to_owned(), holder.clone());
+        let reaping = self.reaping();
+        self.tx_of(holder.tenant.0.clone(), move |tx, _| {
+            step_slots::give_back(tx, &key, max, &holder, now, grant_for, &reaping)
+        })
+        .await
+    }
+
+    async fn limit_usage(&self, tenant: &TenantId) -> Result<Vec<LimitUsage>, StoreError> {
+        let tenant = tenant.clone();
+        self.read(move |tx| limits::usage(tx, &tenant)).await
+    }
+
+    async fn queue_position(&self, tenant: &TenantId, at: &QueuedAt) -> Result<u64, StoreError> {
+        let (tenant, at) = (tenant.clone(), at.clone());
+        self.read(move |tx| limits::position(tx, &tenant, &at))
+            .await
     }
 
     async fn unfinished_runs(&self, tenant: &TenantId) -> Result<u64, StoreError> {
@@ -190,6 +263,10 @@ impl RunStore for EmbeddedBackend {
     }
 
     async fn checkpoint(&self, checkpoint: &Checkpoint) -> Result<(), StoreError> {
+        self.checkpoint_admitting(checkpoint).await.map(drop)
+    }
+
+    async fn checkpoint_admitting(&self, checkpoint: &Checkpoint) -> Result<Vec<Run>, StoreError> {
         let cp = checkpoint.clone();
         let encoded = EncodedCheckpoint::of(&cp)?;
         let reaping = self.reaping();
@@ -241,7 +318,11 @@ impl RunStore for EmbeddedBackend {
                         Err(e) => return Err(e),
                     }
                 }
-                Ok(())
+                // A run that finishes here frees its concurrency slots in this write.
+                if cp.run.status.is_finished() && !current.status.is_finished() && !current.limits.is_empty() {
+                    return limits::release(tx, &current, cp.run.updated_at, &reaping);
+                }
+                Ok(Vec::new())
             })
             .await
     }

@@ -19,6 +19,11 @@ pub(crate) struct ContextConfig {
     pub callback_base_url: String,
     /// The build of the code running, recorded on the child runs it starts.
     pub build_id: String,
+    /// The deployment's maxima of limits, step limits' among them (by key).
+    pub limits: crate::flow::LimitOverrides,
+    /// How long a lease lasts: how long a step slot handed to a waiting run is kept for
+    /// it, and (half of it) how often a waiting step looks at its line again.
+    pub lease_ttl: std::time::Duration,
 }
 
 /// Why every branch stopped, when it was not simply waiting.
@@ -429,8 +434,8 @@ impl Shared {
                     by_own_build: true,
                 }
             };
-            match self.backend.store.checkpoint(&checkpoint).await {
-                Ok(()) => {
+            match self.backend.store.checkpoint_admitting(&checkpoint).await {
+                Ok(admitted) => {
                     let exporting = crate::telemetry::exporting();
                     let mut ended = Vec::new();
                     {
@@ -476,6 +481,21 @@ impl Shared {
                             .await
                         {
                             tracing::warn!(run_id = %child.id, error = %e, "wake-up for child run not sent");
+                        }
+                    }
+                    // The runs this finish handed its concurrency slots to. A lost send
+                    // is healed by the sweep: an admitted run is due now.
+                    for run in &admitted {
+                        let mut wake =
+                            WakeUp::new(run.tenant.clone(), run.id.clone(), WakeReason::Started);
+                        wake.seq_hint = Some(run.timeline_seq);
+                        if let Err(e) = self
+                            .backend
+                            .queue
+                            .send(&wake, std::time::Duration::ZERO)
+                            .await
+                        {
+                            tracing::warn!(run_id = %run.id, error = %e, "wake-up for admitted run not sent");
                         }
                     }
                     return Ok(());

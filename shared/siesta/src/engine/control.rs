@@ -76,6 +76,8 @@ impl Engine {
             let mut checkpoint = Checkpoint::new(next.clone(), run.version, None);
             checkpoint.timeline = checkpoint_events;
             if !leased {
+                // A queued run leaves its line with this write (the store frees it).
+                next.queued = None;
                 next.lease = None;
                 next.due_at = None;
                 next.resend_after = None;
@@ -102,8 +104,9 @@ impl Engine {
             }
             let others = checkpoint.item_count() - checkpoint.callbacks.len();
             let overflow = overflowing(&mut checkpoint.callbacks, others);
-            match self.backend.store.checkpoint(&checkpoint).await {
-                Ok(()) => {
+            match self.backend.store.checkpoint_admitting(&checkpoint).await {
+                Ok(admitted) => {
+                    self.wake_admitted(&admitted).await;
                     self.close_overflow(tenant, run_id, overflow).await;
                     self.watchers.changed(tenant, run_id);
                     // A run cancelled while no one held it ends here: its root span

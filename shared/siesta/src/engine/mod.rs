@@ -38,6 +38,7 @@ pub mod dead_letters;
 mod deliveries;
 mod finish;
 mod lease;
+mod limits;
 mod reap;
 mod replay_check;
 mod schedules;
@@ -50,8 +51,10 @@ mod wakeup;
 pub(crate) mod worker;
 
 pub use dead_letters::DeadLetterReport;
+pub use limits::LimitReport;
 pub use replay_check::{Divergence, ReplayCheck, RunExport};
 pub use schedules::{ScheduleInfo, ScheduleReport, parse_schedule_names};
+pub use start::StartOptions;
 pub use sweep::SweepReport;
 pub use upgrade::{DivergedRun, SkippedRun, UpgradeReport};
 pub use worker::BatchReport;
@@ -150,6 +153,9 @@ pub struct EngineConfig {
     /// listed as paused, they may still be triggered by hand. Enabled again, their
     /// missed ticks follow their catch-up policy. Default: none.
     pub disabled_schedules: std::collections::BTreeSet<String>,
+    /// This deployment's maximum for concurrency limits declared in code, by name
+    /// ([`Registry::limit`]); the others keep their declared maximum. Default: none.
+    pub limits: crate::flow::LimitOverrides,
 }
 
 /// What the sweep of an engine does with a due run that another build started (see
@@ -188,6 +194,7 @@ impl Default for EngineConfig {
             upgrade_policy: UpgradePolicy::Pinned,
             sweep_other_builds: OtherBuilds::Wake,
             disabled_schedules: std::collections::BTreeSet::new(),
+            limits: crate::flow::LimitOverrides::default(),
         }
     }
 }
@@ -415,6 +422,8 @@ impl Engine {
             inline_limit: self.config.inline_limit,
             callback_base_url: self.config.callback_base_url.clone(),
             build_id: self.config.build_id.clone(),
+            limits: self.config.limits.clone(),
+            lease_ttl: self.config.lease_ttl,
         }
     }
 

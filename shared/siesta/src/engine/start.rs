@@ -8,6 +8,18 @@ use crate::model::*;
 use crate::ports::*;
 use crate::quota::{self, QuotaExceeded, QuotaLimit, json_size};
 
+/// How to start a run ([`Engine::start_with`]); every field may be left out.
+#[derive(Debug, Clone, Default)]
+pub struct StartOptions {
+    /// The run's id (an idempotent start); default a fresh time-ordered one.
+    pub run_id: Option<RunId>,
+    /// The W3C trace context the run joins; see [`Engine::start_in_trace`].
+    pub trace_parent: Option<crate::telemetry::TraceParent>,
+    /// The key the run counts under for limits whose key is given at start
+    /// ([`RunLimit::key_given_at_start`](crate::RunLimit::key_given_at_start)).
+    pub concurrency_key: Option<String>,
+}
+
 impl Engine {
     /// Start a run of `workflow` with `input`. The run is created pending and a wake-up
     /// is sent; `run_id` picks the id (default: a fresh time-ordered one).
@@ -34,11 +46,43 @@ impl Engine {
         run_id: Option<RunId>,
         trace_parent: Option<crate::telemetry::TraceParent>,
     ) -> Result<Run, EngineError> {
+        let options = StartOptions {
+            run_id,
+            trace_parent,
+            concurrency_key: None,
+        };
+        self.start_with(tenant, workflow, input, options).await
+    }
+
+    /// [`Engine::start`] with every option. A run under concurrency limits
+    /// ([`Registry::limit`](crate::Registry::limit)) that finds one of them full is
+    /// created [`RunStatus::Queued`] and sent no wake-up: the write that frees its
+    /// slot admits it (docs/flow-control.md).
+    pub async fn start_with(
+        &self,
+        tenant: &TenantId,
+        workflow: &str,
+        input: serde_json::Value,
+        options: StartOptions,
+    ) -> Result<Run, EngineError> {
+        let StartOptions {
+            run_id,
+            trace_parent,
+            concurrency_key,
+        } = options;
         let wf = self
             .registry
             .get(workflow)
             .ok_or_else(|| EngineError::UnknownWorkflow(workflow.to_owned()))?;
         wf.validate(&input).map_err(EngineError::InvalidInput)?;
+        let limits = crate::flow::slots_for(
+            self.registry.limits(),
+            &self.config.limits,
+            workflow,
+            &input,
+            concurrency_key.as_deref(),
+        )
+        .map_err(EngineError::InvalidInput)?;
         let now = self.clock.now();
         let quota = self.config.quotas.for_tenant(tenant);
         quota::check_size(
@@ -62,6 +106,7 @@ impl Engine {
         run.timeline_seq = 1;
         run.build_id = Some(self.config.build_id.clone());
         run.trace_parent = trace_parent;
+        run.limits = limits;
         // A start's wake-up is handled within seconds but for a backlog: past the short
         // margin the sweep sends another, so a start cut off before its send is not
         // left for the general margin (see `EngineConfig::start_resend_margin`).
@@ -82,14 +127,22 @@ impl Engine {
             })
             .to_value(),
         );
-        let created = match quota.max_unfinished_runs {
-            Some(max) => {
-                self.backend
-                    .store
-                    .create_run_within(&run, &started, max)
-                    .await
+        let created = if run.limits.is_empty() {
+            match quota.max_unfinished_runs {
+                Some(max) => {
+                    self.backend
+                        .store
+                        .create_run_within(&run, &started, max)
+                        .await
+                }
+                None => self.backend.store.create_run(&run, &started).await,
             }
-            None => self.backend.store.create_run(&run, &started).await,
+        } else {
+            self.backend
+                .store
+                .admit_run(&run, &started, quota.max_unfinished_runs)
+                .await
+                .map(|stored| run = stored)
         };
         match created {
             Ok(()) => {}
@@ -102,7 +155,11 @@ impl Engine {
         if trace_parent.is_none() {
             crate::telemetry::link_to_run(&tracing::Span::current(), &run);
         }
-        self.send_start(&run).await;
+        if run.status == RunStatus::Queued {
+            tracing::info!(tenant = %tenant, run_id = %run.id, queued = ?run.queued, "run queued behind a concurrency limit");
+        } else {
+            self.send_start(&run).await;
+        }
         Ok(run)
     }
 
@@ -125,6 +182,15 @@ impl Engine {
             self.send_start(&run).await;
         }
         Ok(run)
+    }
+
+    /// Send the wake-ups that begin the runs a write admitted from their lines
+    /// ([`RunStore::checkpoint_admitting`]). A failed send is left to the sweep: an
+    /// admitted run is due.
+    pub(crate) async fn wake_admitted(&self, admitted: &[Run]) {
+        for run in admitted {
+            self.send_start(run).await;
+        }
     }
 
     /// Send the wake-up that begins `run` (a start's, or its retry's). A failed send is

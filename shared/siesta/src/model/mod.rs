@@ -14,11 +14,13 @@ use crate::time::Timestamp;
 
 mod deliveries;
 mod events;
+mod flow;
 mod journal;
 mod trace;
 
 pub use deliveries::*;
 pub use events::*;
+pub use flow::{LimitSlot, QueuedAt};
 pub use journal::*;
 pub use trace::{TraceParent, root_span_id_for, trace_id_for};
 
@@ -133,6 +135,10 @@ impl FencingEpoch {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RunStatus {
+    /// Created, but over one of its concurrency limits: it waits in line for a slot
+    /// ([`Run::queued`] says where) and costs nothing meanwhile; the write that frees
+    /// the slot makes it pending.
+    Queued,
     /// Created or yielded; runnable, waiting for an engine to claim it.
     Pending,
     /// Claimed by an engine that is advancing it.
@@ -152,7 +158,8 @@ pub enum RunStatus {
 
 impl RunStatus {
     /// Every status, for exhaustive tests and listings.
-    pub const ALL: [RunStatus; 7] = [
+    pub const ALL: [RunStatus; 8] = [
+        RunStatus::Queued,
         RunStatus::Pending,
         RunStatus::Running,
         RunStatus::Waiting,
@@ -173,6 +180,7 @@ impl RunStatus {
     /// The status as its wire name.
     pub fn as_str(self) -> &'static str {
         match self {
+            RunStatus::Queued => "queued",
             RunStatus::Pending => "pending",
             RunStatus::Running => "running",
             RunStatus::Waiting => "waiting",
@@ -321,6 +329,13 @@ pub struct Run {
     /// (see [`crate::telemetry`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace_parent: Option<TraceParent>,
+    /// The concurrency limits the run counts against until it finishes, in the order
+    /// its slots are taken (docs/flow-control.md); empty for a run under none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub limits: Vec<LimitSlot>,
+    /// Where it waits while [`RunStatus::Queued`]; `None` otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queued: Option<QueuedAt>,
 }
 
 impl Run {
@@ -354,6 +369,8 @@ impl Run {
             parent: None,
             build_id: None,
             trace_parent: None,
+            limits: Vec::new(),
+            queued: None,
         }
     }
 
@@ -380,9 +397,13 @@ impl Run {
                     || self.cancel_requested
                     || self.due_at.is_some_and(|d| d <= now)
             }
-            RunStatus::Completed | RunStatus::Failed | RunStatus::Cancelled | RunStatus::Parked => {
-                false
-            }
+            // A queued run is admitted by the write that frees its slot, not by a
+            // wake-up.
+            RunStatus::Queued
+            | RunStatus::Completed
+            | RunStatus::Failed
+            | RunStatus::Cancelled
+            | RunStatus::Parked => false,
         }
     }
 }

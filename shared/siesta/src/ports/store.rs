@@ -211,6 +211,56 @@ pub struct ReapedRun {
     pub workflow: String,
 }
 
+/// How many hold and wait for one key of one concurrency limit ([`RunStore::limit_usage`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LimitUsage {
+    /// The limit's name.
+    pub limit: String,
+    /// The key (`""` for a limit without one).
+    pub key: String,
+    /// Runs holding a slot.
+    pub holders: u64,
+    /// Runs queued for one.
+    pub waiters: u64,
+}
+
+/// A step attempt's claim on a slot of a step limit ([`RunStore::take_step_slot`]):
+/// the run, the step's position and the fencing epoch of the invocation running it. A
+/// holder whose run's lease moved to another epoch, or lapsed, holds nothing any more.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepSlotHolder {
+    /// The run's tenant.
+    pub tenant: TenantId,
+    /// The run.
+    pub run_id: RunId,
+    /// The step's position.
+    pub position: Position,
+    /// The epoch of the lease the attempt runs under.
+    pub epoch: FencingEpoch,
+}
+
+/// What [`RunStore::take_step_slot`] gave.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StepSlot {
+    /// The attempt holds a slot: it may run.
+    Held,
+    /// Every slot is held: the attempt waits in the key's line, at this place (1:
+    /// next).
+    Queued {
+        /// Its place in line.
+        position: u64,
+    },
+}
+
+/// A run a write made due so that it takes the step slot handed to it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HandedSlot {
+    /// The run's tenant.
+    pub tenant: TenantId,
+    /// The run.
+    pub run_id: RunId,
+}
+
 /// Durable storage of runs and everything that belongs to them.
 #[async_trait]
 pub trait RunStore: Send + Sync + 'static {
@@ -237,6 +287,96 @@ pub trait RunStore: Send + Sync + 'static {
         started: &TimelineEvent,
         max_unfinished: u64,
     ) -> Result<(), StoreError>;
+
+    /// Create `run` under its concurrency limits ([`Run::limits`]), taking its slots by
+    /// the rule of [`crate::flow::slots`] in the same atomic write: returns the run as
+    /// stored — as given (pending) when it holds every slot, else
+    /// [`RunStatus::Queued`] with [`Run::queued`] saying where it waits, `due_at` and
+    /// `resend_after` `None` (a queued run is not due: the write that frees its slot
+    /// makes it so). Within `max_unfinished` as [`RunStore::create_run_within`], when
+    /// given; errors as [`RunStore::create_run`]. A run without limits is created as
+    /// [`RunStore::create_run`] creates it.
+    ///
+    /// Each slot taken or line joined is one more item in the create's transaction (on
+    /// DynamoDB a counter item per key of a limit, conditioned on its count, and an
+    /// item per waiter). Default: [`StoreError::Unsupported`] for a run with limits.
+    async fn admit_run(
+        &self,
+        run: &Run,
+        started: &TimelineEvent,
+        max_unfinished: Option<u64>,
+    ) -> Result<Run, StoreError> {
+        if !run.limits.is_empty() {
+            return Err(StoreError::Unsupported(
+                "concurrency limits on this backend".to_owned(),
+            ));
+        }
+        match max_unfinished {
+            Some(max) => self.create_run_within(run, started, max).await?,
+            None => self.create_run(run, started).await?,
+        }
+        Ok(run.clone())
+    }
+
+    /// Every key of `tenant`'s concurrency limits that a run holds or waits for, by
+    /// limit and key. Bounded by the keys in use, never by the runs. Default: none (a
+    /// backend without limits).
+    async fn limit_usage(&self, tenant: &TenantId) -> Result<Vec<LimitUsage>, StoreError> {
+        let _ = tenant;
+        Ok(Vec::new())
+    }
+
+    /// The place of the queued run waiting at `at` in its line: 1 when it is next.
+    /// Default: [`StoreError::Unsupported`].
+    async fn queue_position(&self, tenant: &TenantId, at: &QueuedAt) -> Result<u64, StoreError> {
+        let _ = (tenant, at);
+        Err(StoreError::Unsupported(
+            "concurrency limits on this backend".to_owned(),
+        ))
+    }
+
+    /// Take a slot of the step limit `key` (at most `max` attempts in flight across the
+    /// deployment) for `holder`'s attempt, by the rule of [`crate::flow::slots`] with
+    /// holders that lapse: first every holder that no longer holds is let go — one whose
+    /// run's lease is at another epoch or expired at `now` (its attempt crashed or was
+    /// abandoned), or a slot handed to a waiting run that did not take it by its grant's
+    /// end — and freed slots go to the first in line. Then `holder` holds when a slot
+    /// was handed to its run's step, when it is first in line and a slot is free, or
+    /// when no one waits and a slot is free; otherwise it joins the line (once: a holder
+    /// already in line keeps its place) and is [`StepSlot::Queued`].
+    ///
+    /// A slot handed to a waiting run is granted until `now` + `grant_for`; the run is
+    /// made due at `now` when it waits (its `version` + 1) and returned, for the caller
+    /// to send its wake-up. One atomic write. Default: [`StoreError::Unsupported`].
+    async fn take_step_slot(
+        &self,
+        key: &str,
+        max: u32,
+        holder: &StepSlotHolder,
+        now: Timestamp,
+        grant_for: std::time::Duration,
+    ) -> Result<(StepSlot, Vec<HandedSlot>), StoreError> {
+        let _ = (key, max, holder, now, grant_for);
+        Err(StoreError::Unsupported(
+            "step concurrency limits on this backend".to_owned(),
+        ))
+    }
+
+    /// Give back `holder`'s slot of the step limit `key` (its attempt ended): the slot
+    /// goes to the first in line, as [`RunStore::take_step_slot`] hands one. The runs
+    /// made due. Giving back a slot not held does nothing. Default: nothing to give
+    /// back.
+    async fn give_back_step_slot(
+        &self,
+        key: &str,
+        max: u32,
+        holder: &StepSlotHolder,
+        now: Timestamp,
+        grant_for: std::time::Duration,
+    ) -> Result<Vec<HandedSlot>, StoreError> {
+        let _ = (key, max, holder, now, grant_for);
+        Ok(Vec::new())
+    }
 
     /// How many of `tenant`'s runs are not finished, as the store counts them for
     /// [`RunStore::create_run_within`].
@@ -307,6 +447,20 @@ pub trait RunStore: Send + Sync + 'static {
     /// [`RunStore::deliver`], except that a missing or finished parent or a duplicate id
     /// skips it silently instead of failing the checkpoint.
     async fn checkpoint(&self, checkpoint: &Checkpoint) -> Result<(), StoreError>;
+
+    /// [`RunStore::checkpoint`], answering which runs the write admitted. A checkpoint
+    /// that finishes a run with concurrency limits ([`Run::limits`]) — or cancels a
+    /// queued one — frees the slots it held in the same atomic write and hands each to
+    /// the first in its line by the rule of [`crate::flow::slots`]; a run handed its
+    /// last slot becomes pending and due at the checkpoint's `run.updated_at`
+    /// (`version` + 1), and is among those returned, so the caller sends its wake-up at
+    /// once (one lost is healed by the sweep: the run is due). Every checkpoint frees
+    /// slots so, whichever of the two methods wrote it. Default:
+    /// [`RunStore::checkpoint`], admitting none.
+    async fn checkpoint_admitting(&self, checkpoint: &Checkpoint) -> Result<Vec<Run>, StoreError> {
+        self.checkpoint(checkpoint).await?;
+        Ok(Vec::new())
+    }
 
     /// Store a delivery. One `TransactWriteItems`: the delivery (condition: its id is new
     /// for this run), its timeline event, and the run (`inbox_seq` + 1, `timeline_seq` +

@@ -28,6 +28,7 @@ use crate::retry::RetryStrategy;
 
 mod run;
 mod settle;
+mod slot;
 
 use run::run_step;
 
@@ -141,6 +142,8 @@ struct StepSpec<T> {
     park_on_exhaustion: bool,
     /// The label of its timeline events when not the mode's own (a model call).
     sub_type: Option<SubType>,
+    /// The step limit its attempts count against (`.limit(key, max)`).
+    limit: Option<slot::StepLimit>,
 }
 
 /// A step being configured; `.await` it at once (replay relies on creation order).
@@ -174,6 +177,7 @@ impl Context {
                 retry: RetryStrategy::default(),
                 park_on_exhaustion: false,
                 sub_type: None,
+                limit: None,
             },
         }
     }
@@ -206,6 +210,7 @@ impl Context {
                 retry: RetryStrategy::default(),
                 park_on_exhaustion: false,
                 sub_type: None,
+                limit: None,
             },
         })
     }
@@ -243,6 +248,20 @@ impl<T, F> StepBuilder<T, F> {
     /// the error to the workflow.
     pub fn park_on_exhaustion(mut self) -> Self {
         self.spec.park_on_exhaustion = true;
+        self
+    }
+
+    /// Count each attempt against the step limit `key`: at most `max` attempts of steps
+    /// naming it in flight at once across the deployment (`--limits` may set another
+    /// max for the key). An attempt over it waits durably — the run suspends, nothing
+    /// runs — and goes on when a slot frees (docs/flow-control.md). Only an executing
+    /// attempt holds a slot; one that crashed gives it back when its lease ends.
+    ///
+    /// ```ignore
+    /// let answer = ctx.step("llm", |_| async { call_model().await }).limit("openai", 8).await?;
+    /// ```
+    pub fn limit(mut self, key: &str, max: u32) -> Self {
+        self.spec.limit = Some(slot::StepLimit::new(key, max));
         self
     }
 }
@@ -288,6 +307,12 @@ impl<T, F> ToolCallBuilder<T, F> {
     /// When retries are exhausted, park the run instead of returning the error.
     pub fn park_on_exhaustion(mut self) -> Self {
         self.0.spec.park_on_exhaustion = true;
+        self
+    }
+
+    /// Count each attempt against the step limit `key` (see [`StepBuilder::limit`]).
+    pub fn limit(mut self, key: &str, max: u32) -> Self {
+        self.0.spec.limit = Some(slot::StepLimit::new(key, max));
         self
     }
 

@@ -20,6 +20,7 @@ where
         retry,
         park_on_exhaustion,
         sub_type: label,
+        limit,
     } = spec;
     let is_tool = matches!(mode, Mode::Tool { .. });
     let sub = label.unwrap_or_else(|| sub_type(is_tool));
@@ -163,6 +164,15 @@ where
     };
     ctx.go_live();
     ctx.boundary().await;
+    // Over its step limit, the attempt waits: the run suspends until a slot is handed
+    // to it (or it looks again), and replays to here.
+    let slot = match &limit {
+        Some(limit) => match ctx.take_step_slot(limit, &op).await {
+            super::slot::Turn::Go(held) => Some(held),
+            super::slot::Turn::WaitUntil(at) => return ctx.suspend(Some(at)).await,
+        },
+        None => None,
+    };
     // Claimed until the step returns: dropped before (a combinator's loser), it gives
     // the messages back to the next boundary (see `claim`).
     let (drained, claim) = ctx.drain_messages(&op);
@@ -219,6 +229,10 @@ where
     };
     let outcome =
         tracing::Instrument::instrument(attempt_catching_panics(f, step_ctx), span.clone()).await;
+    // Only an executing attempt holds a slot: the next in line may go now.
+    if let Some(held) = slot {
+        ctx.give_back_step_slot(held).await;
+    }
     match &outcome {
         Ok(_) => span.record("outcome", "succeeded"),
         Err(e) => span
