@@ -219,8 +219,7 @@ impl AwsBackend {
             artifacts: self.artifacts.clone(),
             queue: self.queue.clone(),
             streams: self.streams.clone(),
-            // Not on DynamoDB yet: the sweep logs it and fires no schedule.
-            schedules: std::sync::Arc::new(siesta::ports::NoSchedules),
+            schedules: self.store.clone(),
         }
     }
 }

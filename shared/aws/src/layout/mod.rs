@@ -16,7 +16,8 @@
 //! checkpoint in a transaction — a finishing checkpoint is one of those), `delivery.rs`
 //! (an accepted delivery), `run.rs` (a whole run item written over the stored one, what
 //! the delivery and the checkpoint share), `limits.rs` (concurrency limits' slots:
-//! taken in a create's transaction, freed and handed on in a finishing checkpoint's).
+//! taken in a create's transaction, freed and handed on in a finishing checkpoint's),
+//! `schedules.rs` (a schedule's state, one conditional put).
 //! Nothing here sends a request.
 
 mod checkpoint;
@@ -27,6 +28,7 @@ mod delivery;
 mod fixtures;
 mod limits;
 mod run;
+mod schedules;
 
 pub(crate) use checkpoint::*;
 pub(crate) use claim::*;
@@ -34,6 +36,7 @@ pub(crate) use create::*;
 pub(crate) use delivery::*;
 pub(crate) use limits::*;
 pub(crate) use run::*;
+pub(crate) use schedules::*;
 
 use std::collections::HashMap;
 
@@ -98,6 +101,8 @@ pub(crate) enum Role {
     /// A queued run a finishing checkpoint hands a slot to (admitted, or queued for its
     /// next limit).
     AdmittedRun,
+    /// A schedule's state.
+    Schedule,
 }
 
 impl Role {

@@ -32,6 +32,7 @@ mod openings;
 mod queries;
 mod reads;
 mod replay_input;
+mod schedules;
 mod tail;
 mod tx;
 
