@@ -19,6 +19,8 @@
 //! - [`per_customer`](per_customer::per_customer) — one conversation per customer at a
 //!   time: a concurrency limit keyed by the input's `customer` queues a second start
 //!   until the first run (which waits for the event `done`) finishes.
+//! - [`limited`](limited::limited) — steps that report each attempt to a recorder,
+//!   under a run limit per key and a step limit: the shape of `scripts/crash-limits`.
 //! - [`timer`](timer::timer) — sleep on one durable timer until an instant (RFC 3339) or
 //!   for `sleep_ms`: the shape of `siesta bench --timers N`.
 //!
@@ -27,6 +29,7 @@
 pub mod agent;
 pub mod approval;
 pub mod chain;
+pub mod limited;
 pub mod order;
 pub mod per_customer;
 pub mod report;
@@ -38,6 +41,7 @@ use siesta::prelude::*;
 pub use agent::{AgentInput, SupportDemoModel, agent_with, configured_model};
 pub use approval::{ApprovalInput, ApprovalOutcome, Decision, ExecutedStep, approval};
 pub use chain::chain;
+pub use limited::{LimitedInput, limited, limited_runs};
 pub use order::{OrderInput, OrderOutcome, PaymentEvent, order};
 pub use per_customer::{PerCustomerInput, PerCustomerOutcome, per_customer, per_customer_limit};
 pub use report::{
@@ -71,7 +75,9 @@ pub fn registry() -> Registry {
     }
     registry
         .register("per_customer", per_customer)
-        .limit(per_customer_limit());
+        .limit(per_customer_limit())
+        .register("limited", limited)
+        .limit(limited_runs());
     registry
 }
 

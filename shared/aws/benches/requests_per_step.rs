@@ -24,6 +24,9 @@ use siesta_aws::{RequestCounter, WrittenItems};
 const STEPS: u32 = 100;
 const RUNS: usize = 5;
 const WAITS: u32 = 10;
+/// Runs started at once under a limit of one per key: one holds its slot, the others
+/// wait in line, and each finish hands the slot to the next.
+const LIMITED: u32 = 10;
 /// How long the long step (a model call, say) holds its run.
 const LONG_STEP: std::time::Duration = std::time::Duration::from_millis(2_100);
 /// The lease the long step is run under: renewed every two fifths of it, so about eight
@@ -83,6 +86,17 @@ fn registry() -> Registry {
             })
             .await
         },
+    );
+    // One step, as itself and under a concurrency limit of one run per customer.
+    for name in ["one_step", "one_step_limited"] {
+        reg.register(name, |ctx: Context, _: serde_json::Value| async move {
+            ctx.step("work", |_| async { Ok(1u32) }).await
+        });
+    }
+    reg.limit(
+        siesta::flow::RunLimit::new("bench-per-customer", 1)
+            .key_from_input("/customer")
+            .workflow("one_step_limited"),
     );
     reg
 }
@@ -416,6 +430,65 @@ async fn main() {
     let run = long.get_run(&tenant, &run.id).await.expect("run");
     assert_eq!(run.status, RunStatus::Completed, "{:?}", run.error);
     print_renewals(&written_before, &aws.written_items());
+
+    // E: runs of one step, without a limit and under one (one per customer, all of one
+    // customer: each start but the first queued, each finish handing its slot on).
+    let mut per_run = Vec::new();
+    for (workflow, title) in [
+        ("one_step", format!("{LIMITED} runs of one step, no limit:")),
+        (
+            "one_step_limited",
+            format!(
+                "{LIMITED} runs of one step under a limit of one per key, started together (the first admitted, the others queued; each finish hands the slot to the next):"
+            ),
+        ),
+    ] {
+        println!("{title}");
+        counter.reset();
+        let before = aws.consumed_capacity();
+        let written_before = aws.written_items();
+        let customer = uuid::Uuid::new_v4().simple().to_string();
+        let mut runs = Vec::new();
+        for _ in 0..LIMITED {
+            let run = engine
+                .start(&tenant, workflow, json!({ "customer": customer }), None)
+                .await
+                .expect("start");
+            runs.push(run.id);
+        }
+        engine.run_until_idle(1000).await.expect("work");
+        for id in &runs {
+            let run = engine.get_run(&tenant, id).await.expect("run");
+            assert_eq!(run.status, RunStatus::Completed, "{id}: {:?}", run.error);
+        }
+        let after = aws.consumed_capacity();
+        let capacity = siesta_aws::ConsumedCapacity {
+            write_units: after.write_units - before.write_units,
+            read_units: after.read_units - before.read_units,
+        };
+        let mut figures = Figures::per(&counter, capacity, f64::from(LIMITED));
+        (figures.wcu_billed, figures.bytes) = print_written(
+            &written_before,
+            &aws.written_items(),
+            f64::from(LIMITED),
+            "run",
+        );
+        figures.print("run");
+        println!("  requests: {:?}", counter.snapshot());
+        per_run.push(figures);
+    }
+    let (free, limited) = (&per_run[0], &per_run[1]);
+    println!(
+        "  a limited run (its slot taken at its start, freed and handed on at its finish) costs beside a run without one: {:+.3} DynamoDB write requests, {:+.3} WCU, {:+.3} read requests, {:+.3} RCU, {:+.3} SQS requests: ${:+.2} per million runs (${:.2} against ${:.2})",
+        limited.ddb_writes - free.ddb_writes,
+        limited.wcu_billed - free.wcu_billed,
+        limited.ddb_reads - free.ddb_reads,
+        limited.rcu - free.rcu,
+        (limited.sqs_sends + limited.sqs_other) - (free.sqs_sends + free.sqs_other),
+        limited.dollars_per_million() - free.dollars_per_million(),
+        limited.dollars_per_million(),
+        free.dollars_per_million()
+    );
 
     println!("targets:");
     for (what, figures, target) in [("step", &a, 1.50), ("wait", &b, 5.00)] {

@@ -219,6 +219,7 @@ macro_rules! conformance_suite {
             a_cancelled_queued_run_frees_what_it_held_and_leaves_its_line
             slots_follow_the_rule_over_a_long_history
             step_slots_hold_at_most_max_and_hand_over_in_line
+            rate_turns_are_spaced_kept_and_used_once
             // reading
             timeline_pages_are_gapless
             timeline_pages_from_every_point_across_checkpoints_and_deliveries

@@ -62,10 +62,20 @@ pub(crate) const BACKFILL: &str = "UPDATE runs SET build = json_extract(body, '$
 const BUILDS: &str =
     "SELECT build, first_seen, last_seen FROM tenant_builds WHERE tenant = ?1 ORDER BY build";
 
+/// Schema version 9: [`SCHEMA`]'s partial index again, its condition written as three
+/// `<>` instead of a `NOT IN` list, which SQLite evaluates by building a temporary table
+/// on every insert and status change of a run (a third of a status update's
+/// instructions); the query below names the same condition, so it still reads the index.
+pub(crate) const INDEX_WITHOUT_NOT_IN: &str = "
+DROP INDEX IF EXISTS runs_unfinished_by_build;
+CREATE INDEX runs_unfinished_by_build ON runs (tenant, build, status)
+    WHERE build IS NOT NULL AND status <> 'completed' AND status <> 'failed' AND status <> 'cancelled';
+";
+
 /// The tenant's unfinished runs by build and status, from the partial index alone.
 const UNFINISHED_BY_BUILD: &str =
     "SELECT build, status, count(*) FROM runs INDEXED BY runs_unfinished_by_build
-     WHERE tenant = ?1 AND build IS NOT NULL AND status NOT IN ('completed', 'failed', 'cancelled')
+     WHERE tenant = ?1 AND build IS NOT NULL AND status <> 'completed' AND status <> 'failed' AND status <> 'cancelled'
      GROUP BY build, status";
 
 /// Move a run to another build (an upgrade); the trigger notes the build for its

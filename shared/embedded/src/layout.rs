@@ -264,6 +264,16 @@ const MIGRATIONS: &[Migration] = &[
     },
     Migration {
         version: 8,
+        schema: crate::rate_turns::SCHEMA,
+        backfill: crate::limits::BACKFILL,
+    },
+    Migration {
+        version: 9,
+        schema: crate::builds::INDEX_WITHOUT_NOT_IN,
+        backfill: crate::limits::BACKFILL,
+    },
+    Migration {
+        version: 10,
         schema: crate::schedules::SCHEMA,
         backfill: crate::schedules::BACKFILL,
     },

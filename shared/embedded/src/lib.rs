@@ -39,6 +39,7 @@ mod limits;
 #[cfg(test)]
 mod query_plans;
 mod queue;
+mod rate_turns;
 pub use queue::QueueDepth;
 mod recovery;
 mod retention;

@@ -58,7 +58,7 @@ fn held(run: &Run) -> usize {
 /// now holds them all.
 fn take_from(tx: &Connection, run: &mut Run, from: usize) -> Result<bool, StoreError> {
     let tenant = run.tenant.0.clone();
-    for slot in run.limits[from..].to_vec() {
+    for slot in run.limits[from..].iter().cloned() {
         let line = params![tenant, slot.limit, slot.key];
         let holders: u64 = tx
             .prepare_cached(HOLDERS)

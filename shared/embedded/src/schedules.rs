@@ -10,14 +10,14 @@ use siesta::*;
 
 use crate::{EmbeddedBackend, from_json, sql, to_json};
 
-/// Schema version 8: schedules' states.
+/// Schema version 10: schedules' states.
 pub(crate) const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS schedules (
     tenant TEXT NOT NULL, name TEXT NOT NULL, version INTEGER NOT NULL, body TEXT NOT NULL,
     PRIMARY KEY (tenant, name)) WITHOUT ROWID;
 ";
 
-/// What a file that holds runs needs for version 8: nothing, no schedule has a state yet.
+/// What a file that holds runs needs for version 10: nothing, no schedule has a state yet.
 pub(crate) const BACKFILL: &str = "";
 
 #[async_trait]

@@ -17,34 +17,44 @@ use siesta::ports::StoreError;
 
 use crate::sql;
 
-/// The counter table and the triggers that keep it (idempotent).
+/// The counter table and the triggers that keep it (idempotent). Their conditions
+/// spell the finished statuses out rather than as an `IN` list, which SQLite evaluates
+/// by building a temporary table every time a run is inserted or changes status.
 const COUNTER: &str = "
 CREATE TABLE IF NOT EXISTS tenant_unfinished (
     tenant TEXT PRIMARY KEY, runs INTEGER NOT NULL) WITHOUT ROWID;
 CREATE TRIGGER IF NOT EXISTS tenant_unfinished_insert AFTER INSERT ON runs
-    WHEN new.status NOT IN ('completed', 'failed', 'cancelled')
+    WHEN new.status <> 'completed' AND new.status <> 'failed' AND new.status <> 'cancelled'
     BEGIN
         INSERT INTO tenant_unfinished (tenant, runs) VALUES (new.tenant, 1)
             ON CONFLICT (tenant) DO UPDATE SET runs = runs + 1;
     END;
 CREATE TRIGGER IF NOT EXISTS tenant_unfinished_delete AFTER DELETE ON runs
-    WHEN old.status NOT IN ('completed', 'failed', 'cancelled')
+    WHEN old.status <> 'completed' AND old.status <> 'failed' AND old.status <> 'cancelled'
     BEGIN
         UPDATE tenant_unfinished SET runs = runs - 1 WHERE tenant = old.tenant;
     END;
 CREATE TRIGGER IF NOT EXISTS tenant_unfinished_finish AFTER UPDATE OF status ON runs
-    WHEN old.status NOT IN ('completed', 'failed', 'cancelled')
-     AND new.status IN ('completed', 'failed', 'cancelled')
+    WHEN old.status <> 'completed' AND old.status <> 'failed' AND old.status <> 'cancelled'
+     AND (new.status = 'completed' OR new.status = 'failed' OR new.status = 'cancelled')
     BEGIN
         UPDATE tenant_unfinished SET runs = runs - 1 WHERE tenant = old.tenant;
     END;
 CREATE TRIGGER IF NOT EXISTS tenant_unfinished_unfinish AFTER UPDATE OF status ON runs
-    WHEN old.status IN ('completed', 'failed', 'cancelled')
-     AND new.status NOT IN ('completed', 'failed', 'cancelled')
+    WHEN (old.status = 'completed' OR old.status = 'failed' OR old.status = 'cancelled')
+     AND new.status <> 'completed' AND new.status <> 'failed' AND new.status <> 'cancelled'
     BEGIN
         INSERT INTO tenant_unfinished (tenant, runs) VALUES (new.tenant, 1)
             ON CONFLICT (tenant) DO UPDATE SET runs = runs + 1;
     END;
+";
+
+/// The four triggers, dropped to be made again by [`COUNTER`].
+const DROP_TRIGGERS: &str = "
+DROP TRIGGER IF EXISTS tenant_unfinished_insert;
+DROP TRIGGER IF EXISTS tenant_unfinished_delete;
+DROP TRIGGER IF EXISTS tenant_unfinished_finish;
+DROP TRIGGER IF EXISTS tenant_unfinished_unfinish;
 ";
 
 /// Counts a file's runs once, when the counter is new to it (a new file, one made
@@ -73,6 +83,10 @@ pub(crate) fn ensure(conn: &Connection, new: bool) -> Result<(), StoreError> {
             |r| r.get(0),
         )
         .map_err(sql)?;
+    // The triggers are made again at every open, so a file whose triggers were written
+    // with `IN` lists gets these; the count they keep does not move meanwhile (one
+    // transaction, no run written).
+    conn.execute_batch(DROP_TRIGGERS).map_err(sql)?;
     conn.execute_batch(COUNTER).map_err(sql)?;
     if kept != 5 && !new {
         conn.execute_batch(COUNT_EXISTING).map_err(sql)?;

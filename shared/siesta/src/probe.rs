@@ -214,6 +214,17 @@ impl RunStore for ProbeStore {
             .take_step_slot(key, max, holder, now, grant_for)
             .await
     }
+    async fn take_rate_turn(
+        &self,
+        key: &str,
+        interval: std::time::Duration,
+        holder: &StepSlotHolder,
+        now: Timestamp,
+    ) -> Result<RateTurn, StoreError> {
+        self.check()?;
+        self.wrote(0);
+        self.inner.take_rate_turn(key, interval, holder, now).await
+    }
     async fn give_back_step_slot(
         &self,
         key: &str,

@@ -241,8 +241,10 @@ pub fn trace_parent_of(span: &tracing::Span) -> Option<TraceParent> {
     exporter()?.context(span)
 }
 
-pub(crate) fn on_execution_span(span: &tracing::Span, run: &crate::model::Run) {
-    set_parent(span, run_trace_parent(run));
+/// Parent a wake-up's span on its run's trace, `trace` ([`run_trace_parent`], derived
+/// once per wake-up by the caller: each derivation is two SHA-256 digests).
+pub(crate) fn on_execution_span(span: &tracing::Span, trace: TraceParent) {
+    set_parent(span, trace);
 }
 
 pub(crate) fn on_wait_ended(parent: &tracing::Span, wait: &WaitSpan) {

@@ -310,31 +310,26 @@ impl<'a> View<'a> {
     /// The line `line`, from its counter as read; when it was not read, the counters of
     /// `also` not read yet are asked for with it.
     fn line(&mut self, line: &Line, also: &[LimitSlot]) -> Result<&mut LineState, Need> {
-        if !self.lines.contains_key(line) {
-            let Some(read) = self.reads.counters.get(line) else {
-                let mut missing: Vec<Line> = also
-                    .iter()
-                    .map(Line::of)
-                    .filter(|l| !self.reads.counters.contains_key(l))
-                    .collect();
-                if !missing.contains(line) {
-                    missing.insert(0, line.clone());
-                }
-                return Err(Need::Counters(missing));
-            };
-            self.lines.insert(
-                line.clone(),
-                LineState {
-                    read: *read,
-                    now: read.unwrap_or_default(),
-                    ops: Vec::new(),
-                    holders: BTreeMap::new(),
-                    joined: BTreeMap::new(),
-                    left: BTreeMap::new(),
-                },
-            );
-        }
-        Ok(self.lines.get_mut(line).expect("inserted above"))
+        // A line the plan has is one whose counter was read: reads only grow.
+        let Some(read) = self.reads.counters.get(line).copied() else {
+            let mut missing: Vec<Line> = also
+                .iter()
+                .map(Line::of)
+                .filter(|l| !self.reads.counters.contains_key(l))
+                .collect();
+            if !missing.contains(line) {
+                missing.insert(0, line.clone());
+            }
+            return Err(Need::Counters(missing));
+        };
+        Ok(self.lines.entry(line.clone()).or_insert_with(|| LineState {
+            read,
+            now: read.unwrap_or_default(),
+            ops: Vec::new(),
+            holders: BTreeMap::new(),
+            joined: BTreeMap::new(),
+            left: BTreeMap::new(),
+        }))
     }
 
     /// Take `run`'s slots from its `from`-th on: whether it now holds them all (else it
@@ -465,7 +460,9 @@ impl<'a> View<'a> {
                     });
                 here.then(|| changed.now.clone())
             });
-            let state = self.lines.get_mut(line).expect("read by first_waiter");
+            let Some(state) = self.lines.get_mut(line) else {
+                return Ok(());
+            };
             if was_read {
                 state.left.insert(ticket, id.clone());
             } else {

@@ -8,6 +8,7 @@ use siesta::ports::*;
 use siesta::*;
 
 use super::deliveries::{Dedup, Planned};
+use super::limits::{LINE_ATTEMPTS, line_backoff};
 use super::openings::{put_openings, split_openings, withdraw_openings};
 use super::tail::checkpoint_in_tail;
 use super::tx::{TxOutcome, reason_of};
@@ -133,8 +134,17 @@ pub(super) async fn checkpoint(
             return Err(e);
         }
     };
+    // A finish that frees slots may lose its lines to racing starts and finishes of
+    // the same keys: it is planned again more often, after a pause.
+    let attempts = match releasing {
+        Some(_) => LINE_ATTEMPTS,
+        None => RACE_ATTEMPTS,
+    };
     let written: Result<Vec<Run>, Refused> = async {
-        for _ in 0..RACE_ATTEMPTS {
+        for attempt in 0..attempts {
+            if attempt > 0 && releasing.is_some() {
+                line_backoff(attempt).await;
+            }
             let mut plan = base.clone();
             // The slots it frees, handed on, from the lines as they are now.
             let mut admitted = Vec::new();

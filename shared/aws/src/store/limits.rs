@@ -9,8 +9,8 @@ use aws_sdk_dynamodb::types::{ReturnConsumedCapacity, Select};
 use siesta::ports::*;
 use siesta::*;
 
+use super::DynamoStore;
 use super::tx::{TxOutcome, reason_of};
-use super::{DynamoStore, RACE_ATTEMPTS};
 use crate::error::sdk;
 use crate::item::*;
 use crate::keys::*;
@@ -21,6 +21,19 @@ use crate::layout::{
 /// How many reads one plan may ask for before the store gives up on it: far more than
 /// a finish that hands slots on through a few lines needs.
 const PLAN_READS: usize = 200;
+
+/// How many times a write that changes a limit's line is planned again after another
+/// writer changed the line first: a busy key's line takes one joiner per round, so more
+/// than [`super::RACE_ATTEMPTS`], each after a short random pause ([`line_backoff`]).
+pub(super) const LINE_ATTEMPTS: usize = 32;
+
+/// The pause before the `attempt`-th plan of a write that lost a line to another
+/// writer: random, so that racing writers spread out, and growing (up to about 100 ms).
+pub(super) async fn line_backoff(attempt: usize) {
+    let ceiling = 5u64 << attempt.min(4);
+    let ms = fresh_rev() % ceiling.max(1);
+    tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+}
 
 /// A fresh number for the counters a write changes (their `rev`): a condition on the
 /// one read fails after any other write of the counter.
@@ -168,7 +181,10 @@ impl DynamoStore {
             )));
         }
         self.note_build(run).await?;
-        for _ in 0..RACE_ATTEMPTS {
+        for attempt in 0..LINE_ATTEMPTS {
+            if attempt > 0 {
+                line_backoff(attempt).await;
+            }
             let rev = fresh_rev();
             let (created, slots) = self
                 .plan_slots("admit_run", &run.tenant, SlotReads::default(), |reads| {

@@ -411,3 +411,55 @@ pub async fn step_slots_hold_at_most_max_and_hand_over_in_line(h: Harness) {
         "holders whose lease lapsed hold nothing"
     );
 }
+
+/// Rate turns: evenly spaced by the interval from the key's last; an attempt asking
+/// again gets the turn kept for it, used once it has come; a newcomer goes after every
+/// turn given.
+pub async fn rate_turns_are_spaced_kept_and_used_once(h: Harness) {
+    let key = unique("rpm");
+    let every = std::time::Duration::from_millis(100);
+    let tenant = tenant();
+    let mut runs = Vec::new();
+    for _ in 0..4 {
+        runs.push(create(&h, &tenant).await);
+    }
+    let now = h.now();
+    let turn = |i: usize, at: Timestamp| {
+        let holder = step_holder(&runs[i], "call#0");
+        let (key, store) = (key.clone(), h.backend.store.clone());
+        async move { store.take_rate_turn(&key, every, &holder, at).await }
+    };
+    let first = match turn(0, now).await {
+        Err(StoreError::Unsupported(why)) => {
+            eprintln!("skipped: this backend has no rate limits ({why})");
+            return;
+        }
+        other => other.expect("take_rate_turn"),
+    };
+    assert_eq!(first, RateTurn::Now);
+    assert_eq!(turn(1, now).await.unwrap(), RateTurn::At(now.plus(every)));
+    assert_eq!(
+        turn(2, now).await.unwrap(),
+        RateTurn::At(now.plus(every * 2))
+    );
+    assert_eq!(
+        turn(1, now).await.unwrap(),
+        RateTurn::At(now.plus(every)),
+        "asking again gets the turn kept"
+    );
+    let later = now.plus(every);
+    assert_eq!(
+        turn(1, later).await.unwrap(),
+        RateTurn::Now,
+        "its turn has come"
+    );
+    assert_eq!(
+        turn(3, later).await.unwrap(),
+        RateTurn::At(now.plus(every * 3))
+    );
+    assert_eq!(
+        turn(1, later).await.unwrap(),
+        RateTurn::At(now.plus(every * 4)),
+        "a used turn is not given twice: the same step asking again is a new attempt"
+    );
+}

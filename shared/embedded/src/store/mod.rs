@@ -20,7 +20,8 @@ use self::rows::{conflict, insert_event_as, insert_run, run_key, update_run_as};
 use crate::cursors::ListPosition;
 use crate::deliveries::{apply_delivery, get_callback, put_callback_as};
 use crate::{
-    EmbeddedBackend, builds, from_json, limits, retention, sql, step_slots, stored, unfinished,
+    EmbeddedBackend, builds, from_json, limits, rate_turns, retention, sql, step_slots, stored,
+    unfinished,
 };
 
 /// A page of a tenant's runs, newest first, after the cursor `(?4, ?5)` (its creation
@@ -118,6 +119,20 @@ impl RunStore for EmbeddedBackend {
         let reaping = self.reaping();
         self.tx_of(holder.tenant.0.clone(), move |tx, _| {
             step_slots::take(tx, &key, max, &holder, now, grant_for, &reaping)
+        })
+        .await
+    }
+
+    async fn take_rate_turn(
+        &self,
+        key: &str,
+        interval: std::time::Duration,
+        holder: &StepSlotHolder,
+        now: Timestamp,
+    ) -> Result<RateTurn, StoreError> {
+        let (key, holder) = (key.to_owned(), holder.clone());
+        self.tx_of(holder.tenant.0.clone(), move |tx, _| {
+            rate_turns::take(tx, &key, interval, &holder, now)
         })
         .await
     }

@@ -178,7 +178,7 @@ impl Engine {
             "siesta.trace_id" = %trace.trace_id_hex(),
             outcome = tracing::field::Empty,
         );
-        crate::telemetry::on_execution_span(&span, &run);
+        crate::telemetry::on_execution_span(&span, trace);
         let outcome =
             tracing::Instrument::instrument(self.advance(run, budget, &watch), span.clone()).await;
         span.record("outcome", wake_outcome_name(&outcome));

@@ -252,6 +252,15 @@ pub enum StepSlot {
     },
 }
 
+/// When a step attempt under a rate limit may run ([`RunStore::take_rate_turn`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RateTurn {
+    /// Now: its turn has come (and is used).
+    Now,
+    /// At this instant: its turn is kept for it until then.
+    At(Timestamp),
+}
+
 /// A run a write made due so that it takes the step slot handed to it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HandedSlot {
@@ -376,6 +385,27 @@ pub trait RunStore: Send + Sync + 'static {
     ) -> Result<Vec<HandedSlot>, StoreError> {
         let _ = (key, max, holder, now, grant_for);
         Ok(Vec::new())
+    }
+
+    /// The turn of `holder`'s attempt under the rate limit `key`, whose turns are
+    /// `interval` apart across the deployment (N per period: `interval` = period / N).
+    /// An attempt that was given a turn before (the same run and step) gets the same
+    /// one; otherwise its turn is the later of `now` and the key's last turn plus
+    /// `interval`, and becomes the key's last. A turn at or before `now` is used
+    /// ([`RateTurn::Now`]) and forgotten; a later one is kept for the attempt
+    /// ([`RateTurn::At`]) so that it goes first when it comes back then. One atomic
+    /// write. Default: [`StoreError::Unsupported`].
+    async fn take_rate_turn(
+        &self,
+        key: &str,
+        interval: std::time::Duration,
+        holder: &StepSlotHolder,
+        now: Timestamp,
+    ) -> Result<RateTurn, StoreError> {
+        let _ = (key, interval, holder, now);
+        Err(StoreError::Unsupported(
+            "step rate limits on this backend".to_owned(),
+        ))
     }
 
     /// How many of `tenant`'s runs are not finished, as the store counts them for

@@ -144,6 +144,8 @@ struct StepSpec<T> {
     sub_type: Option<SubType>,
     /// The step limit its attempts count against (`.limit(key, max)`).
     limit: Option<slot::StepLimit>,
+    /// The rate limit its attempts go by (`.rate(key, n, per)`).
+    rate: Option<slot::StepRate>,
 }
 
 /// A step being configured; `.await` it at once (replay relies on creation order).
@@ -178,6 +180,7 @@ impl Context {
                 park_on_exhaustion: false,
                 sub_type: None,
                 limit: None,
+                rate: None,
             },
         }
     }
@@ -211,6 +214,7 @@ impl Context {
                 park_on_exhaustion: false,
                 sub_type: None,
                 limit: None,
+                rate: None,
             },
         })
     }
@@ -264,6 +268,21 @@ impl<T, F> StepBuilder<T, F> {
         self.spec.limit = Some(slot::StepLimit::new(key, max));
         self
     }
+
+    /// Let at most `n` attempts of steps naming the rate limit `key` start per `per`
+    /// across the deployment, evenly spaced (a provider's 500 requests a minute: one
+    /// every 120 ms). An attempt before its turn waits durably — the run suspends until
+    /// its turn, which is kept for it — and does not fail (docs/flow-control.md).
+    ///
+    /// ```ignore
+    /// ctx.step("llm", |_| async { call_model().await })
+    ///     .rate("openai-rpm", 500, Duration::from_secs(60))
+    ///     .await?;
+    /// ```
+    pub fn rate(mut self, key: &str, n: u32, per: Duration) -> Self {
+        self.spec.rate = Some(slot::StepRate::new(key, n, per));
+        self
+    }
 }
 
 impl<T, F, Fut> IntoFuture for StepBuilder<T, F>
@@ -313,6 +332,13 @@ impl<T, F> ToolCallBuilder<T, F> {
     /// Count each attempt against the step limit `key` (see [`StepBuilder::limit`]).
     pub fn limit(mut self, key: &str, max: u32) -> Self {
         self.0.spec.limit = Some(slot::StepLimit::new(key, max));
+        self
+    }
+
+    /// Start at most `n` attempts per `per` under the rate limit `key` (see
+    /// [`StepBuilder::rate`]).
+    pub fn rate(mut self, key: &str, n: u32, per: Duration) -> Self {
+        self.0.spec.rate = Some(slot::StepRate::new(key, n, per));
         self
     }
 

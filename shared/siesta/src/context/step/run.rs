@@ -21,6 +21,7 @@ where
         park_on_exhaustion,
         sub_type: label,
         limit,
+        rate,
     } = spec;
     let is_tool = matches!(mode, Mode::Tool { .. });
     let sub = label.unwrap_or_else(|| sub_type(is_tool));
@@ -164,6 +165,13 @@ where
     };
     ctx.go_live();
     ctx.boundary().await;
+    // Before its turn under its rate limit, the attempt waits: the run suspends until
+    // the turn kept for it, and replays to here.
+    if let Some(rate) = &rate
+        && let Some(turn) = ctx.take_rate_turn(rate, &op).await
+    {
+        return ctx.suspend(Some(turn)).await;
+    }
     // Over its step limit, the attempt waits: the run suspends until a slot is handed
     // to it (or it looks again), and replays to here.
     let slot = match &limit {

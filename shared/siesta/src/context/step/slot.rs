@@ -1,8 +1,9 @@
 //! A step attempt's slot of a step limit: taken before the attempt runs, given back
-//! when it ends; over the limit, the run suspends until a slot is handed to it.
+//! when it ends; over the limit, the run suspends until a slot is handed to it. And its
+//! turn under a rate limit: before its turn, the run suspends until then.
 
 use super::*;
-use crate::ports::{HandedSlot, StepSlot, StepSlotHolder, WakeReason, WakeUp};
+use crate::ports::{HandedSlot, RateTurn, StepSlot, StepSlotHolder, WakeReason, WakeUp};
 use crate::time::Timestamp;
 
 /// The step limit a step's attempts count against: its key and the max its code
@@ -25,6 +26,29 @@ impl StepLimit {
         StepLimit {
             key: key.to_owned(),
             max,
+        }
+    }
+}
+
+/// The rate limit a step's attempts go by: its key and the time between two turns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct StepRate {
+    key: String,
+    interval: std::time::Duration,
+}
+
+impl StepRate {
+    /// # Panics
+    /// When `key` is empty, `n` is 0 or `per` is zero: a mistake in the workflow's code.
+    pub(super) fn new(key: &str, n: u32, per: std::time::Duration) -> Self {
+        assert!(!key.is_empty(), "a rate limit needs a key");
+        assert!(
+            n > 0 && !per.is_zero(),
+            "the rate limit {key} must let attempts run"
+        );
+        StepRate {
+            key: key.to_owned(),
+            interval: per / n,
         }
     }
 }
@@ -88,6 +112,35 @@ impl Context {
             Err(e) => {
                 tracing::warn!(run_id = %holder.run_id, position = %op.position, limit = %limit.key, error = %e, "step slot not taken; looking again");
                 Turn::WaitUntil(now.plus(std::time::Duration::from_secs(1)))
+            }
+        }
+    }
+
+    /// The turn of the attempt of the step at `op` under `rate`: `None` to run now, or
+    /// when to come back. A store that fails is asked again soon.
+    pub(super) async fn take_rate_turn(&self, rate: &StepRate, op: &Op) -> Option<Timestamp> {
+        let holder = StepSlotHolder {
+            tenant: self.shared.tenant.clone(),
+            run_id: self.shared.run_id.clone(),
+            position: op.position.clone(),
+            epoch: self.shared.epoch(),
+        };
+        let now = self.shared.now();
+        match self
+            .shared
+            .backend
+            .store
+            .take_rate_turn(&rate.key, rate.interval, &holder, now)
+            .await
+        {
+            Ok(RateTurn::Now) => None,
+            Ok(RateTurn::At(turn)) => {
+                tracing::info!(run_id = %holder.run_id, position = %op.position, rate = %rate.key, turn_ms = turn.0, "step waits for its turn under its rate limit");
+                Some(turn)
+            }
+            Err(e) => {
+                tracing::warn!(run_id = %holder.run_id, position = %op.position, rate = %rate.key, error = %e, "rate turn not taken; asking again");
+                Some(now.plus(std::time::Duration::from_secs(1)))
             }
         }
     }

@@ -1,0 +1,73 @@
+//! Step rate limits: attempts naming a key start at most N per period across the
+//! deployment, evenly spaced; an attempt before its turn waits durably (its run
+//! suspends until the turn kept for it) and does not fail.
+
+mod support;
+
+use std::time::Duration;
+
+use serde_json::json;
+use siesta::*;
+use support::world;
+
+/// `paced`: one step under the rate limit `api`, 10 a second.
+fn registry() -> Registry {
+    let mut reg = Registry::new();
+    reg.register("paced", |ctx: Context, _: serde_json::Value| async move {
+        ctx.step("call", |_| async { Ok(()) })
+            .rate("api", 10, Duration::from_secs(1))
+            .await?;
+        Ok(())
+    });
+    reg
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attempts_over_the_rate_wait_for_their_turn_and_never_pass_it_in_any_window() {
+    let w = world(registry());
+    let mut runs = Vec::new();
+    for _ in 0..25 {
+        runs.push(w.start("paced", json!(null)).await);
+    }
+    let waiting = w.run(&runs[24]).await;
+    assert_eq!(
+        waiting.status,
+        RunStatus::Waiting,
+        "the last waits for its turn"
+    );
+    assert!(waiting.lease.is_none(), "suspended: nothing runs for it");
+    for _ in 0..30 {
+        w.advance(Duration::from_millis(100)).await;
+    }
+    // When each attempt ran: its step's outcome is recorded at the engine clock's time
+    // (the harness's clock stands still while an attempt runs).
+    let mut times = Vec::new();
+    for run in &runs {
+        assert_eq!(
+            w.status(run).await,
+            RunStatus::Completed,
+            "{run} waited, then ran"
+        );
+        let ran: Vec<i64> = w
+            .timeline(run)
+            .await
+            .iter()
+            .filter(|e| e.event_type == EventType::StepSucceeded)
+            .map(|e| e.at.0)
+            .collect();
+        assert_eq!(ran.len(), 1, "one attempt each");
+        times.push(ran[0]);
+    }
+    times.sort();
+    for (i, t) in times.iter().enumerate() {
+        let in_window = times[i..].iter().take_while(|u| **u < t + 1000).count();
+        assert!(
+            in_window <= 10,
+            "{in_window} attempts within a second from {t}: {times:?}"
+        );
+    }
+    assert!(
+        times[24] - times[0] >= 2400,
+        "25 attempts at 10 a second span 2.4 s: {times:?}"
+    );
+}
