@@ -506,3 +506,33 @@ fn registration_refuses_an_unknown_workflow_an_invalid_input_and_a_second_schedu
         "unknown time zone 'Paris' (an IANA name such as 'UTC' or 'Europe/Paris')"
     );
 }
+
+#[tokio::test]
+async fn a_tick_whose_start_is_refused_is_tried_again_by_the_next_sweep() {
+    let mut reg = workflows();
+    reg.schedule(Schedule::new("hourly", "quick", "0 * * * *"))
+        .unwrap();
+    let mut config = default_engine_config();
+    config.quotas = siesta::Quotas::parse(r#"{"default": {"max_unfinished_runs": 1}}"#).unwrap();
+    let env = TestEnv::builder(reg)
+        .tenant(TENANT)
+        .start_at(at("2026-01-01T00:30:00Z"))
+        .engine_config(config)
+        .build();
+    let busy = env.start("slow", json!(null)).await;
+    at_time(&env, "2026-01-01T01:00:00Z").await;
+    assert_eq!(
+        runs(&env).await,
+        std::slice::from_ref(&busy.0),
+        "over quota"
+    );
+    assert_eq!(state(&env, "hourly").await.last_fired, None);
+    env.deliver_event(&busy, "done", json!(true)).await;
+    at_time(&env, "2026-01-01T01:02:00Z").await;
+    assert!(
+        runs(&env)
+            .await
+            .contains(&tick_id("hourly", "2026-01-01T01:00:00Z")),
+        "the 01:00 tick, still on time"
+    );
+}
