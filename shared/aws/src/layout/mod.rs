@@ -17,7 +17,8 @@
 //! (an accepted delivery), `run.rs` (a whole run item written over the stored one, what
 //! the delivery and the checkpoint share), `limits.rs` (concurrency limits' slots:
 //! taken in a create's transaction, freed and handed on in a finishing checkpoint's),
-//! `rate_turns.rs` (step rate limits' turns: the key's last turn, the turns kept).
+//! `rate_turns.rs` (step rate limits' turns: the key's last turn, the turns kept),
+//! `schedules.rs` (a schedule's state, one conditional put).
 //! Nothing here sends a request.
 
 mod checkpoint;
@@ -29,6 +30,7 @@ mod fixtures;
 mod limits;
 mod rate_turns;
 mod run;
+mod schedules;
 
 pub(crate) use checkpoint::*;
 pub(crate) use claim::*;
@@ -37,6 +39,7 @@ pub(crate) use delivery::*;
 pub(crate) use limits::*;
 pub(crate) use rate_turns::*;
 pub(crate) use run::*;
+pub(crate) use schedules::*;
 
 use std::collections::HashMap;
 
@@ -105,6 +108,8 @@ pub(crate) enum Role {
     RateKey,
     /// A turn kept for a step waiting for it under a rate limit.
     RateTurn,
+    /// A schedule's state.
+    Schedule,
 }
 
 impl Role {
