@@ -53,6 +53,26 @@ pub(crate) enum Command {
         #[command(subcommand)]
         action: RunsAction,
     },
+    /// A server's schedules (`GET /schedules`): list them with their next ticks, or
+    /// pause, resume or trigger one.
+    Schedules {
+        /// The server's URL.
+        #[arg(
+            long,
+            env = "SIESTA_URL",
+            default_value = "http://127.0.0.1:8080",
+            global = true
+        )]
+        url: String,
+        /// API key (when the server has keys configured).
+        #[arg(long, env = "SIESTA_API_KEY", global = true)]
+        api_key: Option<String>,
+        /// Print JSON.
+        #[arg(long, global = true)]
+        json: bool,
+        #[command(subcommand)]
+        action: Option<SchedulesAction>,
+    },
     /// The builds of a server's runs, each with its unfinished runs by status and whether
     /// it is still deployed (`GET /builds`, as `runs builds`); `builds prune` deletes the
     /// Lambda versions no unfinished run needs.
@@ -161,6 +181,30 @@ pub(crate) enum BuildsAction {
         /// Say what would be deleted; delete nothing.
         #[arg(long)]
         dry_run: bool,
+    },
+}
+
+#[derive(Subcommand)]
+pub(crate) enum SchedulesAction {
+    /// List the schedules with their next ticks (the default).
+    List,
+    /// Pause a schedule: it fires no tick until resumed.
+    Pause {
+        /// The schedule's name.
+        name: String,
+    },
+    /// Resume a paused schedule from its next tick (the paused ones are not caught up).
+    Resume {
+        /// The schedule's name.
+        name: String,
+    },
+    /// Start a run of the schedule now, with its input.
+    Trigger {
+        /// The schedule's name.
+        name: String,
+        /// A key that makes a retry answer the run the first call started.
+        #[arg(long)]
+        idempotency_key: Option<String>,
     },
 }
 

@@ -6,3 +6,4 @@ pub mod bench;
 pub mod builds;
 pub mod new;
 pub mod runs;
+pub mod schedules;

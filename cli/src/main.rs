@@ -10,7 +10,7 @@ mod demo;
 use anyhow::Context as _;
 use clap::{CommandFactory as _, Parser};
 
-use args::{BuildsAction, Cli, Command, RunsAction};
+use args::{BuildsAction, Cli, Command, RunsAction, SchedulesAction};
 use demo::{demo, demo_agent};
 
 /// The examples app: the example workflows, with this build's id.
@@ -164,6 +164,27 @@ async fn main() -> anyhow::Result<()> {
                 .await
             }
         },
+        Command::Schedules {
+            url,
+            api_key,
+            json,
+            action,
+        } => {
+            let remote = siesta_cli::runs::Remote { url, api_key, json };
+            match action.unwrap_or(SchedulesAction::List) {
+                SchedulesAction::List => remote.schedules().await,
+                SchedulesAction::Pause { name } => remote.pause_schedule(&name).await,
+                SchedulesAction::Resume { name } => remote.resume_schedule(&name).await,
+                SchedulesAction::Trigger {
+                    name,
+                    idempotency_key,
+                } => {
+                    remote
+                        .trigger_schedule(&name, idempotency_key.as_deref())
+                        .await
+                }
+            }
+        }
         Command::Runs {
             url,
             api_key,

@@ -18,13 +18,13 @@ pub struct Remote {
 
 impl Remote {
     /// The typed client of this server's API.
-    fn client(&self) -> siesta_client::Client {
+    pub(crate) fn client(&self) -> siesta_client::Client {
         siesta_client::Client::new(&self.url).api_key(self.api_key.clone())
     }
 
     /// A failed call as the CLI reports it: the API's refusal as `STATUS: message`, a
     /// server it could not reach as "reaching URL".
-    fn failed(&self, error: siesta_client::Error) -> anyhow::Error {
+    pub(crate) fn failed(&self, error: siesta_client::Error) -> anyhow::Error {
         match error {
             siesta_client::Error::Api {
                 status, message, ..
@@ -37,11 +37,11 @@ impl Remote {
     }
 
     /// Serializes an answer of the typed client for `print`.
-    fn shown(value: &impl serde::Serialize) -> anyhow::Result<Value> {
+    pub(crate) fn shown(value: &impl serde::Serialize) -> anyhow::Result<Value> {
         Ok(serde_json::to_value(value)?)
     }
 
-    fn print(&self, value: &Value, table: impl FnOnce(&Value)) {
+    pub(crate) fn print(&self, value: &Value, table: impl FnOnce(&Value)) {
         if self.json {
             println!(
                 "{}",

@@ -163,6 +163,7 @@ async fn deployment_of(a_code: Registry, a_registered: bool) -> Option<Deploymen
         quotas: siesta::Quotas::default(),
         quotas_parameter: None,
         limits: siesta::LimitOverrides::default(),
+        disabled_schedules: Default::default(),
     };
     let a = settings(BUILD_A).engine(&env.sdk, a_code).await;
     let b = settings(BUILD_B).engine(&env.sdk, build_b()).await;

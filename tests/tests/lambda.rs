@@ -124,6 +124,7 @@ async fn stack(registry: Registry, lease_ttl: Duration) -> Option<Stack> {
         quotas: siesta::Quotas::default(),
         quotas_parameter: None,
         limits: siesta::LimitOverrides::default(),
+        disabled_schedules: Default::default(),
     };
     let engine = settings.engine(&env.sdk, registry).await;
     let webhook =
@@ -467,6 +468,7 @@ async fn webhook_sources_come_from_an_ssm_secure_string_and_a_rotated_secret_tak
         quotas: siesta::Quotas::default(),
         quotas_parameter: None,
         limits: siesta::LimitOverrides::default(),
+        disabled_schedules: Default::default(),
     };
     let sources = settings
         .webhook_sources(&env.sdk)

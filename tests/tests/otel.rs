@@ -98,6 +98,7 @@ async fn stack(lease_ttl: Duration) -> Option<Stack> {
         quotas: siesta::Quotas::default(),
         quotas_parameter: None,
         limits: siesta::LimitOverrides::default(),
+        disabled_schedules: Default::default(),
     };
     let engine = settings
         .engine(&env.sdk, siesta_workflows::registry())

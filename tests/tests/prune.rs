@@ -203,6 +203,7 @@ async fn prune_deletes_only_versions_no_unfinished_run_needs_and_their_registry_
         quotas: siesta::Quotas::default(),
         quotas_parameter: None,
         limits: siesta::LimitOverrides::default(),
+        disabled_schedules: Default::default(),
     };
     let sqs = aws_sdk_sqs::Client::new(&env.sdk);
     let tenant = TenantId::from("acme");
@@ -401,6 +402,7 @@ async fn the_drain_check_counts_unfinished_runs_of_builds_no_version_serves() {
         quotas: siesta::Quotas::default(),
         quotas_parameter: None,
         limits: siesta::LimitOverrides::default(),
+        disabled_schedules: Default::default(),
     };
     let sqs = aws_sdk_sqs::Client::new(&env.sdk);
     let a = settings(BUILD_A).engine(&env.sdk, registry()).await;

@@ -23,6 +23,8 @@
 //!   under a run limit per key and a step limit: the shape of `scripts/crash-limits`.
 //! - [`timer`](timer::timer) — sleep on one durable timer until an instant (RFC 3339) or
 //!   for `sleep_ms`: the shape of `siesta bench --timers N`.
+//!
+//! And one schedule, [`nightly_report`]: `report` every night at 02:00 UTC.
 
 pub mod agent;
 pub mod approval;
@@ -66,10 +68,26 @@ pub fn registry() -> Registry {
     registry.register("chain", chain);
     registry.register("timer", timer);
     registry.register("ticker", ticker);
+    // A declaration in code, checked when registered: one that does not hold (a bad
+    // pattern, its workflow gone) stops the app at start-up, as a compile error would.
+    if let Err(e) = registry.schedule(nightly_report()) {
+        panic!("the nightly-report schedule: {e}");
+    }
     registry
         .register("per_customer", per_customer)
         .limit(per_customer_limit())
         .register("limited", limited)
         .limit(limited_runs());
     registry
+}
+
+/// The schedule `nightly-report`: the `report` workflow every night at 02:00 UTC, on
+/// the day's digest. A night missed while nothing served runs once when the server is
+/// back (catch-up `latest`); a night whose previous report still runs is skipped.
+pub fn nightly_report() -> Schedule {
+    Schedule::new("nightly-report", "report", "0 2 * * *")
+        .timezone("UTC")
+        .input(serde_json::json!({"issue": "nightly digest"}))
+        .overlap(Overlap::Skip)
+        .catch_up(CatchUp::Latest)
 }

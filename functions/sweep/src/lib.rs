@@ -3,6 +3,10 @@
 //! than one invocation wakes: the next scheduled sweep takes the next ones (once these
 //! have been handled and left the due index), and `SweepBacklog` says so.
 //!
+//! Before the due runs, the schedules' due ticks are fired ([`Engine::fire_schedules`]:
+//! one run per tick, `SweepScheduled` counts them; docs/flow-control.md, "Schedules"):
+//! this function is all a deployment's schedules need.
+//!
 //! One page, not several in a row: [`Engine::sweep`] returns the earliest due runs, and
 //! a run stays due until the step function has handled its wake-up, so a second page
 //! taken at once would be the first page again — the same wake-ups sent twice.
@@ -50,6 +54,7 @@ pub async fn handle(engine: &Engine, event: &Value, page: usize) -> Result<Value
             "already_queued": report.already_queued,
             "dead_letters": report.dead_letters,
             "parked_dead_letters": report.parked_dead_letters,
+            "scheduled": report.scheduled,
             "backlog": backlog,
         });
         if backlog {
@@ -75,6 +80,7 @@ pub async fn handle(engine: &Engine, event: &Value, page: usize) -> Result<Value
                     &[report.parked_dead_letters as f64],
                 ),
                 ("SweepBacklog", Unit::Count, &[f64::from(u8::from(backlog))]),
+                ("SweepScheduled", Unit::Count, &[report.scheduled as f64]),
             ],
         );
         Ok(counts)

@@ -18,6 +18,7 @@
 //! | `streams.rs` | [`StreamQuery`]; [`StreamPageView`], [`StreamChunkView`] |
 //! | `replay.rs` | [`ReplayCheckView`] |
 //! | `builds.rs` | [`BuildList`] |
+//! | `schedules.rs` | [`ScheduleList`], [`ScheduleView`] |
 //! | `meta.rs` | [`ErrorBody`] (every error answer), [`Health`] |
 //!
 //! and what they share: times ([`Rfc3339`]), large values and path segments
@@ -32,6 +33,7 @@ mod limits;
 mod meta;
 mod replay;
 mod runs;
+mod schedules;
 pub mod schema;
 mod streams;
 mod time;
@@ -48,6 +50,7 @@ pub use runs::{
     OperationsSummary, QueuedView, RunListQuery, RunPage, RunResult, RunView, StartRun, Timeline,
     TimelineEventView, TimelineQuery, WaitView,
 };
+pub use schedules::{ScheduleList, ScheduleView};
 pub use streams::{StreamChunkView, StreamPageView, StreamQuery};
 pub use time::{NotATime, Rfc3339};
 pub use values::{VALUE_REF, ValueRef, path_segment, value_path};

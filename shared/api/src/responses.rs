@@ -347,3 +347,42 @@ mod tests {
         }
     }
 }
+
+const SCHEDULE_NOT_FOUND: &str = "`not_found`: this caller has no such schedule";
+const NO_SCHEDULES: &str = "`not_implemented`: this backend keeps no schedules yet";
+
+error_set!(
+    /// `GET /schedules`.
+    ScheduleListErrors {
+        401 => UNAUTHORIZED,
+        500 => INTERNAL,
+        501 => NO_SCHEDULES,
+        503 => UNAVAILABLE,
+    }
+);
+
+error_set!(
+    /// `POST /schedules/{name}/pause`, `/resume`.
+    ScheduleErrors {
+        400 => MALFORMED,
+        401 => UNAUTHORIZED,
+        404 => SCHEDULE_NOT_FOUND,
+        500 => INTERNAL,
+        501 => NO_SCHEDULES,
+        503 => UNAVAILABLE,
+    }
+);
+
+error_set!(
+    /// `POST /schedules/{name}/trigger`.
+    TriggerErrors {
+        400 => MALFORMED,
+        401 => UNAUTHORIZED,
+        404 => SCHEDULE_NOT_FOUND,
+        422 => "`unknown_workflow` or `invalid_input`: the schedule's workflow or input \
+                does not fit this build",
+        429 => OVER_QUOTA,
+        500 => INTERNAL,
+        503 => UNAVAILABLE,
+    }
+);

@@ -147,6 +147,7 @@ impl DevArgs {
         };
         options.retention = self.shared.retention_policy()?;
         options.concurrency_limits = self.shared.limit_overrides()?;
+        options.disabled_schedules = self.shared.disabled_schedules();
         options.sources = siesta_api::WebhookSource::parse_all(&self.shared.webhook_sources)
             .map_err(anyhow::Error::msg)?;
         if let Some(path) = &self.quotas {

@@ -54,6 +54,8 @@ pub struct DevOptions {
     pub quotas: siesta::Quotas,
     /// This deployment's maxima of concurrency limits (default: as declared in code).
     pub concurrency_limits: siesta::LimitOverrides,
+    /// Schedules this server does not fire, by name (default: none).
+    pub disabled_schedules: std::collections::BTreeSet<String>,
     /// Journal entries of suspended runs the engine keeps in memory
     /// ([`EngineConfig::replay_cache_entries`]; 0 turns the cache off).
     pub replay_cache_entries: usize,
@@ -103,6 +105,7 @@ impl std::fmt::Debug for DevOptions {
                 &self.backend.as_ref().map_or("embedded", |_| "given"),
             )
             .field("concurrency_limits", &self.concurrency_limits)
+            .field("disabled_schedules", &self.disabled_schedules)
             .field("quotas", &self.quotas)
             .field("limits", &self.limits)
             .field("replay_cache_entries", &self.replay_cache_entries)
@@ -135,6 +138,7 @@ impl DevOptions {
             build_id: EngineConfig::default().build_id,
             quotas: siesta::Quotas::default(),
             concurrency_limits: siesta::LimitOverrides::default(),
+            disabled_schedules: std::collections::BTreeSet::new(),
             replay_cache_entries: EngineConfig::default().replay_cache_entries,
             worker_nice: DEFAULT_WORKER_NICE,
             metrics: Metrics::default(),
@@ -381,6 +385,7 @@ pub async fn start(
         build_id: options.build_id.clone(),
         quotas: options.quotas.clone(),
         limits: options.concurrency_limits.clone(),
+        disabled_schedules: options.disabled_schedules.clone(),
         replay_cache_entries: options.replay_cache_entries,
         upgrade_policy: options.upgrade_policy,
         // This process serves its own build only: other builds' runs wait for theirs.

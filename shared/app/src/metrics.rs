@@ -265,6 +265,7 @@ impl Metrics {
             ("lost_wakeups", report.lost_wakeups),
             ("dead_letters", report.dead_letters),
             ("parked_dead_letters", report.parked_dead_letters),
+            ("scheduled", report.scheduled),
         ] {
             self.0
                 .sweep

@@ -250,6 +250,12 @@ fn unescape(component: &str) -> Option<String> {
     Some(out)
 }
 
+/// The partition of a tenant's schedules' states, one item per schedule (its sort key
+/// the schedule's name), written with a condition on its version.
+pub fn schedules_pk(tenant: &TenantId) -> String {
+    format!("SCH#{}", escape(tenant.as_str()))
+}
+
 /// The partition of a tenant's concurrency-limit counters, one item per key of a limit
 /// in use (sort key [`limit_counter_sk`]): `limit_usage` is one `Query` of it.
 pub fn limits_pk(tenant: &TenantId) -> String {

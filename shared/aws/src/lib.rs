@@ -219,6 +219,7 @@ impl AwsBackend {
             artifacts: self.artifacts.clone(),
             queue: self.queue.clone(),
             streams: self.streams.clone(),
+            schedules: self.store.clone(),
         }
     }
 }

@@ -20,8 +20,8 @@ pub use siesta_api_types::{
     Accepted, BuildList, BuildView, CallbackFailure, DeadLetteredRunPage, DeadLetteredRunQuery,
     DeadLetteredRunView, ErrorBody, Health, LimitKeyView, LimitList, LimitView, QueuedView,
     Received, Redriven, ReplayCheckView, Resolution, ResolvedError, Rfc3339, RunPage, RunResult,
-    RunView, StartRun, StreamChunkView, StreamPageView, StreamQuery, Timeline, TimelineEventView,
-    TimelineQuery, ValueRef, path_segment,
+    RunView, ScheduleList, ScheduleView, StartRun, StreamChunkView, StreamPageView, StreamQuery,
+    Timeline, TimelineEventView, TimelineQuery, ValueRef, path_segment,
 };
 
 /// Filters and paging of [`Client::list_runs`]: the query of `GET /runs`.
@@ -551,6 +551,37 @@ impl Client {
         self.call(self.request(Method::GET, "/limits")).await
     }
 
+    /// `GET /schedules`: the caller's schedules, each with its next tick.
+    pub async fn schedules(&self) -> Result<ScheduleList, Error> {
+        self.call(self.request(Method::GET, "/schedules")).await
+    }
+
+    /// `POST /schedules/{name}/pause`: the schedule fires no tick until resumed.
+    pub async fn pause_schedule(&self, name: &str) -> Result<ScheduleView, Error> {
+        self.call(self.request(Method::POST, &schedule_path(name, "/pause")))
+            .await
+    }
+
+    /// `POST /schedules/{name}/resume`: the schedule fires from its next tick on.
+    pub async fn resume_schedule(&self, name: &str) -> Result<ScheduleView, Error> {
+        self.call(self.request(Method::POST, &schedule_path(name, "/resume")))
+            .await
+    }
+
+    /// `POST /schedules/{name}/trigger`: a run of the schedule now; with an
+    /// `idempotency_key`, a retry answers the run the first call started.
+    pub async fn trigger_schedule(
+        &self,
+        name: &str,
+        idempotency_key: Option<&str>,
+    ) -> Result<RunView, Error> {
+        let mut request = self.request(Method::POST, &schedule_path(name, "/trigger"));
+        if let Some(key) = idempotency_key {
+            request = request.header("Idempotency-Key", key);
+        }
+        self.call(request).await
+    }
+
     /// `GET /healthz`.
     pub async fn health(&self) -> Result<Health, Error> {
         self.call(self.request(Method::GET, "/healthz")).await
@@ -565,6 +596,11 @@ impl Client {
 /// `/runs/{id}/streams/{name}`, both encoded.
 fn stream_path(id: &str, name: &str) -> String {
     run_path(id, &format!("/streams/{}", path_segment(name)))
+}
+
+/// `/schedules/{name}` (encoded) followed by `rest`.
+fn schedule_path(name: &str, rest: &str) -> String {
+    format!("/schedules/{}{rest}", path_segment(name))
 }
 
 /// `/runs/{id}` (encoded) followed by `rest`.

@@ -237,6 +237,9 @@ macro_rules! conformance_suite {
             an_ended_stream_takes_no_more_chunks
             streams_are_per_tenant_run_and_name
             a_keyed_chunk_is_appended_once
+            // schedules
+            schedule_state_round_trips_and_is_written_on_its_version
+            concurrent_schedule_state_writes_exactly_one_wins
             // retention
             reaping_removes_a_finished_run_past_its_retention_and_nothing_else
             reaping_pages_oldest_first

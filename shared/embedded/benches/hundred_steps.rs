@@ -47,6 +47,7 @@ async fn main() {
         artifacts: base.artifacts,
         queue: base.queue,
         streams: base.streams,
+        schedules: base.schedules,
     };
     let engine = Engine::new(backend, clock, registry(), EngineConfig::default());
     let tenant = TenantId::from("bench");

@@ -272,6 +272,11 @@ const MIGRATIONS: &[Migration] = &[
         schema: crate::builds::INDEX_WITHOUT_NOT_IN,
         backfill: crate::limits::BACKFILL,
     },
+    Migration {
+        version: 10,
+        schema: crate::schedules::SCHEMA,
+        backfill: crate::schedules::BACKFILL,
+    },
 ];
 
 /// Apply the numbered steps the file lacks, in the transaction of [`open`]; the rows of

@@ -43,6 +43,7 @@ mod rate_turns;
 pub use queue::QueueDepth;
 mod recovery;
 mod retention;
+mod schedules;
 mod step_slots;
 mod store;
 mod stored;
@@ -217,14 +218,15 @@ impl EmbeddedBackend {
         })
     }
 
-    /// The four ports over this file.
+    /// The ports over this file.
     pub fn backend(&self) -> Backend {
         let me = Arc::new(self.clone());
         Backend {
             store: me.clone(),
             artifacts: me.clone(),
             queue: me.clone(),
-            streams: me,
+            streams: me.clone(),
+            schedules: me,
         }
     }
 

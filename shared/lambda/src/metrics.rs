@@ -15,7 +15,7 @@
 //! | start | `IdempotentReplays` | count | a request answered from its `Idempotency-Key` |
 //! | webhook | `WebhookDuplicates` | count | a delivery already received |
 //! | webhook | `WebhooksRefused` | count | a non-2xx answer (bad signature, unknown source…) |
-//! | sweep | `SweepWoken`, `SweepExpiredLeases`, `SweepDueWaits`, `SweepLostWakeUps`, `SweepDeadLetters`, `SweepParkedDeadLetters` | count | what the sweep did |
+//! | sweep | `SweepWoken`, `SweepExpiredLeases`, `SweepDueWaits`, `SweepLostWakeUps`, `SweepDeadLetters`, `SweepParkedDeadLetters`, `SweepScheduled` | count | what the sweep did (`SweepScheduled`: runs started for schedules' ticks) |
 //! | sweep | `RunsOnUndeployedBuilds`, `UndeployedBuilds` | count | the drain check (every 5 min): unfinished runs whose build no step version serves any more, and those builds |
 
 use std::time::{SystemTime, UNIX_EPOCH};

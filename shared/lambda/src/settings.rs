@@ -59,6 +59,8 @@ pub struct Settings {
     pub build_id: String,
     /// This deployment's maxima of concurrency limits (`SIESTA_LIMITS`).
     pub limits: siesta::LimitOverrides,
+    /// Schedules this deployment does not fire (`SIESTA_SCHEDULES_DISABLED`).
+    pub disabled_schedules: std::collections::BTreeSet<String>,
     /// Per-tenant quotas (`SIESTA_QUOTAS`, JSON, see docs/quotas.md; replaced by the
     /// parameter's by [`Settings::load_quotas`]).
     pub quotas: siesta::Quotas,
@@ -130,6 +132,11 @@ pub struct SharedArgs {
     /// maximum their code declares.
     #[arg(long, env = "SIESTA_LIMITS", default_value = "")]
     pub limits: String,
+    /// Schedules declared in code that this deployment does not fire, by name
+    /// (`nightly-report,digest`; docs/flow-control.md): listed as paused, still
+    /// triggered by hand.
+    #[arg(long, env = "SIESTA_SCHEDULES_DISABLED", default_value = "")]
+    pub schedules_disabled: String,
 }
 
 impl SharedArgs {
@@ -141,6 +148,11 @@ impl SharedArgs {
     /// The retention policy `--retention` and `--retention-workflows` name.
     pub fn retention_policy(&self) -> Result<RetentionPolicy, SetupError> {
         retention_policy(&self.retention, &self.retention_workflows)
+    }
+
+    /// The schedules `--schedules-disabled` names.
+    pub fn disabled_schedules(&self) -> std::collections::BTreeSet<String> {
+        siesta::parse_schedule_names(&self.schedules_disabled)
     }
 
     /// The limits' maxima `--limits` sets (none when it is empty).
@@ -246,6 +258,7 @@ impl Settings {
             safety_margin: Duration::from_millis(env.safety_margin_ms),
             retention: env.shared.retention_policy()?,
             limits: env.shared.limit_overrides()?,
+            disabled_schedules: env.shared.disabled_schedules(),
             reap_page: env.reap_page,
             sweep_page: env.sweep_page,
             webhook_sources: env.shared.webhook_sources,
@@ -278,6 +291,7 @@ impl Settings {
             build_id: self.build_id.clone(),
             quotas: self.quotas.clone(),
             limits: self.limits.clone(),
+            disabled_schedules: self.disabled_schedules.clone(),
             ..EngineConfig::default()
         };
         Engine::new(backend, std::sync::Arc::new(SystemClock), registry, config)

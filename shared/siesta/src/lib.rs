@@ -101,6 +101,7 @@ pub mod registry;
 mod replay_cache;
 pub mod retention;
 pub mod retry;
+pub mod schedule;
 pub mod telemetry;
 pub mod time;
 pub mod timeline;
@@ -138,6 +139,7 @@ pub use engine::{
     LimitReport, OtherBuilds, ReplayCheck, RunExport, SkippedRun, StartOptions, SweepReport,
     ToolCallResolution, UpgradeReport, WakeOutcome,
 };
+pub use engine::{ScheduleInfo, ScheduleReport, parse_schedule_names};
 pub use error::{Error, ErrorKind, MAX_RETRY_AFTER, PANICKED, StepError, StepResultExt};
 pub use flow::{KeySource, LimitOverrides, RunLimit};
 pub use liveness::{Liveness, LoopGuard};
@@ -148,6 +150,7 @@ pub use registry::{Registry, UpgradePolicy};
 pub use replay_cache::ReplayCacheStats;
 pub use retention::{RetentionPolicy, RetentionRules, Verdict, parse_retention};
 pub use retry::{Backoff, Jitter, RetryOn, RetryStrategy};
+pub use schedule::{CatchUp, Overlap, Schedule, ScheduleError};
 /// Derive it (`#[derive(JsonSchema)]`, from the `schemars` crate) on the payload types of
 /// callbacks and events, so a delivery of the wrong shape is refused when it arrives.
 pub use schemars::{self, JsonSchema};

@@ -42,4 +42,5 @@ pub use crate::flow::RunLimit;
 pub use crate::model::{ArtifactRef, CallbackId, RunId, TenantId};
 pub use crate::registry::Registry;
 pub use crate::retry::{Backoff, Jitter, RetryOn, RetryStrategy};
+pub use crate::schedule::{CatchUp, Overlap, Schedule};
 pub use crate::time::Timestamp;

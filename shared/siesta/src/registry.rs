@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use crate::context::Context;
 use crate::error::Error;
 use crate::flow::RunLimit;
+use crate::schedule::{Schedule, ScheduleError};
 
 type Run = dyn Fn(Context, serde_json::Value) -> BoxFuture<'static, Result<serde_json::Value, Error>>
     + Send
@@ -82,6 +83,8 @@ pub struct Registry {
     policies: BTreeMap<String, UpgradePolicy>,
     /// Concurrency limits, by name.
     limits: BTreeMap<String, RunLimit>,
+    /// Schedules by name, checked at registration.
+    schedules: BTreeMap<String, Schedule>,
 }
 
 impl Registry {
@@ -170,5 +173,42 @@ impl Registry {
     /// Every registered name, sorted.
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.workflows.keys().map(String::as_str)
+    }
+
+    /// Start a workflow on a cron schedule (see [`crate::schedule`]):
+    /// `registry.schedule(Schedule::new("nightly-report", "report", "0 2 * * *"))?`.
+    /// Checked now: its name, its workflow (registered before it), its input against
+    /// the workflow's input type, its cron pattern and time zone; a second schedule of
+    /// the same name is refused.
+    pub fn schedule(&mut self, schedule: Schedule) -> Result<&mut Self, ScheduleError> {
+        let schedule = schedule.checked()?;
+        let name = schedule.name().to_owned();
+        if self.schedules.contains_key(&name) {
+            return Err(ScheduleError::Duplicate(name));
+        }
+        let workflow =
+            self.get(schedule.workflow())
+                .ok_or_else(|| ScheduleError::UnknownWorkflow {
+                    schedule: name.clone(),
+                    workflow: schedule.workflow().to_owned(),
+                })?;
+        workflow
+            .validate(schedule.run_input())
+            .map_err(|reason| ScheduleError::InvalidInput {
+                schedule: name.clone(),
+                reason,
+            })?;
+        self.schedules.insert(name, schedule);
+        Ok(self)
+    }
+
+    /// Every schedule, by name.
+    pub fn schedules(&self) -> impl Iterator<Item = &Schedule> {
+        self.schedules.values()
+    }
+
+    /// The schedule `name`.
+    pub fn get_schedule(&self, name: &str) -> Option<&Schedule> {
+        self.schedules.get(name)
     }
 }

@@ -190,6 +190,7 @@ async fn the_check_writes_nothing_sends_nothing_and_runs_no_step() {
             artifacts: base.artifacts.clone(),
             queue: queue.clone(),
             streams: base.streams.clone(),
+            schedules: base.schedules.clone(),
         },
         w.clock().clone(),
         reg,

@@ -72,6 +72,7 @@ impl TestEnv {
             artifacts: base.artifacts,
             queue: base.queue,
             streams: base.streams,
+            schedules: base.schedules,
         };
         (
             Engine::new(backend, self.clock.clone(), registry, config),

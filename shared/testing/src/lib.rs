@@ -144,6 +144,7 @@ impl TestEnv {
             artifacts: base.artifacts,
             queue: base.queue,
             streams: base.streams,
+            schedules: base.schedules,
         };
         let config = EngineConfig {
             owner: format!("{owner}-{generation}"),

@@ -78,7 +78,10 @@ impl TestEnv {
             handled += n;
             // A crashed engine finds nothing due through its dead store; that is the
             // crash, not a failure of the test.
-            let woken = engine.sweep(MAX_ROUNDS).await.map_or(0, |r| r.woken);
+            let woken = engine
+                .sweep(MAX_ROUNDS)
+                .await
+                .map_or(0, |r| r.woken + r.scheduled);
             if n == 0 && woken == 0 {
                 break;
             }

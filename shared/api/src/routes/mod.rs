@@ -11,6 +11,7 @@ mod limits;
 mod meta;
 mod replay;
 mod runs;
+mod schedules;
 mod streams;
 mod values;
 mod webhooks;
@@ -30,6 +31,7 @@ use limits::*;
 use meta::*;
 use replay::*;
 use runs::*;
+use schedules::*;
 use siesta_api_types::{RunResult, RunView};
 use streams::*;
 use values::*;
@@ -67,7 +69,11 @@ pub(crate) fn table(base: utoipa::openapi::OpenApi) -> OpenApiRouter<AppState> {
         .routes(routes!(redrive_dead_letter))
         .routes(routes!(redrive_dead_letters))
         .routes(routes!(list_builds))
-        .routes(routes!(list_limits));
+        .routes(routes!(list_limits))
+        .routes(routes!(list_schedules))
+        .routes(routes!(pause_schedule))
+        .routes(routes!(resume_schedule))
+        .routes(routes!(trigger_schedule));
     run_answers_carry_their_etag(table.get_openapi_mut());
     table
 }

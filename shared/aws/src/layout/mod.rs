@@ -18,7 +18,8 @@
 //! the delivery and the checkpoint share), `limits.rs` (concurrency limits' slots:
 //! taken in a create's transaction, freed and handed on in a finishing checkpoint's),
 //! `rate_turns.rs` (step rate limits' turns: the key's last turn, the turns kept),
-//! `step_slots.rs` (step limits' slots: holders that lapse, a line handed slots).
+//! `step_slots.rs` (step limits' slots: holders that lapse, a line handed slots),
+//! `schedules.rs` (a schedule's state, one conditional put).
 //! Nothing here sends a request.
 
 mod checkpoint;
@@ -30,6 +31,7 @@ mod fixtures;
 mod limits;
 mod rate_turns;
 mod run;
+mod schedules;
 mod step_slots;
 
 pub(crate) use checkpoint::*;
@@ -39,6 +41,7 @@ pub(crate) use delivery::*;
 pub(crate) use limits::*;
 pub(crate) use rate_turns::*;
 pub(crate) use run::*;
+pub(crate) use schedules::*;
 pub(crate) use step_slots::*;
 
 use std::collections::HashMap;
@@ -114,6 +117,8 @@ pub(crate) enum Role {
     StepHolder,
     /// A step attempt's place in the line of a step limit.
     StepWaiter,
+    /// A schedule's state.
+    Schedule,
 }
 
 impl Role {

@@ -34,6 +34,7 @@ mod queries;
 mod rate_turns;
 mod reads;
 mod replay_input;
+mod schedules;
 mod step_slots;
 mod tail;
 mod tx;

@@ -15,6 +15,7 @@ mod quotas;
 mod reading;
 mod retention;
 mod runs;
+mod schedules;
 mod streams;
 
 pub use artifacts::*;
@@ -30,4 +31,5 @@ pub use quotas::*;
 pub use reading::*;
 pub use retention::*;
 pub use runs::*;
+pub use schedules::*;
 pub use streams::*;

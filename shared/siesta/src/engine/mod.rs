@@ -41,6 +41,7 @@ mod lease;
 mod limits;
 mod reap;
 mod replay_check;
+mod schedules;
 mod start;
 pub mod streams;
 mod sweep;
@@ -52,6 +53,7 @@ pub(crate) mod worker;
 pub use dead_letters::DeadLetterReport;
 pub use limits::LimitReport;
 pub use replay_check::{Divergence, ReplayCheck, RunExport};
+pub use schedules::{ScheduleInfo, ScheduleReport, parse_schedule_names};
 pub use start::StartOptions;
 pub use sweep::SweepReport;
 pub use upgrade::{DivergedRun, SkippedRun, UpgradeReport};
@@ -147,6 +149,10 @@ pub struct EngineConfig {
     /// build's runs); the dev server, which serves its own build only, sets
     /// [`OtherBuilds::Leave`].
     pub sweep_other_builds: OtherBuilds,
+    /// Schedules this deployment does not fire (by name; see [`crate::schedule`]):
+    /// listed as paused, they may still be triggered by hand. Enabled again, their
+    /// missed ticks follow their catch-up policy. Default: none.
+    pub disabled_schedules: std::collections::BTreeSet<String>,
     /// This deployment's maximum for concurrency limits declared in code, by name
     /// ([`Registry::limit`]); the others keep their declared maximum. Default: none.
     pub limits: crate::flow::LimitOverrides,
@@ -187,6 +193,7 @@ impl Default for EngineConfig {
             quotas: crate::quota::Quotas::default(),
             upgrade_policy: UpgradePolicy::Pinned,
             sweep_other_builds: OtherBuilds::Wake,
+            disabled_schedules: std::collections::BTreeSet::new(),
             limits: crate::flow::LimitOverrides::default(),
         }
     }

@@ -32,6 +32,8 @@ pub struct SweepReport {
     /// Of those, runs parked because a wake-up of theirs kept failing and was
     /// dead-lettered while it was their latest.
     pub parked_dead_letters: usize,
+    /// Runs started for schedules' ticks ([`Engine::fire_schedules`]).
+    pub scheduled: usize,
 }
 
 /// Why the sweep sent a due run no wake-up.
@@ -69,7 +71,10 @@ impl Engine {
     /// the runs it serves. The run's own build wakes it: the embedded store clears
     /// the mark when the file is opened (no wake-up for it is queued), otherwise its
     /// build's sweep finds it once the mark has passed.
+    ///
+    /// First of all, schedules' due ticks are fired ([`Engine::fire_schedules`]).
     pub async fn sweep(&self, limit: usize) -> Result<SweepReport, EngineError> {
+        let scheduled = self.fire_schedules().await.started;
         let dead = self.handle_dead_letters(limit).await?;
         let now = self.clock.now();
         let due = self.backend.store.due_runs(now, limit).await?;
@@ -77,6 +82,7 @@ impl Engine {
             due: due.len(),
             dead_letters: dead.handled,
             parked_dead_letters: dead.parked,
+            scheduled,
             ..SweepReport::default()
         };
         // Checks and sends go out concurrently: a page of hundreds of due runs would

@@ -24,16 +24,18 @@ use crate::time::Timestamp;
 mod artifacts;
 mod errors;
 mod queue;
+mod schedules;
 mod store;
 mod streams;
 
 pub use artifacts::*;
 pub use errors::*;
 pub use queue::*;
+pub use schedules::*;
 pub use store::*;
 pub use streams::*;
 
-/// The four adapters a backend provides.
+/// The adapters a backend provides.
 #[derive(Clone)]
 pub struct Backend {
     /// Runs, journals, deliveries, timelines.
@@ -44,4 +46,6 @@ pub struct Backend {
     pub queue: Arc<dyn WakeQueue>,
     /// Streams of chunks that runs publish.
     pub streams: Arc<dyn StreamStore>,
+    /// Schedules' states (paused, the ticks dealt with).
+    pub schedules: Arc<dyn ScheduleStore>,
 }
