@@ -294,6 +294,8 @@ mod tests {
             include_str!("cases/builds.rs"),
             include_str!("cases/streams.rs"),
             include_str!("cases/retention.rs"),
+            include_str!("cases/limits.rs"),
+            include_str!("cases/schedules.rs"),
         ];
         let mut defined: Vec<&str> = sources
             .iter()
