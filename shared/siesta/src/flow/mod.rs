@@ -166,7 +166,13 @@ impl LimitOverrides {
 
     /// The maximum of `limit` on this deployment.
     pub fn max_of(&self, limit: &RunLimit) -> u32 {
-        self.0.get(limit.name()).copied().unwrap_or(limit.max())
+        self.max_for(limit.name(), limit.max())
+    }
+
+    /// The maximum on this deployment of the limit (or step limit) named `name`, whose
+    /// code declares `declared`.
+    pub fn max_for(&self, name: &str, declared: u32) -> u32 {
+        self.0.get(name).copied().unwrap_or(declared)
     }
 }
 

@@ -80,12 +80,7 @@ impl Context {
             .get(&limit.key)
             .copied()
             .unwrap_or(limit.max);
-        let holder = StepSlotHolder {
-            tenant: self.shared.tenant.clone(),
-            run_id: self.shared.run_id.clone(),
-            position: op.position.clone(),
-            epoch: self.shared.epoch(),
-        };
+        let holder = self.step_holder(op);
         let now = self.shared.now();
         let look_again = now.plus(config.lease_ttl / 2);
         match self
@@ -119,12 +114,7 @@ impl Context {
     /// The turn of the attempt of the step at `op` under `rate`: `None` to run now, or
     /// when to come back. A store that fails is asked again soon.
     pub(super) async fn take_rate_turn(&self, rate: &StepRate, op: &Op) -> Option<Timestamp> {
-        let holder = StepSlotHolder {
-            tenant: self.shared.tenant.clone(),
-            run_id: self.shared.run_id.clone(),
-            position: op.position.clone(),
-            epoch: self.shared.epoch(),
-        };
+        let holder = self.step_holder(op);
         let now = self.shared.now();
         match self
             .shared
@@ -166,6 +156,16 @@ impl Context {
             Err(e) => {
                 tracing::warn!(run_id = %held.holder.run_id, limit = %held.key, error = %e, "step slot not given back; it lapses with the lease")
             }
+        }
+    }
+
+    /// The attempt of the step at `op`, as a step slot or a rate turn is held for it.
+    fn step_holder(&self, op: &Op) -> StepSlotHolder {
+        StepSlotHolder {
+            tenant: self.shared.tenant.clone(),
+            run_id: self.shared.run_id.clone(),
+            position: op.position.clone(),
+            epoch: self.shared.epoch(),
         }
     }
 
