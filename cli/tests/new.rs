@@ -41,6 +41,27 @@ fn cargo(dir: &Path, args: &[&str]) -> std::process::Output {
         .expect("run cargo")
 }
 
+/// The lines of a failed `cargo` that say why (errors, panics, failed tests), first, so
+/// that a log cut to its first and last lines still shows the cause.
+fn why_it_failed(out: &str, err: &str) -> String {
+    let causes: Vec<&str> = err
+        .lines()
+        .chain(out.lines())
+        .filter(|l| {
+            l.starts_with("error")
+                || l.contains("panicked at")
+                || l.contains("FAILED")
+                || l.starts_with("warning: ")
+        })
+        .take(12)
+        .collect();
+    if causes.is_empty() {
+        let tail: Vec<&str> = err.lines().rev().take(12).collect();
+        return tail.into_iter().rev().collect::<Vec<_>>().join(" | ");
+    }
+    causes.join(" | ")
+}
+
 /// Kills the dev server when the test ends, however it ends.
 struct Killed(Child);
 
@@ -94,7 +115,8 @@ async fn a_new_app_builds_passes_its_tests_and_serves_hello_in_dev() {
     let err = String::from_utf8_lossy(&tested.stderr);
     assert!(
         tested.status.success(),
-        "cargo test in the scaffold:\n{out}\n{err}"
+        "cargo test in the scaffold failed: {}\n--- stdout\n{out}\n--- stderr\n{err}",
+        why_it_failed(&out, &err)
     );
     assert!(out.contains("test result: ok. 2 passed"), "{out}");
     assert!(
