@@ -177,6 +177,8 @@ struct RunBody {
     limits: Vec<siesta::LimitSlot>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     queued: Option<siesta::QueuedAt>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    held: Option<siesta::HeldStart>,
 }
 
 /// The TTL of a record closed at `at`: kept for `retention`, then removed by DynamoDB.
@@ -244,6 +246,7 @@ pub(crate) fn run_item(run: &Run, retention: Duration) -> Result<Item, StoreErro
         trace_parent: run.trace_parent,
         limits: run.limits.clone(),
         queued: run.queued.clone(),
+        held: run.held.clone(),
     };
     item.insert(BODY.into(), s(to_json(&body)?));
     Ok(item)
@@ -332,6 +335,7 @@ pub(crate) fn run_from_item(item: &Item) -> Result<Run, StoreError> {
         trace_parent: body.trace_parent,
         limits: body.limits,
         queued: body.queued,
+        held: body.held,
     })
 }
 

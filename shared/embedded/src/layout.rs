@@ -277,6 +277,11 @@ const MIGRATIONS: &[Migration] = &[
         schema: crate::schedules::SCHEMA,
         backfill: crate::schedules::BACKFILL,
     },
+    Migration {
+        version: 11,
+        schema: crate::debounces::SCHEMA,
+        backfill: crate::debounces::BACKFILL,
+    },
 ];
 
 /// Apply the numbered steps the file lacks, in the transaction of [`open`]; the rows of

@@ -33,6 +33,7 @@
 mod artifacts;
 mod builds;
 mod cursors;
+mod debounces;
 mod deliveries;
 mod layout;
 mod limits;

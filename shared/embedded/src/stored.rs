@@ -18,9 +18,9 @@ use sha2::{Digest, Sha256};
 use siesta::ports::StoreError;
 use siesta::telemetry::TraceParent;
 use siesta::{
-    DeliveryId, EntryState, ErrorInfo, EventType, FencingEpoch, JournalEntry, Lease, LimitSlot,
-    MintedPosition, OperationKind, ParentLink, Payload, Position, QueuedAt, Run, RunId, RunStatus,
-    SubType, TenantId, TimelineEvent, Timestamp, Wait, WaitKind,
+    DeliveryId, EntryState, ErrorInfo, EventType, FencingEpoch, HeldStart, JournalEntry, Lease,
+    LimitSlot, MintedPosition, OperationKind, ParentLink, Payload, Position, QueuedAt, Run, RunId,
+    RunStatus, SubType, TenantId, TimelineEvent, Timestamp, Wait, WaitKind,
 };
 
 use crate::{from_json, to_json};
@@ -304,6 +304,8 @@ struct RunBodyRef<'a> {
     limits: &'a [LimitSlot],
     #[serde(skip_serializing_if = "Option::is_none")]
     queued: Option<&'a QueuedAt>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    held: Option<&'a HeldStart>,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -341,6 +343,8 @@ struct RunBody {
     limits: Vec<LimitSlot>,
     #[serde(default)]
     queued: Option<QueuedAt>,
+    #[serde(default)]
+    held: Option<HeldStart>,
 }
 
 /// `run`'s body as stored.
@@ -370,6 +374,7 @@ pub(crate) fn run_body(run: &Run) -> Result<String, StoreError> {
         trace_parent,
         limits,
         queued,
+        held,
     } = run;
     to_json(&RunBodyRef {
         input,
@@ -389,6 +394,7 @@ pub(crate) fn run_body(run: &Run) -> Result<String, StoreError> {
         trace_parent: *trace_parent,
         limits,
         queued: queued.as_ref(),
+        held: held.as_ref(),
     })
 }
 
@@ -444,6 +450,7 @@ impl RunRow {
             trace_parent,
             limits,
             queued,
+            held,
         } = from_json(&self.body)?;
         Ok(Run {
             tenant: TenantId(self.tenant),
@@ -469,6 +476,7 @@ impl RunRow {
             trace_parent,
             limits,
             queued,
+            held,
         })
     }
 }

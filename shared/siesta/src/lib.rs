@@ -136,11 +136,12 @@ pub use engine::streams::{StreamPage, visible};
 pub use engine::worker::WorkerConfig;
 pub use engine::{
     BatchReport, DeadLetterReport, DivergedRun, Divergence, Engine, EngineConfig, EngineError,
-    LimitReport, OtherBuilds, ReplayCheck, RunExport, SkippedRun, StartOptions, SweepReport,
-    ToolCallResolution, UpgradeReport, WakeOutcome,
+    LimitReport, OtherBuilds, ReplayCheck, RunExport, SkippedRun, StartOptions, Started,
+    SweepReport, ToolCallResolution, UpgradeReport, WakeOutcome,
 };
 pub use engine::{ScheduleInfo, ScheduleReport, parse_schedule_names};
 pub use error::{Error, ErrorKind, MAX_RETRY_AFTER, PANICKED, StepError, StepResultExt};
+pub use flow::held::{Debounce, StartRate};
 pub use flow::{KeySource, LimitOverrides, RunLimit};
 pub use liveness::{Liveness, LoopGuard};
 pub use model::*;

@@ -18,7 +18,7 @@
 //!
 //! The [`Context`] and the types its operations take and return (their builders, the
 //! step's [`StepContext`], the streams a run publishes to ([`Stream`], [`StepStream`]), callbacks, condition checks, batches and combinators), the
-//! errors of workflows and steps with [`StepResultExt`]'s `.fatal()`, the [`Registry`] and its [`RunLimit`]s,
+//! errors of workflows and steps with [`StepResultExt`]'s `.fatal()`, the [`Registry`] and its [`RunLimit`]s, [`Debounce`]s and [`StartRate`]s,
 //! the [`RetryStrategy`], [`Duration`] (every timer and timeout takes one) and the
 //! derives a payload type needs: serde's `Serialize`/`Deserialize` (the crate depends on
 //! `serde` with its `derive` feature, as the derives name it) and [`JsonSchema`] for
@@ -39,6 +39,7 @@ pub use crate::context::{
 };
 pub use crate::error::{Error, ErrorKind, StepError, StepResultExt};
 pub use crate::flow::RunLimit;
+pub use crate::flow::held::{Debounce, StartRate};
 pub use crate::model::{ArtifactRef, CallbackId, RunId, TenantId};
 pub use crate::registry::Registry;
 pub use crate::retry::{Backoff, Jitter, RetryOn, RetryStrategy};

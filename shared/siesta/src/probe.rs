@@ -247,6 +247,30 @@ impl RunStore for ProbeStore {
         self.read()?;
         self.inner.queue_position(tenant, at).await
     }
+    async fn get_debounce_entry(
+        &self,
+        tenant: &TenantId,
+        name: &str,
+        key: &str,
+    ) -> Result<Option<DebounceEntry>, StoreError> {
+        self.read()?;
+        self.inner.get_debounce_entry(tenant, name, key).await
+    }
+    async fn put_debounce_entry(
+        &self,
+        tenant: &TenantId,
+        name: &str,
+        key: &str,
+        run_id: &RunId,
+        expected: u64,
+        keep_until: Timestamp,
+    ) -> Result<u64, StoreError> {
+        self.check()?;
+        self.wrote(0);
+        self.inner
+            .put_debounce_entry(tenant, name, key, run_id, expected, keep_until)
+            .await
+    }
     async fn unfinished_runs(&self, tenant: &TenantId) -> Result<u64, StoreError> {
         self.read()?;
         self.inner.unfinished_runs(tenant).await

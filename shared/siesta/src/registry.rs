@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use crate::context::Context;
 use crate::error::Error;
 use crate::flow::RunLimit;
+use crate::flow::held::{Debounce, StartRate};
 use crate::schedule::{Schedule, ScheduleError};
 
 type Run = dyn Fn(Context, serde_json::Value) -> BoxFuture<'static, Result<serde_json::Value, Error>>
@@ -85,6 +86,10 @@ pub struct Registry {
     limits: BTreeMap<String, RunLimit>,
     /// Schedules by name, checked at registration.
     schedules: BTreeMap<String, Schedule>,
+    /// Debounces and batches, by name.
+    debounces: BTreeMap<String, Debounce>,
+    /// Start rates, by name.
+    start_rates: BTreeMap<String, StartRate>,
 }
 
 impl Registry {
@@ -156,8 +161,112 @@ impl Registry {
             !self.limits.contains_key(&name),
             "the concurrency limit {name} is declared twice"
         );
+        for workflow in limit.workflows() {
+            self.assert_not_held(workflow, &format!("the concurrency limit {name}"));
+        }
         self.limits.insert(name, limit);
         self
+    }
+
+    /// Declare a debounce or a batch ([`Debounce`]): starts of the workflows it names
+    /// that share its key collapse into one run (docs/flow-control.md).
+    ///
+    /// ```
+    /// use siesta::prelude::*;
+    /// use std::time::Duration;
+    /// # async fn sync_order(_: Context, _: serde_json::Value) -> Result<(), Error> { Ok(()) }
+    /// let mut registry = Registry::new();
+    /// registry.register("sync_order", sync_order).debounce(
+    ///     Debounce::new("order-updates", Duration::from_secs(10))
+    ///         .key_from_input("/order")
+    ///         .workflow("sync_order"),
+    /// );
+    /// ```
+    ///
+    /// # Panics
+    /// When a debounce of the same name was declared already, or a workflow it names
+    /// is under another debounce, a start rate or a concurrency limit: a start is held
+    /// back by one thing at a time (docs/flow-control.md says what is not yet).
+    pub fn debounce(&mut self, debounce: Debounce) -> &mut Self {
+        let name = debounce.name().to_owned();
+        assert!(
+            !self.debounces.contains_key(&name),
+            "the debounce {name} is declared twice"
+        );
+        for workflow in debounce.workflows() {
+            self.assert_not_held(workflow, &format!("the debounce {name}"));
+            assert!(
+                !self
+                    .limits
+                    .values()
+                    .any(|l| l.workflows().any(|w| w == workflow)),
+                "the workflow {workflow} is under a concurrency limit and the debounce {name}: not yet supported together"
+            );
+        }
+        self.debounces.insert(name, debounce);
+        self
+    }
+
+    /// Declare a start rate ([`StartRate`]): at most its `max` runs of the workflows
+    /// it names begin per period and key; a start over it is queued until its turn.
+    ///
+    /// # Panics
+    /// As [`Registry::debounce`].
+    pub fn start_rate(&mut self, rate: StartRate) -> &mut Self {
+        let name = rate.name().to_owned();
+        assert!(
+            !self.start_rates.contains_key(&name),
+            "the start rate {name} is declared twice"
+        );
+        for workflow in rate.workflows() {
+            self.assert_not_held(workflow, &format!("the start rate {name}"));
+            assert!(
+                !self
+                    .limits
+                    .values()
+                    .any(|l| l.workflows().any(|w| w == workflow)),
+                "the workflow {workflow} is under a concurrency limit and the start rate {name}: not yet supported together"
+            );
+        }
+        self.start_rates.insert(name, rate);
+        self
+    }
+
+    /// A workflow's starts are held back by one debounce or start rate at most, and
+    /// one held back is under no concurrency limit.
+    fn assert_not_held(&self, workflow: &str, by: &str) {
+        if let Some(d) = self.debounce_for(workflow) {
+            panic!(
+                "the workflow {workflow} is under the debounce {} already: {by} cannot apply too",
+                d.name()
+            );
+        }
+        if let Some(r) = self.start_rate_for(workflow) {
+            panic!(
+                "the workflow {workflow} is under the start rate {} already: {by} cannot apply too",
+                r.name()
+            );
+        }
+    }
+
+    /// The debounce the starts of `workflow` are gathered by, if any.
+    pub fn debounce_for(&self, workflow: &str) -> Option<&Debounce> {
+        self.debounces.values().find(|d| d.applies_to(workflow))
+    }
+
+    /// The start rate the starts of `workflow` count against, if any.
+    pub fn start_rate_for(&self, workflow: &str) -> Option<&StartRate> {
+        self.start_rates.values().find(|r| r.applies_to(workflow))
+    }
+
+    /// The debounces declared, by name.
+    pub fn debounces(&self) -> impl Iterator<Item = &Debounce> {
+        self.debounces.values()
+    }
+
+    /// The start rates declared, by name.
+    pub fn start_rates(&self) -> impl Iterator<Item = &StartRate> {
+        self.start_rates.values()
     }
 
     /// The concurrency limits declared, by name.

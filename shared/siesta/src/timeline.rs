@@ -334,6 +334,38 @@ pub struct MarkerRecorded {
     pub call: String,
 }
 
+/// `StartJoined` (Siesta's): a later start was gathered into this queued run by its
+/// debounce; the run's release moved.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields)]
+pub struct StartJoined {
+    /// The debounce's name.
+    pub debounce: String,
+    /// The key its starts share (`""` without one).
+    #[serde(default)]
+    pub key: String,
+    /// How many starts the run holds now.
+    pub starts: u32,
+    /// When it is released now.
+    pub release_at: Timestamp,
+}
+
+/// `StartReleased` (Siesta's): what held the run's start back let it begin.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields)]
+pub struct StartReleased {
+    /// `debounce` or `rate`.
+    pub held_by: String,
+    /// The debounce's or the start rate's name.
+    pub name: String,
+    /// The key (`""` without one).
+    #[serde(default)]
+    pub key: String,
+    /// For a debounce, how many starts the run gathered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub starts: Option<u32>,
+}
+
 /// A timeline event's details, one variant per [`EventType`] (events that carry none
 /// are [`EventDetails::None`]). Serialised as the variant's fields alone: the event
 /// type beside it says which variant it is.
@@ -370,6 +402,8 @@ pub enum EventDetails {
     RunResumed(RunResumed),
     RunUpgraded(RunUpgraded),
     MarkerRecorded(MarkerRecorded),
+    StartJoined(StartJoined),
+    StartReleased(StartReleased),
     /// No details (`ExecutionCancelled`, `CancelRequested`, a timer's `WaitSucceeded`,
     /// a child context's start and end): `null`, left out on the wire.
     None,
@@ -427,6 +461,8 @@ impl EventDetails {
             T::RunResumed => read(v, D::RunResumed),
             T::RunUpgraded => read(v, D::RunUpgraded),
             T::MarkerRecorded => read(v, D::MarkerRecorded),
+            T::StartJoined => read(v, D::StartJoined),
+            T::StartReleased => read(v, D::StartReleased),
             T::ExecutionCancelled | T::CancelRequested => D::Other(v.clone()),
         }
     }
@@ -454,6 +490,7 @@ impl EventDetails {
             EventDetails::InvocationCompleted(i) => {
                 out.extend(i.next_wake_at.map(|t| ("NextWakeAt", t)));
             }
+            EventDetails::StartJoined(j) => out.push(("ReleaseAt", j.release_at)),
             _ => {}
         }
         out
@@ -461,7 +498,7 @@ impl EventDetails {
 }
 
 /// Every event type, in the order of [`EventType`]'s declaration.
-pub const EVENT_TYPES: [EventType; 31] = {
+pub const EVENT_TYPES: [EventType; 33] = {
     use EventType as T;
     [
         T::ExecutionStarted,
@@ -495,6 +532,8 @@ pub const EVENT_TYPES: [EventType; 31] = {
         T::CancelRequested,
         T::RunUpgraded,
         T::MarkerRecorded,
+        T::StartJoined,
+        T::StartReleased,
     ]
 };
 
@@ -532,6 +571,8 @@ impl EventDetails {
             T::RunResumed => fields_of::<RunResumed>(),
             T::RunUpgraded => fields_of::<RunUpgraded>(),
             T::MarkerRecorded => fields_of::<MarkerRecorded>(),
+            T::StartJoined => fields_of::<StartJoined>(),
+            T::StartReleased => fields_of::<StartReleased>(),
             T::ExecutionCancelled | T::CancelRequested => &[],
         }
     }

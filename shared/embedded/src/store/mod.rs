@@ -20,8 +20,8 @@ use self::rows::{conflict, insert_event_as, insert_run, run_key, update_run_as};
 use crate::cursors::ListPosition;
 use crate::deliveries::{apply_delivery, get_callback, put_callback_as};
 use crate::{
-    EmbeddedBackend, builds, from_json, limits, rate_turns, retention, sql, step_slots, stored,
-    unfinished,
+    EmbeddedBackend, builds, debounces, from_json, limits, rate_turns, retention, sql, step_slots,
+    stored, unfinished,
 };
 
 /// A page of a tenant's runs, newest first, after the cursor `(?4, ?5)` (its creation
@@ -133,6 +133,50 @@ impl RunStore for EmbeddedBackend {
         let (key, holder) = (key.to_owned(), holder.clone());
         self.tx_of(holder.tenant.0.clone(), move |tx, _| {
             rate_turns::take(tx, &key, interval, &holder, now)
+        })
+        .await
+    }
+
+    async fn get_debounce_entry(
+        &self,
+        tenant: &TenantId,
+        name: &str,
+        key: &str,
+    ) -> Result<Option<DebounceEntry>, StoreError> {
+        let (tenant, name, key) = (tenant.0.clone(), name.to_owned(), key.to_owned());
+        self.read(move |conn| {
+            let of = debounces::EntryOf {
+                tenant: &tenant,
+                name: &name,
+                key: &key,
+            };
+            debounces::get(conn, &of)
+        })
+        .await
+    }
+
+    async fn put_debounce_entry(
+        &self,
+        tenant: &TenantId,
+        name: &str,
+        key: &str,
+        run_id: &RunId,
+        expected: u64,
+        keep_until: Timestamp,
+    ) -> Result<u64, StoreError> {
+        let (tenant, name, key, run_id) = (
+            tenant.0.clone(),
+            name.to_owned(),
+            key.to_owned(),
+            run_id.clone(),
+        );
+        self.tx_of(tenant.clone(), move |tx, now| {
+            let of = debounces::EntryOf {
+                tenant: &tenant,
+                name: &name,
+                key: &key,
+            };
+            debounces::put(tx, &of, &run_id, expected, keep_until, now)
         })
         .await
     }

@@ -1,5 +1,6 @@
 //! Starting a run, and reading one.
 
+use crate::time::Timestamp;
 use crate::timeline as tl;
 use std::time::Duration;
 
@@ -7,6 +8,15 @@ use super::{Engine, EngineError};
 use crate::model::*;
 use crate::ports::*;
 use crate::quota::{self, QuotaExceeded, QuotaLimit, json_size};
+
+/// What a start did ([`Engine::start_or_join`]).
+#[derive(Debug, Clone)]
+pub struct Started {
+    /// The run it created, or the one it joined.
+    pub run: Run,
+    /// A debounce gathered it into a run that was queued already.
+    pub joined: bool,
+}
 
 /// How to start a run ([`Engine::start_with`]); every field may be left out.
 #[derive(Debug, Clone, Default)]
@@ -57,7 +67,8 @@ impl Engine {
     /// [`Engine::start`] with every option. A run under concurrency limits
     /// ([`Registry::limit`](crate::Registry::limit)) that finds one of them full is
     /// created [`RunStatus::Queued`] and sent no wake-up: the write that frees its
-    /// slot admits it (docs/flow-control.md).
+    /// slot admits it (docs/flow-control.md). A start a debounce gathers into a run
+    /// already queued answers that run ([`Engine::start_or_join`] says which).
     pub async fn start_with(
         &self,
         tenant: &TenantId,
@@ -65,22 +76,41 @@ impl Engine {
         input: serde_json::Value,
         options: StartOptions,
     ) -> Result<Run, EngineError> {
-        let StartOptions {
-            run_id,
-            trace_parent,
-            concurrency_key,
-        } = options;
+        Ok(self
+            .start_or_join(tenant, workflow, input, options)
+            .await?
+            .run)
+    }
+
+    /// [`Engine::start_with`], saying whether the start created its run or joined one
+    /// a debounce gathers ([`crate::Debounce`]). A start over a start rate
+    /// ([`crate::StartRate`]) is created queued until its turn.
+    pub async fn start_or_join(
+        &self,
+        tenant: &TenantId,
+        workflow: &str,
+        input: serde_json::Value,
+        options: StartOptions,
+    ) -> Result<Started, EngineError> {
         let wf = self
             .registry
             .get(workflow)
             .ok_or_else(|| EngineError::UnknownWorkflow(workflow.to_owned()))?;
-        wf.validate(&input).map_err(EngineError::InvalidInput)?;
+        let debounce = self.registry.debounce_for(workflow);
+        // A batch's run takes the list of its starts' inputs: each start gives one.
+        let batched = debounce.is_some_and(|d| d.batch_size().is_some());
+        if batched {
+            wf.validate(&serde_json::Value::Array(vec![input.clone()]))
+        } else {
+            wf.validate(&input)
+        }
+        .map_err(EngineError::InvalidInput)?;
         let limits = crate::flow::slots_for(
             self.registry.limits(),
             &self.config.limits,
             workflow,
             &input,
-            concurrency_key.as_deref(),
+            options.concurrency_key.as_deref(),
         )
         .map_err(EngineError::InvalidInput)?;
         let now = self.clock.now();
@@ -100,23 +130,43 @@ impl Engine {
                     retry_after,
                 })?;
         }
-        let id = run_id.unwrap_or_else(RunId::generate);
+        if let Some(debounce) = debounce {
+            return self
+                .start_debounced(tenant, workflow, debounce, input, options, now)
+                .await;
+        }
+        let id = options.run_id.clone().unwrap_or_else(RunId::generate);
         let payload = self.encode(tenant, &id, &input).await?;
+        let (mut run, started) = self.new_run(tenant, id, workflow, payload, &options, now);
+        run.limits = limits;
+        if let Some(rate) = self.registry.start_rate_for(workflow) {
+            self.hold_for_turn(&mut run, rate, &input, &options, now)
+                .await?;
+        }
+        self.create(run, &started, now)
+            .await
+            .map(|run| Started { run, joined: false })
+    }
+
+    /// A new pending run of `workflow` with `payload` as its input, as a start makes it
+    /// at `now`, and its `ExecutionStarted` event.
+    pub(super) fn new_run(
+        &self,
+        tenant: &TenantId,
+        id: RunId,
+        workflow: &str,
+        payload: Payload,
+        options: &StartOptions,
+        now: Timestamp,
+    ) -> (Run, TimelineEvent) {
         let mut run = Run::new(tenant.clone(), id, workflow, payload, now);
         run.timeline_seq = 1;
         run.build_id = Some(self.config.build_id.clone());
-        run.trace_parent = trace_parent;
-        run.limits = limits;
+        run.trace_parent = options.trace_parent;
         // A start's wake-up is handled within seconds but for a backlog: past the short
         // margin the sweep sends another, so a start cut off before its send is not
         // left for the general margin (see `EngineConfig::start_resend_margin`).
-        run.resend_after = Some(
-            now.plus(
-                self.config
-                    .start_resend_margin
-                    .min(self.config.resend_margin),
-            ),
-        );
+        run.resend_after = Some(now.plus(self.start_margin()));
         let started = TimelineEvent::execution_started(
             now,
             workflow,
@@ -127,20 +177,40 @@ impl Engine {
             })
             .to_value(),
         );
+        (run, started)
+    }
+
+    /// How long a start's wake-up is given before the sweep sends another.
+    pub(super) fn start_margin(&self) -> Duration {
+        self.config
+            .start_resend_margin
+            .min(self.config.resend_margin)
+    }
+
+    /// Create `run` (under its concurrency limits and the tenant's quota) and send its
+    /// wake-up: at once when it may begin, at its release when a debounce or a start
+    /// rate holds it, none when it waits in a limit's line.
+    pub(super) async fn create(
+        &self,
+        mut run: Run,
+        started: &TimelineEvent,
+        now: Timestamp,
+    ) -> Result<Run, EngineError> {
+        let quota = self.config.quotas.for_tenant(&run.tenant);
         let created = if run.limits.is_empty() {
             match quota.max_unfinished_runs {
                 Some(max) => {
                     self.backend
                         .store
-                        .create_run_within(&run, &started, max)
+                        .create_run_within(&run, started, max)
                         .await
                 }
-                None => self.backend.store.create_run(&run, &started).await,
+                None => self.backend.store.create_run(&run, started).await,
             }
         } else {
             self.backend
                 .store
-                .admit_run(&run, &started, quota.max_unfinished_runs)
+                .admit_run(&run, started, quota.max_unfinished_runs)
                 .await
                 .map(|stored| run = stored)
         };
@@ -152,13 +222,18 @@ impl Engine {
             }
             Err(e) => return Err(e.into()),
         }
-        if trace_parent.is_none() {
+        if run.trace_parent.is_none() {
             crate::telemetry::link_to_run(&tracing::Span::current(), &run);
         }
-        if run.status == RunStatus::Queued {
-            tracing::info!(tenant = %tenant, run_id = %run.id, queued = ?run.queued, "run queued behind a concurrency limit");
-        } else {
-            self.send_start(&run).await;
+        match (&run.held, run.status) {
+            (Some(held), RunStatus::Queued) => {
+                tracing::info!(tenant = %run.tenant, run_id = %run.id, held_by = held.reason.kind(), until_ms = held.until.0, "run queued until its start is released");
+                self.send_release(&run, now).await;
+            }
+            (None, RunStatus::Queued) => {
+                tracing::info!(tenant = %run.tenant, run_id = %run.id, queued = ?run.queued, "run queued behind a concurrency limit");
+            }
+            _ => self.send_start(&run).await,
         }
         Ok(run)
     }
@@ -195,7 +270,7 @@ impl Engine {
 
     /// Send the wake-up that begins `run` (a start's, or its retry's). A failed send is
     /// left to the sweep.
-    async fn send_start(&self, run: &Run) {
+    pub(super) async fn send_start(&self, run: &Run) {
         self.send_wake(
             WakeUp {
                 tenant: run.tenant.clone(),

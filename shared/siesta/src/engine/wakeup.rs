@@ -131,6 +131,17 @@ impl Engine {
         else {
             return Ok(WakeOutcome::NotFound);
         };
+        // A start a debounce or a start rate held back: released at its instant (a
+        // wake-up before it, for a release a later start moved, finds nothing to do).
+        let run = match (&run.held, run.status) {
+            (Some(held), RunStatus::Queued) if held.until <= now => {
+                match self.release(&run, now).await? {
+                    Some(released) => released,
+                    None => return Ok(WakeOutcome::Busy),
+                }
+            }
+            _ => run,
+        };
         if !run.needs_attention(now) {
             return Ok(if run.is_leased(now) {
                 WakeOutcome::Busy

@@ -1,4 +1,5 @@
-//! Flow control: concurrency limits per key on runs (docs/flow-control.md).
+//! Flow control: concurrency limits per key on runs, and starts held back by a
+//! debounce or a start rate ([`held`]) (docs/flow-control.md).
 //!
 //! A [`RunLimit`] is declared on the [`Registry`](crate::Registry): at most `max`
 //! unfinished runs of its workflows per key, the key read from the run's input (a
@@ -9,6 +10,7 @@
 //! write, so no race can let more than `max` hold a key. [`slots::SlotBook`] is the rule
 //! every store follows, as plain data: the stores' tests hold them to it.
 
+pub mod held;
 pub mod slots;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -110,14 +112,29 @@ impl RunLimit {
 
     /// The key a run of `input`, started with `given`, counts under.
     pub fn key_of(&self, input: &serde_json::Value, given: Option<&str>) -> Result<String, String> {
-        let key = match &self.key {
+        self.key.read(
+            &format!("the concurrency limit {}", self.name),
+            input,
+            given,
+        )
+    }
+}
+
+impl KeySource {
+    /// The key a start of `input` with `given` counts under for `owner` (what the key
+    /// is read for, e.g. "the concurrency limit per-customer", for the error): `""`
+    /// without a key; a start without a usable key is refused with why.
+    pub fn read(
+        &self,
+        owner: &str,
+        input: &serde_json::Value,
+        given: Option<&str>,
+    ) -> Result<String, String> {
+        let key = match self {
             KeySource::None => return Ok(String::new()),
             KeySource::Given => given
                 .ok_or_else(|| {
-                    format!(
-                        "the concurrency limit {} counts runs by a key given at start: pass concurrency_key",
-                        self.name
-                    )
+                    format!("{owner} counts runs by a key given at start: pass concurrency_key")
                 })?
                 .to_owned(),
             KeySource::Input(pointer) => match input.pointer(pointer) {
@@ -127,16 +144,14 @@ impl RunLimit {
                 }
                 _ => {
                     return Err(format!(
-                        "the concurrency limit {} counts runs by the input's {pointer}, which must be a string, a number or a boolean",
-                        self.name
+                        "{owner} counts runs by the input's {pointer}, which must be a string, a number or a boolean"
                     ));
                 }
             },
         };
         if key.is_empty() || key.len() > MAX_KEY_BYTES {
             return Err(format!(
-                "the key of the concurrency limit {} must be 1 to {MAX_KEY_BYTES} bytes, not {}",
-                self.name,
+                "the key of {owner} must be 1 to {MAX_KEY_BYTES} bytes, not {}",
                 key.len()
             ));
         }

@@ -99,6 +99,12 @@ pub enum EventType {
     RunUpgraded,
     /// A marker was journaled: a `patched` call recorded its patch (`Patch`).
     MarkerRecorded,
+    /// A later start was gathered into this queued run by its debounce
+    /// (`Debounce`, `Key`, `Starts`, `ReleaseAt`).
+    StartJoined,
+    /// What held the run's start back — a debounce or a start rate — let it begin
+    /// (`HeldBy`, `Name`, `Key`, `Starts`).
+    StartReleased,
 }
 
 /// Operation sub-types, as in AWS durable execution histories.

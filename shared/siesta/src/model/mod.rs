@@ -20,7 +20,7 @@ mod trace;
 
 pub use deliveries::*;
 pub use events::*;
-pub use flow::{LimitSlot, QueuedAt};
+pub use flow::{HeldStart, HoldReason, LimitSlot, QueuedAt};
 pub use journal::*;
 pub use trace::{TraceParent, root_span_id_for, trace_id_for};
 
@@ -336,6 +336,10 @@ pub struct Run {
     /// Where it waits while [`RunStatus::Queued`]; `None` otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queued: Option<QueuedAt>,
+    /// What holds its start back while [`RunStatus::Queued`] for an instant rather than
+    /// a slot: a debounce or a start rate; `None` otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held: Option<HeldStart>,
 }
 
 impl Run {
@@ -371,6 +375,7 @@ impl Run {
             trace_parent: None,
             limits: Vec::new(),
             queued: None,
+            held: None,
         }
     }
 

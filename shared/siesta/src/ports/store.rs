@@ -261,6 +261,17 @@ pub enum RateTurn {
     At(Timestamp),
 }
 
+/// Which run the starts under one key of a debounce join now
+/// ([`RunStore::get_debounce_entry`]), with the entry's version.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DebounceEntry {
+    /// The run: once it began (or if it is missing) the next start points the entry
+    /// at a new one.
+    pub run_id: RunId,
+    /// The stored entry's version: each write adds one.
+    pub version: u64,
+}
+
 /// A run a write made due so that it takes the step slot handed to it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HandedSlot {
@@ -405,6 +416,42 @@ pub trait RunStore: Send + Sync + 'static {
         let _ = (key, interval, holder, now);
         Err(StoreError::Unsupported(
             "step rate limits on this backend".to_owned(),
+        ))
+    }
+
+    /// The entry of `tenant`'s debounce `name` for `key`: which run its starts join
+    /// now; `None` when none is stored (or it was forgotten past its `keep_until`). One
+    /// strongly consistent read. Default: [`StoreError::Unsupported`].
+    async fn get_debounce_entry(
+        &self,
+        tenant: &TenantId,
+        name: &str,
+        key: &str,
+    ) -> Result<Option<DebounceEntry>, StoreError> {
+        let _ = (tenant, name, key);
+        Err(StoreError::Unsupported(
+            "debounces on this backend".to_owned(),
+        ))
+    }
+
+    /// Point the entry of `tenant`'s debounce `name` for `key` at `run_id`, if the
+    /// stored entry is at version `expected` (0: none stored): answers the version
+    /// written (`expected + 1`), or [`StoreError::Conflict`] (with no run) when another
+    /// write came first. The store may forget the entry after `keep_until` (by then its
+    /// run takes no more starts). One conditional write. Default:
+    /// [`StoreError::Unsupported`].
+    async fn put_debounce_entry(
+        &self,
+        tenant: &TenantId,
+        name: &str,
+        key: &str,
+        run_id: &RunId,
+        expected: u64,
+        keep_until: Timestamp,
+    ) -> Result<u64, StoreError> {
+        let _ = (tenant, name, key, run_id, expected, keep_until);
+        Err(StoreError::Unsupported(
+            "debounces on this backend".to_owned(),
         ))
     }
 
