@@ -103,7 +103,8 @@ fn lapse(tx: &Connection, key: &str, now: Timestamp) -> Result<u32, StoreError> 
 }
 
 /// Hand free slots of `key` to the first in line while fewer than `max` hold it: each
-/// is granted until `now` + `grant_for`, and its run, when waiting, is made due now.
+/// is granted until `now` + `grant_for`, and its run, waiting or running, is made due
+/// now.
 fn hand_over(
     tx: &Connection,
     key: &str,
@@ -142,7 +143,11 @@ fn hand_over(
         .execute(params![key, tenant, run_id, position, until])
         .map_err(sql)?;
         live += 1;
-        if run.status == RunStatus::Waiting && run.due_at.is_none_or(|d| d > now) {
+        // A waiting run is made due now. So is a running one, between its look at the
+        // line and its suspension: its suspension keeps a due time at or before now
+        // that it finds written (`Shared::commit`), rather than sleeping past the slot.
+        let waiting = run.status == RunStatus::Waiting && run.due_at.is_none_or(|d| d > now);
+        if waiting || run.status == RunStatus::Running {
             let mut due = run.clone();
             due.due_at = Some(now);
             due.resend_after = None;

@@ -290,10 +290,12 @@ impl<'a> Line<'a> {
             };
             self.hold(&first.whose, None, Some(self.now.plus(grant_for)));
             let id = (run.tenant.0.clone(), run.id.0.clone());
-            if run.status == RunStatus::Waiting
-                && run.due_at.is_none_or(|d| d > self.now)
-                && self.made_due.insert(id)
-            {
+            // A waiting run is made due now. So is a running one, between its look at
+            // the line and its suspension: its suspension keeps a due time at or
+            // before now that it finds written, rather than sleeping past the slot.
+            let waiting =
+                run.status == RunStatus::Waiting && run.due_at.is_none_or(|d| d > self.now);
+            if (waiting || run.status == RunStatus::Running) && self.made_due.insert(id) {
                 let mut due = run.clone();
                 due.due_at = Some(self.now);
                 due.resend_after = None;
@@ -689,8 +691,22 @@ mod tests {
         );
         assert_eq!(plan.handed.len(), 1);
         assert_eq!(plan.handed[0].run_id, RunId("w".into()));
-        // A running run is not made due: it takes its slot when its step asks again.
-        assert!(plan.plan.of(Role::AdmittedRun).is_none());
+        // A running run, between its look at the line and its suspension, is made due
+        // now, on its lease as read: its suspension keeps that due time.
+        let made_due = plan
+            .plan
+            .of(Role::AdmittedRun)
+            .expect("the run is made due");
+        let (indexed, _) = made_due.run_after.as_ref().expect("a run item's write");
+        assert_eq!(indexed.get(DUE_AT), Some(&n(NOW.0)));
+        let condition = made_due.condition.as_ref().unwrap();
+        assert!(
+            condition
+                .expression
+                .contains("#lease_expires = :lease_expires"),
+            "{}",
+            condition.expression
+        );
         let waiters_deleted = plan
             .plan
             .writes

@@ -397,6 +397,9 @@ impl Shared {
             entry.updated_at = now;
         }
         let mut attempts = 0;
+        // A due time at or before now that another writer gave the run while this one
+        // held it (a step slot handed to it): the run must not sleep past it.
+        let mut made_due: Option<Timestamp> = None;
         loop {
             let checkpoint = {
                 let st = self.state();
@@ -416,6 +419,13 @@ impl Shared {
                 run.version += 1;
                 run.updated_at = now;
                 mutate(&mut run);
+                if let Some(at) = made_due
+                    && !run.status.is_finished()
+                    && run.due_at.is_none_or(|d| d > at)
+                {
+                    run.due_at = Some(at);
+                    run.resend_after = None;
+                }
                 let mut timeline = delta.timeline.clone();
                 for event in &mut timeline {
                     run.timeline_seq += 1;
@@ -515,6 +525,9 @@ impl Shared {
                     st.run.cancel_requested = current.cancel_requested;
                     st.run.lease = current.lease.clone();
                     st.run.due_at = current.due_at;
+                    if current.due_at.is_some_and(|d| d <= now) {
+                        made_due = current.due_at;
+                    }
                 }
                 Err(e) => {
                     let why = match e {
