@@ -256,6 +256,17 @@ pub fn schedules_pk(tenant: &TenantId) -> String {
     format!("SCH#{}", escape(tenant.as_str()))
 }
 
+/// The partition of a tenant's debounces' entries, one item per debounce and key (sort
+/// key [`debounce_entry_sk`]): which run the key's starts join now.
+pub fn debounces_pk(tenant: &TenantId) -> String {
+    format!("D#{}", escape(tenant.as_str()))
+}
+
+/// The sort key of `debounce`'s entry for `key` (under [`debounces_pk`]).
+pub fn debounce_entry_sk(debounce: &str, key: &str) -> String {
+    format!("{}#{}", escape(debounce), escape(key))
+}
+
 /// The partition of a tenant's concurrency-limit counters, one item per key of a limit
 /// in use (sort key [`limit_counter_sk`]): `limit_usage` is one `Query` of it.
 pub fn limits_pk(tenant: &TenantId) -> String {

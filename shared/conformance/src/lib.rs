@@ -220,6 +220,10 @@ macro_rules! conformance_suite {
             slots_follow_the_rule_over_a_long_history
             step_slots_hold_at_most_max_and_hand_over_in_line
             rate_turns_are_spaced_kept_and_used_once
+            // debounces and held starts
+            debounce_entry_round_trips_and_is_written_on_its_version
+            concurrent_debounce_entry_writes_exactly_one_wins
+            a_held_run_is_due_at_its_release_and_released_on_its_version
             // reading
             timeline_pages_are_gapless
             timeline_pages_from_every_point_across_checkpoints_and_deliveries
@@ -296,6 +300,7 @@ mod tests {
             include_str!("cases/retention.rs"),
             include_str!("cases/limits.rs"),
             include_str!("cases/schedules.rs"),
+            include_str!("cases/debounces.rs"),
         ];
         let mut defined: Vec<&str> = sources
             .iter()

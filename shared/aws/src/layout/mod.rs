@@ -25,6 +25,7 @@
 mod checkpoint;
 mod claim;
 mod create;
+mod debounces;
 mod delivery;
 #[cfg(test)]
 mod fixtures;
@@ -37,6 +38,7 @@ mod step_slots;
 pub(crate) use checkpoint::*;
 pub(crate) use claim::*;
 pub(crate) use create::*;
+pub(crate) use debounces::*;
 pub(crate) use delivery::*;
 pub(crate) use limits::*;
 pub(crate) use rate_turns::*;
@@ -119,6 +121,8 @@ pub(crate) enum Role {
     StepWaiter,
     /// A schedule's state.
     Schedule,
+    /// A debounce's entry for a key: the run its starts join.
+    DebounceEntry,
 }
 
 impl Role {

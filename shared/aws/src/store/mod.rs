@@ -24,6 +24,7 @@
 mod builds;
 mod capacity;
 mod checkpoint;
+mod debounces;
 mod deliveries;
 mod due;
 mod just_read;
@@ -157,6 +158,28 @@ impl RunStore for DynamoStore {
         now: Timestamp,
     ) -> Result<RateTurn, StoreError> {
         DynamoStore::take_rate_turn(self, key, interval, holder, now).await
+    }
+
+    async fn get_debounce_entry(
+        &self,
+        tenant: &TenantId,
+        name: &str,
+        key: &str,
+    ) -> Result<Option<DebounceEntry>, StoreError> {
+        self.debounce_entry(tenant, name, key).await
+    }
+
+    async fn put_debounce_entry(
+        &self,
+        tenant: &TenantId,
+        name: &str,
+        key: &str,
+        run_id: &RunId,
+        expected: u64,
+        keep_until: Timestamp,
+    ) -> Result<u64, StoreError> {
+        self.point_debounce_entry(tenant, (name, key), run_id, expected, keep_until)
+            .await
     }
 
     async fn unfinished_runs(&self, tenant: &TenantId) -> Result<u64, StoreError> {

@@ -5,6 +5,7 @@
 mod artifacts;
 mod builds;
 mod checkpoints;
+mod debounces;
 mod deliveries;
 mod dropped_waits;
 mod engine;
@@ -21,6 +22,7 @@ mod streams;
 pub use artifacts::*;
 pub use builds::*;
 pub use checkpoints::*;
+pub use debounces::*;
 pub use deliveries::*;
 pub use dropped_waits::*;
 pub use engine::*;
