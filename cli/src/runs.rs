@@ -124,7 +124,7 @@ impl Remote {
                 );
             }
             if let Some(queued) = queued_note(&b["queued"]) {
-                println!("queued    {queued}: it starts when a run holding the key finishes (`siesta runs limits` shows who holds it)");
+                println!("queued    {queued}: {}", queued_outcome(&b["queued"]));
             }
             println!(
                 "web UI    {}{}",
@@ -638,21 +638,46 @@ pub fn builds_table(body: &Value) -> String {
 }
 
 /// What a queued run waits for, in words: `queued for per-customer "acme", 2nd in
-/// line`; `None` when the view carries no `queued`.
+/// line`, `queued for its turn under provider "a" at 2027-01-15T09:00:00Z`, or
+/// `gathered by order-updates "o-1" (3 starts), begins at …`; `None` when the view
+/// carries no `queued`.
 pub fn queued_note(queued: &Value) -> Option<String> {
-    let limit = queued["limit"].as_str()?;
     let key = queued["key"].as_str().unwrap_or("");
     let key = if key.is_empty() {
         String::new()
     } else {
         format!(" {key:?}")
     };
+    let next_at = queued["next_at"].as_str();
+    if let Some(debounce) = queued["debounce"].as_str() {
+        let starts = queued["starts"].as_u64().unwrap_or(1);
+        let at = next_at.map_or_else(String::new, |t| format!(", begins at {t}"));
+        return Some(format!(
+            "gathered by {debounce}{key} ({starts} start{}){at}",
+            if starts == 1 { "" } else { "s" }
+        ));
+    }
+    let limit = queued["limit"].as_str()?;
+    if let Some(at) = next_at {
+        return Some(format!("queued for its turn under {limit}{key} at {at}"));
+    }
     let place = match queued["position"].as_u64() {
         Some(1) => ", next in line".to_owned(),
         Some(n) => format!(", place {n} in line"),
         None => String::new(),
     };
     Some(format!("queued for {limit}{key}{place}"))
+}
+
+/// What follows a queued run's note in `siesta runs show`: when it begins.
+fn queued_outcome(queued: &Value) -> &'static str {
+    if queued["debounce"].is_string() {
+        "it begins then, unless another start of the key joins it first (each moves it a period on, up to the debounce's maximum delay)"
+    } else if queued["next_at"].is_string() {
+        "it begins at its turn"
+    } else {
+        "it starts when a run holding the key finishes (`siesta runs limits` shows who holds it)"
+    }
 }
 
 /// The `runs limits` table: a row per key in use, and a row for a limit none uses.
@@ -778,6 +803,24 @@ mod tests {
             "queued for total, next in line"
         );
         assert_eq!(queued_note(&Value::Null), None);
+    }
+
+    #[test]
+    fn a_run_held_for_an_instant_says_by_what_and_when_it_begins() {
+        let rate =
+            serde_json::json!({"limit": "provider", "key": "a", "next_at": "2027-01-15T09:00:01Z"});
+        assert_eq!(
+            queued_note(&rate).unwrap(),
+            "queued for its turn under provider \"a\" at 2027-01-15T09:00:01Z"
+        );
+        let gathered = serde_json::json!({"debounce": "order-updates", "key": "o-1", "starts": 3,
+            "next_at": "2027-01-15T09:00:10Z"});
+        assert_eq!(
+            queued_note(&gathered).unwrap(),
+            "gathered by order-updates \"o-1\" (3 starts), begins at 2027-01-15T09:00:10Z"
+        );
+        assert!(queued_outcome(&gathered).contains("joins it"));
+        assert_eq!(queued_outcome(&rate), "it begins at its turn");
     }
 
     #[test]

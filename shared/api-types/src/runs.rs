@@ -105,16 +105,31 @@ pub struct RunView {
     pub operations: Option<OperationsSummary>,
 }
 
-/// Why a queued run waits (docs/flow-control.md).
+/// Why a queued run waits (docs/flow-control.md): for a slot of a concurrency limit
+/// (`limit`, `key`, `position`), for its turn under a start rate (`limit`, `key`,
+/// `next_at`), or for a debounce to gather starts (`debounce`, `key`, `next_at`,
+/// `starts`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct QueuedView {
-    /// The concurrency limit whose slot it waits for.
-    pub limit: String,
-    /// The key it counts under (`""` for a limit without one).
+    /// The concurrency limit whose slot it waits for, or the start rate whose turn.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<String>,
+    /// The debounce gathering the starts of its key into it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub debounce: Option<String>,
+    /// The key it counts under (`""` for a limit, rate or debounce without one).
     pub key: String,
-    /// Its place in the key's line: 1 is next. Left out when it could not be read.
+    /// Its place in the key's line: 1 is next. Left out when it could not be read, and
+    /// for a run that waits for an instant rather than a slot.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub position: Option<u64>,
+    /// When it begins: its turn under a start rate, or a debounce's release (moved by
+    /// each start that joins it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_at: Option<Rfc3339>,
+    /// How many starts a debounce gathered into it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub starts: Option<u32>,
 }
 
 /// One pending wait.

@@ -89,15 +89,7 @@ pub fn run_view(run: &Run, replay_input: Option<&ReplayInput>, callback_base_url
         updated_at: run.updated_at.into(),
         build_id: run.build_id.clone(),
         awaiting_build: None,
-        queued: run
-            .queued
-            .as_ref()
-            .filter(|_| run.status == RunStatus::Queued)
-            .map(|at| QueuedView {
-                limit: at.limit.clone(),
-                key: at.key.clone(),
-                position: None,
-            }),
+        queued: queued_view(run),
         waits: Vec::new(),
         operations: None,
     };
@@ -169,6 +161,44 @@ fn wait_view(entry: &JournalEntry, state: &EntryState, base: &str) -> Option<Wai
         _ => return None,
     }
     Some(view)
+}
+
+/// Why a queued run waits, as its view says it (its place in line is read apart).
+fn queued_view(run: &Run) -> Option<QueuedView> {
+    if run.status != RunStatus::Queued {
+        return None;
+    }
+    if let Some(held) = &run.held {
+        let next_at = Some(held.until.into());
+        return Some(match &held.reason {
+            HoldReason::Debounce {
+                name, key, starts, ..
+            } => QueuedView {
+                limit: None,
+                debounce: Some(name.clone()),
+                key: key.clone(),
+                position: None,
+                next_at,
+                starts: Some(*starts),
+            },
+            HoldReason::Rate { name, key } => QueuedView {
+                limit: Some(name.clone()),
+                debounce: None,
+                key: key.clone(),
+                position: None,
+                next_at,
+                starts: None,
+            },
+        });
+    }
+    run.queued.as_ref().map(|at| QueuedView {
+        limit: Some(at.limit.clone()),
+        debounce: None,
+        key: at.key.clone(),
+        position: None,
+        next_at: None,
+        starts: None,
+    })
 }
 
 #[cfg(test)]

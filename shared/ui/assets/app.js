@@ -229,7 +229,7 @@ function runsTable(page, params) {
     const end = finishedAt(r);
     const took = (end ?? Date.now()) - instant(r.created_at);
     return `<tr data-run-id="${esc(r.id)}">
-      <td>${badge(r.status)}${r.cancel_requested ? ' <span class="muted">cancelling</span>' : ''}${r.awaiting_build ? ` <span class="muted" title="started on build ${esc(r.awaiting_build)}; this server runs only its own build">awaiting its build</span>` : ''}${r.queued ? ` <span class="muted" title="waits for a slot of the concurrency limit ${esc(r.queued.limit)}">${esc(queuedText(r.queued))}</span>` : ''}</td>
+      <td>${badge(r.status)}${r.cancel_requested ? ' <span class="muted">cancelling</span>' : ''}${r.awaiting_build ? ` <span class="muted" title="started on build ${esc(r.awaiting_build)}; this server runs only its own build">awaiting its build</span>` : ''}${r.queued ? ` <span class="muted" title="${esc(queuedTitle(r.queued))}">${esc(queuedText(r.queued))}</span>` : ''}</td>
       <td>${esc(r.workflow)}</td>
       <td class="id">${runLink(r.id)}</td>
       ${showTenant ? `<td>${esc(r.tenant)}</td>` : ''}
@@ -447,8 +447,17 @@ function eventRows(events) {
 
 /** A queued run's line in words: "per-customer acme · next in line". */
 function queuedText(q) {
+  const key = q.key ? ` ${q.key}` : '';
+  if (q.debounce) return `${q.debounce}${key} · ${q.starts || 1} start${q.starts === 1 ? '' : 's'} · begins ${q.next_at ? relative(instant(q.next_at)) : 'soon'}`;
+  if (q.next_at) return `${q.limit}${key} · turn ${relative(instant(q.next_at))}`;
   const place = q.position ? (q.position === 1 ? 'next in line' : `${q.position} in line`) : 'in line';
-  return `${q.limit}${q.key ? ` ${q.key}` : ''} · ${place}`;
+  return `${q.limit}${key} · ${place}`;
+}
+
+function queuedTitle(q) {
+  if (q.debounce) return `the debounce ${q.debounce} gathers the starts of its key into this run`;
+  if (q.next_at) return `waits for its turn under the start rate ${q.limit}`;
+  return `waits for a slot of the concurrency limit ${q.limit}`;
 }
 
 function explain(view, model) {
@@ -458,6 +467,14 @@ function explain(view, model) {
   switch (view.status) {
     case 'queued': {
       const q = view.queued || {};
+      if (q.debounce) {
+        lines.push(`<p><b>Queued</b>: the debounce <code>${esc(q.debounce)}</code> gathers the starts${q.key ? ` of the key <code>${esc(q.key)}</code>` : ''} into this run — ${q.starts || 1} so far. It begins ${q.next_at ? `${timeHtml(instant(q.next_at))} (${relative(instant(q.next_at))})` : 'soon'}, unless another start joins it first: each moves it a period on, up to the debounce's maximum delay. It costs nothing while it waits.</p>`);
+        break;
+      }
+      if (q.next_at) {
+        lines.push(`<p><b>Queued</b>: the start rate <code>${esc(q.limit || '?')}</code>${q.key ? ` for the key <code>${esc(q.key)}</code>` : ''} lets it begin at its turn, ${timeHtml(instant(q.next_at))} (${relative(instant(q.next_at))}). It costs nothing while it waits and takes deliveries meanwhile.</p>`);
+        break;
+      }
       lines.push(`<p><b>Queued</b>: started, but the concurrency limit <code>${esc(q.limit || '?')}</code> is full${q.key ? ` for the key <code>${esc(q.key)}</code>` : ''}: as many runs as it allows hold it. It costs nothing while it waits, takes deliveries meanwhile, and begins the moment a run holding the key finishes${q.position ? ` — it is <b>${q.position === 1 ? 'next' : `number ${q.position}`}</b> in line` : ''}. <code>GET /limits</code> (or <code>siesta runs limits</code>) shows who holds each key.</p>`);
       break;
     }

@@ -36,6 +36,7 @@ use siesta_api_types::{
     ),
     request_body(content = StartRun, content_type = "application/json"),
     responses(
+        (status = 200, description = "Joined: a debounce gathered this start into a run queued already (docs/flow-control.md); the body is that run", body = RunView),
         (status = 201, description = "Started (or, with a reused Idempotency-Key, the first start)", body = RunView,
             headers(
                 ("Location" = String, description = "The run's URL"),
@@ -73,9 +74,9 @@ pub(crate) async fn start_run(
     // under the caller's span when spans are not exported.
     let trace_parent = crate::incoming_trace_parent(&headers)
         .map(|sent| siesta::telemetry::current_trace_parent().unwrap_or(sent));
-    let (run, replayed) = match (
+    let (run, replayed, joined) = match (
         app.engine
-            .start_with(
+            .start_or_join(
                 &tenant,
                 &start.workflow,
                 start.input.clone(),
@@ -88,7 +89,7 @@ pub(crate) async fn start_run(
             .await,
         run_id,
     ) {
-        (Ok(run), _) => (run, false),
+        (Ok(started), _) => (started.run, false, started.joined),
         (Err(EngineError::AlreadyExists), Some(run_id)) => {
             // A retry: its first attempt may have died before the run's wake-up was
             // sent, so a run that has not begun is woken again (harmless if it was not).
@@ -100,7 +101,7 @@ pub(crate) async fn start_run(
                     "this Idempotency-Key was used with a different request body",
                 ));
             }
-            (run, true)
+            (run, true, false)
         }
         (Err(e), _) => return Err(e.into()),
     };
@@ -112,7 +113,12 @@ pub(crate) async fn start_run(
         None => run,
     };
     let view = app.view(&tenant, &run).await?;
-    let mut response = run_answer(StatusCode::CREATED, &view);
+    let status = if joined {
+        StatusCode::OK
+    } else {
+        StatusCode::CREATED
+    };
+    let mut response = run_answer(status, &view);
     let headers = response.headers_mut();
     if let Ok(location) = HeaderValue::from_str(&format!("/runs/{}", run.id)) {
         headers.insert(header::LOCATION, location);
