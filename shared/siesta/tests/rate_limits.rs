@@ -71,3 +71,69 @@ async fn attempts_over_the_rate_wait_for_their_turn_and_never_pass_it_in_any_win
         "25 attempts at 10 a second span 2.4 s: {times:?}"
     );
 }
+
+/// The measure: 2 000 attempts against 100 a second, their instants recorded by
+/// the steps themselves (outside the engine), never more than 100 in any second nor
+/// 1 000 in any ten; none fails, each runs once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_thousand_attempts_at_100_a_second_never_pass_it_in_any_window() {
+    use std::sync::{Arc, Mutex, OnceLock};
+    let clock: Arc<OnceLock<Arc<ManualClock>>> = Arc::new(OnceLock::new());
+    let ran: Arc<Mutex<Vec<i64>>> = Arc::new(Mutex::new(Vec::new()));
+    let mut reg = Registry::new();
+    let (seen, record) = (clock.clone(), ran.clone());
+    reg.register("paced", move |ctx: Context, _: serde_json::Value| {
+        let (seen, record) = (seen.clone(), record.clone());
+        async move {
+            ctx.step("call", move |_| {
+                let (seen, record) = (seen.clone(), record.clone());
+                async move {
+                    let now = seen.get().map_or(0, |c| Clock::now(c.as_ref()).0);
+                    record.lock().unwrap().push(now);
+                    Ok(())
+                }
+            })
+            .rate("provider", 100, Duration::from_secs(1))
+            .await?;
+            Ok(())
+        }
+    });
+    let w = world(reg);
+    clock.set(w.clock().clone()).ok();
+    let mut runs = Vec::new();
+    for _ in 0..2000 {
+        runs.push(support::create(&w, "paced", json!(null)).await);
+    }
+    w.run_until_idle().await;
+    for _ in 0..250 {
+        w.advance(Duration::from_millis(100)).await;
+    }
+    for run in &runs {
+        assert_eq!(w.status(run).await, RunStatus::Completed, "{run}");
+    }
+    let mut times = ran.lock().unwrap().clone();
+    assert_eq!(times.len(), 2000, "each attempt ran once");
+    times.sort();
+    let most_within = |span: i64| {
+        (0..times.len())
+            .map(|i| {
+                times[i..]
+                    .iter()
+                    .take_while(|u| **u < times[i] + span)
+                    .count()
+            })
+            .max()
+            .unwrap_or(0)
+    };
+    let (per_second, per_ten) = (most_within(1_000), most_within(10_000));
+    println!(
+        "2 000 attempts at 100/s: at most {per_second} in any 1 s, {per_ten} in any 10 s, over {} ms",
+        times[1999] - times[0]
+    );
+    assert!(per_second <= 100, "{per_second} attempts within a second");
+    assert!(per_ten <= 1000, "{per_ten} attempts within ten seconds");
+    assert!(
+        times[1999] - times[0] >= 19_990,
+        "2 000 at 100 a second span ~20 s"
+    );
+}
