@@ -27,6 +27,8 @@ const WAITS: u32 = 10;
 /// Runs started at once under a limit of one per key: one holds its slot, the others
 /// wait in line, and each finish hands the slot to the next.
 const LIMITED: u32 = 10;
+/// Starts a debounce gathers into one run (a batch of this size, released when full).
+const GATHERED: u32 = 5;
 /// How long the long step (a model call, say) holds its run.
 const LONG_STEP: std::time::Duration = std::time::Duration::from_millis(2_100);
 /// The lease the long step is run under: renewed every two fifths of it, so about eight
@@ -97,6 +99,37 @@ fn registry() -> Registry {
         siesta::flow::RunLimit::new("bench-per-customer", 1)
             .key_from_input("/customer")
             .workflow("one_step_limited"),
+    );
+    // One step under a step limit (a slot taken before the attempt, given back after)
+    // and one under a step rate (a turn), neither ever full: the cost of asking.
+    reg.register(
+        "one_step_slot",
+        |ctx: Context, _: serde_json::Value| async move {
+            ctx.step("work", |_| async { Ok(1u32) })
+                .limit("bench-model", 1000)
+                .await
+        },
+    );
+    reg.register(
+        "one_step_rated",
+        |ctx: Context, _: serde_json::Value| async move {
+            ctx.step("work", |_| async { Ok(1u32) })
+                .rate("bench-rpm", 100_000, std::time::Duration::from_secs(1))
+                .await
+        },
+    );
+    // One step, its starts gathered by a debounce: GATHERED starts per run.
+    reg.register(
+        "one_step_debounced",
+        |ctx: Context, _: serde_json::Value| async move {
+            ctx.step("work", |_| async { Ok(1u32) }).await
+        },
+    );
+    reg.debounce(
+        Debounce::new("bench-gather", std::time::Duration::from_secs(3600))
+            .batch(GATHERED)
+            .key_from_input("/customer")
+            .workflow("one_step_debounced"),
     );
     reg
 }
@@ -477,6 +510,56 @@ async fn main() {
         println!("  requests: {:?}", counter.snapshot());
         per_run.push(figures);
     }
+    // F: the same run, its step under a step limit or a step rate (never full): the
+    // cost of asking for the slot or the turn.
+    for (workflow, what) in [
+        (
+            "one_step_slot",
+            "a step limit (a slot taken and given back)",
+        ),
+        (
+            "one_step_rated",
+            "a step rate (a turn taken; the runs start together, so some attempts find the turn taken within the millisecond and wait for the next, kept for them)",
+        ),
+    ] {
+        println!("{LIMITED} runs of one step under {what}:");
+        let figures = measure(&engine, &aws, &counter, &tenant, workflow, LIMITED, 1).await;
+        let free = &per_run[0];
+        println!(
+            "  {what} costs per step: {:+.3} DynamoDB write requests, {:+.3} WCU, {:+.3} read requests: ${:+.2} per million steps",
+            figures.ddb_writes - free.ddb_writes,
+            figures.wcu_billed - free.wcu_billed,
+            figures.ddb_reads - free.ddb_reads,
+            figures.dollars_per_million() - free.dollars_per_million(),
+        );
+    }
+
+    // G: starts gathered by a debounce (a batch of GATHERED), per start.
+    println!(
+        "{} starts of one step gathered by a debounce, {GATHERED} to a run (each start but the first joins; the last releases it):",
+        LIMITED * GATHERED
+    );
+    let gathered = measure(
+        &engine,
+        &aws,
+        &counter,
+        &tenant,
+        "one_step_debounced",
+        LIMITED * GATHERED,
+        GATHERED,
+    )
+    .await;
+    println!(
+        "  per start: {:.3} DynamoDB write requests, {:.3} read requests, {:.3} SQS requests: ${:.2} per million starts",
+        gathered.ddb_writes,
+        gathered.ddb_reads,
+        gathered.sqs_sends + gathered.sqs_other,
+        gathered.dollars_per_million()
+    );
+
+    // H: a schedule's tick fired by the sweep, and a sweep with no tick due.
+    schedule_tick(&env, &tenant).await;
+
     let (free, limited) = (&per_run[0], &per_run[1]);
     println!(
         "  a limited run (its slot taken at its start, freed and handed on at its finish) costs beside a run without one: {:+.3} DynamoDB write requests, {:+.3} WCU, {:+.3} read requests, {:+.3} RCU, {:+.3} SQS requests: ${:+.2} per million runs (${:.2} against ${:.2})",
@@ -521,4 +604,105 @@ async fn main() {
             "MISSED"
         }
     );
+}
+
+/// Start `starts` runs of `workflow` (`per_key` of them per customer), work them, and
+/// print and answer the figures per start.
+async fn measure(
+    engine: &Engine,
+    aws: &siesta_aws::AwsBackend,
+    counter: &RequestCounter,
+    tenant: &TenantId,
+    workflow: &str,
+    starts: u32,
+    per_key: u32,
+) -> Figures {
+    counter.reset();
+    let before = aws.consumed_capacity();
+    let written_before = aws.written_items();
+    let mut runs = Vec::new();
+    let mut customer = String::new();
+    for i in 0..starts {
+        if i % per_key == 0 {
+            customer = uuid::Uuid::new_v4().simple().to_string();
+        }
+        let run = engine
+            .start(tenant, workflow, json!({ "customer": customer }), None)
+            .await
+            .expect("start");
+        runs.push(run.id);
+    }
+    engine.run_until_idle(1000).await.expect("work");
+    runs.dedup();
+    for id in &runs {
+        let run = engine.get_run(tenant, id).await.expect("run");
+        assert_eq!(run.status, RunStatus::Completed, "{id}: {:?}", run.error);
+    }
+    let after = aws.consumed_capacity();
+    let capacity = siesta_aws::ConsumedCapacity {
+        write_units: after.write_units - before.write_units,
+        read_units: after.read_units - before.read_units,
+    };
+    let mut figures = Figures::per(counter, capacity, f64::from(starts));
+    (figures.wcu_billed, figures.bytes) = print_written(
+        &written_before,
+        &aws.written_items(),
+        f64::from(starts),
+        "start",
+    );
+    figures.print("start");
+    println!("  requests: {:?}", counter.snapshot());
+    figures
+}
+
+/// H: what a schedule costs the sweep: a sweep with no tick due, and one that fires a
+/// tick (its run started, the tick recorded), on a clock moved by hand.
+async fn schedule_tick(env: &support::Emulators, tenant: &TenantId) {
+    let names = env.names(5).await;
+    let (aws, counter) = env.counted_backend_with_names(names);
+    let clock = Arc::new(ManualClock::default());
+    clock.set(Timestamp(1_798_761_600_000)); // 2027-01-01T00:00:00Z, on a minute
+    let mut reg = registry();
+    reg.schedule(
+        siesta::schedule::Schedule::new("bench-tick", "one_step", "* * * * *")
+            .tenant(tenant.clone()),
+    )
+    .expect("the schedule");
+    let engine = Engine::new(aws.backend(), clock.clone(), reg, EngineConfig::default());
+    // The first sweep records the schedule; the next, within the minute, has nothing due.
+    engine.fire_schedules().await;
+    clock.advance(std::time::Duration::from_secs(10));
+    counter.reset();
+    let before = aws.consumed_capacity();
+    engine.fire_schedules().await;
+    let idle = Figures::per(&counter, capacity_since(&aws, before), 1.0);
+    println!("A schedule with no tick due, looked at by one sweep:");
+    idle.print("sweep");
+    println!("  requests: {:?}", counter.snapshot());
+    clock.advance(std::time::Duration::from_secs(50));
+    counter.reset();
+    let before = aws.consumed_capacity();
+    let written_before = aws.written_items();
+    let fired = engine.fire_schedules().await;
+    assert_eq!(fired.started, 1, "one tick fired: {fired:?}");
+    let mut tick = Figures::per(&counter, capacity_since(&aws, before), 1.0);
+    println!(
+        "A schedule's tick fired by the sweep (its run started, the tick recorded; the run's own work not counted):"
+    );
+    (tick.wcu_billed, tick.bytes) =
+        print_written(&written_before, &aws.written_items(), 1.0, "tick");
+    tick.print("tick");
+    println!("  requests: {:?}", counter.snapshot());
+}
+
+/// The capacity consumed on `aws` since `before`.
+fn capacity_since(
+    aws: &siesta_aws::AwsBackend,
+    before: siesta_aws::ConsumedCapacity,
+) -> siesta_aws::ConsumedCapacity {
+    let after = aws.consumed_capacity();
+    siesta_aws::ConsumedCapacity {
+        write_units: after.write_units - before.write_units,
+        read_units: after.read_units - before.read_units,
+    }
 }
