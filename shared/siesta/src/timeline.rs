@@ -366,6 +366,23 @@ pub struct StartReleased {
     pub starts: Option<u32>,
 }
 
+/// `StepDelayed` (Siesta's): a step's attempt waits, its run suspended, for its turn
+/// under a rate limit or a slot of a step limit (docs/flow-control.md).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields)]
+pub struct StepDelayed {
+    /// `rate` (its turn) or `limit` (a slot).
+    pub reason: String,
+    /// The rate limit's or step limit's key.
+    pub key: String,
+    /// For a rate, its turn; for a limit, when it looks again (a slot handed to it
+    /// wakes it sooner).
+    pub until: Timestamp,
+    /// For a limit, its place in the key's line (1: next).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub place: Option<u64>,
+}
+
 /// A timeline event's details, one variant per [`EventType`] (events that carry none
 /// are [`EventDetails::None`]). Serialised as the variant's fields alone: the event
 /// type beside it says which variant it is.
@@ -404,6 +421,7 @@ pub enum EventDetails {
     MarkerRecorded(MarkerRecorded),
     StartJoined(StartJoined),
     StartReleased(StartReleased),
+    StepDelayed(StepDelayed),
     /// No details (`ExecutionCancelled`, `CancelRequested`, a timer's `WaitSucceeded`,
     /// a child context's start and end): `null`, left out on the wire.
     None,
@@ -463,6 +481,7 @@ impl EventDetails {
             T::MarkerRecorded => read(v, D::MarkerRecorded),
             T::StartJoined => read(v, D::StartJoined),
             T::StartReleased => read(v, D::StartReleased),
+            T::StepDelayed => read(v, D::StepDelayed),
             T::ExecutionCancelled | T::CancelRequested => D::Other(v.clone()),
         }
     }
@@ -491,6 +510,7 @@ impl EventDetails {
                 out.extend(i.next_wake_at.map(|t| ("NextWakeAt", t)));
             }
             EventDetails::StartJoined(j) => out.push(("ReleaseAt", j.release_at)),
+            EventDetails::StepDelayed(d) => out.push(("Until", d.until)),
             _ => {}
         }
         out
@@ -498,7 +518,7 @@ impl EventDetails {
 }
 
 /// Every event type, in the order of [`EventType`]'s declaration.
-pub const EVENT_TYPES: [EventType; 33] = {
+pub const EVENT_TYPES: [EventType; 34] = {
     use EventType as T;
     [
         T::ExecutionStarted,
@@ -534,6 +554,7 @@ pub const EVENT_TYPES: [EventType; 33] = {
         T::MarkerRecorded,
         T::StartJoined,
         T::StartReleased,
+        T::StepDelayed,
     ]
 };
 
@@ -573,6 +594,7 @@ impl EventDetails {
             T::MarkerRecorded => fields_of::<MarkerRecorded>(),
             T::StartJoined => fields_of::<StartJoined>(),
             T::StartReleased => fields_of::<StartReleased>(),
+            T::StepDelayed => fields_of::<StepDelayed>(),
             T::ExecutionCancelled | T::CancelRequested => &[],
         }
     }

@@ -36,6 +36,19 @@ async fn attempts_over_the_rate_wait_for_their_turn_and_never_pass_it_in_any_win
         "the last waits for its turn"
     );
     assert!(waiting.lease.is_none(), "suspended: nothing runs for it");
+    let timeline = w.timeline(&runs[24]).await;
+    let delayed: Vec<_> = timeline
+        .iter()
+        .filter(|e| e.event_type == EventType::StepDelayed)
+        .collect();
+    assert_eq!(delayed.len(), 1, "the wait is in its timeline");
+    assert_eq!(delayed[0].details["Reason"], json!("rate"));
+    assert_eq!(delayed[0].details["Key"], json!("api"));
+    assert_eq!(
+        delayed[0].details["Until"],
+        json!(w.now().0 + 2400),
+        "its turn, 24 × 100 ms on"
+    );
     for _ in 0..30 {
         w.advance(Duration::from_millis(100)).await;
     }

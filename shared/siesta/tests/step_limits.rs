@@ -46,6 +46,15 @@ async fn an_attempt_over_its_limit_waits_suspended_and_runs_when_the_holder_ends
     let second = w.start("limited", json!(2)).await;
     let waiting = w.run(&second).await;
     assert_eq!(waiting.status, RunStatus::Waiting, "suspended, not running");
+    let delayed = w
+        .timeline(&second)
+        .await
+        .into_iter()
+        .find(|e| e.event_type == EventType::StepDelayed)
+        .expect("the wait is in its timeline");
+    assert_eq!(delayed.details["Reason"], json!("limit"));
+    assert_eq!(delayed.details["Key"], json!("model"));
+    assert_eq!(delayed.details["Place"], json!(1), "next in line");
     assert_eq!(
         attempts.load(Ordering::SeqCst),
         1,

@@ -93,6 +93,9 @@ pub(crate) struct ExecState {
     /// Starts of operations whose work is not inside them (a combinator's futures were
     /// created before it), recorded by the next checkpoint anyone makes.
     pub(super) detached_starts: Vec<PendingStart>,
+    /// Events the next checkpoint writes beside its delta's (a step's attempt that
+    /// waits for its turn or a slot: the suspension writes them).
+    pub(super) pending_events: Vec<TimelineEvent>,
     /// Counts re-arms: a held branch re-evaluates its wait when this moves.
     pub(super) generation: u64,
     /// A branch blocked for good (not held): this pass cannot be continued.
@@ -243,6 +246,7 @@ impl Shared {
                 budget_deadline,
                 inbox_loaded,
                 detached_starts: Vec::new(),
+                pending_events: Vec::new(),
                 generation: 0,
                 stuck: false,
                 divergence: None,
@@ -379,6 +383,9 @@ impl Shared {
         {
             let mut st = self.state();
             delta.starts.extend(std::mem::take(&mut st.detached_starts));
+            delta
+                .timeline
+                .extend(std::mem::take(&mut st.pending_events));
             // What dropped operations took and gave back: their entries as if they had
             // not taken it (see `claim`).
             let releases = std::mem::take(&mut st.releases);

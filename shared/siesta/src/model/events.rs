@@ -105,6 +105,9 @@ pub enum EventType {
     /// What held the run's start back — a debounce or a start rate — let it begin
     /// (`HeldBy`, `Name`, `Key`, `Starts`).
     StartReleased,
+    /// A step's attempt waits, its run suspended: for its turn under a rate limit, or
+    /// a slot of a step limit (`Reason`, `Key`, `Until`, `Place`).
+    StepDelayed,
 }
 
 /// Operation sub-types, as in AWS durable execution histories.

@@ -170,6 +170,7 @@ where
     if let Some(rate) = &rate
         && let Some(turn) = ctx.take_rate_turn(rate, &op).await
     {
+        ctx.note_delayed(&op, sub, "rate", Context::rate_key(rate), turn, None);
         return ctx.suspend(Some(turn)).await;
     }
     // Over its step limit, the attempt waits: the run suspends until a slot is handed
@@ -177,7 +178,10 @@ where
     let slot = match &limit {
         Some(limit) => match ctx.take_step_slot(limit, &op).await {
             super::slot::Turn::Go(held) => Some(held),
-            super::slot::Turn::WaitUntil(at) => return ctx.suspend(Some(at)).await,
+            super::slot::Turn::WaitUntil(at, place) => {
+                ctx.note_delayed(&op, sub, "limit", Context::limit_key(limit), at, place);
+                return ctx.suspend(Some(at)).await;
+            }
         },
         None => None,
     };

@@ -65,8 +65,8 @@ pub(super) enum Turn {
     /// It holds a slot.
     Go(HeldSlot),
     /// Every slot is held: look again by then (a slot handed over wakes the run
-    /// sooner).
-    WaitUntil(Timestamp),
+    /// sooner); its place in line, when the store said.
+    WaitUntil(Timestamp, Option<u64>),
 }
 
 impl Context {
@@ -100,13 +100,13 @@ impl Context {
                     }),
                     StepSlot::Queued { position } => {
                         tracing::info!(run_id = %holder.run_id, position = %op.position, limit = %limit.key, place = position, "step waits for a slot of its limit");
-                        Turn::WaitUntil(look_again)
+                        Turn::WaitUntil(look_again, Some(position))
                     }
                 }
             }
             Err(e) => {
                 tracing::warn!(run_id = %holder.run_id, position = %op.position, limit = %limit.key, error = %e, "step slot not taken; looking again");
-                Turn::WaitUntil(now.plus(std::time::Duration::from_secs(1)))
+                Turn::WaitUntil(now.plus(std::time::Duration::from_secs(1)), None)
             }
         }
     }
@@ -157,6 +157,41 @@ impl Context {
                 tracing::warn!(run_id = %held.holder.run_id, limit = %held.key, error = %e, "step slot not given back; it lapses with the lease")
             }
         }
+    }
+
+    /// Note in the timeline that the attempt of the step at `op` waits (`reason`:
+    /// `rate` or `limit`) under `key` until `until`: the suspension writes it.
+    pub(super) fn note_delayed(
+        &self,
+        op: &Op,
+        sub: SubType,
+        reason: &str,
+        key: &str,
+        until: Timestamp,
+        place: Option<u64>,
+    ) {
+        let event = self.event(
+            EventType::StepDelayed,
+            sub,
+            op,
+            crate::timeline::EventDetails::StepDelayed(crate::timeline::StepDelayed {
+                reason: reason.to_owned(),
+                key: key.to_owned(),
+                until,
+                place,
+            }),
+        );
+        self.shared.state().pending_events.push(event);
+    }
+
+    /// The key of a rate limit and of a step limit, for the timeline.
+    pub(super) fn rate_key(rate: &StepRate) -> &str {
+        &rate.key
+    }
+
+    /// See [`Context::rate_key`].
+    pub(super) fn limit_key(limit: &StepLimit) -> &str {
+        &limit.key
     }
 
     /// The attempt of the step at `op`, as a step slot or a rate turn is held for it.
