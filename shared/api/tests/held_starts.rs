@@ -10,12 +10,13 @@
 
 use std::time::Duration;
 
+mod common;
+
 use http::StatusCode;
 use serde_json::{Value, json};
 use siesta::{Context, Debounce, Registry, StartRate};
-use siesta_api::{ApiKeys, ControlApi};
+use siesta_api::ControlApi;
 use siesta_testing::TestEnv;
-use tower::ServiceExt;
 
 fn registry() -> Registry {
     let mut registry = Registry::new();
@@ -37,48 +38,18 @@ async fn call(
     body: Option<Value>,
     idempotency_key: Option<&str>,
 ) -> (StatusCode, Value) {
-    let mut req = http::Request::builder()
-        .method(if body.is_some() { "POST" } else { "GET" })
-        .uri(path)
-        .header("authorization", "Bearer k");
-    if let Some(key) = idempotency_key {
-        req = req.header("idempotency-key", key);
-    }
-    let body = match body {
-        Some(b) => {
-            req = req.header("content-type", "application/json");
-            axum::body::Body::from(b.to_string())
-        }
-        None => axum::body::Body::empty(),
-    };
-    let response = api
-        .clone()
-        .router()
-        .oneshot(req.body(body).unwrap())
-        .await
-        .unwrap();
-    let status = response.status();
-    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
-        .await
-        .unwrap();
-    (
-        status,
-        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-    )
-}
-
-fn api(env: &TestEnv) -> ControlApi {
-    let keys = ApiKeys::new(std::collections::HashMap::from([(
-        "k".to_owned(),
-        env.tenant().clone(),
-    )]));
-    ControlApi::new(env.engine()).authenticate(keys)
+    let method = if body.is_some() { "POST" } else { "GET" };
+    let headers: Vec<(&str, &str)> = idempotency_key
+        .map(|k| ("idempotency-key", k))
+        .into_iter()
+        .collect();
+    common::call_keyed(api, method, path, body, &headers).await
 }
 
 #[tokio::test]
 async fn a_start_that_joins_a_gathering_run_answers_200_with_it_and_says_when_it_begins() {
     let env = TestEnv::builder(registry()).tenant("acme").build();
-    let api = api(&env);
+    let api = common::keyed_api(&env);
     let start = |rev: u32| json!({"workflow": "sync_order", "input": {"order": "o-1", "rev": rev}});
     let (status, first) = call(&api, "/runs", Some(start(1)), None).await;
     assert_eq!(status, StatusCode::CREATED, "{first}");
@@ -114,7 +85,7 @@ async fn a_start_that_joins_a_gathering_run_answers_200_with_it_and_says_when_it
 #[tokio::test]
 async fn a_start_over_a_start_rate_answers_queued_with_its_turn() {
     let env = TestEnv::builder(registry()).tenant("acme").build();
-    let api = api(&env);
+    let api = common::keyed_api(&env);
     let (status, now) = call(
         &api,
         "/runs",

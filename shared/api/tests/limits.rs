@@ -7,12 +7,13 @@
     reason = "test code: a failed unwrap is a failed assertion"
 )]
 
+mod common;
+
 use http::StatusCode;
 use serde_json::{Value, json};
 use siesta::{Context, Registry, RunLimit};
-use siesta_api::{ApiKeys, ControlApi};
+use siesta_api::ControlApi;
 use siesta_testing::TestEnv;
-use tower::ServiceExt;
 
 fn registry() -> Registry {
     let mut registry = Registry::new();
@@ -41,39 +42,11 @@ async fn call(
     path: &str,
     body: Option<Value>,
 ) -> (StatusCode, Value) {
-    let mut req = http::Request::builder()
-        .method(method)
-        .uri(path)
-        .header("authorization", "Bearer k");
-    let body = match body {
-        Some(b) => {
-            req = req.header("content-type", "application/json");
-            axum::body::Body::from(b.to_string())
-        }
-        None => axum::body::Body::empty(),
-    };
-    let response = api
-        .clone()
-        .router()
-        .oneshot(req.body(body).unwrap())
-        .await
-        .unwrap();
-    let status = response.status();
-    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
-        .await
-        .unwrap();
-    (
-        status,
-        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-    )
+    common::call_keyed(api, method, path, body, &[]).await
 }
 
 fn api(env: &TestEnv) -> ControlApi {
-    let keys = ApiKeys::new(std::collections::HashMap::from([(
-        "k".to_owned(),
-        env.tenant().clone(),
-    )]));
-    ControlApi::new(env.engine()).authenticate(keys)
+    common::keyed_api(env)
 }
 
 #[tokio::test]

@@ -1,4 +1,5 @@
 //! Helpers shared by the router's test binaries.
+#![allow(dead_code, reason = "each test binary uses some of these helpers")]
 
 use siesta::TenantId;
 use siesta_api::{ApiError, Authenticate};
@@ -17,4 +18,53 @@ impl Authenticate for TenantHeader {
             .map(TenantId::from)
             .ok_or_else(|| ApiError::unauthorized("no x-test-tenant"))
     }
+}
+
+/// The router of `env`'s engine, a tenant's API key `k` naming `env`'s tenant.
+pub(crate) fn keyed_api(env: &siesta_testing::TestEnv) -> siesta_api::ControlApi {
+    let keys = siesta_api::ApiKeys::new(std::collections::HashMap::from([(
+        "k".to_owned(),
+        env.tenant().clone(),
+    )]));
+    siesta_api::ControlApi::new(env.engine()).authenticate(keys)
+}
+
+/// Send `method path` (with `body` as JSON, and `headers`) to `api` with the key `k`;
+/// the status and the body as JSON (`null` when it is not JSON).
+pub(crate) async fn call_keyed(
+    api: &siesta_api::ControlApi,
+    method: &str,
+    path: &str,
+    body: Option<serde_json::Value>,
+    headers: &[(&str, &str)],
+) -> (http::StatusCode, serde_json::Value) {
+    use tower::ServiceExt;
+    let mut req = http::Request::builder()
+        .method(method)
+        .uri(path)
+        .header("authorization", "Bearer k");
+    for (name, value) in headers {
+        req = req.header(*name, *value);
+    }
+    let body = match body {
+        Some(b) => {
+            req = req.header("content-type", "application/json");
+            axum::body::Body::from(b.to_string())
+        }
+        None => axum::body::Body::empty(),
+    };
+    let response = api
+        .clone()
+        .router()
+        .oneshot(req.body(body).expect("a request"))
+        .await
+        .expect("an answer");
+    let status = response.status();
+    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+        .await
+        .expect("its body");
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null),
+    )
 }
