@@ -741,6 +741,135 @@ async fn with_api_keys_the_ui_asks_for_a_key_once_and_shows_only_that_tenants_ru
     .await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_flow_page_shows_limits_and_schedules_and_a_schedule_is_paused_and_resumed_there() {
+    with_browser(|client| async move {
+        let client = &client;
+        let (server, _dir, base) = server("").await;
+        // The examples' limit `per-customer` (one run per customer): acme's first run
+        // holds the slot, its second waits for it.
+        let mut runs = Vec::new();
+        for _ in 0..2 {
+            let run = start_run(
+                &base,
+                None,
+                json!({"workflow": "per_customer", "input": {"customer": "acme"}}),
+                false,
+            )
+            .await;
+            runs.push(run["id"].as_str().unwrap().to_owned());
+        }
+        client.goto(&format!("{base}/")).await.unwrap();
+        find(client, r#"a[href="/ui/flow"]"#)
+            .await
+            .click()
+            .await
+            .unwrap();
+
+        // Limits: acme's key with its holder and its waiter, linked to the queued runs;
+        // a limit nothing holds is one row of dashes.
+        let acme = r#"#limits tr[data-limit="per-customer"][data-key="acme"]"#;
+        assert_eq!(text_of(client, &format!("{acme} td.holders")).await, "1");
+        assert_eq!(text_of(client, &format!("{acme} td.waiters")).await, "1");
+        let text = text_of(client, acme).await;
+        assert!(text.contains("input /customer"), "{text}");
+        let queued = find(client, &format!("{acme} td.queued a"))
+            .await
+            .attr("href")
+            .await
+            .unwrap();
+        assert_eq!(
+            queued.as_deref(),
+            Some("/?status=queued&workflow=per_customer")
+        );
+        let idle = text_of(
+            client,
+            r#"#limits tr[data-limit="limited-runs"]:not([data-key]) td.holders"#,
+        )
+        .await;
+        assert_eq!(idle, "—");
+
+        // Schedules: the examples' nightly report, its next tick the API's.
+        let nightly = r#"#schedules tr[data-schedule="nightly-report"]"#;
+        let text = text_of(client, &format!(r#"{nightly}[data-paused="false"]"#)).await;
+        for shown in ["report", "0 2 * * *", "UTC", "active"] {
+            assert!(text.contains(shown), "{shown}: {text}");
+        }
+        let view = api(&base, None).schedules().await.unwrap().schedules;
+        let view = view.iter().find(|s| s.name == "nightly-report").unwrap();
+        assert_same_instant(
+            &time_shown(client, &format!("{nightly} td.next time")).await,
+            &view.next.unwrap().to_string(),
+        );
+
+        // Pause, then Resume: the page's buttons, and the API agrees each time.
+        for (action, paused, said) in [("pause", true, "Paused"), ("resume", false, "Resumed")] {
+            find(
+                client,
+                &format!(r#"{nightly} button[data-schedule-action="{action}"]"#),
+            )
+            .await
+            .click()
+            .await
+            .unwrap();
+            find(client, &format!(r#"{nightly}[data-paused="{paused}"]"#)).await;
+            shows(client, "schedule-answer", said).await;
+            let schedules = api(&base, None).schedules().await.unwrap().schedules;
+            let now = schedules
+                .iter()
+                .find(|s| s.name == "nightly-report")
+                .unwrap();
+            assert_eq!(now.paused, paused, "after {action}");
+            assert_eq!(now.next.is_none(), paused, "after {action}");
+        }
+        let text = text_of(client, nightly).await;
+        assert!(text.contains("active"), "{text}");
+
+        // Trigger now: a run of the schedule starts, linked from the answer.
+        find(
+            client,
+            &format!(r#"{nightly} button[data-schedule-action="trigger"]"#),
+        )
+        .await
+        .click()
+        .await
+        .unwrap();
+        shows(client, "schedule-answer", "Triggered nightly-report").await;
+        let href = find(client, "#schedule-answer a")
+            .await
+            .attr("href")
+            .await
+            .unwrap()
+            .unwrap();
+        let triggered = href.strip_prefix("/ui/runs/").unwrap();
+        let run = api(&base, None).get_run(triggered).await.unwrap();
+        assert_eq!(run.workflow, "report");
+        screenshot(client, "ui-flow.png").await;
+
+        // The key's link opens the runs list at the queued runs: acme's second is there.
+        find(client, &format!("{acme} td.queued a"))
+            .await
+            .click()
+            .await
+            .unwrap();
+        find(
+            client,
+            &format!(
+                r#"tr[data-run-id="{}"] .badge[data-status="queued"]"#,
+                runs[1]
+            ),
+        )
+        .await;
+        let listed = client
+            .find_all(Locator::Css(&format!(r#"tr[data-run-id="{}"]"#, runs[0])))
+            .await
+            .unwrap();
+        assert!(listed.is_empty(), "the run holding the slot is not queued");
+        server.stop();
+    })
+    .await;
+}
+
 /// A payment made by a tool call: with no lookup, a crash between "running" and its
 /// result leaves its outcome unknown and parks the run for an operator.
 fn charge_registry() -> Registry {

@@ -151,6 +151,7 @@ function route() {
   const m = location.pathname.match(/^\/ui\/runs\/([^/]+)$/);
   if (m) return showRun(decodeURIComponent(m[1]));
   if (location.pathname === '/ui/builds') return showBuilds();
+  if (location.pathname === '/ui/flow') return showFlow();
   return showList(new URLSearchParams(location.search));
 }
 function navigate(url) { history.pushState(null, '', url); route(); }
@@ -182,6 +183,7 @@ async function showList(params) {
       <button>Filter</button>
       <span class="spacer"></span>
       <a href="/ui/builds" data-nav title="Each build, its unfinished runs by status">Builds</a>
+      <a href="/ui/flow" data-nav title="Concurrency limits with their holders and waiters; schedules">Flow control</a>
       <label title="Refresh every 2 s"><input type="checkbox" id="live" checked> Live</label>
       <span class="muted" id="refreshed"></span>
     </form>
@@ -289,6 +291,116 @@ function deployedHtml(b, hasRuns) {
       : '<span class="muted">no</span>';
   }
   return '<span class="muted" title="Could not be told">unknown</span>';
+}
+
+// ---------- flow control ----------
+const DASH = '<span class="muted">—</span>';
+
+/** GET /limits and GET /schedules: each limit with its keys' holders and waiters; each schedule with its next tick and actions. */
+async function showFlow() {
+  const gen = generation;
+  document.getElementById('crumbs').innerHTML = '<a href="/" data-nav>Runs</a> › Flow control';
+  document.title = 'Flow control · Siesta';
+  main.innerHTML = `<h1>Flow control</h1>
+    <section class="card"><h2>Concurrency limits</h2><div id="limits"><p class="muted">Loading…</p></div></section>
+    <section class="card"><h2>Schedules</h2><div id="schedule-answer"></div><div id="schedules"><p class="muted">Loading…</p></div></section>`;
+  document.getElementById('schedules').onclick = (ev) => {
+    const b = ev.target.closest('button[data-schedule-action]');
+    if (b) scheduleAction(gen, b);
+  };
+  if (await fill(gen, 'limits', '/limits', limitsTable)) await fill(gen, 'schedules', '/schedules', schedulesTable);
+}
+
+/** GET `path` drawn by `draw` into element `id` (or its error); false when the page was left or a key is asked for. */
+async function fill(gen, id, path, draw) {
+  let got;
+  try {
+    got = await authed(() => api('GET', path));
+  } catch (e) {
+    if (gen !== generation) return false;
+    document.getElementById(id).innerHTML = `<p class="error-box">${esc(String(e))}</p>`;
+    return true;
+  }
+  if (!got || gen !== generation) return false;
+  document.getElementById(id).innerHTML = draw(got.data);
+  return true;
+}
+
+/** Where a limit's key comes from: `input:/customer`, `given`, `none`. */
+function keySource(k) {
+  if (k == null) return DASH;
+  if (k === 'given') return 'given at start';
+  if (k === 'none') return 'none <span class="muted">(one count for all)</span>';
+  if (k.startsWith('input:')) return `input <code>${esc(k.slice('input:'.length))}</code>`;
+  return esc(k);
+}
+
+/** The runs list filtered to a workflow's queued runs (it filters by workflow, not by key). */
+const queuedLink = (wf) => `<a href="${esc('/?' + new URLSearchParams({ status: 'queued', workflow: wf }))}" data-nav
+  title="Every queued run of ${esc(wf)} (the list does not filter by key)">${esc(wf)}</a>`;
+
+function limitsTable(data) {
+  const limits = data.limits || [];
+  if (!limits.length) return '<p class="muted">No concurrency limit is declared.</p>';
+  const rows = limits.map((l) => {
+    const keys = l.keys.length ? l.keys : [null];
+    const span = `rowspan="${keys.length}"`;
+    const head = `<td ${span}><b>${esc(l.name)}</b></td>
+      <td ${span} class="num">${l.max != null ? esc(l.max) : `<span class="muted" title="no longer declared">—</span>`}</td>
+      <td ${span}>${keySource(l.key)}</td>
+      <td ${span}>${l.workflows.map(esc).join(', ')}</td>`;
+    return keys.map((k, i) => `<tr data-limit="${esc(l.name)}"${k ? ` data-key="${esc(k.key)}"` : ''}>${i === 0 ? head : ''}
+      <td class="mono">${!k ? DASH : k.key === '' ? '<span class="muted">(all runs)</span>' : esc(k.key)}</td>
+      <td class="num holders">${k ? esc(k.holders) : DASH}</td>
+      <td class="num waiters">${k ? esc(k.waiters) : DASH}</td>
+      <td class="queued">${k ? l.workflows.map(queuedLink).join(' ') : DASH}</td></tr>`).join('');
+  }).join('');
+  return `<p class="muted">Per key, how many of your runs hold a slot and how many are queued for one; a key no run holds or waits for is not listed.</p>
+    <table class="runs"><thead><tr><th>Limit</th><th>Max</th><th>Key from</th><th>Workflows</th><th>Key</th>
+    <th>Holders</th><th>Waiters</th><th>Queued runs</th></tr></thead><tbody>${rows}</tbody></table>`;
+}
+
+function schedulesTable(data) {
+  const list = data.schedules || [];
+  if (!list.length) return '<p class="muted">No schedule is declared for this tenant.</p>';
+  const rows = list.map((s) => {
+    const next = instant(s.next);
+    const state = s.disabled ? '<span class="undeployed" title="Disabled on this deployment (--schedules-disabled); resuming does not enable it">disabled</span>'
+      : s.paused ? '<b>paused</b>' : 'active';
+    const button = (action, label) => `<button type="button" data-schedule-action="${action}" data-name="${esc(s.name)}">${label}</button>`;
+    return `<tr data-schedule="${esc(s.name)}" data-paused="${esc(s.paused)}">
+      <td><b>${esc(s.name)}</b></td>
+      <td>${esc(s.workflow)}</td>
+      <td class="mono">${esc(s.cron)}</td>
+      <td>${esc(s.timezone)}</td>
+      <td class="next">${timeHtml(next)}${next == null ? '' : ` <span class="muted">${esc(relative(next))}</span>`}</td>
+      <td class="state">${state}</td>
+      <td>${s.last_run_id ? `${timeHtml(instant(s.last_fired))} ${runLink(s.last_run_id, 'its run')}` : DASH}</td>
+      <td><div class="buttons">${s.paused ? button('resume', 'Resume') : button('pause', 'Pause')}${button('trigger', 'Trigger now')}</div></td></tr>`;
+  }).join('');
+  return `<table class="runs"><thead><tr><th>Schedule</th><th>Workflow</th><th>Cron</th><th>Time zone</th><th>Next tick</th>
+    <th>State</th><th>Last tick</th><th></th></tr></thead><tbody>${rows}</tbody></table>`;
+}
+
+/** POST /schedules/{name}/pause, /resume or /trigger; says what the API answered, then reads the table again. */
+async function scheduleAction(gen, button) {
+  const name = button.dataset.name, action = button.dataset.scheduleAction;
+  main.querySelectorAll('button[data-schedule-action]').forEach((b) => { b.disabled = true; });
+  let answer;
+  try {
+    const got = await authed(() => api('POST', `/schedules/${encodeURIComponent(name)}/${action}`));
+    if (!got) return;
+    const d = got.data;
+    answer = action === 'trigger'
+      ? `<p class="note">Triggered ${esc(name)}: ${runLink(d.id)} ${badge(d.status)}</p>`
+      : `<p class="note">${action === 'pause' ? 'Paused' : 'Resumed'} ${esc(name)}: ${d.disabled ? 'disabled on this deployment, it fires nothing'
+        : d.paused ? 'it fires nothing until resumed' : `next tick ${timeHtml(instant(d.next))}`}</p>`;
+  } catch (e) {
+    answer = `<p class="error-box">${esc(String(e))}</p>`;
+  }
+  if (gen !== generation) return;
+  document.getElementById('schedule-answer').innerHTML = answer;
+  await fill(gen, 'schedules', '/schedules', schedulesTable);
 }
 
 // ---------- a run: the model behind the waterfall ----------

@@ -12,8 +12,9 @@
 //! routes need no auth.
 //!
 //! Paths: `/` (the runs list), `/ui/runs/{id}` (a run's page), `/ui/builds` (the
-//! builds and their unfinished runs) and `/ui/*` for the
-//! assets. None of them is an API path, so merging cannot shadow the API.
+//! builds and their unfinished runs), `/ui/flow` (concurrency limits with their keys'
+//! holders and waiters, and schedules, paused, resumed and triggered from there) and
+//! `/ui/*` for the assets. None of them is an API path, so merging cannot shadow the API.
 
 use std::sync::LazyLock;
 
@@ -78,6 +79,7 @@ pub fn router<S: Clone + Send + Sync + 'static>() -> Router<S> {
         .route("/ui/", get(index))
         .route("/ui/runs/{id}", get(index))
         .route("/ui/builds", get(index))
+        .route("/ui/flow", get(index))
         .route("/ui/app.js", get(|h: HeaderMap| asset(h, &APP_JS)))
         .route("/ui/app.css", get(|h: HeaderMap| asset(h, &APP_CSS)))
         .route(
@@ -153,8 +155,8 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn the_list_a_run_page_and_the_builds_page_serve_the_same_document_with_a_strict_csp() {
-        for path in ["/", "/ui/runs/01a2-some-run", "/ui/builds"] {
+    async fn every_page_serves_the_same_document_with_a_strict_csp() {
+        for path in ["/", "/ui/runs/01a2-some-run", "/ui/builds", "/ui/flow"] {
             let response = get_path(path).await;
             assert_eq!(response.status(), StatusCode::OK, "{path}");
             assert_eq!(
@@ -194,6 +196,8 @@ mod tests {
         for path in [
             "/runs",
             "/runs/abc",
+            "/limits",
+            "/schedules",
             "/healthz",
             "/hooks/cb_x",
             "/ui/nothing",
