@@ -249,6 +249,24 @@ impl Registry {
         }
     }
 
+    /// What controls the starts of `workflow`, in words ("the concurrency limit
+    /// per-customer", "the debounce order-updates", "the start rate model"), if
+    /// anything does.
+    pub fn flow_control_of(&self, workflow: &str) -> Option<String> {
+        if let Some(limit) = self
+            .limits
+            .values()
+            .find(|l| l.workflows().any(|w| w == workflow))
+        {
+            return Some(format!("the concurrency limit {}", limit.name()));
+        }
+        if let Some(d) = self.debounce_for(workflow) {
+            return Some(format!("the debounce {}", d.name()));
+        }
+        self.start_rate_for(workflow)
+            .map(|r| format!("the start rate {}", r.name()))
+    }
+
     /// The debounce the starts of `workflow` are gathered by, if any.
     pub fn debounce_for(&self, workflow: &str) -> Option<&Debounce> {
         self.debounces.values().find(|d| d.applies_to(workflow))

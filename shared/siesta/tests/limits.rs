@@ -180,3 +180,28 @@ async fn a_deployments_override_raises_the_max() {
     assert_eq!(w.status(&b).await, RunStatus::Waiting);
     assert_eq!(w.status(&c).await, RunStatus::Queued);
 }
+
+/// A child run would not count against its workflow's limit: `invoke` refuses such a
+/// workflow with an error that says so, rather than let it through unseen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invoking_a_limited_workflow_is_refused_naming_its_limit() {
+    let mut reg = registry();
+    reg.register("parent", |ctx: Context, _: serde_json::Value| async move {
+        match ctx
+            .invoke::<serde_json::Value, _>("child", "per_customer", json!({"customer": "acme"}))
+            .await
+        {
+            Ok(_) => Ok(json!("invoked")),
+            Err(e) => Ok(json!({"kind": e.kind().as_str(), "message": e.to_string()})),
+        }
+    });
+    let w = world(reg);
+    let parent = w.execute("parent", json!(null)).await;
+    let out = support::output(&parent);
+    assert_eq!(out["kind"], json!("InvalidConfig"), "{out}");
+    let message = out["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("the concurrency limit per-customer"),
+        "{message}"
+    );
+}

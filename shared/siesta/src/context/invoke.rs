@@ -94,6 +94,18 @@ where
                 Some(EntryState::Failed { error, .. }) => return Err(Error::from_info(&error)),
                 Some(_) => {}
                 None => {
+                    // Not yet: a child run would not count against its limit, debounce
+                    // or start rate — refused, rather than let through unseen.
+                    if let Some(by) = ctx.shared.config.flow_controlled.get(&workflow) {
+                        return Err(Error::new(
+                            ErrorKind::InvalidConfig,
+                            format!(
+                                "invoke '{}': {workflow} is under {by}, which does not count child runs yet; start it with POST /runs instead",
+                                op.name
+                            ),
+                            None,
+                        ));
+                    }
                     ctx.go_live();
                     ctx.boundary().await;
                     let now = ctx.shared.now();

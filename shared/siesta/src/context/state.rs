@@ -24,6 +24,10 @@ pub(crate) struct ContextConfig {
     /// How long a lease lasts: how long a step slot handed to a waiting run is kept for
     /// it, and (half of it) how often a waiting step looks at its line again.
     pub lease_ttl: std::time::Duration,
+    /// The workflows whose starts flow control governs (a concurrency limit, a
+    /// debounce, a start rate), each with what governs it: `invoke` refuses them, since
+    /// a child run would not count against it.
+    pub flow_controlled: std::sync::Arc<std::collections::BTreeMap<String, String>>,
 }
 
 /// Why every branch stopped, when it was not simply waiting.

@@ -310,6 +310,8 @@ pub struct Engine {
     backend: Backend,
     clock: Arc<dyn Clock>,
     registry: Arc<Registry>,
+    /// The workflows flow control governs, for the contexts' `invoke`.
+    flow_controlled: Arc<std::collections::BTreeMap<String, String>>,
     config: EngineConfig,
     invocations: Arc<AtomicU64>,
     queue_signal: Arc<QueueSignal>,
@@ -347,9 +349,14 @@ impl Engine {
             }),
             ..backend
         };
+        let flow_controlled = registry
+            .names()
+            .filter_map(|w| Some((w.to_owned(), registry.flow_control_of(w)?)))
+            .collect();
         Engine {
             backend,
             clock,
+            flow_controlled: Arc::new(flow_controlled),
             registry: Arc::new(registry),
             replay_cache: Arc::new(ReplayCache::new(
                 config.replay_cache_entries,
@@ -425,6 +432,7 @@ impl Engine {
             build_id: self.config.build_id.clone(),
             limits: self.config.limits.clone(),
             lease_ttl: self.config.lease_ttl,
+            flow_controlled: self.flow_controlled.clone(),
         }
     }
 
