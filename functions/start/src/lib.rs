@@ -15,7 +15,7 @@ use lambda_http::{Body, Request, RequestExt};
 use siesta::Engine;
 use siesta_api::{ControlApi, Deployments, MaxWait};
 use siesta_lambda::http::{JwtClaim, answer};
-use siesta_lambda::metrics::{Unit, emit};
+use siesta_lambda::metrics::{Unit, emit, emit_by};
 
 /// The longest API Gateway holds a request (its integration timeout is 30 s), less a
 /// second to answer in.
@@ -95,6 +95,18 @@ async fn cap_wait(mut request: axum::extract::Request, next: Next) -> Response {
 async fn count_replays(response: Response) -> Response {
     if response.headers().contains_key("idempotent-replayed") {
         emit("start", &[("IdempotentReplays", Unit::Count, &[1.0])]);
+    }
+    if let Some(queued) = response.extensions().get::<siesta_api::StartQueued>() {
+        let metric = if queued.joined {
+            "StartsJoined"
+        } else {
+            "StartsQueued"
+        };
+        emit_by(
+            "start",
+            &[("Limit", queued.by.as_str())],
+            &[(metric, Unit::Count, &[1.0])],
+        );
     }
     response
 }

@@ -65,6 +65,18 @@ pub use siesta_api_types::{
 };
 pub use siesta_api_types::{ErrorBody, ErrorDetail};
 pub use view::{run_view, served_by, timeline_event_view};
+
+/// On the answer to a start whose run is queued (a response extension, not sent to the
+/// caller): what queued it — a concurrency limit's, a start rate's or a debounce's
+/// name — and whether the start joined a run a debounce gathers. The Lambda start
+/// function counts these per limit in its metrics.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StartQueued {
+    /// The limit's, start rate's or debounce's name.
+    pub by: String,
+    /// A debounce gathered the start into a run queued already.
+    pub joined: bool,
+}
 pub use webhook::{DEFAULT_MAX_BODY, SourceConfig, WebhookReceiver, WebhookSource};
 
 /// The default largest control-API body (a run's input, an event, a message): 4 MiB.

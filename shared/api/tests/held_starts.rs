@@ -109,3 +109,54 @@ async fn a_start_over_a_start_rate_answers_queued_with_its_turn() {
         json!({"limit": "provider", "key": "", "next_at": "2026-01-01T00:00:02.000Z"})
     );
 }
+
+/// The answer to a queued start carries what queued it (a response extension the Lambda
+/// start function counts per limit), and says whether the start joined.
+#[tokio::test]
+async fn a_queued_start_s_answer_says_what_queued_it() {
+    use tower::ServiceExt;
+    let env = TestEnv::builder(registry()).tenant("acme").build();
+    let api = common::keyed_api(&env);
+    let start = |body: Value| {
+        http::Request::builder()
+            .method("POST")
+            .uri("/runs")
+            .header("authorization", "Bearer k")
+            .header("content-type", "application/json")
+            .body(axum::body::Body::from(body.to_string()))
+            .unwrap()
+    };
+    let order = json!({"workflow": "sync_order", "input": {"order": "o-9"}});
+    let first = api
+        .clone()
+        .router()
+        .oneshot(start(order.clone()))
+        .await
+        .unwrap();
+    assert_eq!(
+        first.extensions().get::<siesta_api::StartQueued>(),
+        Some(&siesta_api::StartQueued {
+            by: "order-updates".into(),
+            joined: false
+        })
+    );
+    let joined = api.clone().router().oneshot(start(order)).await.unwrap();
+    assert!(
+        joined
+            .extensions()
+            .get::<siesta_api::StartQueued>()
+            .unwrap()
+            .joined
+    );
+    let now = api
+        .clone()
+        .router()
+        .oneshot(start(json!({"workflow": "call", "input": 1})))
+        .await
+        .unwrap();
+    assert_eq!(
+        now.extensions().get::<siesta_api::StartQueued>(),
+        None,
+        "its turn was now: not queued"
+    );
+}

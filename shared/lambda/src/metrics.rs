@@ -13,6 +13,7 @@
 //! | step | `BatchItemFailures` | count | records reported failed (incl. poison messages) |
 //! | step | `Forwarded`, `WakeupsForUnservedBuild` | count | wake-ups forwarded to their build's version; wake-ups for a build no version serves |
 //! | start | `IdempotentReplays` | count | a request answered from its `Idempotency-Key` |
+//! | start | `StartsQueued`, `StartsJoined` | count | by `Limit` too: a start queued by a concurrency limit, a start rate or a debounce (its name); a start a debounce gathered into a run queued already |
 //! | webhook | `WebhookDuplicates` | count | a delivery already received |
 //! | webhook | `WebhooksRefused` | count | a non-2xx answer (bad signature, unknown source…) |
 //! | sweep | `SweepWoken`, `SweepExpiredLeases`, `SweepDueWaits`, `SweepLostWakeUps`, `SweepDeadLetters`, `SweepParkedDeadLetters`, `SweepScheduled` | count | what the sweep did (`SweepScheduled`: runs started for schedules' ticks) |
@@ -50,7 +51,20 @@ pub type Metric<'a> = (&'a str, Unit, &'a [f64]);
 
 /// The EMF line for `metrics` of `function` (the one dimension), at `timestamp_ms`.
 pub fn line(function: &str, metrics: &[Metric<'_>], timestamp_ms: u128) -> String {
+    line_by(function, &[], metrics, timestamp_ms)
+}
+
+/// [`line`], the metrics also by the dimensions `by` (name, value): e.g. per limit.
+pub fn line_by(
+    function: &str,
+    by: &[(&str, &str)],
+    metrics: &[Metric<'_>],
+    timestamp_ms: u128,
+) -> String {
     let metrics: Vec<&Metric<'_>> = metrics.iter().filter(|(_, _, v)| !v.is_empty()).collect();
+    let dimensions: Vec<&str> = std::iter::once("Function")
+        .chain(by.iter().map(|(name, _)| *name))
+        .collect();
     let mut root = Map::new();
     root.insert(
         "_aws".into(),
@@ -58,12 +72,15 @@ pub fn line(function: &str, metrics: &[Metric<'_>], timestamp_ms: u128) -> Strin
             "Timestamp": timestamp_ms as u64,
             "CloudWatchMetrics": [{
                 "Namespace": NAMESPACE,
-                "Dimensions": [["Function"]],
+                "Dimensions": [dimensions],
                 "Metrics": metrics.iter().map(|(name, unit, _)| json!({"Name": name, "Unit": unit.as_str()})).collect::<Vec<_>>(),
             }],
         }),
     );
     root.insert("Function".into(), Value::from(function));
+    for (name, value) in by {
+        root.insert((*name).into(), Value::from(*value));
+    }
     for (name, _, values) in metrics {
         let value = match values {
             [one] => json!(one),
@@ -76,10 +93,15 @@ pub fn line(function: &str, metrics: &[Metric<'_>], timestamp_ms: u128) -> Strin
 
 /// Print the EMF line for `metrics` of `function`, now.
 pub fn emit(function: &str, metrics: &[Metric<'_>]) {
+    emit_by(function, &[], metrics);
+}
+
+/// Print the EMF line for `metrics` of `function` by the dimensions `by`, now.
+pub fn emit_by(function: &str, by: &[(&str, &str)], metrics: &[Metric<'_>]) {
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis());
-    println!("{}", line(function, metrics, now));
+    println!("{}", line_by(function, by, metrics, now));
 }
 
 #[cfg(test)]
@@ -128,5 +150,22 @@ mod tests {
             json!([{"Name": "StepLatency", "Unit": "Milliseconds"}])
         );
         assert!(v.get("Retries").is_none(), "{l}");
+    }
+
+    #[test]
+    fn a_line_by_a_limit_declares_both_dimensions_and_carries_the_limit() {
+        let l = line_by(
+            "start",
+            &[("Limit", "per-customer")],
+            &[("StartsQueued", Unit::Count, &[1.0])],
+            1,
+        );
+        let v: Value = serde_json::from_str(&l).unwrap();
+        assert_eq!(
+            v["_aws"]["CloudWatchMetrics"][0]["Dimensions"],
+            json!([["Function", "Limit"]])
+        );
+        assert_eq!(v["Limit"], "per-customer");
+        assert_eq!(v["StartsQueued"], 1.0);
     }
 }

@@ -119,6 +119,11 @@ pub(crate) async fn start_run(
         StatusCode::CREATED
     };
     let mut response = run_answer(status, &view);
+    if let Some(by) = queued_by(&run) {
+        response
+            .extensions_mut()
+            .insert(crate::StartQueued { by, joined });
+    }
     let headers = response.headers_mut();
     if let Ok(location) = HeaderValue::from_str(&format!("/runs/{}", run.id)) {
         headers.insert(header::LOCATION, location);
@@ -310,5 +315,21 @@ fn same_input(stored: &Payload, requested: &serde_json::Value) -> bool {
         Payload::Artifact(a) => serde_json::to_vec(requested)
             .map(|b| hex::encode(Sha256::digest(b)) == a.sha256)
             .unwrap_or(false),
+    }
+}
+
+/// What queued a start's run, by name: its concurrency limit, start rate or debounce.
+fn queued_by(run: &siesta::Run) -> Option<String> {
+    if run.status != siesta::RunStatus::Queued {
+        return None;
+    }
+    match (&run.held, &run.queued) {
+        (Some(held), _) => Some(match &held.reason {
+            siesta::HoldReason::Debounce { name, .. } | siesta::HoldReason::Rate { name, .. } => {
+                name.clone()
+            }
+        }),
+        (None, Some(at)) => Some(at.limit.clone()),
+        (None, None) => None,
     }
 }
