@@ -54,7 +54,7 @@ pub fn line(function: &str, metrics: &[Metric<'_>], timestamp_ms: u128) -> Strin
     line_by(function, &[], metrics, timestamp_ms)
 }
 
-/// [`line`], the metrics also by the dimensions `by` (name, value): e.g. per limit.
+/// [`line()`], the metrics also by the dimensions `by` (name, value): e.g. per limit.
 pub fn line_by(
     function: &str,
     by: &[(&str, &str)],

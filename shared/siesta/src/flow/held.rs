@@ -6,8 +6,8 @@
 //! - a [`StartRate`] lets at most `max` runs per period begin per key: a start over
 //!   the rate is accepted and waits for its turn.
 //!
-//! Either way the run is created [`RunStatus::Queued`](crate::RunStatus::Queued) with
-//! a [`HeldStart`](crate::HeldStart) saying what holds it and until when; its wake-up
+//! Either way the run is created [`RunStatus::Queued`] with
+//! a [`HeldStart`] saying what holds it and until when; its wake-up
 //! is sent for that instant, and the wake-up that finds it due releases it. The rules
 //! here are plain functions of the declaration, the run as read and the clock.
 
