@@ -195,6 +195,12 @@ impl Registry {
         );
         for workflow in debounce.workflows() {
             self.assert_not_held(workflow, &format!("the debounce {name}"));
+            if let Some(schedule) = self.schedules.values().find(|s| s.workflow() == workflow) {
+                panic!(
+                    "the workflow {workflow} is started by the schedule {}, whose ticks name their runs: the debounce {name} cannot gather its starts",
+                    schedule.name()
+                );
+            }
             assert!(
                 !self
                     .limits
@@ -319,6 +325,13 @@ impl Registry {
                     schedule: name.clone(),
                     workflow: schedule.workflow().to_owned(),
                 })?;
+        if let Some(debounce) = self.debounce_for(schedule.workflow()) {
+            return Err(ScheduleError::Debounced {
+                schedule: name,
+                workflow: schedule.workflow().to_owned(),
+                debounce: debounce.name().to_owned(),
+            });
+        }
         workflow
             .validate(schedule.run_input())
             .map_err(|reason| ScheduleError::InvalidInput {

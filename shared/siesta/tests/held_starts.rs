@@ -284,3 +284,18 @@ async fn starts_over_a_start_rate_are_queued_until_their_turn_and_spaced_by_it()
         assert!(pair[1] - pair[0] >= 500, "turns 500 ms apart: {began:?}");
     }
 }
+
+#[test]
+fn a_schedule_of_a_debounced_workflow_is_refused_at_registration() {
+    let mut reg = registry();
+    let refused = reg.schedule(siesta::schedule::Schedule::new(
+        "hourly",
+        "sync_order",
+        "0 * * * *",
+    ));
+    assert!(
+        matches!(&refused, Err(siesta::schedule::ScheduleError::Debounced { debounce, .. }) if debounce == "order-updates"),
+        "{:?}",
+        refused.err()
+    );
+}

@@ -170,6 +170,19 @@ pub enum ScheduleError {
     /// Not a zone of the IANA database.
     #[error("unknown time zone '{0}' (an IANA name such as 'UTC' or 'Europe/Paris')")]
     UnknownTimezone(String),
+    /// The workflow's starts are gathered by a debounce, which names its runs: a
+    /// tick's run id could not be the tick's.
+    #[error(
+        "schedule '{schedule}': the workflow '{workflow}' is under the debounce '{debounce}', which names its runs; a tick names its own"
+    )]
+    Debounced {
+        /// The schedule.
+        schedule: String,
+        /// Its workflow.
+        workflow: String,
+        /// The debounce.
+        debounce: String,
+    },
     /// The input does not fit the workflow's input type.
     #[error("schedule '{schedule}': invalid input for its workflow: {reason}")]
     InvalidInput {
