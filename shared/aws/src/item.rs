@@ -168,6 +168,8 @@ struct RunBody {
     timeline_seq: u64,
     cancel_requested: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    pause_requested: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     parent: Option<ParentLink>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     build_id: Option<String>,
@@ -241,6 +243,7 @@ pub(crate) fn run_item(run: &Run, retention: Duration) -> Result<Item, StoreErro
         inbox_seen: run.inbox_seen,
         timeline_seq: run.timeline_seq,
         cancel_requested: run.cancel_requested,
+        pause_requested: run.pause_requested.clone(),
         parent: run.parent.clone(),
         build_id: run.build_id.clone(),
         trace_parent: run.trace_parent,
@@ -330,6 +333,7 @@ pub(crate) fn run_from_item(item: &Item) -> Result<Run, StoreError> {
         due_at: opt_n(item, DUE_AT, WHAT)?.map(Timestamp),
         resend_after: opt_n(item, RESEND_AFTER, WHAT)?.map(Timestamp),
         cancel_requested: body.cancel_requested,
+        pause_requested: body.pause_requested,
         parent: body.parent,
         build_id: body.build_id,
         trace_parent: body.trace_parent,

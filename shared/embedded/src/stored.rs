@@ -295,6 +295,8 @@ struct RunBodyRef<'a> {
     #[serde(skip_serializing_if = "is_false")]
     cancel_requested: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
+    pause_requested: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     parent: Option<&'a ParentLink>,
     #[serde(skip_serializing_if = "Option::is_none")]
     build_id: Option<&'a str>,
@@ -334,6 +336,8 @@ struct RunBody {
     #[serde(default)]
     cancel_requested: bool,
     #[serde(default)]
+    pause_requested: Option<String>,
+    #[serde(default)]
     parent: Option<ParentLink>,
     #[serde(default)]
     build_id: Option<String>,
@@ -369,6 +373,7 @@ pub(crate) fn run_body(run: &Run) -> Result<String, StoreError> {
         due_at: _,
         resend_after,
         cancel_requested,
+        pause_requested,
         parent,
         build_id,
         trace_parent,
@@ -389,6 +394,7 @@ pub(crate) fn run_body(run: &Run) -> Result<String, StoreError> {
         timeline_seq: *timeline_seq,
         resend_after: *resend_after,
         cancel_requested: *cancel_requested,
+        pause_requested: pause_requested.as_deref(),
         parent: parent.as_ref(),
         build_id: build_id.as_deref(),
         trace_parent: *trace_parent,
@@ -445,6 +451,7 @@ impl RunRow {
             timeline_seq,
             resend_after,
             cancel_requested,
+            pause_requested,
             parent,
             build_id,
             trace_parent,
@@ -471,6 +478,7 @@ impl RunRow {
             due_at: self.due_at.map(Timestamp),
             resend_after,
             cancel_requested,
+            pause_requested,
             parent,
             build_id,
             trace_parent,

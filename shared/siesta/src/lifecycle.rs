@@ -1,8 +1,8 @@
 //! The run lifecycle as a pure transition function.
 //!
 //! `pending → running → waiting → running → … → completed | failed | cancelled`, plus
-//! `parked` for runs that need an operator and `queued` before `pending` for a run
-//! over one of its concurrency limits. Every status change the engine or the API
+//! `parked` for runs that need an operator, `paused` for runs an operator holds, and
+//! `queued` before `pending` for a run over one of its concurrency limits. Every status change the engine or the API
 //! makes is first asked of [`decide`]; the write that follows is conditioned on the
 //! run's version, so two writers cannot both apply a transition from the same state.
 
@@ -31,6 +31,12 @@ pub enum LifecycleEvent {
     Resume,
     /// A queued run is given the last slot it waited for (by the write that freed it).
     Admit,
+    /// An operator asks to pause a running run: its holder pauses it at its next
+    /// boundary (its attempt in flight finishes and checkpoints first).
+    RequestPause,
+    /// The run is paused: at once when pending or waiting, at a boundary when running.
+    /// It takes no turn until resumed.
+    Pause,
 }
 
 /// Why a transition is refused.
@@ -64,8 +70,12 @@ pub fn decide(from: RunStatus, event: LifecycleEvent) -> Result<RunStatus, Rejec
         (S::Running, E::Fail) => S::Failed,
         (S::Running, E::Park) => S::Parked,
         (S::Running, E::RequestCancel) => S::Running,
-        (S::Queued | S::Pending | S::Running | S::Waiting | S::Parked, E::Cancel) => S::Cancelled,
-        (S::Parked, E::Resume) => S::Pending,
+        (S::Queued | S::Pending | S::Running | S::Waiting | S::Parked | S::Paused, E::Cancel) => {
+            S::Cancelled
+        }
+        (S::Parked | S::Paused, E::Resume) => S::Pending,
+        (S::Running, E::RequestPause) => S::Running,
+        (S::Pending | S::Waiting | S::Running, E::Pause) => S::Paused,
         (S::Queued, E::Admit) => S::Pending,
         (from, event) => return Err(Rejected::NotAllowed { from, event }),
     };
@@ -78,7 +88,7 @@ mod tests {
     use LifecycleEvent as E;
     use RunStatus as S;
 
-    const EVENTS: [LifecycleEvent; 10] = [
+    const EVENTS: [LifecycleEvent; 12] = [
         E::Claim,
         E::Suspend,
         E::Yield,
@@ -89,12 +99,14 @@ mod tests {
         E::Cancel,
         E::Resume,
         E::Admit,
+        E::RequestPause,
+        E::Pause,
     ];
 
     /// The whole table, every status × every event, written out by hand: `None` is a
     /// rejection.
     fn expected(from: RunStatus, event: LifecycleEvent) -> Option<RunStatus> {
-        let row: [Option<RunStatus>; 10] = match from {
+        let row: [Option<RunStatus>; 12] = match from {
             //                 Claim          Suspend          Yield            Complete           Fail            Park            RequestCancel   Cancel             Resume  Admit
             S::Queued => [
                 None,
@@ -107,6 +119,8 @@ mod tests {
                 Some(S::Cancelled),
                 None,
                 Some(S::Pending),
+                None,
+                None,
             ],
             S::Pending => [
                 Some(S::Running),
@@ -119,6 +133,8 @@ mod tests {
                 Some(S::Cancelled),
                 None,
                 None,
+                None,
+                Some(S::Paused),
             ],
             S::Running => [
                 Some(S::Running),
@@ -131,6 +147,8 @@ mod tests {
                 Some(S::Cancelled),
                 None,
                 None,
+                Some(S::Running),
+                Some(S::Paused),
             ],
             S::Waiting => [
                 Some(S::Running),
@@ -143,6 +161,8 @@ mod tests {
                 Some(S::Cancelled),
                 None,
                 None,
+                None,
+                Some(S::Paused),
             ],
             S::Parked => [
                 None,
@@ -155,8 +175,24 @@ mod tests {
                 Some(S::Cancelled),
                 Some(S::Pending),
                 None,
+                None,
+                None,
             ],
-            S::Completed | S::Failed | S::Cancelled => [None; 10],
+            S::Paused => [
+                None,
+                None,
+                None,
+                None,
+                None,
+                None,
+                None,
+                Some(S::Cancelled),
+                Some(S::Pending),
+                None,
+                None,
+                None,
+            ],
+            S::Completed | S::Failed | S::Cancelled => [None; 12],
         };
         let i = EVENTS.iter().position(|e| *e == event).unwrap();
         row[i]

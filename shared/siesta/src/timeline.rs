@@ -334,6 +334,15 @@ pub struct MarkerRecorded {
     pub call: String,
 }
 
+/// `RunPaused` (Siesta's): an operator paused the run; it takes no turn until resumed.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields)]
+pub struct RunPaused {
+    /// Who paused it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused_by: Option<String>,
+}
+
 /// `StartJoined` (Siesta's): a later start was gathered into this queued run by its
 /// debounce; the run's release moved.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -417,6 +426,7 @@ pub enum EventDetails {
     ToolCallRecorded(ToolCallRecorded),
     RunParked(RunParked),
     RunResumed(RunResumed),
+    RunPaused(RunPaused),
     RunUpgraded(RunUpgraded),
     MarkerRecorded(MarkerRecorded),
     StartJoined(StartJoined),
@@ -477,6 +487,7 @@ impl EventDetails {
             T::ToolCallRecorded => read(v, D::ToolCallRecorded),
             T::RunParked => read(v, D::RunParked),
             T::RunResumed => read(v, D::RunResumed),
+            T::RunPaused => read(v, D::RunPaused),
             T::RunUpgraded => read(v, D::RunUpgraded),
             T::MarkerRecorded => read(v, D::MarkerRecorded),
             T::StartJoined => read(v, D::StartJoined),
@@ -518,7 +529,7 @@ impl EventDetails {
 }
 
 /// Every event type, in the order of [`EventType`]'s declaration.
-pub const EVENT_TYPES: [EventType; 34] = {
+pub const EVENT_TYPES: [EventType; 35] = {
     use EventType as T;
     [
         T::ExecutionStarted,
@@ -549,6 +560,7 @@ pub const EVENT_TYPES: [EventType; 34] = {
         T::ToolCallRecorded,
         T::RunParked,
         T::RunResumed,
+        T::RunPaused,
         T::CancelRequested,
         T::RunUpgraded,
         T::MarkerRecorded,
@@ -590,6 +602,7 @@ impl EventDetails {
             T::ToolCallRecorded => fields_of::<ToolCallRecorded>(),
             T::RunParked => fields_of::<RunParked>(),
             T::RunResumed => fields_of::<RunResumed>(),
+            T::RunPaused => fields_of::<RunPaused>(),
             T::RunUpgraded => fields_of::<RunUpgraded>(),
             T::MarkerRecorded => fields_of::<MarkerRecorded>(),
             T::StartJoined => fields_of::<StartJoined>(),

@@ -133,7 +133,19 @@ impl TestEnv {
         run
     }
 
-    /// Resume a parked run, then work until idle.
+    /// Pause the run (at once, or at its next boundary if it is being worked) as the
+    /// operator `test`, then work until idle.
+    pub async fn pause(&self, run_id: &RunId) -> Run {
+        let run = self
+            .engine()
+            .pause(&self.tenant, run_id, None, "test")
+            .await
+            .unwrap_or_else(|e| panic!("pausing run {run_id}: {e}"));
+        self.run_until_idle().await;
+        run
+    }
+
+    /// Resume a parked or paused run, then work until idle.
     pub async fn resume(&self, run_id: &RunId) -> Run {
         let run = self
             .engine()

@@ -333,6 +333,9 @@ impl Context {
                 } else if st.run.cancel_requested {
                     st.stop = Some(Stop::Cancel);
                     Some(true)
+                } else if let Some(by) = st.run.pause_requested.clone() {
+                    st.stop = Some(Stop::Pause(by));
+                    Some(true)
                 } else if self.shared.now() >= st.budget_deadline {
                     st.continue_now = true;
                     Some(false)

@@ -37,6 +37,8 @@ pub(crate) enum Stop {
     Park(ErrorInfo),
     /// Cancellation was requested; honour it.
     Cancel,
+    /// A pause was requested (by this operator); honour it.
+    Pause(String),
     /// A checkpoint failed (lease lost, storage error): stop without writing more.
     Abort(String),
 }
@@ -48,6 +50,8 @@ pub(crate) struct LeaseWatch {
     pub lost: std::sync::atomic::AtomicBool,
     /// Cancellation was requested.
     pub cancel: std::sync::atomic::AtomicBool,
+    /// A pause was requested, by this operator.
+    pub pause: std::sync::Mutex<Option<String>>,
     /// The latest lease expiry (ms) a renewal asked for, set before the renewal is
     /// written; checkpoints carry it, so a checkpoint never shortens the lease it is
     /// written under.
@@ -534,6 +538,7 @@ impl Shared {
                     st.run.timeline_seq = current.timeline_seq;
                     st.run.inbox_seq = current.inbox_seq;
                     st.run.cancel_requested = current.cancel_requested;
+                    st.run.pause_requested = current.pause_requested.clone();
                     st.run.lease = current.lease.clone();
                     st.run.due_at = current.due_at;
                     if current.due_at.is_some_and(|d| d <= now) {

@@ -217,7 +217,7 @@ impl Engine {
         if_match: Option<u64>,
     ) -> Result<Run, EngineError> {
         let run = self.run_at(tenant, run_id, if_match).await?;
-        if run.status != RunStatus::Parked {
+        if !matches!(run.status, RunStatus::Parked | RunStatus::Paused) {
             return Err(if run.status.is_finished() {
                 EngineError::AlreadyFinished(run.status)
             } else {
@@ -227,9 +227,10 @@ impl Engine {
         Ok(run)
     }
 
-    /// Resume a parked run once its cause is fixed: it becomes pending, due now, and is
-    /// woken; replay continues from its journal (an unresolved cause parks it again).
-    /// `if_match` guards against a stale view (the run's version).
+    /// Resume a parked run once its cause is fixed, or a paused run: it becomes pending,
+    /// due now, and is woken; replay continues from its journal (an unresolved cause
+    /// parks it again; a timer or deadline that fell due while paused takes effect
+    /// now). `if_match` guards against a stale view (the run's version).
     pub async fn resume(
         &self,
         tenant: &TenantId,
@@ -278,6 +279,71 @@ impl Engine {
             })
             .to_value(),
         })
+    }
+
+    /// Pause a run for `by` (the operator): a pending or waiting run (or a running one
+    /// whose holder is gone) is paused at once — not due, no turn, its deliveries still
+    /// recorded; a running one is asked to, and its holder pauses it at its next
+    /// boundary (the attempt in flight finishes and checkpoints first). A paused run is
+    /// answered as it is. Resume it with [`Engine::resume`]. A queued or parked run is
+    /// not paused ([`EngineError::Gone`]): it takes no turn already.
+    pub async fn pause(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+        if_match: Option<u64>,
+        by: &str,
+    ) -> Result<Run, EngineError> {
+        let run = self.run_at(tenant, run_id, if_match).await?;
+        if run.status.is_finished() {
+            return Err(EngineError::AlreadyFinished(run.status));
+        }
+        if run.status == RunStatus::Paused {
+            return Ok(run);
+        }
+        let now = self.clock.now();
+        let leased = run.status == RunStatus::Running && run.is_leased(now);
+        let event = if leased {
+            LifecycleEvent::RequestPause
+        } else {
+            LifecycleEvent::Pause
+        };
+        let status = decide(run.status, event).map_err(|e| EngineError::Gone(e.to_string()))?;
+        let mut next = run.clone();
+        next.version += 1;
+        next.updated_at = now;
+        next.status = status;
+        let mut checkpoint = Checkpoint::new(next.clone(), run.version, None);
+        if leased {
+            next.pause_requested = Some(by.to_owned());
+        } else {
+            next.pause_requested = None;
+            next.lease = None;
+            next.due_at = None;
+            next.resend_after = None;
+            next.timeline_seq += 1;
+            checkpoint.timeline.push(TimelineEvent {
+                seq: next.timeline_seq,
+                at: now,
+                event_type: EventType::RunPaused,
+                sub_type: None,
+                id: None,
+                parent_id: None,
+                name: Some(run.workflow.clone()),
+                details: tl::EventDetails::RunPaused(tl::RunPaused {
+                    paused_by: Some(by.to_owned()),
+                })
+                .to_value(),
+            });
+        }
+        checkpoint.run = next.clone();
+        match self.backend.store.checkpoint(&checkpoint).await {
+            Ok(()) => Ok(next),
+            Err(StoreError::Conflict(Some(current))) => Err(EngineError::VersionMismatch {
+                current: current.version,
+            }),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Write an operator's change to a parked run (`resume`, `resolve_tool_call`): a

@@ -22,6 +22,8 @@ pub(super) enum Ending {
     Fail(ErrorInfo),
     Park(ErrorInfo),
     Cancel,
+    /// Paused at a boundary, as this operator asked.
+    Pause(String),
     Suspend,
     Yield,
 }
@@ -34,6 +36,12 @@ impl Engine {
         ending: Ending,
     ) -> Result<WakeOutcome, EngineError> {
         let now = self.clock.now();
+        // A pause asked for while the pass ran, and no boundary after it: the run
+        // pauses rather than suspends or yields.
+        let ending = match (ending, shared.state().run.pause_requested.clone()) {
+            (Ending::Suspend | Ending::Yield, Some(by)) => Ending::Pause(by),
+            (ending, _) => ending,
+        };
         // Openings and endings of waits held for this checkpoint (see
         // `context::coalesce`) are written with it — a finishing run closes the
         // callbacks its journal would show open once they are written. When a held
@@ -128,6 +136,15 @@ impl Engine {
                     None,
                 )
             }
+            Ending::Pause(by) => {
+                delta.timeline.push(event(
+                    EventType::RunPaused,
+                    tl::EventDetails::RunPaused(tl::RunPaused {
+                        paused_by: Some(by.clone()),
+                    }),
+                ));
+                (LifecycleEvent::Pause, None, None, None)
+            }
             Ending::Suspend => {
                 expect_inbox = Some(shared.state().inbox_loaded);
                 let due = [next_due, callback_due].into_iter().flatten().min();
@@ -201,6 +218,9 @@ impl Engine {
                 r.status = status;
                 r.lease = None;
                 r.due_at = due_at;
+                if status == RunStatus::Paused {
+                    r.pause_requested = None;
+                }
                 r.resend_after = resend_after;
                 r.inbox_seen = inbox_seen;
                 if output.is_some() {

@@ -68,6 +68,11 @@ pub(super) async fn renew_lease(
                 if run.cancel_requested {
                     watch.cancel.store(true, Ordering::SeqCst);
                 }
+                if let Some(by) = &run.pause_requested
+                    && let Ok(mut pause) = watch.pause.lock()
+                {
+                    *pause = Some(by.clone());
+                }
             }
             Err(StoreError::Conflict(_)) | Err(StoreError::NotFound) => {
                 watch.lost.store(true, Ordering::SeqCst);

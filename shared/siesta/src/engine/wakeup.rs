@@ -217,7 +217,7 @@ impl Engine {
         for _ in 0..self.config.max_passes.max(1) {
             let (shared, mut fut) = match cached.take() {
                 Some(Kept::Continuation(Continuation { shared, future }))
-                    if !run.cancel_requested =>
+                    if !run.cancel_requested && run.pause_requested.is_none() =>
                 {
                     shared.rearm(run.clone(), budget, watch.clone());
                     (shared, future)
@@ -233,9 +233,13 @@ impl Engine {
                             .into(),
                     };
                     let cancel = run.cancel_requested;
+                    let pause = run.pause_requested.clone();
                     let shared = self.shared(run.clone(), replayed, budget, watch);
                     if cancel {
                         return self.finish(&shared, Ending::Cancel).await;
+                    }
+                    if let Some(by) = pause {
+                        return self.finish(&shared, Ending::Pause(by)).await;
                     }
                     let input: serde_json::Value =
                         match decode_payload(&self.backend, &run.input).await {
@@ -272,6 +276,9 @@ impl Engine {
                     if watch.cancel.load(Ordering::SeqCst) {
                         st.run.cancel_requested = true;
                     }
+                    if let Some(by) = watch.pause.lock().ok().and_then(|mut p| p.take()) {
+                        st.run.pause_requested = Some(by);
+                    }
                     if let Some(Stop::Abort(why)) = &st.stop {
                         return Poll::Ready(Exec::Aborted(why.clone()));
                     }
@@ -293,6 +300,7 @@ impl Engine {
                     (Exec::Panicked(message), _) => Ending::Park(workflow_panicked(&message)),
                     (_, Some(Stop::Park(reason))) => Ending::Park(reason),
                     (_, Some(Stop::Cancel)) => Ending::Cancel,
+                    (_, Some(Stop::Pause(by))) => Ending::Pause(by),
                     (Exec::Finished(result), None) => match unvisited(&st) {
                         Some(reason) => Ending::Park(reason),
                         None => match result {

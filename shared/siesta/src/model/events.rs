@@ -90,8 +90,10 @@ pub enum EventType {
     ToolCallRecorded,
     /// The run needs an operator.
     RunParked,
-    /// An operator resumed a parked run.
+    /// An operator resumed a parked or paused run.
     RunResumed,
+    /// An operator paused the run (`PausedBy`): it takes no turn until resumed.
+    RunPaused,
     /// Cancellation was requested.
     CancelRequested,
     /// The run was moved to another build after its journal replayed there

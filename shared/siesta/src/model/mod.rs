@@ -154,11 +154,14 @@ pub enum RunStatus {
     /// Stopped; needs an operator (non-determinism, an unknown side effect, retries
     /// exhausted on a step marked `park_on_exhaustion`).
     Parked,
+    /// Held by an operator: it takes no turn until resumed. Deliveries are recorded
+    /// meanwhile; timers and deadlines that fall due take effect on resume.
+    Paused,
 }
 
 impl RunStatus {
     /// Every status, for exhaustive tests and listings.
-    pub const ALL: [RunStatus; 8] = [
+    pub const ALL: [RunStatus; 9] = [
         RunStatus::Queued,
         RunStatus::Pending,
         RunStatus::Running,
@@ -167,6 +170,7 @@ impl RunStatus {
         RunStatus::Failed,
         RunStatus::Cancelled,
         RunStatus::Parked,
+        RunStatus::Paused,
     ];
 
     /// Completed, failed or cancelled: nothing will change it any more.
@@ -188,6 +192,7 @@ impl RunStatus {
             RunStatus::Failed => "failed",
             RunStatus::Cancelled => "cancelled",
             RunStatus::Parked => "parked",
+            RunStatus::Paused => "paused",
         }
     }
 }
@@ -318,6 +323,10 @@ pub struct Run {
     pub resend_after: Option<Timestamp>,
     /// Cancellation was asked for while it was running; honoured at the next boundary.
     pub cancel_requested: bool,
+    /// A pause was asked for while it was running, by this operator (`dev`, an API
+    /// key's fingerprint, a JWT's `sub`); honoured at the next boundary.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pause_requested: Option<String>,
     /// The parent run and position when this run was started by `invoke`.
     pub parent: Option<ParentLink>,
     /// The build of the code the run started on ([`crate::EngineConfig::build_id`]);
@@ -370,6 +379,7 @@ impl Run {
             due_at: Some(now),
             resend_after: None,
             cancel_requested: false,
+            pause_requested: None,
             parent: None,
             build_id: None,
             trace_parent: None,
@@ -400,6 +410,7 @@ impl Run {
             RunStatus::Waiting => {
                 self.inbox_seq != self.inbox_seen
                     || self.cancel_requested
+                    || self.pause_requested.is_some()
                     || self.due_at.is_some_and(|d| d <= now)
             }
             // A queued run is admitted by the write that frees its slot, not by a
@@ -408,7 +419,9 @@ impl Run {
             | RunStatus::Completed
             | RunStatus::Failed
             | RunStatus::Cancelled
-            | RunStatus::Parked => false,
+            | RunStatus::Parked
+            // A paused run takes no turn until an operator resumes it.
+            | RunStatus::Paused => false,
         }
     }
 }
