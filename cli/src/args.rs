@@ -248,8 +248,17 @@ pub(crate) enum RunsAction {
         #[arg(long)]
         if_match: Option<u64>,
     },
-    /// Resume a parked run once its cause is fixed (for one parked because its wake-up
-    /// was dead-lettered, `runs redrive` does the same).
+    /// Pause a run: at once when it waits, at its next step boundary when it runs. It
+    /// takes no turn until `runs resume`; deliveries are still recorded meanwhile.
+    Pause {
+        /// The run's id.
+        id: String,
+        /// Only if the run is still at this version.
+        #[arg(long)]
+        if_match: Option<u64>,
+    },
+    /// Resume a parked run once its cause is fixed, or a paused run (for one parked
+    /// because its wake-up was dead-lettered, `runs redrive` does the same).
     Resume {
         /// The run's id.
         id: String,

@@ -198,6 +198,7 @@ async fn main() -> anyhow::Result<()> {
                 RunsAction::Timeline { id } => remote.timeline(&id).await,
                 RunsAction::Stream { id, name, from } => remote.stream(&id, &name, from).await,
                 RunsAction::Cancel { id, if_match } => remote.cancel(&id, if_match).await,
+                RunsAction::Pause { id, if_match } => remote.pause(&id, if_match).await,
                 RunsAction::Resume { id, if_match } => remote.resume(&id, if_match).await,
                 RunsAction::Resolve {
                     id,

@@ -256,6 +256,16 @@ impl Remote {
         self.transitioned(id, &run)
     }
 
+    /// `runs pause`.
+    pub async fn pause(&self, id: &str, if_match: Option<u64>) -> anyhow::Result<()> {
+        let run = self
+            .client()
+            .pause(id, if_match)
+            .await
+            .map_err(|e| self.failed(e))?;
+        self.transitioned(id, &run)
+    }
+
     /// `runs resume`.
     pub async fn resume(&self, id: &str, if_match: Option<u64>) -> anyhow::Result<()> {
         let run = self
@@ -341,8 +351,13 @@ impl Remote {
 
     /// Prints run `id`'s new status after a cancel, resume or redrive.
     fn transitioned(&self, id: &str, run: &siesta_client::RunView) -> anyhow::Result<()> {
-        self.print(&Self::shown(run)?, |_| {
-            println!("run {} is {}", id, paint_status(run.status.as_str()))
+        self.print(&Self::shown(run)?, |_| match &run.pause_requested {
+            Some(by) => println!(
+                "run {} is {}: it pauses at its next step boundary (asked by {by})",
+                id,
+                paint_status(run.status.as_str())
+            ),
+            None => println!("run {} is {}", id, paint_status(run.status.as_str())),
         });
         Ok(())
     }
@@ -728,7 +743,7 @@ fn paint_status(status: &str) -> String {
         "completed" => "32",
         "failed" | "parked" => "31",
         "cancelled" => "90",
-        "waiting" | "queued" => "33",
+        "waiting" | "queued" | "paused" => "33",
         _ => "36",
     };
     format!("\x1b[{colour}m{status:<10}\x1b[0m")

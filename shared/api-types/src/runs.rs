@@ -80,6 +80,10 @@ pub struct RunView {
     pub error: Option<ErrorInfo>,
     /// Cancellation was requested and will be honoured at the next boundary.
     pub cancel_requested: bool,
+    /// A pause was requested, by this operator, and will be honoured at the next
+    /// boundary (the run is still running).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pause_requested: Option<String>,
     /// When it was created.
     pub created_at: Rfc3339,
     /// When it last changed.

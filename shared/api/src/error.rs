@@ -174,7 +174,7 @@ impl From<EngineError> for ApiError {
             EngineError::NotParked(status) => ApiError::new(
                 StatusCode::CONFLICT,
                 "not_parked",
-                format!("only a parked run can be resumed; this one is {status}"),
+                format!("only a parked or paused run can be resumed; this one is {status}"),
             ),
             EngineError::NothingToResolve(m) => {
                 ApiError::new(StatusCode::CONFLICT, "nothing_to_resolve", m)

@@ -211,12 +211,26 @@ error_set!(
 );
 
 error_set!(
+    /// `POST /runs/{id}/pause`.
+    PauseErrors {
+        400 => MALFORMED,
+        401 => UNAUTHORIZED,
+        404 => RUN_NOT_FOUND,
+        409 => "`already_finished`: a finished run is not paused",
+        410 => "`gone`: a queued or parked run takes no turn already",
+        412 => STALE,
+        500 => INTERNAL,
+        503 => UNAVAILABLE,
+    }
+);
+
+error_set!(
     /// `POST /runs/{id}/resume`.
     ResumeErrors {
         400 => MALFORMED,
         401 => UNAUTHORIZED,
         404 => RUN_NOT_FOUND,
-        409 => "`not_parked`: only a parked run can be resumed",
+        409 => "`not_parked`: only a parked or paused run can be resumed",
         412 => STALE,
         500 => INTERNAL,
         503 => UNAVAILABLE,

@@ -85,6 +85,10 @@ pub fn run_view(run: &Run, replay_input: Option<&ReplayInput>, callback_base_url
             .map(|p| payload_json(run.id.as_str(), p)),
         error: run.error.clone(),
         cancel_requested: run.cancel_requested && !run.status.is_finished(),
+        pause_requested: run
+            .pause_requested
+            .clone()
+            .filter(|_| run.status == RunStatus::Running),
         created_at: run.created_at.into(),
         updated_at: run.updated_at.into(),
         build_id: run.build_id.clone(),

@@ -347,7 +347,13 @@ impl Client {
         self.transition(&run_path(id, "/cancel"), if_match).await
     }
 
-    /// `POST /runs/{id}/resume` (a parked run), with `If-Match` as for
+    /// `POST /runs/{id}/pause`: paused at once (`paused`), or, running, at its next
+    /// boundary (`pause_requested`), with `If-Match` as for [`Client::cancel`].
+    pub async fn pause(&self, id: &str, if_match: Option<u64>) -> Result<RunView, Error> {
+        self.transition(&run_path(id, "/pause"), if_match).await
+    }
+
+    /// `POST /runs/{id}/resume` (a parked or paused run), with `If-Match` as for
     /// [`Client::cancel`].
     pub async fn resume(&self, id: &str, if_match: Option<u64>) -> Result<RunView, Error> {
         self.transition(&run_path(id, "/resume"), if_match).await

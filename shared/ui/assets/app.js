@@ -8,7 +8,7 @@ const dialog = document.getElementById('dialog');
 const FINISHED = ['completed', 'failed', 'cancelled'];
 const FIRST_ROWS = 40; // event rows in the first paint of a run page
 const MORE_ROWS = 500; // event rows added per task after it
-const STATUSES = ['queued', 'pending', 'running', 'waiting', 'parked', 'completed', 'failed', 'cancelled'];
+const STATUSES = ['queued', 'pending', 'running', 'waiting', 'paused', 'parked', 'completed', 'failed', 'cancelled'];
 const KEY_STORE = 'siesta.apiKey';
 let timers = [];
 let generation = 0; // bumped on every navigation: late answers of a left page are dropped
@@ -591,6 +591,7 @@ function explain(view, model) {
       break;
     }
     case 'pending': lines.push('<p><b>Pending</b>: started and queued; a worker picks it up at its next wake-up.</p>'); break;
+    case 'paused': lines.push('<p><b>Paused</b> by an operator: it takes no turn until resumed. Events and webhooks sent to it are recorded; timers that fall due meanwhile fire when it is resumed (<b>Resume…</b> below, or <code>siesta runs resume</code>).</p>'); break;
     case 'running': lines.push('<p><b>Running</b>: a worker holds its lease and is executing the workflow from its journal.</p>'); break;
     case 'waiting': {
       lines.push('<p><b>Waiting</b>: suspended — no worker holds it and nothing runs until one of these happens:</p><ul>');
@@ -777,6 +778,10 @@ function actionsHtml(view, model) {
   if (!done) {
     b.push('<button type="button" data-action="event">Send event…</button>');
     b.push('<button type="button" data-action="message">Inject message…</button>');
+  }
+  if (view.status === 'paused') b.push('<button type="button" data-action="resume">Resume…</button>');
+  if (['pending', 'waiting', 'running'].includes(view.status) && !view.pause_requested) {
+    b.push('<button type="button" data-action="pause">Pause…</button>');
   }
   if (view.status === 'parked') {
     b.push('<button type="button" data-action="resume">Resume…</button>');
@@ -1077,6 +1082,12 @@ function actionSpec(state, button) {
       fields: [{ name: 'body', label: 'Message (JSON)', json: true, value: '{}' }],
       request: (f) => ({ method: 'POST', path: `/runs/${run}/messages`, body: f.body }),
     };
+    case 'pause': return {
+      title: 'Pause this run',
+      what: 'A waiting run is paused at once; a running one at its next step boundary, once its attempt in flight is checkpointed. It takes no turn until resumed; events and webhooks are still recorded, and timers that fall due meanwhile fire on resume.',
+      fields: [],
+      request: () => ({ method: 'POST', path: `/runs/${run}/pause` }),
+    };
     case 'cancel': return {
       title: 'Cancel this run',
       what: 'A waiting run is cancelled at once; a running one at its next step boundary. This cannot be undone.',
@@ -1098,8 +1109,10 @@ function actionSpec(state, button) {
       },
     };
     case 'resume': return {
-      title: 'Resume this parked run',
-      what: 'Wakes it: it replays from its journal; if the cause is still there it parks again.',
+      title: view.status === 'paused' ? 'Resume this paused run' : 'Resume this parked run',
+      what: view.status === 'paused'
+        ? 'Wakes it: it replays from its journal and takes what arrived while it was paused; a timer that fell due meanwhile fires now.'
+        : 'Wakes it: it replays from its journal; if the cause is still there it parks again.',
       fields: [],
       request: () => ({ method: 'POST', path: `/runs/${run}/resume` }),
     };

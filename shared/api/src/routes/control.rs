@@ -1,5 +1,5 @@
-//! Control of a run by its operator: cancel it, resume it once parked, and resolve a tool
-//! call whose outcome is `unknown`.
+//! Control of a run by its operator: cancel it, pause it, resume it once parked or
+//! paused, and resolve a tool call whose outcome is `unknown`.
 //!
 //! The operator's resolution of a tool call whose outcome is `unknown` (a crash between
 //! "running" and its result, with no lookup): `POST /runs/{id}/operations/{position}/resolve`
@@ -54,7 +54,48 @@ pub(crate) async fn cancel_run(
     app.run_answer(status, &tenant, &run).await
 }
 
-/// Resume a parked run.
+/// Pause the run: at once when it is pending or waits, at its next step boundary when
+/// it runs (its attempt in flight finishes and is checkpointed first). A paused run
+/// takes no turn; deliveries are still recorded; timers and deadlines that fall due
+/// meanwhile take effect on resume (`POST /runs/{id}/resume`). Who paused it is in the
+/// timeline (`RunPaused`, `PausedBy`).
+#[utoipa::path(
+    post, path = "/runs/{id}/pause", operation_id = "pauseRun", tag = "runs",
+    security(("bearer" = [])),
+    params(
+        ("id" = String, Path, description = "The run's id"),
+        IfMatch,
+    ),
+    responses(
+        (status = 200, description = "Paused (or paused already)", body = RunView),
+        (status = 202, description = "Running: it pauses at its next boundary (`pause_requested`)", body = RunView),
+        PauseErrors,
+    )
+)]
+pub(crate) async fn pause_run(
+    State(app): State<AppState>,
+    caller: Caller,
+    ApiPath(id): ApiPath<String>,
+    IfMatch(if_match): IfMatch,
+) -> Result<Response, ApiError> {
+    let run = app
+        .engine
+        .pause(
+            &caller.tenant,
+            &RunId::from(id.as_str()),
+            if_match,
+            &caller.who,
+        )
+        .await?;
+    let status = if run.status == siesta::RunStatus::Paused {
+        StatusCode::OK
+    } else {
+        StatusCode::ACCEPTED
+    };
+    app.run_answer(status, &caller.tenant, &run).await
+}
+
+/// Resume a parked or paused run.
 #[utoipa::path(
     post, path = "/runs/{id}/resume", operation_id = "resumeRun", tag = "runs",
     security(("bearer" = [])),

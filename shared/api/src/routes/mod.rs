@@ -50,6 +50,7 @@ pub(crate) fn table(base: utoipa::openapi::OpenApi) -> OpenApiRouter<AppState> {
         .routes(routes!(get_run_stream))
         .routes(routes!(get_run_value))
         .routes(routes!(cancel_run))
+        .routes(routes!(pause_run))
         .routes(routes!(resume_run))
         .routes(routes!(resolve_operation))
         .routes(routes!(export_run))
