@@ -220,6 +220,8 @@ macro_rules! conformance_suite {
             slots_follow_the_rule_over_a_long_history
             step_slots_hold_at_most_max_and_hand_over_in_line
             rate_turns_are_spaced_kept_and_used_once
+            // pausing
+            a_paused_run_is_not_due_not_claimed_and_keeps_its_deliveries
             // debounces and held starts
             debounce_entry_round_trips_and_is_written_on_its_version
             concurrent_debounce_entry_writes_exactly_one_wins

@@ -178,3 +178,60 @@ pub async fn a_run_keeps_its_trace_parent(h: Harness) {
         "after the last checkpoint"
     );
 }
+
+/// A paused run (an operator's control-plane write from waiting) is not due, cannot be
+/// claimed, and takes a delivery — recorded, the run still paused and not due — so that
+/// a resume finds it; a resume (the write back to pending, due now) makes it due again.
+pub async fn a_paused_run_is_not_due_not_claimed_and_keeps_its_deliveries(h: Harness) {
+    let tenant = tenant();
+    let run = waiting_run(&h, &tenant).await;
+    let pause = checkpoint_over(&h, &run, None, |r| {
+        r.status = RunStatus::Paused;
+        r.due_at = None;
+        r.resend_after = None;
+    });
+    write(&h, &pause).await;
+    let paused = pause.run;
+    let far = h.now().plus(std::time::Duration::from_secs(86_400));
+    let due = h.backend.store.due_runs(far, 10_000).await.unwrap();
+    assert!(
+        !due.iter().any(|d| d.run_id == run.id),
+        "a paused run is not due"
+    );
+    let claimed = h
+        .backend
+        .store
+        .claim(&tenant, &run.id, &claim_for(&h, "eager", LEASE))
+        .await;
+    assert!(
+        matches!(claimed, Err(StoreError::Conflict(_))),
+        "a paused run is not claimed: {claimed:?}"
+    );
+    let got = h
+        .backend
+        .store
+        .deliver(&event_delivery(&h, &paused, "approval"))
+        .await;
+    assert!(
+        matches!(got, Ok(DeliverOutcome::Accepted(_))),
+        "a delivery to a paused run is stored: {got:?}"
+    );
+    let after = h
+        .backend
+        .store
+        .get_run(&tenant, &run.id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(after.status, RunStatus::Paused);
+    assert_eq!(after.inbox_seq, paused.inbox_seq + 1, "recorded");
+    assert_eq!(after.due_at, None, "and not made due");
+
+    let resume = checkpoint_over(&h, &after, None, |r| {
+        r.status = RunStatus::Pending;
+        r.due_at = Some(h.now());
+    });
+    write(&h, &resume).await;
+    let due = h.backend.store.due_runs(far, 10_000).await.unwrap();
+    assert!(due.iter().any(|d| d.run_id == run.id), "resumed, it is due");
+}
