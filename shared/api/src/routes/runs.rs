@@ -48,6 +48,7 @@ use siesta_api_types::{
                 ("GetRunTimeline" = (operation_id = "getRunTimeline", parameters(("id" = "$response.body#/id")))),
                 ("GetRunStream" = (operation_id = "getRunStream", parameters(("id" = "$response.body#/id")))),
                 ("CancelRun" = (operation_id = "cancelRun", parameters(("id" = "$response.body#/id")))),
+                ("PauseRun" = (operation_id = "pauseRun", parameters(("id" = "$response.body#/id")))),
                 ("ResumeRun" = (operation_id = "resumeRun", parameters(("id" = "$response.body#/id")))),
                 ("ResolveOperation" = (operation_id = "resolveOperation", parameters(("id" = "$response.body#/id")))),
                 ("DeliverEvent" = (operation_id = "deliverEvent", parameters(("id" = "$response.body#/id")))),
