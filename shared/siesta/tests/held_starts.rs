@@ -299,3 +299,23 @@ fn a_schedule_of_a_debounced_workflow_is_refused_at_registration() {
         refused.err()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deployment_s_limits_set_a_start_rate_s_max() {
+    let mut config = siesta_testing::default_engine_config();
+    config.limits = LimitOverrides::parse(r#"{"provider": 4}"#).unwrap();
+    let w = siesta_testing::TestEnv::builder(registry())
+        .tenant("acme")
+        .engine_config(config)
+        .build();
+    let mut runs = Vec::new();
+    for _ in 0..3 {
+        runs.push(start(&w, "call_provider", json!({"account": "a"})).await);
+    }
+    let until = w.run(&runs[2].run.id).await.held.expect("held").until;
+    assert_eq!(
+        until,
+        w.now().plus(Duration::from_millis(500)),
+        "4 a second: 250 ms apart"
+    );
+}

@@ -245,12 +245,14 @@ impl Engine {
             position: Position("start".to_owned()),
             epoch: FencingEpoch(0),
         };
+        // The deployment's own maximum (`--limits`), as for a concurrency limit.
+        let max = self.config.limits.max_for(rate.name(), rate.max());
         let turn = self
             .backend
             .store
             .take_rate_turn(
                 &rate.turns_key(&run.tenant, &key),
-                rate.interval(),
+                rate.per() / max.max(1),
                 &holder,
                 now,
             )
