@@ -319,3 +319,35 @@ async fn a_deployment_s_limits_set_a_start_rate_s_max() {
         "4 a second: 250 ms apart"
     );
 }
+
+/// A batch that a start would push over the tenant's input quota takes no more: that
+/// start begins the key's next batch (no start is lost or refused), and the full one is
+/// released at its time as it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_that_would_outgrow_the_input_quota_starts_the_next_one() {
+    let mut config = siesta_testing::default_engine_config();
+    config.quotas = Quotas::parse(r#"{"default": {"max_input_bytes": 39}}"#).unwrap();
+    let w = siesta_testing::TestEnv::builder(registry())
+        .tenant("acme")
+        .engine_config(config)
+        .build();
+    let item = json!("0123456789"); // 12 bytes as JSON; two make a 27-byte list, three a 40-byte one
+    let a = start(&w, "digest", item.clone()).await;
+    let b = start(&w, "digest", item.clone()).await;
+    assert_eq!(b.run.id, a.run.id);
+    let c = start(&w, "digest", item.clone()).await;
+    assert!(
+        !c.joined,
+        "the third would make the list 40 bytes, over 39: a new batch"
+    );
+    assert_ne!(c.run.id, a.run.id);
+    w.advance(60 * S).await;
+    assert_eq!(
+        support::output(&w.run(&a.run.id).await),
+        json!({"items": [item.clone(), item.clone()]})
+    );
+    assert_eq!(
+        support::output(&w.run(&c.run.id).await),
+        json!({"items": [item]})
+    );
+}

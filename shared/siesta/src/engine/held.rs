@@ -62,16 +62,18 @@ impl Engine {
                 (Some(entry), Some(run)) => {
                     if let Some(hold) = debounce.join(&run, &key, now) {
                         match self.join(&run, hold, debounce, &key, &input, now).await? {
-                            Some(joined) => {
+                            Joined::Into(joined) => {
                                 return Ok(Started {
-                                    run: joined,
+                                    run: *joined,
                                     joined: true,
                                 });
                             }
-                            None => continue,
+                            Joined::Raced => continue,
+                            Joined::TooLarge => {}
                         }
                     }
-                    // It began (or is full, or past its delay): the key's next run.
+                    // It began (or is full, or past its delay, or would outgrow the input
+                    // quota): the key's next run.
                     let fresh = RunId::generate();
                     match store
                         .put_debounce_entry(
@@ -134,9 +136,9 @@ impl Engine {
     /// Gather a start of `input` into the queued `run` with its new `hold`: one
     /// conditional write on the run's version (so a run released meanwhile takes
     /// nothing), with a `StartJoined` event; then the wake-up for its new release.
-    /// `None` when another write came first (read again). A batch that would outgrow
-    /// the input quota is not joined: it is released as it is, and the start begins
-    /// the next.
+    /// [`Joined::Raced`] when another write came first (read again). A batch that would
+    /// outgrow the input quota is not joined ([`Joined::TooLarge`]): the start begins
+    /// the key's next batch, and this one is released at its time, as it is.
     async fn join(
         &self,
         run: &Run,
@@ -145,9 +147,8 @@ impl Engine {
         key: &str,
         input: &serde_json::Value,
         now: Timestamp,
-    ) -> Result<Option<Run>, EngineError> {
+    ) -> Result<Joined, EngineError> {
         let mut next = run.clone();
-        let mut hold = hold;
         if debounce.batch_size().is_some() {
             let mut gathered: Vec<serde_json::Value> =
                 crate::context::decode_payload(&self.backend, &run.input)
@@ -164,19 +165,14 @@ impl Engine {
             )
             .is_err()
             {
-                // Full by size: release it now; this start begins the next batch.
-                hold = run.held.clone().unwrap_or(hold);
-                hold.until = now;
-                next.held = Some(hold);
-                next.due_at = Some(now);
-                return self.write_join(run, next, None, now).await.map(|_| None);
+                return Ok(Joined::TooLarge);
             }
             next.input = self.encode(&run.tenant, &run.id, &gathered).await?;
         } else {
             next.input = self.encode(&run.tenant, &run.id, input).await?;
         }
         let HoldReason::Debounce { starts, .. } = &hold.reason else {
-            return Ok(None);
+            return Ok(Joined::Raced);
         };
         let joined = tl::StartJoined {
             debounce: debounce.name().to_owned(),
@@ -186,37 +182,37 @@ impl Engine {
         };
         next.due_at = Some(hold.until);
         next.held = Some(hold);
-        self.write_join(run, next, Some(joined), now).await
+        Ok(match self.write_join(run, next, joined, now).await? {
+            Some(run) => Joined::Into(Box::new(run)),
+            None => Joined::Raced,
+        })
     }
 
-    /// Write `next` over the queued `run` (its version + 1, a `StartJoined` event when
-    /// given), then send the wake-up for its release. `None` when another write came
+    /// Write `next` over the queued `run` (its version + 1, with the `StartJoined`
+    /// event), then send the wake-up for its release. `None` when another write came
     /// first.
     async fn write_join(
         &self,
         run: &Run,
         mut next: Run,
-        joined: Option<tl::StartJoined>,
+        joined: tl::StartJoined,
         now: Timestamp,
     ) -> Result<Option<Run>, EngineError> {
         next.version += 1;
         next.updated_at = now;
         next.resend_after = next.due_at.map(|due| due.plus(self.start_margin()));
+        next.timeline_seq += 1;
         let mut checkpoint = Checkpoint::new(next.clone(), run.version, None);
-        if let Some(joined) = joined {
-            next.timeline_seq += 1;
-            checkpoint.run.timeline_seq = next.timeline_seq;
-            checkpoint.timeline.push(TimelineEvent {
-                seq: next.timeline_seq,
-                at: now,
-                event_type: EventType::StartJoined,
-                sub_type: None,
-                id: None,
-                parent_id: None,
-                name: Some(next.workflow.clone()),
-                details: tl::EventDetails::StartJoined(joined).to_value(),
-            });
-        }
+        checkpoint.timeline.push(TimelineEvent {
+            seq: next.timeline_seq,
+            at: now,
+            event_type: EventType::StartJoined,
+            sub_type: None,
+            id: None,
+            parent_id: None,
+            name: Some(next.workflow.clone()),
+            details: tl::EventDetails::StartJoined(joined).to_value(),
+        });
         match self.backend.store.checkpoint(&checkpoint).await {
             Ok(()) => {}
             Err(StoreError::Conflict(_)) => return Ok(None),
@@ -345,4 +341,14 @@ fn hold(run: &mut Run, held: HeldStart, margin: Duration) {
     run.due_at = Some(held.until);
     run.resend_after = Some(held.until.plus(margin));
     run.held = Some(held);
+}
+
+/// What gathering a start into a queued run did ([`Engine::join`]).
+enum Joined {
+    /// The start is in the run, written.
+    Into(Box<Run>),
+    /// Another write came first: read again.
+    Raced,
+    /// The batch would outgrow the input quota: the start begins the key's next one.
+    TooLarge,
 }
