@@ -25,6 +25,7 @@ pub enum RunStatusSchema {
     Failed,
     Cancelled,
     Parked,
+    Paused,
 }
 
 /// An error as recorded in the journal and shown to users.
