@@ -202,10 +202,7 @@ impl Registry {
                 );
             }
             assert!(
-                !self
-                    .limits
-                    .values()
-                    .any(|l| l.workflows().any(|w| w == workflow)),
+                self.limit_of(workflow).is_none(),
                 "the workflow {workflow} is under a concurrency limit and the debounce {name}: not yet supported together"
             );
         }
@@ -227,10 +224,7 @@ impl Registry {
         for workflow in rate.workflows() {
             self.assert_not_held(workflow, &format!("the start rate {name}"));
             assert!(
-                !self
-                    .limits
-                    .values()
-                    .any(|l| l.workflows().any(|w| w == workflow)),
+                self.limit_of(workflow).is_none(),
                 "the workflow {workflow} is under a concurrency limit and the start rate {name}: not yet supported together"
             );
         }
@@ -259,11 +253,7 @@ impl Registry {
     /// per-customer", "the debounce order-updates", "the start rate model"), if
     /// anything does.
     pub fn flow_control_of(&self, workflow: &str) -> Option<String> {
-        if let Some(limit) = self
-            .limits
-            .values()
-            .find(|l| l.workflows().any(|w| w == workflow))
-        {
+        if let Some(limit) = self.limit_of(workflow) {
             return Some(format!("the concurrency limit {}", limit.name()));
         }
         if let Some(d) = self.debounce_for(workflow) {
@@ -271,6 +261,13 @@ impl Registry {
         }
         self.start_rate_for(workflow)
             .map(|r| format!("the start rate {}", r.name()))
+    }
+
+    /// A concurrency limit that applies to `workflow`, if any (the first by name).
+    fn limit_of(&self, workflow: &str) -> Option<&RunLimit> {
+        self.limits
+            .values()
+            .find(|l| l.workflows().any(|w| w == workflow))
     }
 
     /// The debounce the starts of `workflow` are gathered by, if any.
