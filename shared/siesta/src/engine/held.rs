@@ -266,18 +266,7 @@ impl Engine {
     /// Send the wake-up that releases the held `run` at its instant.
     pub(super) async fn send_release(&self, run: &Run, now: Timestamp) {
         let until = run.held.as_ref().map_or(now, |h| h.until);
-        self.send_wake(
-            WakeUp {
-                tenant: run.tenant.clone(),
-                run_id: run.id.clone(),
-                reason: WakeReason::Started,
-                epoch_hint: 0,
-                seq_hint: Some(run.timeline_seq),
-            },
-            now.until(until),
-            run.due_at,
-        )
-        .await;
+        self.send_start_after(run, now.until(until)).await;
     }
 
     /// Release the held `run`, its instant come: it becomes pending and due now, with

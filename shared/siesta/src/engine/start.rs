@@ -271,6 +271,12 @@ impl Engine {
     /// Send the wake-up that begins `run` (a start's, or its retry's). A failed send is
     /// left to the sweep.
     pub(super) async fn send_start(&self, run: &Run) {
+        self.send_start_after(run, Duration::ZERO).await;
+    }
+
+    /// Send the wake-up that begins `run`, visible after `delay` (a held start's, at its
+    /// release). A failed send is left to the sweep.
+    pub(super) async fn send_start_after(&self, run: &Run, delay: Duration) {
         self.send_wake(
             WakeUp {
                 tenant: run.tenant.clone(),
@@ -279,7 +285,7 @@ impl Engine {
                 epoch_hint: 0,
                 seq_hint: Some(run.timeline_seq),
             },
-            Duration::ZERO,
+            delay,
             run.due_at,
         )
         .await;
