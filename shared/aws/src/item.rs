@@ -181,6 +181,8 @@ struct RunBody {
     queued: Option<siesta::QueuedAt>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     held: Option<siesta::HeldStart>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    restart: Option<siesta::RestartMark>,
 }
 
 /// The TTL of a record closed at `at`: kept for `retention`, then removed by DynamoDB.
@@ -250,6 +252,7 @@ pub(crate) fn run_item(run: &Run, retention: Duration) -> Result<Item, StoreErro
         limits: run.limits.clone(),
         queued: run.queued.clone(),
         held: run.held.clone(),
+        restart: run.restart.clone(),
     };
     item.insert(BODY.into(), s(to_json(&body)?));
     Ok(item)
@@ -340,6 +343,7 @@ pub(crate) fn run_from_item(item: &Item) -> Result<Run, StoreError> {
         limits: body.limits,
         queued: body.queued,
         held: body.held,
+        restart: body.restart,
     })
 }
 

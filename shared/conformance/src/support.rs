@@ -288,6 +288,7 @@ pub(crate) fn entry(h: &Harness, position: &str, index: u32, state: EntryState) 
         handle: None,
         minted: Vec::new(),
         within: None,
+        set_aside: None,
         updated_at: h.now(),
     }
 }

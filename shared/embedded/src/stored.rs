@@ -19,8 +19,8 @@ use siesta::ports::StoreError;
 use siesta::telemetry::TraceParent;
 use siesta::{
     DeliveryId, EntryState, ErrorInfo, EventType, FencingEpoch, HeldStart, JournalEntry, Lease,
-    LimitSlot, MintedPosition, OperationKind, ParentLink, Payload, Position, QueuedAt, Run, RunId,
-    RunStatus, SubType, TenantId, TimelineEvent, Timestamp, Wait, WaitKind,
+    LimitSlot, MintedPosition, OperationKind, ParentLink, Payload, Position, QueuedAt, RestartMark,
+    Run, RunId, RunStatus, SubType, TenantId, TimelineEvent, Timestamp, Wait, WaitKind,
 };
 
 use crate::{from_json, to_json};
@@ -67,6 +67,8 @@ struct EntryRef<'a> {
     minted: &'a [MintedPosition],
     #[serde(skip_serializing_if = "Option::is_none")]
     within: Option<&'a Position>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    set_aside: Option<u32>,
     updated_at: Timestamp,
 }
 
@@ -87,6 +89,8 @@ struct EntryOwned {
     minted: Vec<MintedPosition>,
     #[serde(default)]
     within: Option<Position>,
+    #[serde(default)]
+    set_aside: Option<u32>,
     updated_at: Timestamp,
 }
 
@@ -110,6 +114,7 @@ impl StoredEntry {
             handle,
             minted,
             within,
+            set_aside,
             updated_at,
         } = entry;
         let (bare, schema) = match state {
@@ -143,6 +148,7 @@ impl StoredEntry {
             handle: handle.as_deref(),
             minted,
             within: within.as_ref(),
+            set_aside: *set_aside,
             updated_at: *updated_at,
         })?;
         let full_len = body.len()
@@ -182,6 +188,7 @@ pub(crate) fn entry(
         handle,
         minted,
         within,
+        set_aside,
         updated_at,
     } = from_json(body)?;
     if let Some(schema) = schema {
@@ -202,6 +209,7 @@ pub(crate) fn entry(
         handle,
         minted,
         within,
+        set_aside,
         updated_at,
     })
 }
@@ -308,6 +316,8 @@ struct RunBodyRef<'a> {
     queued: Option<&'a QueuedAt>,
     #[serde(skip_serializing_if = "Option::is_none")]
     held: Option<&'a HeldStart>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    restart: Option<&'a RestartMark>,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -349,6 +359,8 @@ struct RunBody {
     queued: Option<QueuedAt>,
     #[serde(default)]
     held: Option<HeldStart>,
+    #[serde(default)]
+    restart: Option<RestartMark>,
 }
 
 /// `run`'s body as stored.
@@ -380,6 +392,7 @@ pub(crate) fn run_body(run: &Run) -> Result<String, StoreError> {
         limits,
         queued,
         held,
+        restart,
     } = run;
     to_json(&RunBodyRef {
         input,
@@ -401,6 +414,7 @@ pub(crate) fn run_body(run: &Run) -> Result<String, StoreError> {
         limits,
         queued: queued.as_ref(),
         held: held.as_ref(),
+        restart: restart.as_ref(),
     })
 }
 
@@ -458,6 +472,7 @@ impl RunRow {
             limits,
             queued,
             held,
+            restart,
         } = from_json(&self.body)?;
         Ok(Run {
             tenant: TenantId(self.tenant),
@@ -485,6 +500,7 @@ impl RunRow {
             limits,
             queued,
             held,
+            restart,
         })
     }
 }
@@ -512,6 +528,7 @@ mod tests {
             handle: None,
             minted: Vec::new(),
             within: None,
+            set_aside: None,
             updated_at: Timestamp(3),
         }
     }

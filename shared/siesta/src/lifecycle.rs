@@ -37,6 +37,11 @@ pub enum LifecycleEvent {
     /// The run is paused: at once when pending or waiting, at a boundary when running.
     /// It takes no turn until resumed.
     Pause,
+    /// An operator restarts the run from a step (docs/operations.md): it goes on from
+    /// there, pending — a finished run too, the one way back from finished. Not while
+    /// it is held by a live lease (the engine cancels it first) nor while queued (it
+    /// has not begun).
+    Restart,
 }
 
 /// Why a transition is refused.
@@ -59,7 +64,7 @@ pub enum Rejected {
 pub fn decide(from: RunStatus, event: LifecycleEvent) -> Result<RunStatus, Rejected> {
     use LifecycleEvent as E;
     use RunStatus as S;
-    if from.is_finished() {
+    if from.is_finished() && event != E::Restart {
         return Err(Rejected::Finished(from));
     }
     let next = match (from, event) {
@@ -77,6 +82,17 @@ pub fn decide(from: RunStatus, event: LifecycleEvent) -> Result<RunStatus, Rejec
         (S::Running, E::RequestPause) => S::Running,
         (S::Pending | S::Waiting | S::Running, E::Pause) => S::Paused,
         (S::Queued, E::Admit) => S::Pending,
+        (
+            S::Pending
+            | S::Running
+            | S::Waiting
+            | S::Parked
+            | S::Paused
+            | S::Completed
+            | S::Failed
+            | S::Cancelled,
+            E::Restart,
+        ) => S::Pending,
         (from, event) => return Err(Rejected::NotAllowed { from, event }),
     };
     Ok(next)
@@ -88,7 +104,7 @@ mod tests {
     use LifecycleEvent as E;
     use RunStatus as S;
 
-    const EVENTS: [LifecycleEvent; 12] = [
+    const EVENTS: [LifecycleEvent; 13] = [
         E::Claim,
         E::Suspend,
         E::Yield,
@@ -101,13 +117,14 @@ mod tests {
         E::Admit,
         E::RequestPause,
         E::Pause,
+        E::Restart,
     ];
 
     /// The whole table, every status × every event, written out by hand: `None` is a
     /// rejection.
     fn expected(from: RunStatus, event: LifecycleEvent) -> Option<RunStatus> {
-        let row: [Option<RunStatus>; 12] = match from {
-            //                 Claim          Suspend          Yield            Complete           Fail            Park            RequestCancel   Cancel             Resume  Admit
+        let row: [Option<RunStatus>; 13] = match from {
+            //                 Claim          Suspend          Yield            Complete           Fail            Park            RequestCancel   Cancel             Resume  Admit  RequestPause  Pause  Restart
             S::Queued => [
                 None,
                 None,
@@ -119,6 +136,7 @@ mod tests {
                 Some(S::Cancelled),
                 None,
                 Some(S::Pending),
+                None,
                 None,
                 None,
             ],
@@ -135,6 +153,7 @@ mod tests {
                 None,
                 None,
                 Some(S::Paused),
+                Some(S::Pending),
             ],
             S::Running => [
                 Some(S::Running),
@@ -149,6 +168,7 @@ mod tests {
                 None,
                 Some(S::Running),
                 Some(S::Paused),
+                Some(S::Pending),
             ],
             S::Waiting => [
                 Some(S::Running),
@@ -163,6 +183,7 @@ mod tests {
                 None,
                 None,
                 Some(S::Paused),
+                Some(S::Pending),
             ],
             S::Parked => [
                 None,
@@ -177,6 +198,7 @@ mod tests {
                 None,
                 None,
                 None,
+                Some(S::Pending),
             ],
             S::Paused => [
                 None,
@@ -191,8 +213,13 @@ mod tests {
                 None,
                 None,
                 None,
+                Some(S::Pending),
             ],
-            S::Completed | S::Failed | S::Cancelled => [None; 12],
+            S::Completed | S::Failed | S::Cancelled => {
+                let mut row = [None; 13];
+                row[12] = Some(S::Pending);
+                row
+            }
         };
         let i = EVENTS.iter().position(|e| *e == event).unwrap();
         row[i]
@@ -215,9 +242,10 @@ mod tests {
     }
 
     #[test]
-    fn finished_runs_reject_everything_as_finished() {
+    fn finished_runs_reject_everything_but_a_restart_as_finished() {
         for from in [S::Completed, S::Failed, S::Cancelled] {
-            for event in EVENTS {
+            assert_eq!(decide(from, E::Restart), Ok(S::Pending));
+            for event in EVENTS.into_iter().filter(|e| *e != E::Restart) {
                 assert_eq!(decide(from, event), Err(Rejected::Finished(from)));
             }
         }

@@ -329,6 +329,7 @@ mod tests {
                     handle: None,
                     minted: Vec::new(),
                     within: None,
+                    set_aside: None,
                     updated_at: Timestamp(0),
                 };
                 (position, entry)
@@ -336,6 +337,7 @@ mod tests {
             .collect();
         Replayed {
             journal,
+            set_aside: Default::default(),
             deliveries: Vec::new(),
         }
     }

@@ -343,6 +343,37 @@ pub struct RunPaused {
     pub paused_by: Option<String>,
 }
 
+/// `RunRestarted` (Siesta's): an operator restarted the run from a step
+/// (docs/operations.md). In place, the run goes on from `From` with the journal from
+/// there set aside; as a fork, the run it was made of records `Fork` and the fork
+/// `ForkedFrom`.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields)]
+pub struct RunRestarted {
+    /// Who restarted it.
+    pub restarted_by: String,
+    /// The position it goes on from; absent: from where it stopped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+    /// The restart's number: its set-aside journal entries carry it.
+    pub restart: u32,
+    /// How many journal entries were set aside.
+    #[serde(default)]
+    pub set_aside: u64,
+    /// How many journal entries before the point replayed on this build to check it.
+    #[serde(default)]
+    pub replayed: u64,
+    /// Tool calls set aside are made again rather than answered from their outcome.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub repeat_tool_calls: bool,
+    /// On the run a fork was made of: the fork's id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fork: Option<String>,
+    /// On a fork: the run it was made of.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forked_from: Option<String>,
+}
+
 /// `StartJoined` (Siesta's): a later start was gathered into this queued run by its
 /// debounce; the run's release moved.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -427,6 +458,7 @@ pub enum EventDetails {
     RunParked(RunParked),
     RunResumed(RunResumed),
     RunPaused(RunPaused),
+    RunRestarted(RunRestarted),
     RunUpgraded(RunUpgraded),
     MarkerRecorded(MarkerRecorded),
     StartJoined(StartJoined),
@@ -488,6 +520,7 @@ impl EventDetails {
             T::RunParked => read(v, D::RunParked),
             T::RunResumed => read(v, D::RunResumed),
             T::RunPaused => read(v, D::RunPaused),
+            T::RunRestarted => read(v, D::RunRestarted),
             T::RunUpgraded => read(v, D::RunUpgraded),
             T::MarkerRecorded => read(v, D::MarkerRecorded),
             T::StartJoined => read(v, D::StartJoined),
@@ -529,7 +562,7 @@ impl EventDetails {
 }
 
 /// Every event type, in the order of [`EventType`]'s declaration.
-pub const EVENT_TYPES: [EventType; 35] = {
+pub const EVENT_TYPES: [EventType; 36] = {
     use EventType as T;
     [
         T::ExecutionStarted,
@@ -561,6 +594,7 @@ pub const EVENT_TYPES: [EventType; 35] = {
         T::RunParked,
         T::RunResumed,
         T::RunPaused,
+        T::RunRestarted,
         T::CancelRequested,
         T::RunUpgraded,
         T::MarkerRecorded,
@@ -603,6 +637,7 @@ impl EventDetails {
             T::RunParked => fields_of::<RunParked>(),
             T::RunResumed => fields_of::<RunResumed>(),
             T::RunPaused => fields_of::<RunPaused>(),
+            T::RunRestarted => fields_of::<RunRestarted>(),
             T::RunUpgraded => fields_of::<RunUpgraded>(),
             T::MarkerRecorded => fields_of::<MarkerRecorded>(),
             T::StartJoined => fields_of::<StartJoined>(),

@@ -30,6 +30,7 @@ fn entry(position: &str, attempt: u32) -> JournalEntry {
         handle: None,
         minted: Vec::new(),
         within: None,
+        set_aside: None,
         updated_at: Timestamp(0),
     }
 }

@@ -44,6 +44,7 @@ pub(super) fn entry(position: &str) -> JournalEntry {
         handle: None,
         minted: Vec::new(),
         within: None,
+        set_aside: None,
         updated_at: Timestamp(0),
     }
 }

@@ -19,7 +19,8 @@ use crate::layout::{self, Role};
 
 impl DynamoStore {
     /// How a checkpoint changes its tenant's count of unfinished runs: +1 per child
-    /// run, -1 when it moves the run from unfinished to finished — and, then, the run
+    /// run, +1 when it reopens a finished run (a restart), -1 when it moves the run
+    /// from unfinished to finished — and, then, the run
     /// as it was before (what the slots of its concurrency limits are freed from).
     /// Whether it does is read here, at the version the checkpoint is conditioned on:
     /// if the run moved on since, the checkpoint's own condition fails and neither the
@@ -34,7 +35,8 @@ impl DynamoStore {
             .filter(|(child, _)| !child.status.is_finished())
             .count() as i64;
         if !cp.run.status.is_finished() {
-            return Ok((children, None));
+            // A restart in place moves a finished run back to unfinished.
+            return Ok((children + i64::from(cp.reopens), None));
         }
         let finishing = self
             .get_run(&cp.run.tenant, &cp.run.id)
@@ -64,11 +66,12 @@ pub(super) async fn checkpoint(
     let (tenant, run_id) = (&cp.run.tenant, &cp.run.id);
     // A run moved to another build (an upgrade) and child runs are on builds the
     // tenant's records must list.
-    if cp
-        .timeline
-        .iter()
-        .any(|e| e.event_type == EventType::RunUpgraded)
-    {
+    if cp.timeline.iter().any(|e| {
+        matches!(
+            e.event_type,
+            EventType::RunUpgraded | EventType::RunRestarted
+        )
+    }) {
         store.note_build(&cp.run).await?;
     }
     for (child, _) in &cp.child_runs {

@@ -273,6 +273,7 @@ mod tests {
             handle: None,
             minted: Vec::new(),
             within: None,
+            set_aside: None,
             updated_at: Timestamp(0),
         }
     }

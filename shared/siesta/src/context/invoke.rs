@@ -85,14 +85,38 @@ where
             let entry = ctx.lookup(&op).await;
             // A child already started keeps the id its entry records: one started by an
             // older build was named by the position alone.
+            // A child a restart set aside is taken over, not started again (`carried`).
+            let carried = match &entry {
+                None => ctx.carried_child(&op),
+                Some(_) => None,
+            };
             let child_id = match entry.as_ref().and_then(|e| e.handle.clone()) {
                 Some(recorded) => RunId(recorded),
-                None => child_run_id(&ctx.shared.state().run, &op.position),
+                None => carried
+                    .clone()
+                    .unwrap_or_else(|| child_run_id(&ctx.shared.state().run, &op.position)),
             };
             match entry.map(|e| e.state) {
                 Some(EntryState::Succeeded { value, .. }) => return ctx.decode(&value).await,
                 Some(EntryState::Failed { error, .. }) => return Err(Error::from_info(&error)),
                 Some(_) => {}
+                None if carried.is_some() => {
+                    ctx.go_live();
+                    ctx.boundary().await;
+                    let mut entry = op.entry(EntryState::Waiting(Wait {
+                        kind: WaitKind::Child {
+                            run_id: child_id.clone(),
+                        },
+                        deadline: None,
+                        started_at: ctx.shared.now(),
+                    }));
+                    entry.handle = Some(child_id.0.clone());
+                    ctx.commit_or_suspend(Delta {
+                        journal: vec![entry],
+                        ..Delta::default()
+                    })
+                    .await;
+                }
                 None => {
                     // Not yet: a child run would not count against its limit, debounce
                     // or start rate — refused, rather than let through unseen.

@@ -29,6 +29,7 @@
 //!   a lost lease stops the invocation.
 
 mod batch;
+mod carried;
 mod claim;
 mod coalesce;
 mod combinator;

@@ -10,20 +10,31 @@ use crate::ports::ReplayInput;
 /// A run's journal and deliveries, decoded, as replay uses them.
 #[derive(Debug, Default)]
 pub(crate) struct Replayed {
-    /// Every journal entry, by position.
+    /// Every journal entry replay uses, by position.
     pub journal: HashMap<Position, JournalEntry>,
+    /// The entries a restart set aside ([`JournalEntry::set_aside`]), by position: never
+    /// replayed, looked at only where an operation is done again after the restart
+    /// (see `carried`).
+    pub set_aside: HashMap<Position, JournalEntry>,
     /// Every delivery, in `seq` order.
     pub deliveries: Vec<Delivery>,
 }
 
 impl From<ReplayInput> for Replayed {
     fn from(replay_input: ReplayInput) -> Self {
-        Replayed {
-            journal: replay_input
-                .journal
+        let (set_aside, journal): (Vec<_>, Vec<_>) = replay_input
+            .journal
+            .into_iter()
+            .partition(|entry| entry.set_aside.is_some());
+        let by_position = |entries: Vec<JournalEntry>| {
+            entries
                 .into_iter()
                 .map(|entry| (entry.position.clone(), entry))
-                .collect(),
+                .collect()
+        };
+        Replayed {
+            journal: by_position(journal),
+            set_aside: by_position(set_aside),
             deliveries: replay_input.deliveries,
         }
     }

@@ -62,6 +62,8 @@ pub(crate) struct LeaseWatch {
 pub(crate) struct ExecState {
     pub run: Run,
     pub journal: HashMap<Position, JournalEntry>,
+    /// The entries a restart set aside, by position (see `carried`).
+    pub set_aside: HashMap<Position, JournalEntry>,
     /// Positions of the journal's callbacks still waiting, in order: what a suspension
     /// looks at for deadlines, so it costs the open callbacks, not the whole journal.
     pub waiting_callbacks: std::collections::BTreeSet<Position>,
@@ -234,6 +236,7 @@ impl Shared {
             state: Mutex::new(ExecState {
                 run,
                 journal,
+                set_aside: replayed.set_aside,
                 waiting_callbacks,
                 by_index,
                 deliveries: replayed.deliveries,
@@ -331,6 +334,7 @@ impl Shared {
         st.waiting_callbacks.clear();
         super::Replayed {
             journal: std::mem::take(&mut st.journal),
+            set_aside: std::mem::take(&mut st.set_aside),
             deliveries: std::mem::take(&mut st.deliveries),
         }
     }
@@ -457,6 +461,7 @@ impl Shared {
                     child_runs: delta.child_runs.clone(),
                     parent_delivery: delta.parent_delivery.clone(),
                     by_own_build: true,
+                    reopens: false,
                 }
             };
             match self.backend.store.checkpoint_admitting(&checkpoint).await {

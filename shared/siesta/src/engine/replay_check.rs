@@ -204,8 +204,14 @@ impl Engine {
                     replayed: st.visited.len(),
                 }),
             },
+            // Reached and found in the journal: a position the code reached where the
+            // journal ends (where it would go on) is not a replayed entry.
             Driven::Stopped => Ok(ReplayCheck::Clean {
-                replayed: st.visited.len(),
+                replayed: st
+                    .visited
+                    .iter()
+                    .filter(|p| st.journal.contains_key(*p))
+                    .count(),
             }),
         }
     }

@@ -94,6 +94,9 @@ pub enum EventType {
     RunResumed,
     /// An operator paused the run (`PausedBy`): it takes no turn until resumed.
     RunPaused,
+    /// An operator restarted the run from a step, in place or as a fork
+    /// (`RestartedBy`, `From`, `Restart`, `SetAside`, `Replayed`, `Fork`, `ForkedFrom`).
+    RunRestarted,
     /// Cancellation was requested.
     CancelRequested,
     /// The run was moved to another build after its journal replayed there

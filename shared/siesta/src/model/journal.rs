@@ -96,6 +96,12 @@ pub struct JournalEntry {
     /// again before deciding do not mint them again (see [`JournalEntry::minted`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub within: Option<Position>,
+    /// Set aside by the run's restart with this number (docs/operations.md, "Restart
+    /// from a step"): kept readable where it was, never replayed. Its operation is
+    /// done again when the code reaches it; a tool call's recorded outcome and a child
+    /// run are taken over from it then (see `context::carried`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub set_aside: Option<u32>,
     /// When it last changed.
     pub updated_at: Timestamp,
 }

@@ -198,12 +198,9 @@ impl Context {
     {
         let op = self.mint(name, OperationKind::ToolCall);
         let payload = serde_json::to_vec(payload).unwrap_or_default();
-        let key = idempotency_key(
-            &self.shared.tenant,
-            &self.shared.run_id,
-            &op.position,
-            &payload,
-        );
+        // A fork's calls carry the keys its origin's had (`Run::key_origin`).
+        let origin = self.shared.state().run.key_origin().clone();
+        let key = idempotency_key(&self.shared.tenant, &origin, &op.position, &payload);
         ToolCallBuilder(StepBuilder {
             ctx: self.clone(),
             op,

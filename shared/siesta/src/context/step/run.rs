@@ -41,6 +41,14 @@ where
         other => other,
     });
     let (attempt, started) = match recorded {
+        // A tool call a restart set aside after it succeeded is answered from its
+        // recorded outcome, not made again (see `carried`).
+        None if is_tool && let Some((value, attempt)) = ctx.carried_tool_call(&op) => {
+            ctx.go_live();
+            ctx.boundary().await;
+            let value: T = ctx.decode(&value).await?;
+            return settle_success(&ctx, &op, sub, attempt, key, value, Vec::new(), false).await;
+        }
         None => (1, false),
         Some(EntryState::Succeeded { value, .. }) => return ctx.decode(&value).await,
         Some(EntryState::Failed { error, attempt }) => {
