@@ -256,6 +256,23 @@ pub fn schedules_pk(tenant: &TenantId) -> String {
     format!("SCH#{}", escape(tenant.as_str()))
 }
 
+/// The partition of a tenant's bulk actions' jobs, one item per job (its sort key the
+/// job's id, time-ordered: a `Query` backwards lists them newest first).
+pub fn action_jobs_pk(tenant: &TenantId) -> String {
+    format!("J#{}", escape(tenant.as_str()))
+}
+
+/// The partition of the deployment's active bulk-action jobs: one small item per
+/// running job (sort key [`active_action_job_sk`]), put and deleted in the same
+/// transaction as the job's start and end, so the sweep finds them with one `Query`
+/// that costs what the active jobs number.
+pub const ACTIVE_ACTION_JOBS_PK: &str = "AJ";
+
+/// The sort key of `tenant`'s job `id` under [`ACTIVE_ACTION_JOBS_PK`].
+pub fn active_action_job_sk(tenant: &TenantId, id: &str) -> String {
+    format!("{}#{}", escape(tenant.as_str()), escape(id))
+}
+
 /// The partition of a tenant's debounces' entries, one item per debounce and key (sort
 /// key [`debounce_entry_sk`]): which run the key's starts join now.
 pub fn debounces_pk(tenant: &TenantId) -> String {

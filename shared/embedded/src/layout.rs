@@ -282,6 +282,11 @@ const MIGRATIONS: &[Migration] = &[
         schema: crate::debounces::SCHEMA,
         backfill: crate::debounces::BACKFILL,
     },
+    Migration {
+        version: 12,
+        schema: crate::action_jobs::SCHEMA,
+        backfill: crate::action_jobs::BACKFILL,
+    },
 ];
 
 /// Apply the numbered steps the file lacks, in the transaction of [`open`]; the rows of

@@ -30,6 +30,7 @@
 //! # Ok::<(), siesta::ports::StoreError>(())
 //! ```
 
+mod action_jobs;
 mod artifacts;
 mod builds;
 mod cursors;

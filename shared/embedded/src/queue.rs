@@ -17,7 +17,8 @@ use crate::{EmbeddedBackend, from_json, sql, to_json};
 fn lane(reason: WakeReason) -> i64 {
     match reason {
         WakeReason::Delivery | WakeReason::Timer | WakeReason::Child | WakeReason::Sweep => 0,
-        WakeReason::Started | WakeReason::Continue => 1,
+        // A bulk action's slices yield to live traffic too.
+        WakeReason::Started | WakeReason::Continue | WakeReason::Action => 1,
     }
 }
 

@@ -134,12 +134,12 @@ macro_rules! build_id {
 }
 pub use engine::streams::{StreamPage, visible};
 pub use engine::worker::WorkerConfig;
+pub use engine::{ActionRequest, DEFAULT_ACTION_RATE, MAX_ACTION_RATE};
 pub use engine::{
     BatchReport, DeadLetterReport, DivergedRun, Divergence, Engine, EngineConfig, EngineError,
     LimitReport, OtherBuilds, ReplayCheck, RunExport, SkippedRun, StartOptions, Started,
     SweepReport, ToolCallResolution, UpgradeReport, WakeOutcome,
 };
-pub use engine::{RestartRequest, Restarted, archived_position};
 pub use engine::{ScheduleInfo, ScheduleReport, parse_schedule_names};
 pub use error::{Error, ErrorKind, MAX_RETRY_AFTER, PANICKED, StepError, StepResultExt};
 pub use flow::held::{Debounce, StartRate};

@@ -271,6 +271,31 @@ impl RunStore for ProbeStore {
             .put_debounce_entry(tenant, name, key, run_id, expected, keep_until)
             .await
     }
+    async fn put_action_job(&self, job: &ActionJob, expected: u64) -> Result<u64, StoreError> {
+        self.check()?;
+        self.wrote(0);
+        self.inner.put_action_job(job, expected).await
+    }
+    async fn get_action_job(
+        &self,
+        tenant: &TenantId,
+        id: &str,
+    ) -> Result<Option<ActionJob>, StoreError> {
+        self.read()?;
+        self.inner.get_action_job(tenant, id).await
+    }
+    async fn list_action_jobs(
+        &self,
+        tenant: &TenantId,
+        limit: usize,
+    ) -> Result<Vec<ActionJob>, StoreError> {
+        self.read()?;
+        self.inner.list_action_jobs(tenant, limit).await
+    }
+    async fn active_action_jobs(&self, limit: usize) -> Result<Vec<ActiveActionJob>, StoreError> {
+        self.read()?;
+        self.inner.active_action_jobs(limit).await
+    }
     async fn unfinished_runs(&self, tenant: &TenantId) -> Result<u64, StoreError> {
         self.read()?;
         self.inner.unfinished_runs(tenant).await

@@ -81,7 +81,7 @@ impl TestEnv {
             let woken = engine
                 .sweep(MAX_ROUNDS)
                 .await
-                .map_or(0, |r| r.woken + r.scheduled);
+                .map_or(0, |r| r.woken + r.scheduled + r.action_jobs);
             if n == 0 && woken == 0 {
                 break;
             }

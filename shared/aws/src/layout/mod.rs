@@ -19,9 +19,12 @@
 //! taken in a create's transaction, freed and handed on in a finishing checkpoint's),
 //! `rate_turns.rs` (step rate limits' turns: the key's last turn, the turns kept),
 //! `step_slots.rs` (step limits' slots: holders that lapse, a line handed slots),
-//! `schedules.rs` (a schedule's state, one conditional put).
+//! `schedules.rs` (a schedule's state, one conditional put), `action_jobs.rs` (a bulk
+//! action's job: a conditional put, in a transaction with its place among the active
+//! jobs when it starts or ends).
 //! Nothing here sends a request.
 
+mod action_jobs;
 mod checkpoint;
 mod claim;
 mod create;
@@ -35,6 +38,7 @@ mod run;
 mod schedules;
 mod step_slots;
 
+pub(crate) use action_jobs::*;
 pub(crate) use checkpoint::*;
 pub(crate) use claim::*;
 pub(crate) use create::*;
@@ -123,6 +127,10 @@ pub(crate) enum Role {
     Schedule,
     /// A debounce's entry for a key: the run its starts join.
     DebounceEntry,
+    /// A bulk action's job.
+    ActionJob,
+    /// A running job's place in the deployment's list of active jobs.
+    ActiveActionJob,
 }
 
 impl Role {

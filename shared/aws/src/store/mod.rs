@@ -21,6 +21,7 @@
 //! rate limits' turns) and [`step_slots`] (step limits' slots). The [`RunStore`] impl
 //! here only routes each call to its file, but for the one-item reads.
 
+mod action_jobs;
 mod builds;
 mod capacity;
 mod checkpoint;
@@ -180,6 +181,30 @@ impl RunStore for DynamoStore {
     ) -> Result<u64, StoreError> {
         self.point_debounce_entry(tenant, (name, key), run_id, expected, keep_until)
             .await
+    }
+
+    async fn put_action_job(&self, job: &ActionJob, expected: u64) -> Result<u64, StoreError> {
+        self.write_action_job(job, expected).await
+    }
+
+    async fn get_action_job(
+        &self,
+        tenant: &TenantId,
+        id: &str,
+    ) -> Result<Option<ActionJob>, StoreError> {
+        self.read_action_job(tenant, id).await
+    }
+
+    async fn list_action_jobs(
+        &self,
+        tenant: &TenantId,
+        limit: usize,
+    ) -> Result<Vec<ActionJob>, StoreError> {
+        self.tenant_action_jobs(tenant, limit).await
+    }
+
+    async fn active_action_jobs(&self, limit: usize) -> Result<Vec<ActiveActionJob>, StoreError> {
+        self.running_action_jobs(limit).await
     }
 
     async fn unfinished_runs(&self, tenant: &TenantId) -> Result<u64, StoreError> {

@@ -2,6 +2,7 @@
 //! and panics, naming what it expected and what it found, when the backend breaks the
 //! contract.
 
+mod action_jobs;
 mod artifacts;
 mod builds;
 mod checkpoints;
@@ -14,12 +15,12 @@ mod limits;
 mod queue;
 mod quotas;
 mod reading;
-mod restarts;
 mod retention;
 mod runs;
 mod schedules;
 mod streams;
 
+pub use action_jobs::*;
 pub use artifacts::*;
 pub use builds::*;
 pub use checkpoints::*;
@@ -32,7 +33,6 @@ pub use limits::*;
 pub use queue::*;
 pub use quotas::*;
 pub use reading::*;
-pub use restarts::*;
 pub use retention::*;
 pub use runs::*;
 pub use schedules::*;

@@ -20,8 +20,8 @@ use self::rows::{conflict, insert_event_as, insert_run, run_key, update_run_as};
 use crate::cursors::ListPosition;
 use crate::deliveries::{apply_delivery, get_callback, put_callback_as};
 use crate::{
-    EmbeddedBackend, builds, debounces, from_json, limits, rate_turns, retention, sql, step_slots,
-    stored, unfinished,
+    EmbeddedBackend, action_jobs, builds, debounces, from_json, limits, rate_turns, retention, sql,
+    step_slots, stored, unfinished,
 };
 
 /// A page of a tenant's runs, newest first, after the cursor `(?4, ?5)` (its creation
@@ -179,6 +179,39 @@ impl RunStore for EmbeddedBackend {
             debounces::put(tx, &of, &run_id, expected, keep_until, now)
         })
         .await
+    }
+
+    async fn put_action_job(&self, job: &ActionJob, expected: u64) -> Result<u64, StoreError> {
+        let job = job.clone();
+        self.tx_of(job.tenant.0.clone(), move |tx, _| {
+            action_jobs::put(tx, &job, expected)
+        })
+        .await
+    }
+
+    async fn get_action_job(
+        &self,
+        tenant: &TenantId,
+        id: &str,
+    ) -> Result<Option<ActionJob>, StoreError> {
+        let (tenant, id) = (tenant.0.clone(), id.to_owned());
+        self.read(move |conn| action_jobs::get(conn, &tenant, &id))
+            .await
+    }
+
+    async fn list_action_jobs(
+        &self,
+        tenant: &TenantId,
+        limit: usize,
+    ) -> Result<Vec<ActionJob>, StoreError> {
+        let tenant = tenant.0.clone();
+        self.read(move |conn| action_jobs::list(conn, &tenant, limit))
+            .await
+    }
+
+    async fn active_action_jobs(&self, limit: usize) -> Result<Vec<ActiveActionJob>, StoreError> {
+        self.read(move |conn| action_jobs::active(conn, limit))
+            .await
     }
 
     async fn give_back_step_slot(

@@ -33,6 +33,7 @@ use crate::registry::{Registry, UpgradePolicy};
 use crate::replay_cache::{ReplayCache, ReplayCacheStats};
 use crate::time::{Clock, Timestamp};
 
+pub mod actions;
 mod control;
 pub mod dead_letters;
 mod deliveries;
@@ -42,7 +43,6 @@ mod lease;
 mod limits;
 mod reap;
 mod replay_check;
-mod restart;
 mod schedules;
 mod start;
 pub mod streams;
@@ -52,10 +52,10 @@ mod upgrade;
 mod wakeup;
 pub(crate) mod worker;
 
+pub use actions::{ActionRequest, DEFAULT_ACTION_RATE, MAX_ACTION_RATE};
 pub use dead_letters::DeadLetterReport;
 pub use limits::LimitReport;
 pub use replay_check::{Divergence, ReplayCheck, RunExport};
-pub use restart::{RestartRequest, Restarted, archived_position};
 pub use schedules::{ScheduleInfo, ScheduleReport, parse_schedule_names};
 pub use start::{StartOptions, Started};
 pub use sweep::SweepReport;

@@ -34,6 +34,9 @@ pub struct SweepReport {
     pub parked_dead_letters: usize,
     /// Runs started for schedules' ticks ([`Engine::fire_schedules`]).
     pub scheduled: usize,
+    /// Wake-ups sent for bulk actions' jobs whose progress had stalled (a lost
+    /// wake-up, a process that died acting on one).
+    pub action_jobs: usize,
 }
 
 /// Why the sweep sent a due run no wake-up.
@@ -72,9 +75,11 @@ impl Engine {
     /// the mark when the file is opened (no wake-up for it is queued), otherwise its
     /// build's sweep finds it once the mark has passed.
     ///
-    /// First of all, schedules' due ticks are fired ([`Engine::fire_schedules`]).
+    /// First of all, schedules' due ticks are fired ([`Engine::fire_schedules`]), and
+    /// bulk actions' jobs that stalled are woken again (`actions/`).
     pub async fn sweep(&self, limit: usize) -> Result<SweepReport, EngineError> {
         let scheduled = self.fire_schedules().await.started;
+        let action_jobs = self.resend_stale_action_jobs().await;
         let dead = self.handle_dead_letters(limit).await?;
         let now = self.clock.now();
         let due = self.backend.store.due_runs(now, limit).await?;
@@ -83,6 +88,7 @@ impl Engine {
             dead_letters: dead.handled,
             parked_dead_letters: dead.parked,
             scheduled,
+            action_jobs,
             ..SweepReport::default()
         };
         // Checks and sends go out concurrently: a page of hundreds of due runs would

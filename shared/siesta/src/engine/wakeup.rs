@@ -46,6 +46,12 @@ impl Engine {
         wake: &WakeUp,
         deadline: Option<Timestamp>,
     ) -> Result<WakeOutcome, EngineError> {
+        if wake.reason == WakeReason::Action {
+            // Not a run's: a bulk action's job, its id in `run_id` (`actions/`).
+            return self
+                .advance_action_job(&wake.tenant, wake.run_id.as_str())
+                .await;
+        }
         let Some(turn) = self.turns.take(&wake.tenant, &wake.run_id) else {
             return Ok(WakeOutcome::Folded);
         };

@@ -18,6 +18,9 @@ pub enum WakeReason {
     Sweep,
     /// A child run it waits on finished, or it was started as a child.
     Child,
+    /// Not a run's: the wake-up of a bulk action's job ([`ActionJob`]), whose id is in
+    /// the wake-up's `run_id`. Its next slice of runs is due.
+    Action,
 }
 
 /// A message asking for a run to be advanced. Duplicates are harmless.

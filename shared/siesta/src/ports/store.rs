@@ -63,11 +63,6 @@ pub struct Checkpoint {
     /// cancel, resume, resolution, park or upgrade — leaves it as it is. `false` from
     /// [`Checkpoint::new`].
     pub by_own_build: bool,
-    /// Whether it moves a finished run back to unfinished (a restart in place,
-    /// docs/operations.md): the tenant's count of unfinished runs goes up by one with
-    /// it, as with a start. Its condition on `expected_version` keeps two such writes
-    /// from both counting. `false` from [`Checkpoint::new`].
-    pub reopens: bool,
 }
 
 impl Checkpoint {
@@ -84,7 +79,6 @@ impl Checkpoint {
             child_runs: Vec::new(),
             parent_delivery: None,
             by_own_build: false,
-            reopens: false,
         }
     }
 
@@ -98,9 +92,7 @@ impl Checkpoint {
             + self.parent_delivery.as_ref().map_or(0, |_| 3)
             // The tenant's count of unfinished runs, when children start or the run
             // may finish (see `RunStore::create_run`).
-            + usize::from(
-                !self.child_runs.is_empty() || self.run.status.is_finished() || self.reopens,
-            )
+            + usize::from(!self.child_runs.is_empty() || self.run.status.is_finished())
     }
 }
 
@@ -461,6 +453,58 @@ pub trait RunStore: Send + Sync + 'static {
         Err(StoreError::Unsupported(
             "debounces on this backend".to_owned(),
         ))
+    }
+
+    /// Write `job` (a bulk action's job, see [`ActionJob`]) whole, if the stored record
+    /// of `job.tenant` and `job.id` is at version `expected` (0: none stored): answers
+    /// the version written (`expected + 1`), or [`StoreError::Conflict`] (with no run)
+    /// when another write came first, and nothing is written. The job's own `version`
+    /// field is not read. The same write keeps the deployment's list of active jobs
+    /// ([`RunStore::active_action_jobs`]): the job is on it while its status is
+    /// [`ActionJobStatus::Running`], off it once finished. Default:
+    /// [`StoreError::Unsupported`].
+    async fn put_action_job(&self, job: &ActionJob, expected: u64) -> Result<u64, StoreError> {
+        let _ = (job, expected);
+        Err(StoreError::Unsupported(
+            "bulk actions on this backend".to_owned(),
+        ))
+    }
+
+    /// The job `id` of `tenant`, with its stored version; `None` when there is none.
+    /// One strongly consistent read. Default: [`StoreError::Unsupported`].
+    async fn get_action_job(
+        &self,
+        tenant: &TenantId,
+        id: &str,
+    ) -> Result<Option<ActionJob>, StoreError> {
+        let _ = (tenant, id);
+        Err(StoreError::Unsupported(
+            "bulk actions on this backend".to_owned(),
+        ))
+    }
+
+    /// `tenant`'s jobs, newest first (by id, which is time-ordered), at most `limit`.
+    /// One query of the tenant's jobs; another tenant's are never listed. Default:
+    /// [`StoreError::Unsupported`].
+    async fn list_action_jobs(
+        &self,
+        tenant: &TenantId,
+        limit: usize,
+    ) -> Result<Vec<ActionJob>, StoreError> {
+        let _ = (tenant, limit);
+        Err(StoreError::Unsupported(
+            "bulk actions on this backend".to_owned(),
+        ))
+    }
+
+    /// The active jobs of the whole deployment (every tenant's jobs that are
+    /// [`ActionJobStatus::Running`]), at most `limit`: what the sweep looks at to
+    /// resume a job whose wake-up was lost. Costs what the active jobs number, never
+    /// what the finished ones do. Default: none (a backend without bulk actions has no
+    /// jobs).
+    async fn active_action_jobs(&self, limit: usize) -> Result<Vec<ActiveActionJob>, StoreError> {
+        let _ = limit;
+        Ok(Vec::new())
     }
 
     /// How many of `tenant`'s runs are not finished, as the store counts them for

@@ -1,0 +1,233 @@
+//! One slice of a job: take its lease, act on the next runs its filter matches, write
+//! its progress back, and send the wake-up of the next slice after the pause its rate
+//! asks for.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use super::act::Acted;
+use super::filter::{is_past_the_end, matches, store_filter};
+use crate::engine::{Engine, EngineError, WakeOutcome};
+use crate::model::*;
+use crate::ports::*;
+use crate::time::Timestamp;
+
+/// Slices of the job's rate per second: a slice acts on a fifth of a second's runs,
+/// so the job's load is spread over the second rather than sent at once.
+const SLICES_PER_SECOND: u32 = 5;
+
+/// The most runs one slice acts on, whatever the rate.
+const MAX_SLICE: u32 = 50;
+
+/// The most pages of runs one slice lists: runs the store's filter lists but the rest
+/// of the filter leaves out cost a page each, and a slice's work stays bounded.
+const MAX_PAGES_PER_SLICE: usize = 8;
+
+/// Slices in a row that may stop on an error before the job fails.
+const MAX_ERRORS_IN_A_ROW: u32 = 5;
+
+/// How many runs one slice of a job at `rate` acts on at most.
+fn slice_size(rate: u32) -> usize {
+    rate.div_ceil(SLICES_PER_SECOND).clamp(1, MAX_SLICE) as usize
+}
+
+/// When the slice after one that began at `began` and acted on `acted` runs may
+/// begin: `acted` runs at `rate` per second take that long.
+fn next_slice_at(began: Timestamp, acted: usize, rate: u32) -> Timestamp {
+    let ms = (acted as u64 * 1000).div_ceil(u64::from(rate.max(1)));
+    began.plus(Duration::from_millis(ms))
+}
+
+impl Engine {
+    /// Handle a job's wake-up ([`WakeReason::Action`]): one slice, if the job is
+    /// running, due and not held by another invocation.
+    pub(crate) async fn advance_action_job(
+        &self,
+        tenant: &TenantId,
+        id: &str,
+    ) -> Result<WakeOutcome, EngineError> {
+        let now = self.clock.now();
+        let Some(job) = self.backend.store.get_action_job(tenant, id).await? else {
+            return Ok(WakeOutcome::NotFound);
+        };
+        if job.status.is_finished() || job.next_at > now {
+            // Finished, or an early duplicate: the job's own wake-up comes at its time.
+            return Ok(WakeOutcome::NothingToDo);
+        }
+        if job.is_leased(now) {
+            return Ok(WakeOutcome::Busy);
+        }
+        let owner = format!(
+            "{}#action-{}",
+            self.config.owner,
+            self.invocations.fetch_add(1, Ordering::Relaxed)
+        );
+        let mut claimed = job.clone();
+        claimed.lease = Some(ActionJobLease {
+            owner: owner.clone(),
+            until: now.plus(self.config.lease_ttl),
+        });
+        claimed.version = match self
+            .backend
+            .store
+            .put_action_job(&claimed, job.version)
+            .await
+        {
+            Ok(version) => version,
+            Err(StoreError::Conflict(_)) => return Ok(WakeOutcome::Busy),
+            Err(e) => return Err(e.into()),
+        };
+        let mut progressed = claimed.clone();
+        let (acted, error) = match self.act_on_slice(&mut progressed).await {
+            Ok(acted) => (acted, None),
+            Err((acted, e)) => (acted, Some(e)),
+        };
+        match &error {
+            None => {
+                progressed.errors_in_a_row = 0;
+                progressed.error = None;
+            }
+            Some(e) => {
+                progressed.errors_in_a_row += 1;
+                progressed.error = Some(e.to_string());
+                if progressed.errors_in_a_row >= MAX_ERRORS_IN_A_ROW {
+                    progressed.status = ActionJobStatus::Failed;
+                }
+            }
+        }
+        progressed.next_at = next_slice_at(now, acted, progressed.rate);
+        if error.is_some() {
+            // Storage in trouble: give it room, longer each time.
+            let backoff = Duration::from_secs(1 << progressed.errors_in_a_row.min(6));
+            progressed.next_at = progressed.next_at.max(now.plus(backoff));
+        }
+        let Some(recorded) = self.record_slice(claimed, progressed, &owner).await? else {
+            // Another invocation took the job over (this one's lease lapsed): its
+            // slice is the one that counts.
+            return Ok(WakeOutcome::Busy);
+        };
+        if recorded.status == ActionJobStatus::Running {
+            let delay = now.until(recorded.next_at);
+            self.send_action_wake(&recorded, delay).await;
+        } else {
+            tracing::info!(tenant = %tenant, job = %id, status = recorded.status.as_str(), matched = recorded.matched, done = recorded.done, skipped = recorded.skipped, failed = recorded.failed, "bulk action ended");
+        }
+        // Handled either way: an error is in the job's record, and its next slice
+        // (already sent) tries again, or the job failed for good.
+        Ok(WakeOutcome::NothingToDo)
+    }
+
+    /// Act on the runs of one slice of `job`, noting each in it and moving its cursor
+    /// page by page; the job is done when the listing ends. Answers how many runs it
+    /// acted on; a listing that fails stops the slice, with the pages before it noted.
+    async fn act_on_slice(&self, job: &mut ActionJob) -> Result<usize, (usize, EngineError)> {
+        let size = slice_size(job.rate);
+        let listed_by = store_filter(&job.filter);
+        let mut acted = 0;
+        for _ in 0..MAX_PAGES_PER_SLICE {
+            // Never more than the slice still has room for: every run of the page is
+            // looked at, so the store's cursor is where the slice ends.
+            let want = size.saturating_sub(acted);
+            if want == 0 {
+                break;
+            }
+            let page = self
+                .backend
+                .store
+                .list_runs(&job.tenant, &listed_by, job.cursor.as_deref(), want)
+                .await
+                .map_err(|e| (acted, e.into()))?;
+            let mut ended = false;
+            for run in &page.runs {
+                if is_past_the_end(&job.filter, run) {
+                    ended = true;
+                    break;
+                }
+                if !matches(&job.filter, run) {
+                    continue;
+                }
+                acted += 1;
+                match self.act_on(job, run).await {
+                    Acted::Done => job.note_done(),
+                    Acted::Skipped(why) => job.note_skipped(run.id.clone(), why),
+                    Acted::Failed(why) => job.note_failed(run.id.clone(), why),
+                }
+            }
+            job.cursor = page.next_cursor;
+            if ended || job.cursor.is_none() {
+                job.status = ActionJobStatus::Done;
+                break;
+            }
+        }
+        Ok(acted)
+    }
+
+    /// Write a slice's progress (`progressed`) over the job as its lease took it
+    /// (`claimed`), the lease let go. A cancel written meanwhile keeps the job
+    /// cancelled, with the slice's progress added; a job another invocation took over
+    /// (`owner`'s lease lapsed) is left to it: `None`.
+    async fn record_slice(
+        &self,
+        claimed: ActionJob,
+        mut progressed: ActionJob,
+        owner: &str,
+    ) -> Result<Option<ActionJob>, EngineError> {
+        let mut expected = claimed.version;
+        for _ in 0..8 {
+            progressed.lease = None;
+            progressed.updated_at = self.clock.now();
+            match self
+                .backend
+                .store
+                .put_action_job(&progressed, expected)
+                .await
+            {
+                Ok(version) => {
+                    progressed.version = version;
+                    return Ok(Some(progressed));
+                }
+                Err(StoreError::Conflict(_)) => {}
+                Err(e) => return Err(e.into()),
+            }
+            let Some(stored) = self
+                .backend
+                .store
+                .get_action_job(&progressed.tenant, &progressed.id)
+                .await?
+            else {
+                return Ok(None);
+            };
+            if stored.lease.as_ref().is_none_or(|l| l.owner != owner) {
+                return Ok(None);
+            }
+            if stored.status.is_finished() {
+                progressed.status = stored.status;
+                progressed.cancelled_by = stored.cancelled_by.clone();
+            }
+            expected = stored.version;
+        }
+        Err(EngineError::Store(StoreError::Unavailable(
+            "the job kept changing while its progress was written".to_owned(),
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_slice_is_a_fifth_of_a_seconds_runs_within_bounds() {
+        assert_eq!(slice_size(50), 10);
+        assert_eq!(slice_size(1), 1);
+        assert_eq!(slice_size(12), 3);
+        assert_eq!(slice_size(1000), 50);
+    }
+
+    #[test]
+    fn the_next_slice_waits_what_the_runs_acted_on_take_at_the_rate() {
+        assert_eq!(next_slice_at(Timestamp(1_000), 10, 50), Timestamp(1_200));
+        assert_eq!(next_slice_at(Timestamp(1_000), 0, 50), Timestamp(1_000));
+        assert_eq!(next_slice_at(Timestamp(1_000), 1, 3), Timestamp(1_334));
+    }
+}
