@@ -222,6 +222,11 @@ macro_rules! conformance_suite {
             rate_turns_are_spaced_kept_and_used_once
             // pausing
             a_paused_run_is_not_due_not_claimed_and_keeps_its_deliveries
+            // restarting from a step
+            a_run_restarted_in_place_from_its_failed_step_does_not_repeat_the_steps_before
+            a_run_restarted_as_new_forks_and_links_both_ways
+            a_restart_is_refused_where_the_code_before_the_point_changed
+            a_restart_before_a_succeeded_tool_call_does_not_repeat_it
             // debounces and held starts
             debounce_entry_round_trips_and_is_written_on_its_version
             concurrent_debounce_entry_writes_exactly_one_wins
@@ -312,6 +317,7 @@ mod tests {
         let mut defined: Vec<&str> = sources
             .iter()
             .flat_map(|s| s.lines())
+            include_str!("cases/restarts.rs"),
             .filter_map(|l| l.trim().strip_prefix("pub async fn "))
             .map(|l| l.split('(').next().unwrap_or_default())
             .collect();

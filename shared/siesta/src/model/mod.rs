@@ -17,6 +17,7 @@ mod deliveries;
 mod events;
 mod flow;
 mod journal;
+mod restart;
 mod trace;
 
 pub use actions::*;
@@ -24,6 +25,7 @@ pub use deliveries::*;
 pub use events::*;
 pub use flow::{HeldStart, HoldReason, LimitSlot, QueuedAt};
 pub use journal::*;
+pub use restart::{RestartMark, first_failed, order_key, set_aside_from};
 pub use trace::{TraceParent, root_span_id_for, trace_id_for};
 
 macro_rules! string_id {
@@ -351,6 +353,10 @@ pub struct Run {
     /// a slot: a debounce or a start rate; `None` otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub held: Option<HeldStart>,
+    /// Its latest restart from a step, or the fork made of it
+    /// (docs/operations.md); `None` for a run never restarted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restart: Option<RestartMark>,
 }
 
 impl Run {
@@ -388,6 +394,7 @@ impl Run {
             limits: Vec::new(),
             queued: None,
             held: None,
+            restart: None,
         }
     }
 

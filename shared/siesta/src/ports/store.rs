@@ -63,6 +63,11 @@ pub struct Checkpoint {
     /// cancel, resume, resolution, park or upgrade — leaves it as it is. `false` from
     /// [`Checkpoint::new`].
     pub by_own_build: bool,
+    /// Whether it moves a finished run back to unfinished (a restart in place,
+    /// docs/operations.md): the tenant's count of unfinished runs goes up by one with
+    /// it, as with a start. Its condition on `expected_version` keeps two such writes
+    /// from both counting. `false` from [`Checkpoint::new`].
+    pub reopens: bool,
 }
 
 impl Checkpoint {
@@ -79,6 +84,7 @@ impl Checkpoint {
             child_runs: Vec::new(),
             parent_delivery: None,
             by_own_build: false,
+            reopens: false,
         }
     }
 
@@ -92,7 +98,9 @@ impl Checkpoint {
             + self.parent_delivery.as_ref().map_or(0, |_| 3)
             // The tenant's count of unfinished runs, when children start or the run
             // may finish (see `RunStore::create_run`).
-            + usize::from(!self.child_runs.is_empty() || self.run.status.is_finished())
+            + usize::from(
+                !self.child_runs.is_empty() || self.run.status.is_finished() || self.reopens,
+            )
     }
 }
 
