@@ -10,6 +10,8 @@
 
 mod support;
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -320,4 +322,86 @@ async fn a_filter_that_names_nothing_or_contradicts_itself_is_refused() {
         refused(contradiction).await,
         Err(EngineError::InvalidInput(_))
     ));
+}
+
+/// `notify`: a first step, then a second that fails for good until `fixed`; counts
+/// the first step's executions.
+fn notifying(fixed: Arc<AtomicBool>, first: Arc<AtomicUsize>) -> Registry {
+    let mut reg = Registry::new();
+    reg.register("notify", move |ctx: Context, _: Value| {
+        let (fixed, first) = (fixed.clone(), first.clone());
+        async move {
+            ctx.step("prepare", move |_| async move {
+                first.fetch_add(1, Ordering::SeqCst);
+                Ok(1)
+            })
+            .await?;
+            let sent: bool = ctx
+                .step("send", move |_| async move {
+                    if fixed.load(Ordering::SeqCst) {
+                        Ok(true)
+                    } else {
+                        Err(StepError::fatal("the receiver answered 400"))
+                    }
+                })
+                .await?;
+            Ok(sent)
+        }
+    });
+    reg
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bulk_restart_after_the_fix_completes_each_failed_run_once_without_repeating_what_succeeded()
+ {
+    let (fixed, first) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicUsize::new(0)),
+    );
+    let w = world(notifying(fixed.clone(), first.clone()));
+    let mut runs = Vec::new();
+    for _ in 0..4 {
+        let run = w.start("notify", json!(null)).await;
+        assert_eq!(w.status(&run).await, RunStatus::Failed);
+        runs.push(run);
+    }
+    assert_eq!(first.load(Ordering::SeqCst), 4);
+    fixed.store(true, Ordering::SeqCst);
+    // By workflow alone, so the restarted runs are listed again by a slice done
+    // twice: the job's token answers them as done, not restarted again.
+    let filter = ActionFilter {
+        workflow: Some("notify".into()),
+        ..ActionFilter::default()
+    };
+    w.crash_after_writes(2);
+    let started = start(&w, BulkAction::Restart, filter, 50).await;
+    w.run_until_idle().await;
+    assert!(w.has_crashed());
+    w.restart();
+    w.advance(LEASE_TTL).await;
+    let done = until_finished(&w, &started.id).await;
+    assert_eq!(done.status, ActionJobStatus::Done);
+    assert_eq!(
+        (done.matched, done.done, done.skipped, done.failed),
+        (4, 4, 0, 0),
+        "{:?} {:?}",
+        done.skipped_sample,
+        done.failures
+    );
+    for run in &runs {
+        // One restarted by the dead process waits for its wake-up's redelivery.
+        assert_eq!(w.drive(run).await.status, RunStatus::Completed);
+        let restarts = w
+            .timeline(run)
+            .await
+            .iter()
+            .filter(|e| e.event_type == EventType::RunRestarted)
+            .count();
+        assert_eq!(restarts, 1, "restarted once");
+    }
+    assert_eq!(
+        first.load(Ordering::SeqCst),
+        4,
+        "the first step is not repeated"
+    );
 }

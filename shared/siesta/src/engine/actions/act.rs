@@ -9,7 +9,7 @@
 //! saying why, so no run is acted on twice.
 
 use crate::dead_letters::is_dead_lettered;
-use crate::engine::{Engine, EngineError};
+use crate::engine::{Engine, EngineError, RestartRequest};
 use crate::model::*;
 
 /// What acting on one run came to.
@@ -109,11 +109,18 @@ impl Engine {
         }
     }
 
-    /// A bulk restart of one run.
+    /// A bulk restart of one run, with the job's id as the restart's token: a run this
+    /// job restarted already (a slice done again after a crash) is answered as done by
+    /// the restart itself, not restarted twice.
     async fn restart_for_job(&self, job: &ActionJob, run: &Run) -> Result<(), EngineError> {
-        let _ = (job, run);
-        Err(EngineError::Gone(
-            "restart is not available in bulk on this build".to_owned(),
-        ))
+        let request = RestartRequest {
+            from: job.restart.from.clone(),
+            as_new: job.restart.as_new,
+            repeat_tool_calls: job.restart.repeat_tool_calls,
+            token: Some(job.id.clone()),
+        };
+        self.restart(&job.tenant, &run.id, request, None, &job.by)
+            .await
+            .map(drop)
     }
 }
