@@ -266,6 +266,27 @@ pub(crate) enum RunsAction {
         #[arg(long)]
         if_match: Option<u64>,
     },
+    /// Restart a run from a step (docs/operations.md): in place by default, from the
+    /// first operation that failed, keeping everything before it; the journal before
+    /// the point must replay on the build serving the API (else 409, naming where, and
+    /// nothing changes). A tool call after the point that succeeded keeps its outcome
+    /// unless `--repeat-tool-calls`.
+    Restart {
+        /// The run's id.
+        id: String,
+        /// The position to go on from (an operation's timeline id, e.g. `notify#0`).
+        #[arg(long)]
+        from: Option<String>,
+        /// As a new run forked from this one, rather than in place.
+        #[arg(long)]
+        as_new: bool,
+        /// Make the tool calls after the point again (same idempotency keys).
+        #[arg(long)]
+        repeat_tool_calls: bool,
+        /// Only if the run is still at this version.
+        #[arg(long)]
+        if_match: Option<u64>,
+    },
     /// Resolve a tool call whose outcome is unknown (its process died while it ran, and
     /// it has no lookup), which parked the run: say it succeeded (with its result),
     /// failed (with a message), or must be made again. The run resumes; the timeline

@@ -200,6 +200,20 @@ async fn main() -> anyhow::Result<()> {
                 RunsAction::Cancel { id, if_match } => remote.cancel(&id, if_match).await,
                 RunsAction::Pause { id, if_match } => remote.pause(&id, if_match).await,
                 RunsAction::Resume { id, if_match } => remote.resume(&id, if_match).await,
+                RunsAction::Restart {
+                    id,
+                    from,
+                    as_new,
+                    repeat_tool_calls,
+                    if_match,
+                } => {
+                    let body = siesta_client::RestartBody {
+                        from,
+                        as_new,
+                        repeat_tool_calls,
+                    };
+                    remote.restart(&id, &body, if_match).await
+                }
                 RunsAction::Resolve {
                     id,
                     position,

@@ -276,6 +276,40 @@ impl Remote {
         self.transitioned(id, &run)
     }
 
+    /// `runs restart RUN`: `POST /runs/{id}/restart`.
+    pub async fn restart(
+        &self,
+        id: &str,
+        body: &siesta_client::RestartBody,
+        if_match: Option<u64>,
+    ) -> anyhow::Result<()> {
+        let run = self
+            .client()
+            .restart(id, body, if_match)
+            .await
+            .map_err(|e| self.failed(e))?;
+        self.print(&Self::shown(&run)?, |_| {
+            let from = run
+                .restart
+                .as_ref()
+                .and_then(|r| r.from.as_deref())
+                .unwrap_or("where it stopped");
+            if run.id == id {
+                println!(
+                    "run {id} restarted from {from}: {}",
+                    paint_status(run.status.as_str())
+                );
+            } else {
+                println!(
+                    "run {id} forked from {from} as run {}: {}",
+                    run.id,
+                    paint_status(run.status.as_str())
+                );
+            }
+        });
+        Ok(())
+    }
+
     /// `runs upgrade RUN`: `POST /runs/{id}/upgrade`.
     pub async fn upgrade(&self, id: &str, if_match: Option<u64>) -> anyhow::Result<()> {
         let run = self

@@ -13,6 +13,7 @@
 //! |---|---|
 //! | `runs.rs` | [`StartRun`], [`RunListQuery`], [`TimelineQuery`]; [`RunView`], [`RunPage`], [`RunResult`], [`Timeline`] |
 //! | `control.rs` | [`Resolution`] (a tool call's outcome, given by an operator) |
+//! | `actions.rs` | [`StartRunsAction`] (an action and a filter); [`RunsActionView`], [`RunsActionList`] |
 //! | `deliveries.rs` | [`CallbackFailure`]; [`Accepted`], [`Received`] |
 //! | `dead_letters.rs` | [`DeadLetteredRunQuery`]; [`DeadLetteredRunPage`], [`Redriven`] |
 //! | `streams.rs` | [`StreamQuery`]; [`StreamPageView`], [`StreamChunkView`] |
@@ -25,6 +26,7 @@
 //! ([`ValueRef`], [`path_segment`]), and the schemas of the core's types they carry
 //! ([`schema`]).
 
+mod actions;
 mod builds;
 mod control;
 mod dead_letters;
@@ -32,6 +34,7 @@ mod deliveries;
 mod limits;
 mod meta;
 mod replay;
+mod restart;
 mod runs;
 mod schedules;
 pub mod schema;
@@ -39,6 +42,10 @@ mod streams;
 mod time;
 mod values;
 
+pub use actions::{
+    RunsActionFilter, RunsActionKind, RunsActionList, RunsActionNote, RunsActionStatus,
+    RunsActionView, StartRunsAction,
+};
 pub use builds::{BuildList, BuildView};
 pub use control::{Resolution, ResolvedError};
 pub use dead_letters::{DeadLetteredRunPage, DeadLetteredRunQuery, DeadLetteredRunView, Redriven};
@@ -46,6 +53,7 @@ pub use deliveries::{Accepted, CallbackFailure, FailureBody, Received};
 pub use limits::{LimitKeyView, LimitList, LimitView};
 pub use meta::{ErrorBody, ErrorDetail, Health};
 pub use replay::ReplayCheckView;
+pub use restart::{RestartBody, RestartView};
 pub use runs::{
     OperationsSummary, QueuedView, RunListQuery, RunPage, RunResult, RunView, StartRun, Timeline,
     TimelineEventView, TimelineQuery, WaitView,

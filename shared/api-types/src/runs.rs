@@ -101,6 +101,9 @@ pub struct RunView {
     /// waits for, and its place in that key's line.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queued: Option<QueuedView>,
+    /// Its latest restart from a step (docs/operations.md), or the fork made of it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restart: Option<crate::RestartView>,
     /// What it waits for now.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub waits: Vec<WaitView>,
@@ -160,7 +163,7 @@ pub struct WaitView {
 /// Operations by state.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 pub struct OperationsSummary {
-    /// All journaled operations.
+    /// All journaled operations (those a restart set aside left out).
     pub total: usize,
     /// Finished with a value.
     pub succeeded: usize,

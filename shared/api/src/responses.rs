@@ -225,6 +225,25 @@ error_set!(
 );
 
 error_set!(
+    /// `POST /runs/{id}/restart`.
+    RestartErrors {
+        400 => MALFORMED,
+        401 => UNAUTHORIZED,
+        404 => RUN_NOT_FOUND,
+        409 => "`diverged`: the journal before the point does not replay on this build (the \
+                error's `divergence` says where; nothing changed), or `busy`: the run is \
+                running and did not stop within seconds of the cancel asked of it",
+        410 => "`gone`: a queued run has not begun",
+        412 => STALE,
+        422 => "`invalid_input`: no operation at `from`, or a restart the run's flow control \
+                does not allow; `unknown_workflow`: this build has no workflow of the run's name",
+        429 => OVER_QUOTA,
+        500 => INTERNAL,
+        503 => UNAVAILABLE,
+    }
+);
+
+error_set!(
     /// `POST /runs/{id}/resume`.
     ResumeErrors {
         400 => MALFORMED,

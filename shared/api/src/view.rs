@@ -94,17 +94,23 @@ pub fn run_view(run: &Run, replay_input: Option<&ReplayInput>, callback_base_url
         build_id: run.build_id.clone(),
         awaiting_build: None,
         queued: queued_view(run),
+        restart: run.restart.as_ref().map(Into::into),
         waits: Vec::new(),
         operations: None,
     };
     let Some(replay_input) = replay_input else {
         return view;
     };
+    // What a restart set aside is history, not an operation of the run now.
+    let mut entries: Vec<&JournalEntry> = replay_input
+        .journal
+        .iter()
+        .filter(|e| e.set_aside.is_none())
+        .collect();
     let mut summary = OperationsSummary {
-        total: replay_input.journal.len(),
+        total: entries.len(),
         ..Default::default()
     };
-    let mut entries: Vec<&JournalEntry> = replay_input.journal.iter().collect();
     entries.sort_by(|a, b| a.position.cmp(&b.position));
     for entry in entries {
         match &entry.state {

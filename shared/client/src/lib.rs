@@ -26,6 +26,7 @@ pub use siesta_api_types::{
 
 /// Filters and paging of [`Client::list_runs`]: the query of `GET /runs`.
 pub use siesta_api_types::RunListQuery as RunFilter;
+pub use siesta_api_types::{RestartBody, RestartView};
 
 /// What a failed call went wrong with.
 #[derive(Debug, thiserror::Error)]
@@ -372,6 +373,26 @@ impl Client {
     pub async fn upgrade_build(&self, build: &str) -> Result<UpgradeReport, Error> {
         let path = format!("/builds/{}/upgrade", path_segment(build));
         self.call(self.request(Method::POST, &path)).await
+    }
+
+    /// `POST /runs/{id}/restart`: goes on from a step (`restart.from`, default the first
+    /// operation that failed), in place or, with `restart.as_new`, as a new run forked
+    /// from it (the answer is then the fork). A 409 `diverged` when the journal before
+    /// the point does not replay on the serving build; `If-Match` as for
+    /// [`Client::cancel`].
+    pub async fn restart(
+        &self,
+        id: &str,
+        restart: &RestartBody,
+        if_match: Option<u64>,
+    ) -> Result<RunView, Error> {
+        let mut request = self
+            .request(Method::POST, &run_path(id, "/restart"))
+            .json(restart);
+        if let Some(version) = if_match {
+            request = request.header("If-Match", format!("\"{version}\""));
+        }
+        self.call(request).await
     }
 
     async fn transition(&self, path: &str, if_match: Option<u64>) -> Result<RunView, Error> {

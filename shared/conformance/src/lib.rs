@@ -312,12 +312,12 @@ mod tests {
             include_str!("cases/limits.rs"),
             include_str!("cases/schedules.rs"),
             include_str!("cases/debounces.rs"),
+            include_str!("cases/restarts.rs"),
             include_str!("cases/action_jobs.rs"),
         ];
         let mut defined: Vec<&str> = sources
             .iter()
             .flat_map(|s| s.lines())
-            include_str!("cases/restarts.rs"),
             .filter_map(|l| l.trim().strip_prefix("pub async fn "))
             .map(|l| l.split('(').next().unwrap_or_default())
             .collect();

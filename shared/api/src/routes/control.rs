@@ -143,8 +143,8 @@ fn into_engine(resolution: Resolution) -> ToolCallResolution {
 /// The caller of an authenticated route: its tenant and who it is, as the router's
 /// [`crate::Authenticate`] says.
 pub(crate) struct Caller {
-    tenant: TenantId,
-    who: String,
+    pub(super) tenant: TenantId,
+    pub(super) who: String,
 }
 
 impl FromRequestParts<AppState> for Caller {

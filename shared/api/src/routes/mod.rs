@@ -10,6 +10,7 @@ mod deliveries;
 mod limits;
 mod meta;
 mod replay;
+mod restart;
 mod runs;
 mod schedules;
 mod streams;
@@ -30,6 +31,7 @@ use deliveries::*;
 use limits::*;
 use meta::*;
 use replay::*;
+use restart::*;
 use runs::*;
 use schedules::*;
 use siesta_api_types::{RunResult, RunView};
@@ -52,6 +54,7 @@ pub(crate) fn table(base: utoipa::openapi::OpenApi) -> OpenApiRouter<AppState> {
         .routes(routes!(cancel_run))
         .routes(routes!(pause_run))
         .routes(routes!(resume_run))
+        .routes(routes!(restart_run))
         .routes(routes!(resolve_operation))
         .routes(routes!(export_run))
         .routes(routes!(check_run_replay))

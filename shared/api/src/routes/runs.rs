@@ -50,6 +50,7 @@ use siesta_api_types::{
                 ("CancelRun" = (operation_id = "cancelRun", parameters(("id" = "$response.body#/id")))),
                 ("PauseRun" = (operation_id = "pauseRun", parameters(("id" = "$response.body#/id")))),
                 ("ResumeRun" = (operation_id = "resumeRun", parameters(("id" = "$response.body#/id")))),
+                ("RestartRun" = (operation_id = "restartRun", parameters(("id" = "$response.body#/id")))),
                 ("ResolveOperation" = (operation_id = "resolveOperation", parameters(("id" = "$response.body#/id")))),
                 ("DeliverEvent" = (operation_id = "deliverEvent", parameters(("id" = "$response.body#/id")))),
                 ("InjectMessage" = (operation_id = "injectMessage", parameters(("id" = "$response.body#/id")))),

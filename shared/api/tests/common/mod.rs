@@ -29,6 +29,18 @@ pub(crate) fn keyed_api(env: &siesta_testing::TestEnv) -> siesta_api::ControlApi
     siesta_api::ControlApi::new(env.engine()).authenticate(keys)
 }
 
+/// The router of `engine` (over `env`'s store: another build's, say), the same key `k`.
+pub(crate) fn keyed_api_over(
+    env: &siesta_testing::TestEnv,
+    engine: siesta::Engine,
+) -> siesta_api::ControlApi {
+    let keys = siesta_api::ApiKeys::new(std::collections::HashMap::from([(
+        "k".to_owned(),
+        env.tenant().clone(),
+    )]));
+    siesta_api::ControlApi::new(engine).authenticate(keys)
+}
+
 /// Send `method path` (with `body` as JSON, and `headers`) to `api` with the key `k`;
 /// the status and the body as JSON (`null` when it is not JSON).
 pub(crate) async fn call_keyed(
