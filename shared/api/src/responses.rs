@@ -419,3 +419,42 @@ error_set!(
         503 => UNAVAILABLE,
     }
 );
+
+const ACTION_NOT_FOUND: &str = "`not_found`: this caller has no such bulk action";
+
+error_set!(
+    /// `POST /runs/actions`.
+    StartActionErrors {
+        400 => MALFORMED,
+        401 => UNAUTHORIZED,
+        408 => TIMED_OUT,
+        413 => TOO_LARGE,
+        422 => "`invalid_input`: the filter names nothing (a job needs at least one \
+                field), no run can match it, or the rate is not 1 to 1 000",
+        500 => INTERNAL,
+        501 => "`not_implemented`: this backend keeps no bulk actions",
+        503 => UNAVAILABLE,
+    }
+);
+
+error_set!(
+    /// `GET /runs/actions`.
+    ListActionErrors {
+        401 => UNAUTHORIZED,
+        500 => INTERNAL,
+        501 => "`not_implemented`: this backend keeps no bulk actions",
+        503 => UNAVAILABLE,
+    }
+);
+
+error_set!(
+    /// `GET /runs/actions/{id}`, `POST /runs/actions/{id}/cancel`.
+    ActionErrors {
+        400 => MALFORMED,
+        401 => UNAUTHORIZED,
+        404 => ACTION_NOT_FOUND,
+        500 => INTERNAL,
+        501 => "`not_implemented`: this backend keeps no bulk actions",
+        503 => UNAVAILABLE,
+    }
+);

@@ -3,6 +3,7 @@
 //! and cannot drift apart. The handlers live in one file per family of routes; nothing
 //! but this table imports them.
 
+mod actions;
 mod builds;
 mod control;
 mod dead_letters;
@@ -24,6 +25,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use crate::state::AppState;
+use actions::*;
 use builds::*;
 use control::*;
 use dead_letters::*;
@@ -46,6 +48,9 @@ pub use runs::idempotent_run_id;
 pub(crate) fn table(base: utoipa::openapi::OpenApi) -> OpenApiRouter<AppState> {
     let mut table = OpenApiRouter::with_openapi(base)
         .routes(routes!(start_run, list_runs))
+        .routes(routes!(start_runs_action, list_runs_actions))
+        .routes(routes!(get_runs_action))
+        .routes(routes!(cancel_runs_action))
         .routes(routes!(get_run))
         .routes(routes!(get_run_result))
         .routes(routes!(get_run_timeline))
