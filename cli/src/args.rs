@@ -208,6 +208,24 @@ pub(crate) enum SchedulesAction {
     },
 }
 
+/// The flags that make a run's action a bulk action over every run a filter matches
+/// (`POST /runs/actions`) instead of one run's.
+#[derive(clap::Args, Debug, Clone)]
+pub(crate) struct BulkArgs {
+    /// Act on every run of the tenant this filter matches instead of one run:
+    /// `field=value` pairs, comma-separated, from workflow, status, build, error_kind,
+    /// created_after, created_before, failed_after, failed_before (RFC 3339) and
+    /// dead_lettered. Starts a durable job and follows its progress.
+    #[arg(long, value_name = "FIELD=VALUE,...")]
+    pub(crate) filter: Option<String>,
+    /// With `--filter`: runs acted on per second (default 50).
+    #[arg(long)]
+    pub(crate) rate: Option<u32>,
+    /// With `--filter`: print the job's id and return (follow it with `runs action ID`).
+    #[arg(long)]
+    pub(crate) no_wait: bool,
+}
+
 #[derive(Subcommand)]
 pub(crate) enum RunsAction {
     /// List runs, newest first.
@@ -240,40 +258,52 @@ pub(crate) enum RunsAction {
         #[arg(long, default_value_t = 0)]
         from: u64,
     },
-    /// Cancel a run.
+    /// Cancel a run, or with `--filter` every run a filter matches.
     Cancel {
         /// The run's id.
-        id: String,
+        #[arg(required_unless_present = "filter", conflicts_with = "filter")]
+        id: Option<String>,
         /// Only if the run is still at this version.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "filter")]
         if_match: Option<u64>,
+        #[command(flatten)]
+        bulk: BulkArgs,
     },
     /// Pause a run: at once when it waits, at its next step boundary when it runs. It
     /// takes no turn until `runs resume`; deliveries are still recorded meanwhile.
+    /// With `--filter`, every run a filter matches.
     Pause {
         /// The run's id.
-        id: String,
+        #[arg(required_unless_present = "filter", conflicts_with = "filter")]
+        id: Option<String>,
         /// Only if the run is still at this version.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "filter")]
         if_match: Option<u64>,
+        #[command(flatten)]
+        bulk: BulkArgs,
     },
     /// Resume a parked run once its cause is fixed, or a paused run (for one parked
-    /// because its wake-up was dead-lettered, `runs redrive` does the same).
+    /// because its wake-up was dead-lettered, `runs redrive` does the same). With
+    /// `--filter`, every run a filter matches.
     Resume {
         /// The run's id.
-        id: String,
+        #[arg(required_unless_present = "filter", conflicts_with = "filter")]
+        id: Option<String>,
         /// Only if the run is still at this version.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "filter")]
         if_match: Option<u64>,
+        #[command(flatten)]
+        bulk: BulkArgs,
     },
     /// Restart a run from a step (docs/operations.md): in place by default, from the
     /// first operation that failed, keeping everything before it; the journal before
     /// the point must replay on the build serving the API (else 409, naming where, and
     /// nothing changes). A tool call after the point that succeeded keeps its outcome
-    /// unless `--repeat-tool-calls`.
+    /// unless `--repeat-tool-calls`. With `--filter`, every run a filter matches.
     Restart {
         /// The run's id.
-        id: String,
+        #[arg(required_unless_present = "filter", conflicts_with = "filter")]
+        id: Option<String>,
         /// The position to go on from (an operation's timeline id, e.g. `notify#0`).
         #[arg(long)]
         from: Option<String>,
@@ -284,8 +314,10 @@ pub(crate) enum RunsAction {
         #[arg(long)]
         repeat_tool_calls: bool,
         /// Only if the run is still at this version.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "filter")]
         if_match: Option<u64>,
+        #[command(flatten)]
+        bulk: BulkArgs,
     },
     /// Resolve a tool call whose outcome is unknown (its process died while it ran, and
     /// it has no lookup), which parked the run: say it succeeded (with its result),
@@ -314,10 +346,11 @@ pub(crate) enum RunsAction {
     /// that build's code now; otherwise the server refuses (409) naming the position
     /// and both operation kinds. Also takes a run parked for `NonDeterminism` once a
     /// fixed build replays it. With `--all --build ID`, every unfinished run of that
-    /// build that replays; the others are listed with where they diverge.
+    /// build that replays; the others are listed with where they diverge. With
+    /// `--filter`, every run a filter matches, as a paced job.
     Upgrade {
         /// The run's id.
-        #[arg(required_unless_present = "all", conflicts_with = "all")]
+        #[arg(required_unless_present_any = ["all", "filter"], conflicts_with_all = ["all", "filter"])]
         id: Option<String>,
         /// Every unfinished run of `--build`.
         #[arg(long, requires = "build")]
@@ -328,6 +361,8 @@ pub(crate) enum RunsAction {
         /// Only if the run is still at this version.
         #[arg(long, requires = "id")]
         if_match: Option<u64>,
+        #[command(flatten)]
+        bulk: BulkArgs,
     },
     /// Print a run and its replay input (journal and deliveries) as one JSON document: what
     /// `myapp replay --export FILE` checks.
@@ -345,17 +380,30 @@ pub(crate) enum RunsAction {
     /// List the concurrency limits: per key, how many of the caller's runs hold a slot
     /// and how many wait in line (queued runs), against the limit's max.
     Limits,
-    /// Redrive a dead letter (resume the run it parked), or all of them with `--all`.
+    /// Redrive a dead letter (resume the run it parked), or all of them with `--all`,
+    /// or with `--filter` those a filter matches, as a paced job.
     Redrive {
         /// The run the dead letter parked.
-        #[arg(required_unless_present = "all", conflicts_with = "all")]
+        #[arg(required_unless_present_any = ["all", "filter"], conflicts_with_all = ["all", "filter"])]
         id: Option<String>,
         /// Every dead letter of the tenant (up to 1 000 per call).
-        #[arg(long)]
+        #[arg(long, conflicts_with = "filter")]
         all: bool,
         /// Only if the run is still at this version.
         #[arg(long, requires = "id")]
         if_match: Option<u64>,
+        #[command(flatten)]
+        bulk: BulkArgs,
+    },
+    /// Show a bulk action (`runs cancel --filter …` and the like): its progress and
+    /// the runs it skipped or failed on, with why; `--cancel` stops it. Without an id,
+    /// the tenant's bulk actions, newest first.
+    Action {
+        /// The job's id.
+        id: Option<String>,
+        /// Cancel it: it acts on no more runs (those acted on stay acted on).
+        #[arg(long, requires = "id")]
+        cancel: bool,
     },
     /// Deliver a named event (an approval, a signal) to a run.
     SendEvent {
@@ -369,9 +417,90 @@ pub(crate) enum RunsAction {
     },
 }
 
+impl RunsAction {
+    /// The bulk action this asks for, when it names a `--filter` rather than a run;
+    /// `--rate` or `--no-wait` without one is refused (clap's `requires` does not see
+    /// through the flattened flags).
+    pub(crate) fn bulk(&self) -> anyhow::Result<Option<siesta_cli::bulk::Bulk>> {
+        use siesta_client::RunsActionKind as Kind;
+        let (action, bulk, restart) = match self {
+            RunsAction::Cancel { bulk, .. } => (Kind::Cancel, bulk, (None, false, false)),
+            RunsAction::Pause { bulk, .. } => (Kind::Pause, bulk, (None, false, false)),
+            RunsAction::Resume { bulk, .. } => (Kind::Resume, bulk, (None, false, false)),
+            RunsAction::Upgrade { bulk, .. } => (Kind::Upgrade, bulk, (None, false, false)),
+            RunsAction::Redrive { bulk, .. } => (Kind::Redrive, bulk, (None, false, false)),
+            RunsAction::Restart {
+                bulk,
+                from,
+                as_new,
+                repeat_tool_calls,
+                ..
+            } => (
+                Kind::Restart,
+                bulk,
+                (from.clone(), *as_new, *repeat_tool_calls),
+            ),
+            _ => return Ok(None),
+        };
+        let Some(filter) = bulk.filter.clone() else {
+            if bulk.rate.is_some() || bulk.no_wait {
+                anyhow::bail!("--rate and --no-wait go with --filter");
+            }
+            return Ok(None);
+        };
+        Ok(Some(siesta_cli::bulk::Bulk {
+            action,
+            filter,
+            rate: bulk.rate,
+            no_wait: bulk.no_wait,
+            restart,
+        }))
+    }
+}
+
+/// The run a run's action names: clap requires it unless `--filter` is given, and a
+/// `--filter` is handled before this is asked.
+pub(crate) fn one(id: Option<String>) -> anyhow::Result<String> {
+    id.ok_or_else(|| anyhow::anyhow!("name a run, or --filter for every run a filter matches"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_runs_action_takes_a_run_or_a_filter_never_both() {
+        let parse = |args: &[&str]| Cli::try_parse_from(["siesta", "runs"].iter().chain(args));
+        for verb in ["cancel", "pause", "resume", "restart", "upgrade", "redrive"] {
+            assert!(parse(&[verb, "run-1"]).is_ok(), "{verb} RUN");
+            assert!(
+                parse(&[
+                    verb,
+                    "--filter",
+                    "workflow=order",
+                    "--rate",
+                    "10",
+                    "--no-wait"
+                ])
+                .is_ok(),
+                "{verb} --filter"
+            );
+            assert!(parse(&[verb]).is_err(), "{verb}: a run or a filter");
+            assert!(
+                parse(&[verb, "run-1", "--filter", "workflow=order"]).is_err(),
+                "{verb}: not both"
+            );
+            let Some(Command::Runs { action, .. }) =
+                parse(&[verb, "run-1", "--rate", "5"]).unwrap().command
+            else {
+                panic!("runs")
+            };
+            assert!(action.bulk().is_err(), "--rate needs --filter");
+        }
+        assert!(parse(&["action"]).is_ok());
+        assert!(parse(&["action", "job-1", "--cancel"]).is_ok());
+        assert!(parse(&["action", "--cancel"]).is_err());
+    }
 
     #[test]
     fn runs_resolve_takes_exactly_one_outcome() {

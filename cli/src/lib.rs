@@ -4,6 +4,7 @@
 
 pub mod bench;
 pub mod builds;
+pub mod bulk;
 pub mod new;
 pub mod runs;
 pub mod schedules;

@@ -10,7 +10,7 @@ mod demo;
 use anyhow::Context as _;
 use clap::{CommandFactory as _, Parser};
 
-use args::{BuildsAction, Cli, Command, RunsAction, SchedulesAction};
+use args::{BuildsAction, Cli, Command, RunsAction, SchedulesAction, one};
 use demo::{demo, demo_agent};
 
 /// The examples app: the example workflows, with this build's id.
@@ -192,21 +192,27 @@ async fn main() -> anyhow::Result<()> {
             action,
         } => {
             let remote = siesta_cli::runs::Remote { url, api_key, json };
+            if let Some(bulk) = action.bulk()? {
+                return remote.bulk(bulk).await;
+            }
             match action {
                 RunsAction::List { status, workflow } => remote.list(status, workflow).await,
                 RunsAction::Show { id } => remote.show(&id).await,
                 RunsAction::Timeline { id } => remote.timeline(&id).await,
                 RunsAction::Stream { id, name, from } => remote.stream(&id, &name, from).await,
-                RunsAction::Cancel { id, if_match } => remote.cancel(&id, if_match).await,
-                RunsAction::Pause { id, if_match } => remote.pause(&id, if_match).await,
-                RunsAction::Resume { id, if_match } => remote.resume(&id, if_match).await,
+                RunsAction::Cancel { id, if_match, .. } => remote.cancel(&one(id)?, if_match).await,
+                RunsAction::Pause { id, if_match, .. } => remote.pause(&one(id)?, if_match).await,
+                RunsAction::Resume { id, if_match, .. } => remote.resume(&one(id)?, if_match).await,
+                RunsAction::Action { id, cancel } => remote.action(id.as_deref(), cancel).await,
                 RunsAction::Restart {
                     id,
                     from,
                     as_new,
                     repeat_tool_calls,
                     if_match,
+                    ..
                 } => {
+                    let id = one(id)?;
                     let body = siesta_client::RestartBody {
                         from,
                         as_new,

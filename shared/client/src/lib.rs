@@ -27,6 +27,10 @@ pub use siesta_api_types::{
 /// Filters and paging of [`Client::list_runs`]: the query of `GET /runs`.
 pub use siesta_api_types::RunListQuery as RunFilter;
 pub use siesta_api_types::{RestartBody, RestartView};
+pub use siesta_api_types::{
+    RunsActionFilter, RunsActionKind, RunsActionList, RunsActionStatus, RunsActionView,
+    StartRunsAction,
+};
 
 /// What a failed call went wrong with.
 #[derive(Debug, thiserror::Error)]
@@ -395,6 +399,36 @@ impl Client {
         self.call(request).await
     }
 
+    /// `POST /runs/actions`: start a bulk action — `action` on every run of the
+    /// caller's that `filter` matches, paced at `rate` runs a second — answered at once
+    /// with the job (`running`); follow it with [`Client::runs_action`].
+    pub async fn start_runs_action(
+        &self,
+        action: &StartRunsAction,
+    ) -> Result<RunsActionView, Error> {
+        self.call(self.request(Method::POST, "/runs/actions").json(action))
+            .await
+    }
+
+    /// `GET /runs/actions/{id}`: a bulk action's progress (`matched`, `done`,
+    /// `skipped`, `failed`) and where it is.
+    pub async fn runs_action(&self, id: &str) -> Result<RunsActionView, Error> {
+        self.call(self.request(Method::GET, &actions_path(id, "")))
+            .await
+    }
+
+    /// `GET /runs/actions`: the caller's bulk actions, newest first.
+    pub async fn runs_actions(&self) -> Result<RunsActionList, Error> {
+        self.call(self.request(Method::GET, "/runs/actions")).await
+    }
+
+    /// `POST /runs/actions/{id}/cancel`: the job acts on no more runs (those acted on
+    /// stay acted on); a finished job is answered as it is.
+    pub async fn cancel_runs_action(&self, id: &str) -> Result<RunsActionView, Error> {
+        self.call(self.request(Method::POST, &actions_path(id, "/cancel")))
+            .await
+    }
+
     async fn transition(&self, path: &str, if_match: Option<u64>) -> Result<RunView, Error> {
         let mut request = self.request(Method::POST, path);
         if let Some(version) = if_match {
@@ -628,6 +662,11 @@ fn stream_path(id: &str, name: &str) -> String {
 /// `/schedules/{name}` (encoded) followed by `rest`.
 fn schedule_path(name: &str, rest: &str) -> String {
     format!("/schedules/{}{rest}", path_segment(name))
+}
+
+/// `/runs/actions/{id}` (encoded) followed by `rest`.
+fn actions_path(id: &str, rest: &str) -> String {
+    format!("/runs/actions/{}{rest}", path_segment(id))
 }
 
 /// `/runs/{id}` (encoded) followed by `rest`.
