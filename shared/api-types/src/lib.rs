@@ -41,6 +41,7 @@ pub mod schema;
 mod streams;
 mod time;
 mod values;
+mod workflows;
 
 pub use actions::{
     RunsActionFilter, RunsActionKind, RunsActionList, RunsActionNote, RunsActionStatus,
@@ -62,3 +63,4 @@ pub use schedules::{ScheduleList, ScheduleView};
 pub use streams::{StreamChunkView, StreamPageView, StreamQuery};
 pub use time::{NotATime, Rfc3339};
 pub use values::{VALUE_REF, ValueRef, path_segment, value_path};
+pub use workflows::{PauseWorkflowBody, WorkflowPauseView};

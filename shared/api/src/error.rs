@@ -193,6 +193,11 @@ impl From<EngineError> for ApiError {
                 "busy",
                 "the run is being worked on right now; try again when it waits",
             ),
+            EngineError::WorkflowPaused(w) => ApiError::new(
+                StatusCode::CONFLICT,
+                "workflow_paused",
+                format!("workflow {w} is paused: it takes no new start until resumed"),
+            ),
             EngineError::Store(e) => e.into(),
         }
     }

@@ -244,6 +244,18 @@ error_set!(
 );
 
 error_set!(
+    /// `POST /workflows/{name}/pause`, `POST /workflows/{name}/resume`, `GET
+    /// /workflows/{name}/pause`.
+    WorkflowPauseErrors {
+        400 => MALFORMED,
+        401 => UNAUTHORIZED,
+        404 => "`not_found`: this build registers no workflow of that name",
+        500 => INTERNAL,
+        503 => UNAVAILABLE,
+    }
+);
+
+error_set!(
     /// `POST /runs/{id}/resume`.
     ResumeErrors {
         400 => MALFORMED,

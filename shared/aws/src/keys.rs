@@ -256,6 +256,12 @@ pub fn schedules_pk(tenant: &TenantId) -> String {
     format!("SCH#{}", escape(tenant.as_str()))
 }
 
+/// The partition of a tenant's workflows' pauses, one item per workflow (its sort key
+/// the workflow's name).
+pub fn workflow_pauses_pk(tenant: &TenantId) -> String {
+    format!("WFP#{}", escape(tenant.as_str()))
+}
+
 /// The partition of a tenant's bulk actions' jobs, one item per job (its sort key the
 /// job's id, time-ordered: a `Query` backwards lists them newest first).
 pub fn action_jobs_pk(tenant: &TenantId) -> String {

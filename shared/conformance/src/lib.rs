@@ -255,6 +255,7 @@ macro_rules! conformance_suite {
             // schedules
             schedule_state_round_trips_and_is_written_on_its_version
             concurrent_schedule_state_writes_exactly_one_wins
+            workflow_pause_round_trips_and_is_written_on_its_version
             // retention
             reaping_removes_a_finished_run_past_its_retention_and_nothing_else
             reaping_pages_oldest_first

@@ -287,6 +287,11 @@ const MIGRATIONS: &[Migration] = &[
         schema: crate::action_jobs::SCHEMA,
         backfill: crate::action_jobs::BACKFILL,
     },
+    Migration {
+        version: 13,
+        schema: crate::workflow_pauses::SCHEMA,
+        backfill: crate::workflow_pauses::BACKFILL,
+    },
 ];
 
 /// Apply the numbered steps the file lacks, in the transaction of [`open`]; the rows of

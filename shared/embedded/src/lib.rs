@@ -51,6 +51,7 @@ mod store;
 mod stored;
 mod streams;
 mod unfinished;
+mod workflow_pauses;
 mod writer;
 mod writer_profile;
 

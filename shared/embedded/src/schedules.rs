@@ -81,4 +81,21 @@ impl ScheduleStore for EmbeddedBackend {
         })
         .await
     }
+
+    async fn get_workflow_pause(
+        &self,
+        tenant: &TenantId,
+        workflow: &str,
+    ) -> Result<Option<WorkflowPause>, StoreError> {
+        self.workflow_pause(tenant, workflow).await
+    }
+
+    async fn put_workflow_pause(
+        &self,
+        tenant: &TenantId,
+        workflow: &str,
+        pause: &WorkflowPause,
+    ) -> Result<u64, StoreError> {
+        self.write_workflow_pause(tenant, workflow, pause).await
+    }
 }

@@ -140,6 +140,7 @@ pub use engine::{
     LimitReport, OtherBuilds, ReplayCheck, RunExport, SkippedRun, StartOptions, Started,
     SweepReport, ToolCallResolution, UpgradeReport, WakeOutcome,
 };
+pub use engine::{PAUSE_CACHE_MS, WorkflowPaused};
 pub use engine::{RestartRequest, Restarted, archived_position};
 pub use engine::{ScheduleInfo, ScheduleReport, parse_schedule_names};
 pub use error::{Error, ErrorKind, MAX_RETRY_AFTER, PANICKED, StepError, StepResultExt};

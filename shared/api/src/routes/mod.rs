@@ -17,6 +17,7 @@ mod schedules;
 mod streams;
 mod values;
 mod webhooks;
+mod workflows;
 
 use utoipa::openapi::header::HeaderBuilder;
 use utoipa::openapi::{Content, OpenApi, Ref, RefOr, Response};
@@ -40,6 +41,7 @@ use siesta_api_types::{RunResult, RunView};
 use streams::*;
 use values::*;
 use webhooks::*;
+use workflows::*;
 
 pub use runs::idempotent_run_id;
 
@@ -60,6 +62,9 @@ pub(crate) fn table(base: utoipa::openapi::OpenApi) -> OpenApiRouter<AppState> {
         .routes(routes!(pause_run))
         .routes(routes!(resume_run))
         .routes(routes!(restart_run))
+        .routes(routes!(pause_workflow))
+        .routes(routes!(resume_workflow))
+        .routes(routes!(get_workflow_pause))
         .routes(routes!(resolve_operation))
         .routes(routes!(export_run))
         .routes(routes!(check_run_replay))

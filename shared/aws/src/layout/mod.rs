@@ -37,6 +37,7 @@ mod rate_turns;
 mod run;
 mod schedules;
 mod step_slots;
+mod workflow_pauses;
 
 pub(crate) use action_jobs::*;
 pub(crate) use checkpoint::*;
@@ -49,6 +50,7 @@ pub(crate) use rate_turns::*;
 pub(crate) use run::*;
 pub(crate) use schedules::*;
 pub(crate) use step_slots::*;
+pub(crate) use workflow_pauses::*;
 
 use std::collections::HashMap;
 
@@ -131,6 +133,8 @@ pub(crate) enum Role {
     ActionJob,
     /// A running job's place in the deployment's list of active jobs.
     ActiveActionJob,
+    /// A workflow's pause.
+    WorkflowPause,
 }
 
 impl Role {

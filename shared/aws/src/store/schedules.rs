@@ -6,7 +6,10 @@ use siesta::ports::*;
 use siesta::*;
 
 use super::DynamoStore;
-use crate::layout::{schedule_key, schedule_state_of, schedule_state_write};
+use crate::layout::{
+    schedule_key, schedule_state_of, schedule_state_write, workflow_pause_key, workflow_pause_of,
+    workflow_pause_write,
+};
 
 #[async_trait]
 impl ScheduleStore for DynamoStore {
@@ -30,6 +33,31 @@ impl ScheduleStore for DynamoStore {
         let write = schedule_state_write(tenant, name, state)?;
         if self.put_plain("put_schedule_state", &write).await? {
             Ok(state.version + 1)
+        } else {
+            Err(StoreError::Conflict(None))
+        }
+    }
+
+    async fn get_workflow_pause(
+        &self,
+        tenant: &TenantId,
+        workflow: &str,
+    ) -> Result<Option<WorkflowPause>, StoreError> {
+        self.get_item("get_workflow_pause", workflow_pause_key(tenant, workflow))
+            .await?
+            .map(|item| workflow_pause_of(&item))
+            .transpose()
+    }
+
+    async fn put_workflow_pause(
+        &self,
+        tenant: &TenantId,
+        workflow: &str,
+        pause: &WorkflowPause,
+    ) -> Result<u64, StoreError> {
+        let write = workflow_pause_write(tenant, workflow, pause)?;
+        if self.put_plain("put_workflow_pause", &write).await? {
+            Ok(pause.version + 1)
         } else {
             Err(StoreError::Conflict(None))
         }

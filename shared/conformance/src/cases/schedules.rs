@@ -106,3 +106,69 @@ pub async fn concurrent_schedule_state_writes_exactly_one_wins(h: Harness) {
         "{results:?}"
     );
 }
+
+/// A workflow's pause: `None` until stored; written on version 0 it reads back at 1;
+/// a write on another version is a conflict and changes nothing; a resume is a write
+/// of it unpaused; another tenant's workflow of the same name is not paused; and it is
+/// not a schedule's state (the same name is another record).
+pub async fn workflow_pause_round_trips_and_is_written_on_its_version(h: Harness) {
+    let store = &h.backend.schedules;
+    let (tenant, other) = (tenant(), tenant());
+    let workflow = unique("report");
+    assert_eq!(
+        store.get_workflow_pause(&tenant, &workflow).await.unwrap(),
+        None
+    );
+    let mut pause = WorkflowPause {
+        paused: true,
+        starts: PausedStarts::Refuse,
+        by: "ops".into(),
+        at: h.now(),
+        version: 0,
+    };
+    assert_eq!(
+        store
+            .put_workflow_pause(&tenant, &workflow, &pause)
+            .await
+            .unwrap(),
+        1
+    );
+    let stored = store
+        .get_workflow_pause(&tenant, &workflow)
+        .await
+        .unwrap()
+        .expect("stored");
+    assert_eq!(
+        stored,
+        WorkflowPause {
+            version: 1,
+            ..pause.clone()
+        }
+    );
+    assert!(
+        matches!(
+            store.put_workflow_pause(&tenant, &workflow, &pause).await,
+            Err(StoreError::Conflict(_))
+        ),
+        "version 0 again: the record exists"
+    );
+    pause.version = 1;
+    pause.paused = false;
+    assert_eq!(
+        store
+            .put_workflow_pause(&tenant, &workflow, &pause)
+            .await
+            .unwrap(),
+        2
+    );
+    let resumed = store.get_workflow_pause(&tenant, &workflow).await.unwrap();
+    assert_eq!(resumed.map(|p| (p.paused, p.version)), Some((false, 2)));
+    assert_eq!(
+        store.get_workflow_pause(&other, &workflow).await.unwrap(),
+        None
+    );
+    assert_eq!(
+        store.get_schedule_state(&tenant, &workflow).await.unwrap(),
+        None
+    );
+}

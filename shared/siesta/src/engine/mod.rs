@@ -52,6 +52,7 @@ mod turns;
 mod upgrade;
 mod wakeup;
 pub(crate) mod worker;
+mod workflow_pause;
 
 pub use actions::{ActionRequest, DEFAULT_ACTION_RATE, MAX_ACTION_RATE};
 pub use dead_letters::DeadLetterReport;
@@ -63,6 +64,7 @@ pub use start::{StartOptions, Started};
 pub use sweep::SweepReport;
 pub use upgrade::{DivergedRun, SkippedRun, UpgradeReport};
 pub use worker::BatchReport;
+pub use workflow_pause::{PAUSE_CACHE_MS, WorkflowPaused};
 
 /// How the engine behaves.
 #[derive(Debug, Clone)]
@@ -250,6 +252,9 @@ pub enum EngineError {
     /// An invocation holds the run's lease right now; try again when it waits.
     #[error("the run is being worked on right now; try again when it waits")]
     Leased,
+    /// The workflow is paused and refuses new starts (docs/operations.md).
+    #[error("workflow {0} is paused: it takes no new start until resumed")]
+    WorkflowPaused(String),
     /// Storage failed; retrying may help.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -324,6 +329,8 @@ pub struct Engine {
     replay_cache: Arc<ReplayCache>,
     start_rate: Arc<StartRate>,
     turns: Arc<turns::RunTurns>,
+    /// What this process read of workflows' pauses, kept a second.
+    workflow_pauses: Arc<workflow_pause::PauseCache>,
 }
 
 impl Engine {
@@ -373,6 +380,7 @@ impl Engine {
             stream_watchers,
             start_rate: Arc::new(StartRate::default()),
             turns: Arc::new(turns::RunTurns::default()),
+            workflow_pauses: Arc::new(workflow_pause::PauseCache::default()),
         }
     }
 

@@ -181,6 +181,22 @@ impl Engine {
                 }
             }
         }
+        // A paused workflow that refuses starts skips its schedule's ticks; one that
+        // queues them gets its tick's run created paused (by the start).
+        if fired.is_none()
+            && self
+                .paused_starts(schedule.tenant_id(), schedule.workflow())
+                .await
+                == Some(PausedStarts::Refuse)
+        {
+            tracing::info!(
+                schedule = schedule.name(),
+                tick = tick.millis(),
+                "tick skipped: its workflow is paused"
+            );
+            report.skipped += 1;
+            return Ok(());
+        }
         let run = match fired {
             Some(run) => run,
             None => {

@@ -130,6 +130,21 @@ impl Engine {
                     retry_after,
                 })?;
         }
+        let held_by_pause = match self.paused_starts(tenant, workflow).await {
+            None => false,
+            Some(PausedStarts::Refuse) => {
+                return Err(EngineError::WorkflowPaused(workflow.to_owned()));
+            }
+            // A start created paused would hold no slot and be in no line: a
+            // flow-controlled workflow's paused starts are refused instead.
+            Some(PausedStarts::Queue) if self.flow_controlled.contains_key(workflow) => {
+                return Err(EngineError::WorkflowPaused(format!(
+                    "{workflow} (under {}, so its starts are refused, not queued)",
+                    self.flow_controlled[workflow]
+                )));
+            }
+            Some(PausedStarts::Queue) => true,
+        };
         if let Some(debounce) = debounce {
             return self
                 .start_debounced(tenant, workflow, debounce, input, options, now)
@@ -139,6 +154,15 @@ impl Engine {
         let payload = self.encode(tenant, &id, &input).await?;
         let (mut run, started) = self.new_run(tenant, id, workflow, payload, &options, now);
         run.limits = limits;
+        if held_by_pause {
+            // Created paused: it begins with the workflow's resume.
+            run.status = RunStatus::Paused;
+            run.due_at = None;
+            run.resend_after = None;
+            let run = self.create(run, &started, now).await?;
+            self.note_held_by_workflow_pause(&run).await;
+            return Ok(Started { run, joined: false });
+        }
         if let Some(rate) = self.registry.start_rate_for(workflow) {
             self.hold_for_turn(&mut run, rate, &input, &options, now)
                 .await?;
@@ -232,6 +256,9 @@ impl Engine {
             }
             (None, RunStatus::Queued) => {
                 tracing::info!(tenant = %run.tenant, run_id = %run.id, queued = ?run.queued, "run queued behind a concurrency limit");
+            }
+            (_, RunStatus::Paused) => {
+                tracing::info!(tenant = %run.tenant, run_id = %run.id, "run created paused: its workflow is paused");
             }
             _ => self.send_start(&run).await,
         }

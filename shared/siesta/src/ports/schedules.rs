@@ -39,8 +39,42 @@ impl Default for ScheduleState {
     }
 }
 
+/// What a paused workflow does with a new start (docs/operations.md, "Pause a
+/// workflow").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PausedStarts {
+    /// Accepted and created `paused`: it begins when the workflow is resumed.
+    #[default]
+    Queue,
+    /// Refused (`409 workflow_paused`); a schedule's tick is skipped.
+    Refuse,
+}
+
+/// A workflow's pause, per tenant: while `paused`, its runs are held (a bulk pause
+/// holds those that exist) and its new starts are queued or refused. Kept beside the
+/// schedules' states, written on its version like them; a resume writes `paused:
+/// false` rather than removing it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkflowPause {
+    /// Paused now.
+    pub paused: bool,
+    /// What new starts get while paused.
+    #[serde(default)]
+    pub starts: PausedStarts,
+    /// Who paused or last resumed it.
+    pub by: String,
+    /// When.
+    pub at: Timestamp,
+    /// The stored record's version: 0 for one not stored yet. Not part of the stored
+    /// body (the store keeps it beside it).
+    #[serde(skip)]
+    pub version: u64,
+}
+
 /// Where schedules' states are kept: one small record per tenant and schedule, written
-/// with a condition on its version (on DynamoDB, one conditional `PutItem`).
+/// with a condition on its version (on DynamoDB, one conditional `PutItem`). Workflows'
+/// pauses are kept the same way, one record per tenant and workflow.
 #[async_trait]
 pub trait ScheduleStore: Send + Sync {
     /// The state of `tenant`'s schedule `name`, with its version; `None` if none was
@@ -61,6 +95,28 @@ pub trait ScheduleStore: Send + Sync {
         name: &str,
         state: &ScheduleState,
     ) -> Result<u64, StoreError>;
+
+    /// The pause of `tenant`'s workflow `workflow`, with its version; `None` if none was
+    /// ever stored. [`StoreError::Unsupported`] from a store without pauses.
+    async fn get_workflow_pause(
+        &self,
+        _tenant: &TenantId,
+        _workflow: &str,
+    ) -> Result<Option<WorkflowPause>, StoreError> {
+        Err(StoreError::Unsupported("workflow pauses".into()))
+    }
+
+    /// Store `pause` for `tenant`'s workflow `workflow`, if the stored one is at
+    /// `pause.version` (0: none stored); answers the version written. [`StoreError::
+    /// Conflict`] (with no run) if another write came first.
+    async fn put_workflow_pause(
+        &self,
+        _tenant: &TenantId,
+        _workflow: &str,
+        _pause: &WorkflowPause,
+    ) -> Result<u64, StoreError> {
+        Err(StoreError::Unsupported("workflow pauses".into()))
+    }
 }
 
 /// A schedule store that keeps nothing: every call answers
