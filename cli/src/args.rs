@@ -73,6 +73,26 @@ pub(crate) enum Command {
         #[command(subcommand)]
         action: Option<SchedulesAction>,
     },
+    /// A server's workflows: pause one (its runs held, its new starts and schedules'
+    /// ticks queued or refused) or resume it (docs/operations.md).
+    Workflows {
+        /// The server's URL.
+        #[arg(
+            long,
+            env = "SIESTA_URL",
+            default_value = "http://127.0.0.1:8080",
+            global = true
+        )]
+        url: String,
+        /// API key (when the server has keys configured).
+        #[arg(long, env = "SIESTA_API_KEY", global = true)]
+        api_key: Option<String>,
+        /// Print JSON.
+        #[arg(long, global = true)]
+        json: bool,
+        #[command(subcommand)]
+        action: WorkflowsAction,
+    },
     /// The builds of a server's runs, each with its unfinished runs by status and whether
     /// it is still deployed (`GET /builds`, as `runs builds`); `builds prune` deletes the
     /// Lambda versions no unfinished run needs.
@@ -181,6 +201,30 @@ pub(crate) enum BuildsAction {
         /// Say what would be deleted; delete nothing.
         #[arg(long)]
         dry_run: bool,
+    },
+}
+
+#[derive(Subcommand)]
+pub(crate) enum WorkflowsAction {
+    /// Pause a workflow: a bulk pause holds its runs; until resumed its new starts and
+    /// its schedules' ticks are created paused (or, with `--refuse-starts`, refused).
+    Pause {
+        /// The workflow's name.
+        name: String,
+        /// Refuse its new starts (409) and skip its schedules' ticks, rather than queue
+        /// them paused.
+        #[arg(long)]
+        refuse_starts: bool,
+    },
+    /// Resume a paused workflow: its starts begin again, its paused runs are resumed.
+    Resume {
+        /// The workflow's name.
+        name: String,
+    },
+    /// Whether a workflow is paused, by whom and since when.
+    Show {
+        /// The workflow's name.
+        name: String,
     },
 }
 

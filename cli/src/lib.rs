@@ -8,3 +8,4 @@ pub mod bulk;
 pub mod new;
 pub mod runs;
 pub mod schedules;
+pub mod workflows;

@@ -10,7 +10,7 @@ mod demo;
 use anyhow::Context as _;
 use clap::{CommandFactory as _, Parser};
 
-use args::{BuildsAction, Cli, Command, RunsAction, SchedulesAction, one};
+use args::{BuildsAction, Cli, Command, RunsAction, SchedulesAction, WorkflowsAction, one};
 use demo::{demo, demo_agent};
 
 /// The examples app: the example workflows, with this build's id.
@@ -164,6 +164,22 @@ async fn main() -> anyhow::Result<()> {
                 .await
             }
         },
+        Command::Workflows {
+            url,
+            api_key,
+            json,
+            action,
+        } => {
+            let remote = siesta_cli::runs::Remote { url, api_key, json };
+            match action {
+                WorkflowsAction::Pause {
+                    name,
+                    refuse_starts,
+                } => remote.pause_workflow(&name, refuse_starts).await,
+                WorkflowsAction::Resume { name } => remote.resume_workflow(&name).await,
+                WorkflowsAction::Show { name } => remote.workflow_pause(&name).await,
+            }
+        }
         Command::Schedules {
             url,
             api_key,

@@ -26,7 +26,7 @@ pub use siesta_api_types::{
 
 /// Filters and paging of [`Client::list_runs`]: the query of `GET /runs`.
 pub use siesta_api_types::RunListQuery as RunFilter;
-pub use siesta_api_types::{RestartBody, RestartView};
+pub use siesta_api_types::{PauseWorkflowBody, RestartBody, RestartView, WorkflowPauseView};
 pub use siesta_api_types::{
     RunsActionFilter, RunsActionKind, RunsActionList, RunsActionStatus, RunsActionView,
     StartRunsAction,
@@ -615,6 +615,35 @@ impl Client {
     /// `GET /schedules`: the caller's schedules, each with its next tick.
     pub async fn schedules(&self) -> Result<ScheduleList, Error> {
         self.call(self.request(Method::GET, "/schedules")).await
+    }
+
+    /// `POST /workflows/{name}/pause`: a bulk pause of its runs (the answer's `job`),
+    /// and until resumed its new starts and schedules' ticks are created paused
+    /// (`starts` `"queue"`, the default) or refused (`"refuse"`).
+    pub async fn pause_workflow(
+        &self,
+        name: &str,
+        starts: Option<&str>,
+    ) -> Result<WorkflowPauseView, Error> {
+        let body = PauseWorkflowBody {
+            starts: starts.map(str::to_owned),
+        };
+        let path = format!("/workflows/{}/pause", path_segment(name));
+        self.call(self.request(Method::POST, &path).json(&body))
+            .await
+    }
+
+    /// `POST /workflows/{name}/resume`: its starts begin again and a bulk resume lets
+    /// its paused runs go on (the answer's `job`).
+    pub async fn resume_workflow(&self, name: &str) -> Result<WorkflowPauseView, Error> {
+        let path = format!("/workflows/{}/resume", path_segment(name));
+        self.call(self.request(Method::POST, &path)).await
+    }
+
+    /// `GET /workflows/{name}/pause`: whether it is paused, by whom, since when.
+    pub async fn workflow_pause(&self, name: &str) -> Result<WorkflowPauseView, Error> {
+        let path = format!("/workflows/{}/pause", path_segment(name));
+        self.call(self.request(Method::GET, &path)).await
     }
 
     /// `POST /schedules/{name}/pause`: the schedule fires no tick until resumed.
