@@ -96,7 +96,7 @@ pub struct ActionFilter {
     /// Runs in this status.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<RunStatus>,
-    /// Runs that record this build ([`Run::build_id`]).
+    /// Runs that record this build ([`super::Run::build_id`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub build: Option<String>,
     /// Runs created at or after this instant.
