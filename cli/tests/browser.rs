@@ -13,7 +13,7 @@
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
 
 use fantoccini::error::{CmdError, ErrorStatus};
@@ -216,6 +216,36 @@ async fn fragile(ctx: Context, _input: Value) -> Result<String, Error> {
     .await
 }
 
+/// Whether the receiver `delivery` hands its parcel to is fixed; the restart test fixes
+/// it.
+static RECEIVER_FIXED: AtomicBool = AtomicBool::new(false);
+/// How many times `delivery`'s first step ran: a restart from its second step does not
+/// run it again.
+static PREPARED: AtomicU32 = AtomicU32::new(0);
+
+/// A step that counts its runs, then one that fails for good (its receiver answers a
+/// 4xx) until the test fixes the receiver: a failed run to restart from its second step.
+async fn delivery(ctx: Context, _input: Value) -> Result<String, Error> {
+    let parcel: String = ctx
+        .step("prepare", |_| async move {
+            PREPARED.fetch_add(1, Ordering::SeqCst);
+            Ok("parcel".to_owned())
+        })
+        .await?;
+    ctx.step("deliver", move |_| {
+        let parcel = parcel.clone();
+        async move {
+            if RECEIVER_FIXED.load(Ordering::SeqCst) {
+                Ok(format!("{parcel} delivered"))
+            } else {
+                Err(StepError::fatal("the receiver answered 400"))
+            }
+        }
+    })
+    .retry(RetryStrategy::none())
+    .await
+}
+
 async fn server(keys: &str) -> (DevServer, tempfile::TempDir, String) {
     let dir = tempfile::tempdir().unwrap();
     let mut options = DevOptions::new(dir.path().to_owned());
@@ -226,6 +256,7 @@ async fn server(keys: &str) -> (DevServer, tempfile::TempDir, String) {
     registry.register("gallery", gallery);
     registry.register("fragile", fragile);
     registry.register("big_report", big_report);
+    registry.register("delivery", delivery);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let server = start(listener, options, registry).await.unwrap();
     let base = format!("http://{}", server.addr);
@@ -279,6 +310,19 @@ async fn text_of(client: &Client, css: &str) -> String {
         }
     }
     panic!("{css} kept being replaced while read")
+}
+
+/// Clicks the element `css` finds, found again if the page's live refresh replaced it
+/// between the find and the click (a stale element).
+async fn click(client: &Client, css: &str) {
+    for _ in 0..10 {
+        match find(client, css).await.click().await {
+            Ok(_) => return,
+            Err(CmdError::Standard(e)) if e.error == ErrorStatus::StaleElementReference => {}
+            Err(e) => panic!("clicking {css}: {e}"),
+        }
+    }
+    panic!("{css} kept being replaced while clicked")
 }
 
 /// The instant the first `<time>` under `css` shows (its `datetime`, RFC 3339 in local
@@ -629,6 +673,288 @@ async fn a_parked_run_is_explained_and_resumed_through_the_ui() {
             r#"h1 .badge[data-status="failed"], h1 .badge[data-status="completed"]"#,
         )
         .await;
+        server.stop();
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_run_is_restarted_from_its_failed_step_then_forked_through_the_ui() {
+    with_browser(|client| async move {
+        let client = &client;
+        let (server, _dir, base) = server("").await;
+        let run = start_run(
+            &base,
+            None,
+            json!({"workflow": "delivery", "input": {}}),
+            true,
+        )
+        .await;
+        assert_eq!(run["status"], "failed", "{run}");
+        let id = run["id"].as_str().unwrap().to_owned();
+        client.goto(&format!("{base}/ui/runs/{id}")).await.unwrap();
+        find(client, r#"h1 .badge[data-status="failed"]"#).await;
+        // The form's positions come from the timeline: the page is looked at once it is in.
+        find(client, "body[data-painted]").await;
+
+        // The form offers the run's operations, the first that failed by default.
+        find(client, r#"button[data-action="restart"]"#)
+            .await
+            .click()
+            .await
+            .unwrap();
+        let from = find(client, r#"#dialog select[name="from"]"#).await;
+        assert_eq!(from.prop("value").await.unwrap().as_deref(), Some(""));
+        let default = text_of(client, r#"#dialog select[name="from"] option[value=""]"#).await;
+        assert!(default.contains("deliver#0"), "{default}");
+        find(
+            client,
+            r#"#dialog select[name="from"] option[value="prepare#0"]"#,
+        )
+        .await;
+        let what = text_of(client, "#dialog #what").await;
+        assert!(what.contains(&format!("POST /runs/{id}/restart")), "{what}");
+        assert!(what.ends_with("{}"), "no body fields by default: {what}");
+
+        // The receiver is fixed; restarted in place, the run completes without preparing
+        // again, and says who restarted it from where.
+        RECEIVER_FIXED.store(true, Ordering::SeqCst);
+        find(client, "#dialog-confirm").await.click().await.unwrap();
+        find(client, r#"h1 .badge[data-status="completed"]"#).await;
+        find(client, r#"#events tr.ev[data-type="RunRestarted"]"#).await;
+        let info = shows(client, "restart-info", "Restarted by").await;
+        assert!(info.contains("from deliver#0"), "{info}");
+        let event = text_of(
+            client,
+            r#"#events tr.ev[data-type="RunRestarted"] td.summary"#,
+        )
+        .await;
+        assert!(
+            event.contains("restarted by dev · from deliver#0"),
+            "{event}"
+        );
+        assert_eq!(finished(&base, &id).await["output"], "parcel delivered");
+        assert_eq!(
+            PREPARED.load(Ordering::SeqCst),
+            1,
+            "the first step ran once"
+        );
+        screenshot(client, "ui-restart.png").await;
+
+        // As a new run from the second step: the page moves to the fork, linked back.
+        find(client, r#"button[data-action="restart"]"#)
+            .await
+            .click()
+            .await
+            .unwrap();
+        find(client, r#"#dialog select[name="from"]"#)
+            .await
+            .select_by_value("deliver#0")
+            .await
+            .unwrap();
+        find(client, r#"#dialog input[name="as_new"]"#)
+            .await
+            .click()
+            .await
+            .unwrap();
+        let what = text_of(client, "#dialog #what").await;
+        assert!(
+            what.ends_with(r#"{"from":"deliver#0","as_new":true}"#),
+            "{what}"
+        );
+        find(client, "#dialog-confirm").await.click().await.unwrap();
+        let info = shows(client, "restart-info", "Forked from").await;
+        assert!(info.contains(&id), "{info}");
+        let url = client.current_url().await.unwrap();
+        let fork = url.path().strip_prefix("/ui/runs/").unwrap().to_owned();
+        assert_ne!(fork, id, "the page shows the fork");
+        find(client, r#"h1 .badge[data-status="completed"]"#).await;
+        assert_eq!(finished(&base, &fork).await["output"], "parcel delivered");
+        assert_eq!(
+            PREPARED.load(Ordering::SeqCst),
+            1,
+            "the fork kept the first step"
+        );
+        let origin = api(&base, None).get_run(&id).await.unwrap();
+        let origin = serde_json::to_value(origin).unwrap();
+        assert_eq!(origin["restart"]["fork"], fork.as_str(), "{origin}");
+        server.stop();
+    })
+    .await;
+}
+
+/// `fetch_then_notify`: a step, then one that fails for good (a 400); with `renamed`,
+/// the first step has another name — code that no longer replays the journal before the
+/// failed step.
+fn renamed_registry(renamed: bool) -> Registry {
+    let mut registry = Registry::new();
+    registry.register(
+        "fetch_then_notify",
+        move |ctx: Context, _: Value| async move {
+            let first = if renamed { "fetch_v2" } else { "fetch" };
+            ctx.step(first, |_| async { Ok(1u32) }).await?;
+            ctx.step("notify", |_| async {
+                Err::<Value, _>(StepError::from_http_status(400, "the receiver said 400"))
+            })
+            .await
+        },
+    );
+    registry
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_whose_journal_no_longer_replays_shows_where_and_changes_nothing() {
+    with_browser(|client| async move {
+        let client = &client;
+        // The run failed on the old code; the page is served by an engine whose code
+        // renamed the step before the failed one.
+        let env = TestEnv::builder(renamed_registry(false))
+            .tenant("default")
+            .build();
+        let id = env.start("fetch_then_notify", json!(null)).await;
+        assert_eq!(env.status(&id).await, RunStatus::Failed);
+        let (engine, _) = env.engine_with(renamed_registry(true), env.config().clone());
+        let router = ControlApi::new(engine)
+            .authenticate(ApiKeys::default())
+            .merge(siesta_ui::router())
+            .router();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let server = tokio::spawn(siesta_api::server::serve(
+            listener,
+            router,
+            Default::default(),
+        ));
+
+        client.goto(&format!("{base}/ui/runs/{id}")).await.unwrap();
+        find(client, r#"h1 .badge[data-status="failed"]"#).await;
+        find(client, "body[data-painted]").await;
+        find(client, r#"button[data-action="restart"]"#)
+            .await
+            .click()
+            .await
+            .unwrap();
+        find(client, "#dialog-confirm").await.click().await.unwrap();
+        let error = shows(client, "action-error", "nothing changed").await;
+        assert!(error.starts_with("409 diverged"), "{error}");
+        assert!(error.contains("Where: fetch_v2#0"), "{error}");
+        let run = env.run(&id).await;
+        assert_eq!(
+            run.status,
+            RunStatus::Failed,
+            "the refused restart changed nothing"
+        );
+        assert!(run.restart.is_none(), "no restart recorded");
+        server.abort();
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_selected_in_the_list_are_cancelled_and_a_filter_is_acted_on_by_a_job() {
+    with_browser(|client| async move {
+        let client = &client;
+        let (server, _dir, base) = server("").await;
+        let mut ids = Vec::new();
+        for item in ["kettle", "toaster", "grinder"] {
+            let run = start_run(
+                &base,
+                None,
+                json!({"workflow": "order", "input": {"item": item, "amount": 20.0}}),
+                false,
+            )
+            .await;
+            ids.push(run["id"].as_str().unwrap().to_owned());
+        }
+        client
+            .goto(&format!("{base}/?workflow=order"))
+            .await
+            .unwrap();
+        // Once all three wait at their callback the list stops changing.
+        for id in &ids {
+            find(
+                client,
+                &format!(r#"tr[data-run-id="{id}"] .badge[data-status="waiting"]"#),
+            )
+            .await;
+        }
+        for id in &ids[..2] {
+            click(client, &format!(r#"tr[data-run-id="{id}"] input.pick"#)).await;
+        }
+        shows(client, "picked", "2 selected").await;
+
+        // Actions → Cancel…: the dialog says how many and which; confirmed, one call each.
+        find(client, "#actions-menu summary")
+            .await
+            .click()
+            .await
+            .unwrap();
+        find(client, r#"#actions-menu button[data-bulk="cancel"]"#)
+            .await
+            .click()
+            .await
+            .unwrap();
+        assert_eq!(text_of(client, "#dialog #bulk-count").await, "2");
+        let what = text_of(client, "#dialog #what").await;
+        assert!(
+            what.contains(&format!("POST /runs/{}/cancel", ids[0])),
+            "{what}"
+        );
+        find(client, "#dialog-confirm").await.click().await.unwrap();
+        find(client, r#"#job[data-kind="selection"][data-status="done"]"#).await;
+        assert_eq!(text_of(client, r#"#job [data-count="done"]"#).await, "2");
+        for id in &ids[..2] {
+            find(
+                client,
+                &format!(r#"tr[data-run-id="{id}"] .badge[data-status="cancelled"]"#),
+            )
+            .await;
+        }
+        let third = api(&base, None).get_run(&ids[2]).await.unwrap();
+        assert_eq!(
+            third.status,
+            RunStatus::Waiting,
+            "the unselected run is left alone"
+        );
+        screenshot(client, "ui-bulk.png").await;
+
+        // With nothing selected, the action goes to every run the list's filter matches:
+        // a job on the server, followed to its end.
+        client
+            .goto(&format!("{base}/?status=waiting&workflow=order"))
+            .await
+            .unwrap();
+        find(
+            client,
+            &format!(
+                r#"tr[data-run-id="{}"] .badge[data-status="waiting"]"#,
+                ids[2]
+            ),
+        )
+        .await;
+        find(client, "#actions-menu summary")
+            .await
+            .click()
+            .await
+            .unwrap();
+        find(client, r#"#actions-menu button[data-bulk="pause"]"#)
+            .await
+            .click()
+            .await
+            .unwrap();
+        let filter = text_of(client, "#dialog #bulk-filter").await;
+        assert_eq!(filter, "workflow = order, status = waiting");
+        let what = text_of(client, "#dialog #what").await;
+        assert!(what.starts_with("POST /runs/actions"), "{what}");
+        find(client, "#dialog-confirm").await.click().await.unwrap();
+        find(client, r#"#job[data-kind="job"][data-status="done"]"#).await;
+        assert_eq!(text_of(client, r#"#job [data-count="done"]"#).await, "1");
+        let third = api(&base, None).get_run(&ids[2]).await.unwrap();
+        assert_eq!(
+            third.status,
+            RunStatus::Paused,
+            "the job paused the matching run"
+        );
         server.stop();
     })
     .await;

@@ -9,6 +9,10 @@ const FINISHED = ['completed', 'failed', 'cancelled'];
 const FIRST_ROWS = 40; // event rows in the first paint of a run page
 const MORE_ROWS = 500; // event rows added per task after it
 const STATUSES = ['queued', 'pending', 'running', 'waiting', 'paused', 'parked', 'completed', 'failed', 'cancelled'];
+// A run the Restart… button is offered for: a queued one has not begun, and a running
+// one is left to Cancel (the API would cancel it at its next boundary first).
+const RESTARTABLE = ['failed', 'cancelled', 'completed', 'parked', 'paused', 'waiting', 'pending'];
+const REPEAT_WARNING = 'Tool calls after the point are made again rather than answered from their recorded outcome (same idempotency keys): a provider that ignores keys does them twice.';
 const KEY_STORE = 'siesta.apiKey';
 let timers = [];
 let generation = 0; // bumped on every navigation: late answers of a left page are dropped
@@ -71,10 +75,12 @@ function errorText(e) {
 
 // ---------- API ----------
 class ApiError extends Error {
-  constructor(status, code, message) {
+  /** `error` is the API's whole error object (e.g. with a restart's `divergence`). */
+  constructor(status, code, message, error = {}) {
     super(message);
     this.status = status;
     this.code = code;
+    this.error = error;
   }
   toString() { return `${this.status} ${this.code}: ${this.message}`; }
 }
@@ -96,7 +102,7 @@ async function api(method, path, body, headers = {}) {
   if (text) { try { data = JSON.parse(text); } catch { data = text; } }
   if (!res.ok) {
     const err = (data && data.error) || {};
-    throw new ApiError(res.status, err.code || 'http_' + res.status, err.message || res.statusText);
+    throw new ApiError(res.status, err.code || 'http_' + res.status, err.message || res.statusText, err);
   }
   return { data, etag: res.headers.get('ETag'), status: res.status };
 }
@@ -139,7 +145,7 @@ function askForKey(message) {
 
 // ---------- navigation ----------
 function stopTimers() { timers.forEach(clearTimeout); timers = []; }
-function later(ms, f) { timers.push(setTimeout(f, ms)); }
+function later(ms, f) { const t = setTimeout(f, ms); timers.push(t); return t; }
 /** Runs `f` in a task after the next frame is painted (unless the page is left first). */
 function afterPaint(f) { const gen = generation; requestAnimationFrame(() => later(0, () => { if (gen === generation) f(); })); }
 
@@ -163,6 +169,10 @@ document.addEventListener('click', (ev) => {
   navigate(a.getAttribute('href'));
 });
 window.addEventListener('popstate', route);
+// An open menu closes when something else is clicked.
+document.addEventListener('click', (ev) => {
+  for (const m of document.querySelectorAll('details.menu[open]')) if (!m.contains(ev.target)) m.open = false;
+});
 
 function failPage(e) {
   main.innerHTML = `<p class="error-box">${esc(String(e))}</p><p><a href="/" data-nav>All runs</a></p>`;
@@ -181,12 +191,17 @@ async function showList(params) {
         ${STATUSES.map((s) => `<option ${s === status ? 'selected' : ''}>${s}</option>`).join('')}</select></label>
       <label>Workflow <input type="text" name="workflow" value="${esc(workflow)}" placeholder="any" size="14"></label>
       <button>Filter</button>
+      <details class="menu" id="actions-menu"><summary>Actions</summary><div class="menu-body">
+        ${BULK_ACTIONS.map((a) => `<button type="button" data-bulk="${a}"${a === 'cancel' ? ' class="danger"' : ''}>${esc(BULK[a].label)}…</button>`).join('')}
+      </div></details>
+      <span class="muted" id="picked"></span>
       <span class="spacer"></span>
       <a href="/ui/builds" data-nav title="Each build, its unfinished runs by status">Builds</a>
       <a href="/ui/flow" data-nav title="Concurrency limits with their holders and waiters; schedules">Flow control</a>
       <label title="Refresh every 2 s"><input type="checkbox" id="live" checked> Live</label>
       <span class="muted" id="refreshed"></span>
     </form>
+    <div id="bulk-progress"></div>
     <section class="card"><div id="runs"><p class="muted">Loading…</p></div></section>`;
   document.getElementById('filters').onsubmit = (ev) => {
     ev.preventDefault();
@@ -200,29 +215,71 @@ async function showList(params) {
   if (status) query.set('status', status);
   if (workflow) query.set('workflow', workflow);
   if (cursor) query.set('cursor', cursor);
+  // The runs ticked, kept across live refreshes while they stay on the page.
+  const list = { gen, selected: new Set(), filter: {}, reload: null };
+  if (workflow) list.filter.workflow = workflow;
+  if (status) list.filter.status = status;
+  const picked = () => {
+    const n = list.selected.size;
+    document.getElementById('picked').textContent = n ? `${n} selected` : '';
+    const all = document.getElementById('pick-all');
+    if (all) {
+      const boxes = main.querySelectorAll('#runs input.pick');
+      all.checked = boxes.length > 0 && n === boxes.length;
+      all.indeterminate = n > 0 && n < boxes.length;
+    }
+  };
+  document.getElementById('runs').onchange = (ev) => {
+    const box = ev.target;
+    if (box.id === 'pick-all') {
+      main.querySelectorAll('#runs input.pick').forEach((b) => {
+        b.checked = box.checked;
+        if (box.checked) list.selected.add(b.dataset.runId); else list.selected.delete(b.dataset.runId);
+      });
+    } else if (box.classList.contains('pick')) {
+      if (box.checked) list.selected.add(box.dataset.runId); else list.selected.delete(box.dataset.runId);
+    }
+    picked();
+  };
+  document.getElementById('actions-menu').onclick = (ev) => {
+    const b = ev.target.closest('button[data-bulk]');
+    if (!b) return;
+    document.getElementById('actions-menu').open = false;
+    openBulk(list, b.dataset.bulk);
+  };
   let last = '';
+  let timer = null;
+  let reads = 0; // only the latest read draws and schedules the next: a reload overtakes one in flight
   const load = async () => {
+    const read = ++reads;
     let page;
     try {
       page = await authed(() => api('GET', '/runs?' + query));
     } catch (e) {
-      if (gen === generation) document.getElementById('runs').innerHTML = `<p class="error-box">${esc(String(e))}</p>`;
+      if (gen === generation && read === reads) document.getElementById('runs').innerHTML = `<p class="error-box">${esc(String(e))}</p>`;
       return;
     }
-    if (!page || gen !== generation) return;
+    if (!page || gen !== generation || read !== reads) return;
     const text = JSON.stringify(page.data);
     if (text !== last) {
       last = text;
-      document.getElementById('runs').innerHTML = runsTable(page.data, params);
+      // A ticked run that left the page is no longer selected: what is acted on is what is shown.
+      const shown = new Set((page.data.runs || []).map((r) => r.id));
+      for (const id of list.selected) if (!shown.has(id)) list.selected.delete(id);
+      document.getElementById('runs').innerHTML = runsTable(page.data, params, list.selected);
+      picked();
     }
     document.getElementById('refreshed').textContent = 'updated ' + localTime(Date.now()).slice(11, 19);
-    if (document.getElementById('live').checked) later(2000, load);
+    if (document.getElementById('live').checked) timer = later(2000, load);
   };
-  document.getElementById('live').onchange = (ev) => { if (ev.target.checked) load(); else stopTimers(); };
+  // After an action: read again now, and draw even if nothing changed (the ticks are cleared).
+  list.reload = () => { clearTimeout(timer); last = ''; return load(); };
+  document.getElementById('live').onchange = (ev) => { clearTimeout(timer); if (ev.target.checked) load(); };
+  followJob(list);
   await load();
 }
 
-function runsTable(page, params) {
+function runsTable(page, params, selected = new Set()) {
   const runs = page.runs || [];
   if (!runs.length) return '<p class="muted">No runs match. Start one with <code>POST /runs</code>.</p>';
   const showTenant = runs.some((r) => r.tenant != null);
@@ -231,6 +288,7 @@ function runsTable(page, params) {
     const end = finishedAt(r);
     const took = (end ?? Date.now()) - instant(r.created_at);
     return `<tr data-run-id="${esc(r.id)}">
+      <td class="pick"><input type="checkbox" class="pick" data-run-id="${esc(r.id)}" data-status="${esc(r.status)}" title="Select this run"${selected.has(r.id) ? ' checked' : ''}></td>
       <td>${badge(r.status)}${r.cancel_requested ? ' <span class="muted">cancelling</span>' : ''}${r.awaiting_build ? ` <span class="muted" title="started on build ${esc(r.awaiting_build)}; this server runs only its own build">awaiting its build</span>` : ''}${r.queued ? ` <span class="muted" title="${esc(queuedTitle(r.queued))}">${esc(queuedText(r.queued))}</span>` : ''}</td>
       <td>${esc(r.workflow)}</td>
       <td class="id">${runLink(r.id)}</td>
@@ -243,11 +301,214 @@ function runsTable(page, params) {
   }).join('');
   const next = page.next_cursor;
   const q = (c) => { const p = new URLSearchParams(params); if (c) p.set('cursor', c); else p.delete('cursor'); return '/?' + p; };
-  return `<table class="runs"><thead><tr><th>Status</th><th>Workflow</th><th>Run</th>
+  return `<table class="runs"><thead><tr><th class="pick"><input type="checkbox" id="pick-all" title="Select every run on this page"></th><th>Status</th><th>Workflow</th><th>Run</th>
     ${showTenant ? '<th>Tenant</th>' : ''}<th>Started</th><th>Finished</th><th>Duration</th>
     ${showCode ? '<th>Code version</th>' : ''}<th>Version</th></tr></thead><tbody>${rows}</tbody></table>
     <div class="pager">${params.get('cursor') ? `<a href="${esc(q(null))}" data-nav>← Newest</a>` : ''}
     ${next ? `<a href="${esc(q(next))}" data-nav id="older">Older →</a>` : '<span class="muted">End of list</span>'}</div>`;
+}
+
+// ---------- runs list: actions on a selection or a filter ----------
+// On a selection: one call per run through the single-run routes, from this page. On
+// every run the list's filter matches: a durable job on the server (POST /runs/actions),
+// followed with GET /runs/actions/{id}; it goes on if the page is left.
+const BULK_ACTIONS = ['cancel', 'pause', 'resume', 'restart', 'upgrade', 'redrive'];
+const BULK = {
+  cancel: { label: 'Cancel', path: (id) => `/runs/${id}/cancel`,
+    what: 'A waiting run is cancelled at once, a running one at its next step boundary. This cannot be undone; a finished run is skipped.' },
+  pause: { label: 'Pause', path: (id) => `/runs/${id}/pause`,
+    what: 'A waiting run is paused at once, a running one at its next step boundary. It takes no turn until resumed; deliveries are still recorded.' },
+  resume: { label: 'Resume', path: (id) => `/runs/${id}/resume`,
+    what: 'A paused or parked run is woken and replays from its journal; any other is skipped.' },
+  restart: { label: 'Restart', path: (id) => `/runs/${id}/restart`,
+    what: 'Each run goes on from the first operation that failed (else where it stopped), once the journal before it replays on this build; one that does not is left as it is and counted as failed.' },
+  upgrade: { label: 'Upgrade', path: (id) => `/runs/${id}/upgrade`,
+    what: 'Each run is moved to the build serving this page, only if its journal replays cleanly on it; otherwise it is left as it is.' },
+  redrive: { label: 'Redrive', path: (id) => `/dead-letters/${id}/redrive`,
+    what: 'Each run a dead letter parked is resumed; any other is skipped.' },
+};
+const JOB_STORE = 'siesta.bulkJob';
+let following = 0; // bumped by each panel drawn into #bulk-progress: an older one stops drawing
+
+/** The filter in words: `workflow = order, status = failed`. */
+const filterText = (f) => Object.entries(f).map(([k, v]) => `${k} = ${v}`).join(', ');
+
+/** The confirmation of `action`: on the selected runs or on every run the filter matches. */
+function openBulk(list, action) {
+  const spec = BULK[action];
+  const ids = [...list.selected];
+  const hasFilter = Object.keys(list.filter).length > 0;
+  const scope0 = ids.length ? 'selection' : 'filter';
+  const shownIds = ids.slice(0, 8).map((id) => `<code>${esc(id)}</code>`).join(', ') + (ids.length > 8 ? ` and ${ids.length - 8} more` : '');
+  const restartFields = action === 'restart' ? [
+    { name: 'as_new', label: 'As new runs (a fork of each; the runs stay as they are)', checkbox: true },
+    { name: 'repeat_tool_calls', label: 'Repeat tool calls', checkbox: true, warning: REPEAT_WARNING },
+  ] : [];
+  dialog.innerHTML = `<form method="dialog" data-bulk="${esc(action)}"><h2>${esc(spec.label)} runs</h2><p>${esc(spec.what)}</p>
+    <label class="check"><input type="radio" name="scope" value="selection"${ids.length ? '' : ' disabled'}${scope0 === 'selection' ? ' checked' : ''}>
+      <span>${ids.length ? `the <b id="bulk-count">${ids.length}</b> selected run${ids.length === 1 ? '' : 's'}: ${shownIds}` : 'the selected runs: none is selected (tick them in the list)'}</span></label>
+    <label class="check"><input type="radio" name="scope" value="filter"${hasFilter ? '' : ' disabled'}${scope0 === 'filter' && hasFilter ? ' checked' : ''}>
+      <span>${hasFilter ? `every run matching the filter <b id="bulk-filter">${esc(filterText(list.filter))}</b> — on every page, not just this one: a job on the server, paced, that goes on if you leave this page`
+        : 'every run matching the filter: set a status or workflow filter first (a job over all runs is not offered)'}</span></label>
+    ${restartFields.map(fieldHtml).join('')}
+    <div class="what" id="what"></div><p class="error-box" id="action-error"></p>
+    <menu><button type="button" value="cancel" id="dialog-cancel">Back</button>
+    <button type="submit" value="confirm" class="${action === 'cancel' ? 'danger' : 'primary'}" id="dialog-confirm">Confirm</button></menu></form>`;
+  const form = dialog.querySelector('form');
+  const scope = () => (form.querySelector('input[name="scope"]:checked') || {}).value;
+  const options = () => fieldValues(form, restartFields);
+  const jobBody = () => JSON.stringify(Object.assign({ action, filter: list.filter }, restartBody(options())));
+  const describe = () => {
+    const confirmButton = document.getElementById('dialog-confirm');
+    confirmButton.disabled = !scope();
+    const body = action === 'restart' ? JSON.stringify(restartBody(options())) : '';
+    document.getElementById('what').textContent = scope() === 'selection'
+      ? ids.slice(0, 3).map((id) => `POST ${spec.path(encodeURIComponent(id))}${body ? ' ' + body : ''}`).join('\n') + (ids.length > 3 ? `\n… one call per run, ${ids.length} in all` : '')
+      : scope() === 'filter' ? `POST /runs/actions\n\n${jobBody()}` : 'Nothing to act on.';
+  };
+  describe();
+  form.oninput = describe;
+  document.getElementById('dialog-cancel').onclick = () => dialog.close();
+  form.onsubmit = async (ev) => {
+    ev.preventDefault();
+    const confirmButton = document.getElementById('dialog-confirm');
+    confirmButton.disabled = true;
+    if (scope() === 'selection') {
+      dialog.close();
+      actOnSelection(list, action, ids, options());
+      return;
+    }
+    try {
+      const got = await authed(() => api('POST', '/runs/actions', jobBody()));
+      if (!got) { dialog.close(); return; }
+      dialog.close();
+      const job = { id: got.data.id, title: `${spec.label} · every run matching ${filterText(list.filter)}` };
+      sessionStorage.setItem(JOB_STORE, JSON.stringify(job));
+      followJob(list, got.data);
+    } catch (e) {
+      const box = document.getElementById('action-error');
+      box.textContent = String(e);
+      box.classList.add('shown');
+      confirmButton.disabled = false;
+    }
+  };
+  dialog.showModal();
+}
+
+/** Whether a run's answer means the action does not apply to it (skipped), not that it failed. */
+function skippedBy(action, e) {
+  if (!(e instanceof ApiError)) return false;
+  if (e.code === 'diverged') return false;
+  return e.status === 409 || e.status === 410 || (action === 'redrive' && e.status === 404);
+}
+
+/** Does `action` to each of `ids` through its single-run route, two at a time, shown in the progress panel. */
+async function actOnSelection(list, action, ids, options) {
+  const spec = BULK[action];
+  const progress = { kind: 'selection', title: `${spec.label} · ${ids.length} selected run${ids.length === 1 ? '' : 's'}`, status: 'running',
+    total: ids.length, matched: ids.length, done: 0, skipped: 0, failed: 0, skipped_reasons: [], failures: [] };
+  const key = 'ui-' + (crypto.randomUUID ? crypto.randomUUID() : String(Math.random()).slice(2));
+  const body = action === 'restart' ? JSON.stringify(restartBody(options)) : undefined;
+  let stop = false;
+  const mine = ++following;
+  const draw = () => { if (list.gen === generation && mine === following) drawProgress(progress, { onCancel: progress.status === 'running' ? () => { stop = true; } : null, onDismiss: dismiss }); };
+  const dismiss = () => { if (mine === following) document.getElementById('bulk-progress').innerHTML = ''; };
+  draw();
+  const queue = ids.slice();
+  const worker = async () => {
+    while (queue.length && !stop) {
+      const id = queue.shift();
+      try {
+        await api('POST', spec.path(encodeURIComponent(id)), body, { 'Idempotency-Key': `${key}-${id}` });
+        progress.done++;
+      } catch (e) {
+        const note = { run_id: id, why: String(e) };
+        if (skippedBy(action, e)) { progress.skipped++; progress.skipped_reasons.push(note); } else { progress.failed++; progress.failures.push(note); }
+      }
+      draw();
+    }
+  };
+  await Promise.all([worker(), worker()]);
+  progress.status = stop ? 'cancelled' : 'done';
+  list.selected.clear();
+  draw();
+  if (list.gen === generation) list.reload();
+}
+
+/** Follows the server's job (the one just started, or the one this tab started last) until it ends. */
+function followJob(list, first) {
+  let job;
+  try { job = JSON.parse(sessionStorage.getItem(JOB_STORE) || 'null'); } catch { job = null; }
+  if (!job) return;
+  const mine = ++following;
+  const current = () => list.gen === generation && mine === following;
+  const dismiss = () => { sessionStorage.removeItem(JOB_STORE); document.getElementById('bulk-progress').innerHTML = ''; };
+  let timer = null;
+  const show = (view) => {
+    if (!current()) return;
+    drawProgress(Object.assign({ kind: 'job', title: job.title }, view), {
+      onCancel: view.status === 'running' ? cancel : null,
+      onDismiss: () => { clearTimeout(timer); dismiss(); },
+    });
+  };
+  const poll = async () => {
+    let got;
+    try {
+      got = await authed(() => api('GET', `/runs/actions/${encodeURIComponent(job.id)}`));
+    } catch (e) {
+      if (!current()) return;
+      if (e.status === 404) { dismiss(); return; }
+      document.getElementById('bulk-progress').innerHTML = `<p class="error-box">The bulk action ${esc(job.id)}: ${esc(String(e))}</p>`;
+      timer = later(2000, poll);
+      return;
+    }
+    if (!got || !current()) return;
+    show(got.data);
+    if (got.data.status === 'running') timer = later(1000, poll);
+    else list.reload();
+  };
+  const cancel = async () => {
+    clearTimeout(timer);
+    try {
+      const got = await api('POST', `/runs/actions/${encodeURIComponent(job.id)}/cancel`);
+      show(got.data);
+    } catch (e) {
+      if (current()) document.getElementById('bulk-progress').insertAdjacentHTML('beforeend', `<p class="error-box">${esc(String(e))}</p>`);
+    }
+    poll();
+  };
+  if (first) show(first);
+  if (first && first.status !== 'running') return;
+  timer = later(first ? 1000 : 0, poll);
+}
+
+/** The progress panel: matched, done, skipped, failed, a bar, why runs were skipped or failed, Cancel. */
+function drawProgress(p, { onCancel, onDismiss }) {
+  const el = document.getElementById('bulk-progress');
+  if (!el) return;
+  const seen = p.done + p.skipped + p.failed;
+  // A selection's size is known; a job's is not until it ends (its matched grows as it goes).
+  const whole = Math.max(p.total ?? (p.status === 'running' ? 0 : p.matched), seen, 1);
+  const pct = (n) => ((n / whole) * 100).toFixed(2);
+  const notes = (label, list) => (list && list.length ? `<details><summary>${esc(label)} (${list.length}${list.length >= 20 ? ' shown' : ''})</summary><ul>${
+    list.map((n) => `<li>${runLink(n.run_id)}: ${esc(n.why)}</li>`).join('')}</ul></details>` : '');
+  el.innerHTML = `<section class="card progress" id="job" data-kind="${esc(p.kind)}" data-status="${esc(p.status)}"${p.id ? ` data-job="${esc(p.id)}"` : ''}>
+    <h2>${esc(p.title)} ${badge(p.status)}</h2>
+    <div class="progress-bar${p.status === 'running' ? ' running' : ''}" title="${p.total != null ? `${seen} of ${p.total}` : `${seen} looked at so far`}">
+      <span class="seg done" style="width:${pct(p.done)}%"></span><span class="seg skipped" style="width:${pct(p.skipped)}%"></span><span class="seg failed" style="width:${pct(p.failed)}%"></span></div>
+    <p class="counts"><span>matched <b data-count="matched">${esc(p.matched)}</b></span>
+      <span class="c-done">done <b data-count="done">${esc(p.done)}</b></span>
+      <span class="c-skipped">skipped <b data-count="skipped">${esc(p.skipped)}</b></span>
+      <span class="c-failed">failed <b data-count="failed">${esc(p.failed)}</b></span>
+      ${p.by ? `<span class="muted">by ${esc(p.by)}</span>` : ''}${p.id ? ` <span class="muted mono">${esc(p.id)}</span>` : ''}</p>
+    ${p.error ? `<p class="error-box">${esc(p.error)}</p>` : ''}
+    ${p.cancelled_by ? `<p class="muted">Cancelled by ${esc(p.cancelled_by)}; the runs acted on stay acted on.</p>` : ''}
+    ${notes('Skipped, and why', p.skipped_reasons)}${notes('Failed, and why', p.failures)}
+    <div class="buttons">${onCancel ? '<button type="button" class="danger" id="job-cancel">Cancel</button>' : '<button type="button" id="job-dismiss">Dismiss</button>'}</div></section>`;
+  const c = document.getElementById('job-cancel');
+  if (c) c.onclick = () => { c.disabled = true; onCancel(); };
+  const d = document.getElementById('job-dismiss');
+  if (d) d.onclick = onDismiss;
 }
 
 // ---------- builds ----------
@@ -411,7 +672,7 @@ const GROUP = new Set(['RunInChildContext', 'Parallel', 'ParallelBranch', 'Map',
 function buildModel(events) {
   const ops = new Map();
   const order = [];
-  const run = { start: null, end: null, invocations: [], nextWakeAt: null, heartbeats: new Map() };
+  const run = { start: null, end: null, invocations: [], restarts: [], nextWakeAt: null, heartbeats: new Map() };
   for (const e of events) {
     const t = e.EventType, d = e.Details || {}, at = instant(e.EventTimestamp);
     if (run.start == null) run.start = at;
@@ -419,6 +680,8 @@ function buildModel(events) {
     if (t === 'ExecutionSucceeded' || t === 'ExecutionFailed' || t === 'ExecutionCancelled') run.end = at;
     if (t === 'InvocationCompleted') { run.invocations.push(at); run.nextWakeAt = instant(d.NextWakeAt); }
     if (t === 'CallbackDelivered' && d.Outcome === 'heartbeat') run.heartbeats.set(d.CallbackId, at);
+    // Restarted in place, a finished run goes on: its end is the next one's.
+    if (t === 'RunRestarted') { run.restarts.push({ at, details: d }); if (!d.Fork) run.end = null; }
     if (!e.Id) continue;
     let op = ops.get(e.Id);
     if (!op) {
@@ -433,10 +696,11 @@ function buildModel(events) {
     Object.assign(op.details, d);
     const last = op.attempts[op.attempts.length - 1];
     const close = (state) => {
-      if (last && last.end == null) { last.end = at; last.state = state; } else op.attempts.push({ n: d.Attempt || op.attempts.length + 1, start: at, end: at, state });
+      if (last && last.end == null) { last.end = at; last.state = state; } else op.attempts.push({ n: d.Attempt || op.attempts.length + 1, r: run.restarts.length, start: at, end: at, state });
     };
     if (t === 'StepStarted') {
-      op.attempts.push({ n: d.Attempt || op.attempts.length + 1, start: at, end: null, state: 'open' });
+      // `r`: how many restarts came before it; attempts of different restarts are not retries of each other.
+      op.attempts.push({ n: d.Attempt || op.attempts.length + 1, r: run.restarts.length, start: at, end: null, state: 'open' });
     } else if (t === 'StepSucceeded') {
       close('ok');
       // A wait_for_condition check that found "not yet" succeeded and is retried.
@@ -498,7 +762,8 @@ function waterfall(model, view) {
   const ticks = [0, 0.25, 0.5, 0.75, 1].map((f) => `<span class="tick" style="left:${f * 100}%">${f ? '+' + duration(span * f) : localTime(t0).slice(11, 19)}</span>`).join('');
   out.push(`<div class="wf-axis"><span>Operation</span><span class="track">${ticks}</span></div>`);
   const runTitle = `${view.workflow}: ${duration((run.end ?? t1) - t0)}${run.end ? '' : ' so far'}`;
-  const marks = run.invocations.map((t) => `<span class="tickmark" style="left:${pct(t).toFixed(3)}%" title="invocation ended ${esc(rfc3339(t))}"></span>`).join('');
+  const marks = run.invocations.map((t) => `<span class="tickmark" style="left:${pct(t).toFixed(3)}%" title="invocation ended ${esc(rfc3339(t))}"></span>`).join('') +
+    run.restarts.map((r) => `<span class="tickmark restart" style="left:${pct(r.at).toFixed(3)}%" title="${esc(restartedText(r.details) + ' · ' + rfc3339(r.at))}"></span>`).join('');
   out.push(`<div class="wf-row" data-op=""><span class="label"><b>${esc(view.workflow)}</b><span class="sub">run</span></span>
     <span class="track">${bar(t0, run.end, 'run', runTitle)}${marks}</span></div>`);
   const visit = (op, depth) => {
@@ -512,7 +777,7 @@ function waterfall(model, view) {
     if (kind === 'work' && op.attempts.length) {
       bars = op.attempts.map((a, i) => {
         const next = op.attempts[i + 1];
-        const gap = a.end != null && (next || (op.state === 'open' && op.retryAt)) && (a.state === 'failed' || op.sub === 'WaitForCondition')
+        const gap = a.end != null && (next ? next.r === a.r : op.state === 'open' && op.retryAt) && (a.state === 'failed' || op.sub === 'WaitForCondition')
           ? bar(a.end, next ? next.start : null, 'waiting', `retry wait after attempt ${a.n}`) : '';
         return gap + bar(a.start, a.end ?? (live ? null : end), a.state === 'open' ? '' : a.state, `attempt ${a.n}: ${a.state === 'ok' ? 'succeeded' : a.state}`);
       }).join('');
@@ -526,9 +791,9 @@ function waterfall(model, view) {
       <span class="track">${bars}</span></div>`);
     if (op.attempts.length > 1) {
       for (const a of op.attempts) {
-        const r = `attempt ${a.n}: ${a.state === 'ok' ? 'succeeded' : a.state}`;
+        const r = `attempt ${a.n}${a.r ? ` after restart ${a.r}` : ''}: ${a.state === 'ok' ? 'succeeded' : a.state}`;
         out.push(`<div class="wf-row attempt" data-op="${esc(op.id)}" data-attempt="${a.n}">
-          <span class="label" style="padding-left:${depth * 16 + 16}px">attempt ${a.n}<span class="sub">${esc(a.state)} · ${duration((a.end ?? Date.now()) - a.start)}</span></span>
+          <span class="label" style="padding-left:${depth * 16 + 16}px">attempt ${a.n}${a.r ? ` · after restart ${a.r}` : ''}<span class="sub">${esc(a.state)} · ${duration((a.end ?? Date.now()) - a.start)}</span></span>
           <span class="track">${bar(a.start, a.end ?? (live ? null : end), a.state === 'open' ? '' : a.state, r)}</span></div>`);
       }
     }
@@ -537,7 +802,7 @@ function waterfall(model, view) {
   for (const op of roots) visit(op, 0);
   const legend = `<div class="wf-legend"><span><span class="bar ok"></span>step attempt</span>
     <span><span class="bar failed"></span>failed attempt</span><span><span class="bar waiting"></span>waiting (timer, callback, event, retry)</span>
-    <span><span class="bar group"></span>child context / branch</span><span><span class="tickmark" style="position:static;display:inline-block;vertical-align:middle"></span> invocation ended</span></div>`;
+    <span><span class="bar group"></span>child context / branch</span><span><span class="tickmark" style="position:static;display:inline-block;vertical-align:middle"></span> invocation ended</span>${run.restarts.length ? '<span><span class="tickmark restart" style="position:static;display:inline-block;vertical-align:middle"></span> restarted</span>' : ''}</div>`;
   return { rows: out, legend };
 }
 
@@ -553,9 +818,55 @@ function eventRows(events) {
     const cls = /Succeeded$/.test(e.EventType) ? 'ev-Succeeded' : /(Failed|TimedOut)$/.test(e.EventType) ? 'ev-Failed' : '';
     return `<tr class="ev" data-seq="${e.Seq}" data-type="${esc(e.EventType)}"><td class="num">${e.Seq}</td><td class="t">${timeHtml(instant(e.EventTimestamp))}</td>
       <td class="${cls}">${esc(e.EventType)}</td><td>${esc(e.SubType || '')}</td><td class="mono">${esc(e.Id || '')}</td>
-      <td class="mono">${esc(e.ParentId || '')}</td><td class="summary">${esc(summary(e.Details))}</td></tr>`;
+      <td class="mono">${esc(e.ParentId || '')}</td><td class="summary">${e.EventType === 'RunRestarted' ? restartedHtml(e.Details) : esc(summary(e.Details))}</td></tr>`;
   }).join('');
 }
+
+/** A `RunRestarted` event's details in words: who, from where, what it set aside. */
+function restartedText(d) {
+  d = d || {};
+  const parts = [`restarted by ${d.RestartedBy || '?'}`, d.From ? `from ${d.From}` : 'from where it stopped', `restart ${d.Restart ?? '?'}`];
+  if (d.Fork) parts.push(`as the new run ${d.Fork}`);
+  if (d.ForkedFrom) parts.push(`forked from ${d.ForkedFrom}`);
+  if (d.SetAside) parts.push(`${d.SetAside} journal entr${d.SetAside === 1 ? 'y' : 'ies'} set aside`);
+  if (d.Replayed != null) parts.push(`${d.Replayed} replayed to check it`);
+  if (d.RepeatToolCalls) parts.push('tool calls made again');
+  return parts.join(' · ');
+}
+/** The same, with the runs it names linked. */
+function restartedHtml(d) {
+  d = d || {};
+  let html = esc(restartedText(Object.assign({}, d, { Fork: null, ForkedFrom: null })));
+  if (d.Fork) html += ` · fork: ${runLink(d.Fork)}`;
+  if (d.ForkedFrom) html += ` · forked from ${runLink(d.ForkedFrom)}`;
+  return `<span class="restarted">${html}</span>`;
+}
+
+/** The run's latest restart (its view's `restart`): by whom, when, from where; the fork or its origin linked. */
+function restartHtml(view) {
+  const r = view.restart;
+  if (!r) return '';
+  const who = `by <b>${esc(r.by)}</b> at ${timeHtml(instant(r.at))}`;
+  const from = r.from ? `from <code>${esc(r.from)}</code>` : 'from where it stopped';
+  const tools = r.repeat_tool_calls ? '; tool calls after the point were made again' : '';
+  let line;
+  if (r.forked_from) line = `Forked from ${runLink(r.forked_from)} ${who}: it goes on ${from}${tools}.`;
+  else if (r.fork) line = `Fork: ${runLink(r.fork)} — a new run made of this one ${who}, going on ${from}${tools}. This run stays as it was.`;
+  else line = `Restarted ${who} ${from} (restart ${esc(r.number)})${tools}. What its journal held from there on is set aside, kept in the timeline.`;
+  return `<p class="note restart-info" id="restart-info">${line}</p>`;
+}
+
+/** The first operation the timeline shows failing, which a restart goes on from by default. */
+function firstFailed(model) {
+  for (const op of model.ops.values()) if (op.state === 'failed') return op;
+  return null;
+}
+function opDepth(model, op) {
+  let n = 0;
+  for (let p = op.parent && model.ops.get(op.parent); p && n < 32; p = p.parent && model.ops.get(p.parent)) n++;
+  return n;
+}
+const opState = (op) => (op.state === 'open' ? 'unfinished' : op.state === 'ok' ? 'succeeded' : op.state);
 
 /** A queued run's line in words: "per-customer acme · next in line". */
 function queuedText(q) {
@@ -616,6 +927,7 @@ function explain(view, model) {
     case 'cancelled': lines.push(`<p><b>Cancelled</b> at ${timeHtml(instant(view.updated_at))} after ${duration(took)}.</p>`); break;
     default: lines.push(`<p>${esc(view.status)}</p>`);
   }
+  lines.push(restartHtml(view));
   if (view.cancel_requested) lines.push('<p class="note">Cancellation was requested: it is honoured at the next step boundary.</p>');
   if (view.awaiting_build) {
     lines.push(`<p class="note">Waiting for its build <code>${esc(view.awaiting_build)}</code>: it started on that build, and this server runs only its own, so nothing here replays it on code it did not start on. It stays as it is — deliveries to it are recorded — until <code>${esc(view.awaiting_build)}</code> serves it again, or an upgrade moves it to this build (only if its journal replays here).</p>`);
@@ -789,6 +1101,7 @@ function actionsHtml(view, model) {
       b.push(`<button type="button" data-action="resolve" data-op="${esc(op.id)}">Resolve ${esc(op.name)}…</button>`);
     }
   }
+  if (RESTARTABLE.includes(view.status)) b.push('<button type="button" data-action="restart">Restart…</button>');
   if (!done) b.push('<button type="button" data-action="upgrade">Upgrade to this build…</button>');
   if (!done) b.push(`<button type="button" class="danger" data-action="cancel" data-version="${view.version}">Cancel run…</button>`);
   if (!b.length) return '';
@@ -955,6 +1268,8 @@ function renderRun(state, timelinePending = false) {
     <div class="meta"><span>run <b class="mono">${esc(view.id)}</b></span>
       ${view.tenant != null ? `<span>tenant <b>${esc(view.tenant)}</b></span>` : ''}
       ${model.run.parent ? `<span>started by ${runLink(model.run.parent, 'its parent run')}</span>` : ''}
+      ${view.restart && view.restart.forked_from ? `<span>forked from ${runLink(view.restart.forked_from)}</span>` : ''}
+      ${view.restart && view.restart.fork ? `<span>fork ${runLink(view.restart.fork)}</span>` : ''}
       <span>started <b>${timeHtml(instant(view.created_at))}</b></span>
       <span>finished <b>${timeHtml(end)}</b></span>
       <span>duration <b>${duration((end ?? Date.now()) - instant(view.created_at))}${end ? '' : ' so far'}</b></span>
@@ -1116,6 +1431,31 @@ function actionSpec(state, button) {
       fields: [],
       request: () => ({ method: 'POST', path: `/runs/${run}/resume` }),
     };
+    case 'restart': {
+      const failed = firstFailed(state.model);
+      const points = [...state.model.ops.values()].map((op) => ({
+        value: op.id,
+        label: `${'\u00a0\u00a0'.repeat(opDepth(state.model, op))}${op.name} (${op.sub || 'operation'}) · ${opState(op)} — ${op.id}`,
+      }));
+      return {
+        title: 'Restart this run from a step',
+        what: 'First the journal before the point is replayed on the build serving this page: if it does not replay, nothing changes and the error says where. In place, the run keeps its id and goes on from the point; its journal from there on is set aside, kept in the timeline. As a new run, a fork linked both ways goes on from the point and this run stays as it is. A tool call after the point whose outcome was recorded keeps it, unless you repeat tool calls.',
+        fields: [
+          { name: 'from', label: 'From', options: [{ value: '', label: failed
+            ? `the first operation that failed (default): ${failed.name} — ${failed.id}`
+            : 'the first operation that failed (default; none did: where the run stopped)' }, ...points] },
+          { name: 'as_new', label: 'As a new run (a fork; this run stays as it is)', checkbox: true },
+          { name: 'repeat_tool_calls', label: 'Repeat tool calls', checkbox: true, warning: REPEAT_WARNING },
+        ],
+        request: (f) => ({ method: 'POST', path: `/runs/${run}/restart`, body: JSON.stringify(restartBody(f)) }),
+        // 200: the run, restarted in place; 201: the fork, whose page is shown.
+        done: (got) => {
+          if (got.status === 201 && got.data && got.data.id) navigate(`/ui/runs/${encodeURIComponent(got.data.id)}`);
+          else route();
+        },
+        failure: (e) => (e.code === 'diverged' ? divergenceText(e) : null),
+      };
+    }
     case 'resolve': {
       const op = button.dataset.op;
       return {
@@ -1136,24 +1476,55 @@ function actionSpec(state, button) {
   }
 }
 
+/** A dialog's input for field `f`: a select (of strings or {value, label}), a checkbox
+ * (with an optional warning line), a JSON textarea or a text input. */
+function fieldHtml(f) {
+  if (f.checkbox) {
+    return `<label class="check"><input type="checkbox" name="${esc(f.name)}"${f.checked ? ' checked' : ''}><span>${esc(f.label)}</span></label>` +
+      (f.warning ? `<p class="warn">${esc(f.warning)}</p>` : '');
+  }
+  const input = f.options
+    ? `<select name="${esc(f.name)}">${f.options.map((o) => (typeof o === 'string'
+      ? `<option>${esc(o)}</option>` : `<option value="${esc(o.value)}">${esc(o.label)}</option>`)).join('')}</select>`
+    : f.json ? `<textarea name="${esc(f.name)}" spellcheck="false">${esc(f.value)}</textarea>`
+      : `<input type="text" name="${esc(f.name)}" value="${esc(f.value)}"${f.optional ? '' : ' required'}>`;
+  return `<label>${esc(f.label)}</label>${input}`;
+}
+
+/** The values of a dialog's fields: a checkbox's is a boolean, the others' their text. */
+function fieldValues(form, fields) {
+  return Object.fromEntries(fields.map((f) => [f.name, f.checkbox ? form.elements[f.name].checked : form.elements[f.name].value]));
+}
+
+/** The body of a restart: only what differs from the defaults. */
+function restartBody(f) {
+  const body = {};
+  if (f.from) body.from = f.from;
+  if (f.as_new) body.as_new = true;
+  if (f.repeat_tool_calls) body.repeat_tool_calls = true;
+  return body;
+}
+
+/** A 409 `diverged` in words: where the journal and the code part ways, and that nothing changed. */
+function divergenceText(e) {
+  const d = (e.error && e.error.divergence) || {};
+  return `${e.status} ${e.code}: nothing changed — the journal before the point does not replay on the build serving this page.\n` +
+    `Where: ${d.position ?? '?'}\nThe journal holds: ${d.journal_kind || 'nothing'}\nThe code now runs: ${d.code_kind || 'nothing'}\n` +
+    (d.message || e.message);
+}
+
 function openAction(state, button) {
   const spec = actionSpec(state, button);
   if (!spec) return;
   const etag = state.etag;
   const key = 'ui-' + (crypto.randomUUID ? crypto.randomUUID() : String(Math.random()).slice(2));
-  const fields = spec.fields.map((f) => {
-    const input = f.options
-      ? `<select name="${f.name}">${f.options.map((o) => `<option>${o}</option>`).join('')}</select>`
-      : f.json ? `<textarea name="${f.name}" spellcheck="false">${esc(f.value)}</textarea>`
-        : `<input type="text" name="${f.name}" value="${esc(f.value)}"${f.optional ? '' : ' required'}>`;
-    return `<label>${esc(f.label)}</label>${input}`;
-  }).join('');
+  const fields = spec.fields.map(fieldHtml).join('');
   dialog.innerHTML = `<form method="dialog" data-action="${esc(button.dataset.action)}"><h2>${esc(spec.title)}</h2><p>${esc(spec.what)}</p>
     ${spec.preview ? '<p class="note" id="preview">Checking…</p>' : ''}<div class="what" id="what"></div>${fields}<p class="error-box" id="action-error"></p>
     <menu><button type="button" value="cancel" id="dialog-cancel">Back</button>
     <button type="submit" value="confirm" class="${spec.danger ? 'danger' : 'primary'}" id="dialog-confirm">Confirm</button></menu></form>`;
   const form = dialog.querySelector('form');
-  const values = () => Object.fromEntries(spec.fields.map((f) => [f.name, form.elements[f.name].value]));
+  const values = () => fieldValues(form, spec.fields);
   const describe = () => {
     let line;
     try {
@@ -1178,11 +1549,11 @@ function openAction(state, button) {
     confirmButton.disabled = true;
     try {
       const r = spec.request(v);
-      await api(r.method, r.path, r.body, { 'If-Match': etag, 'Idempotency-Key': key });
+      const got = await api(r.method, r.path, r.body, { 'If-Match': etag, 'Idempotency-Key': key });
       dialog.close();
-      route();
+      if (spec.done) spec.done(got); else route();
     } catch (e) {
-      let msg = String(e);
+      let msg = (spec.failure && spec.failure(e)) || String(e);
       if (e.status === 412) msg += '\nThe run changed since this page showed it; look again and retry.';
       showError(msg);
       confirmButton.disabled = false;

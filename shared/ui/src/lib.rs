@@ -1,13 +1,16 @@
-//! Siesta's web UI: the runs list, a run's page (lifecycle explained, pending waits with
-//! their webhook URLs, a timeline waterfall, the raw events) and the operator actions,
-//! as an axum [`Router`] to merge beside the API.
+//! Siesta's web UI: the runs list (with actions on the runs ticked, or a bulk job over
+//! every run its filter matches, and the job's progress), a run's page (lifecycle
+//! explained, pending waits with their webhook URLs, a timeline waterfall, the raw
+//! events) and the operator actions (restart from a step among them), as an axum
+//! [`Router`] to merge beside the API.
 //!
 //! The UI is plain HTML, CSS and JavaScript compiled into the binary with
 //! `include_str!`: nothing is fetched from the internet at run time (the
 //! `Content-Security-Policy` says so to the browser too), and there is no JavaScript
 //! toolchain to install. The page holds no data: it reads everything through the
-//! public control API (`GET /runs`, `GET /runs/{id}`, `GET /runs/{id}/timeline`) and
-//! acts through it (with `If-Match`), sending the API key the user gave it as the
+//! public control API (`GET /runs`, `GET /runs/{id}`, `GET /runs/{id}/timeline`,
+//! `GET /runs/actions/{id}`) and acts through it (a run's actions with `If-Match`;
+//! `POST /runs/actions` for a filter), sending the API key the user gave it as the
 //! bearer — so the UI sees exactly what the caller's tenant may see, and its asset
 //! routes need no auth.
 //!
