@@ -322,6 +322,19 @@ pub struct RunUpgraded {
     pub to: String,
     /// How many journal entries the new build replayed to check it.
     pub replayed: u64,
+    /// Who upgraded it, when an operator did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upgraded_by: Option<String>,
+}
+
+/// `ExecutionCancelled` and `CancelRequested`: who cancelled the run, when an operator
+/// did (Siesta's; AWS's events carry no details). `null` when no one is named.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields)]
+pub struct Cancelled {
+    /// Who cancelled it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cancelled_by: Option<String>,
 }
 
 /// `MarkerRecorded`: a patch marker.
@@ -460,11 +473,12 @@ pub enum EventDetails {
     RunPaused(RunPaused),
     RunRestarted(RunRestarted),
     RunUpgraded(RunUpgraded),
+    Cancelled(Cancelled),
     MarkerRecorded(MarkerRecorded),
     StartJoined(StartJoined),
     StartReleased(StartReleased),
     StepDelayed(StepDelayed),
-    /// No details (`ExecutionCancelled`, `CancelRequested`, a timer's `WaitSucceeded`,
+    /// No details (`ExecutionCancelled` and `CancelRequested` naming no one, a timer's `WaitSucceeded`,
     /// a child context's start and end): `null`, left out on the wire.
     None,
     /// Details of a shape this release does not know (written by an earlier or a
@@ -526,7 +540,8 @@ impl EventDetails {
             T::StartJoined => read(v, D::StartJoined),
             T::StartReleased => read(v, D::StartReleased),
             T::StepDelayed => read(v, D::StepDelayed),
-            T::ExecutionCancelled | T::CancelRequested => D::Other(v.clone()),
+            T::ExecutionCancelled | T::CancelRequested if v.is_null() => D::None,
+            T::ExecutionCancelled | T::CancelRequested => read(v, D::Cancelled),
         }
     }
 
@@ -643,7 +658,7 @@ impl EventDetails {
             T::StartJoined => fields_of::<StartJoined>(),
             T::StartReleased => fields_of::<StartReleased>(),
             T::StepDelayed => fields_of::<StepDelayed>(),
-            T::ExecutionCancelled | T::CancelRequested => &[],
+            T::ExecutionCancelled | T::CancelRequested => fields_of::<Cancelled>(),
         }
     }
 }
@@ -811,7 +826,10 @@ mod tests {
             EventDetails::fields(EventType::CallbackStarted),
             ["CallbackId", "Timeout", "HeartbeatTimeoutMs"]
         );
-        assert!(EventDetails::fields(EventType::CancelRequested).is_empty());
+        assert_eq!(
+            EventDetails::fields(EventType::CancelRequested),
+            ["CancelledBy"]
+        );
         for t in EVENT_TYPES {
             assert!(
                 EventDetails::fields(t)

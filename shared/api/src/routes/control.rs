@@ -16,7 +16,6 @@ use serde::Deserialize;
 use siesta::{EngineError, ErrorInfo, Position, RunId, TenantId, ToolCallResolution};
 
 use crate::ApiError;
-use crate::auth::Tenant;
 use crate::extract::{ApiBody, ApiPath, IfMatch, json};
 use crate::responses::*;
 use crate::state::AppState;
@@ -38,13 +37,13 @@ use siesta_api_types::{ErrorBody, Resolution, ResolvedError, RunView};
 )]
 pub(crate) async fn cancel_run(
     State(app): State<AppState>,
-    Tenant(tenant): Tenant,
+    Caller { tenant, who }: Caller,
     ApiPath(id): ApiPath<String>,
     IfMatch(if_match): IfMatch,
 ) -> Result<Response, ApiError> {
     let run = app
         .engine
-        .cancel(&tenant, &RunId::from(id.as_str()), if_match)
+        .cancel_as(&tenant, &RunId::from(id.as_str()), if_match, Some(&who))
         .await?;
     let status = if run.status.is_finished() {
         StatusCode::OK
@@ -110,13 +109,13 @@ pub(crate) async fn pause_run(
 )]
 pub(crate) async fn resume_run(
     State(app): State<AppState>,
-    Tenant(tenant): Tenant,
+    Caller { tenant, who }: Caller,
     ApiPath(id): ApiPath<String>,
     IfMatch(if_match): IfMatch,
 ) -> Result<Response, ApiError> {
     let run = app
         .engine
-        .resume(&tenant, &RunId::from(id.as_str()), if_match)
+        .resume_as(&tenant, &RunId::from(id.as_str()), if_match, Some(&who))
         .await?;
     app.run_answer(StatusCode::ACCEPTED, &tenant, &run).await
 }

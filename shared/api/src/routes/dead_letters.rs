@@ -87,13 +87,13 @@ pub(crate) async fn list_dead_letters(
 )]
 pub(crate) async fn redrive_dead_letter(
     State(app): State<AppState>,
-    Tenant(tenant): Tenant,
+    super::control::Caller { tenant, who }: super::control::Caller,
     ApiPath(id): ApiPath<String>,
     IfMatch(if_match): IfMatch,
 ) -> Result<Response, ApiError> {
     let run = app
         .engine
-        .redrive_dead_letter(&tenant, &RunId::from(id.as_str()), if_match)
+        .redrive_dead_letter_as(&tenant, &RunId::from(id.as_str()), if_match, Some(&who))
         .await
         .map_err(|e| match e {
             siesta::EngineError::NotFound => ApiError::not_found("dead letter"),

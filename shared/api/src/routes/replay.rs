@@ -93,13 +93,13 @@ pub(crate) async fn check_run_replay(
 )]
 pub(crate) async fn upgrade_run(
     State(app): State<AppState>,
-    Tenant(tenant): Tenant,
+    super::control::Caller { tenant, who }: super::control::Caller,
     ApiPath(id): ApiPath<String>,
     IfMatch(if_match): IfMatch,
 ) -> Result<Response, ApiError> {
     let run = app
         .engine
-        .upgrade(&tenant, &RunId::from(id.as_str()), if_match)
+        .upgrade_as(&tenant, &RunId::from(id.as_str()), if_match, Some(&who))
         .await?;
     app.run_answer(StatusCode::OK, &tenant, &run).await
 }

@@ -37,6 +37,19 @@ impl Engine {
         run_id: &RunId,
         if_match: Option<u64>,
     ) -> Result<Run, EngineError> {
+        self.cancel_as(tenant, run_id, if_match, None).await
+    }
+
+    /// [`Engine::cancel`] by `by` (the operator: `dev`, an API key's fingerprint, a JWT's
+    /// `sub`), named in the timeline's `ExecutionCancelled` or `CancelRequested`
+    /// (`CancelledBy`).
+    pub async fn cancel_as(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+        if_match: Option<u64>,
+        by: Option<&str>,
+    ) -> Result<Run, EngineError> {
         for _ in 0..8 {
             let run = self.run_at(tenant, run_id, if_match).await?;
             if run.status.is_finished() {
@@ -67,7 +80,13 @@ impl Engine {
                 id: None,
                 parent_id: None,
                 name: Some(run.workflow.clone()),
-                details: serde_json::Value::Null,
+                details: match by {
+                    Some(by) => tl::EventDetails::Cancelled(tl::Cancelled {
+                        cancelled_by: Some(by.to_owned()),
+                    })
+                    .to_value(),
+                    None => serde_json::Value::Null,
+                },
             }];
             for e in &mut checkpoint_events {
                 next.timeline_seq += 1;
@@ -237,12 +256,31 @@ impl Engine {
         run_id: &RunId,
         if_match: Option<u64>,
     ) -> Result<Run, EngineError> {
+        self.resume_as(tenant, run_id, if_match, None).await
+    }
+
+    /// [`Engine::resume`] by `by` (the operator), named in the timeline's `RunResumed`
+    /// (`ResolvedBy`).
+    pub async fn resume_as(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+        if_match: Option<u64>,
+        by: Option<&str>,
+    ) -> Result<Run, EngineError> {
         let run = self.parked_run(tenant, run_id, if_match).await?;
         let now = self.clock.now();
         let mut next = run.clone();
         next.version += 1;
         next.updated_at = now;
         let mut resumed = self.resume_parked(&run, &mut next, now)?;
+        if let Some(by) = by {
+            resumed.details = tl::EventDetails::RunResumed(tl::RunResumed {
+                parked_for: run.error.clone(),
+                resolved_by: Some(by.to_owned()),
+            })
+            .to_value();
+        }
         next.timeline_seq += 1;
         resumed.seq = next.timeline_seq;
         let mut checkpoint = Checkpoint::new(next.clone(), run.version, None);

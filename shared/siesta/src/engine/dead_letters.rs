@@ -106,11 +106,24 @@ impl Engine {
         run_id: &RunId,
         if_match: Option<u64>,
     ) -> Result<Run, EngineError> {
+        self.redrive_dead_letter_as(tenant, run_id, if_match, None)
+            .await
+    }
+
+    /// [`Engine::redrive_dead_letter`] by `by` (the operator), named in the timeline's
+    /// `RunResumed` (`ResolvedBy`).
+    pub async fn redrive_dead_letter_as(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+        if_match: Option<u64>,
+        by: Option<&str>,
+    ) -> Result<Run, EngineError> {
         let run = self.get_run(tenant, run_id).await?;
         if !is_dead_lettered(&run) {
             return Err(EngineError::NotFound);
         }
-        self.resume(tenant, run_id, if_match.or(Some(run.version)))
+        self.resume_as(tenant, run_id, if_match.or(Some(run.version)), by)
             .await
     }
 

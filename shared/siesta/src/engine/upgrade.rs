@@ -70,6 +70,18 @@ impl Engine {
         run_id: &RunId,
         if_match: Option<u64>,
     ) -> Result<Run, EngineError> {
+        self.upgrade_as(tenant, run_id, if_match, None).await
+    }
+
+    /// [`Engine::upgrade`] by `by` (the operator), named in the timeline's `RunUpgraded`
+    /// (`UpgradedBy`).
+    pub async fn upgrade_as(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+        if_match: Option<u64>,
+        by: Option<&str>,
+    ) -> Result<Run, EngineError> {
         for _ in 0..4 {
             let run = self.run_at(tenant, run_id, if_match).await?;
             if run.status.is_finished() {
@@ -107,6 +119,7 @@ impl Engine {
                     from: run.build_id.clone(),
                     to: to.to_string(),
                     replayed: replayed as u64,
+                    upgraded_by: by.map(str::to_owned),
                 })
                 .to_value(),
             }];

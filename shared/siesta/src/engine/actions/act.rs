@@ -59,7 +59,9 @@ impl Engine {
                 if run.cancel_requested {
                     return Acted::Skipped("cancel already requested".to_owned());
                 }
-                self.cancel(tenant, id, None).await.map(drop)
+                self.cancel_as(tenant, id, None, Some(&job.by))
+                    .await
+                    .map(drop)
             }
             BulkAction::Pause => {
                 if run.status == RunStatus::Paused {
@@ -76,7 +78,10 @@ impl Engine {
                     other => other.map(drop),
                 }
             }
-            BulkAction::Resume => self.resume(tenant, id, None).await.map(drop),
+            BulkAction::Resume => self
+                .resume_as(tenant, id, None, Some(&job.by))
+                .await
+                .map(drop),
             BulkAction::Upgrade => {
                 let to = self.config.build_id.as_str();
                 let parked_for_code = run.status == RunStatus::Parked
@@ -87,13 +92,18 @@ impl Engine {
                 if run.build_id.as_deref() == Some(to) && !parked_for_code {
                     return Acted::Skipped(format!("already on build {to}"));
                 }
-                self.upgrade(tenant, id, None).await.map(drop)
+                self.upgrade_as(tenant, id, None, Some(&job.by))
+                    .await
+                    .map(drop)
             }
             BulkAction::Redrive => {
                 if !is_dead_lettered(run) {
                     return Acted::Skipped("not parked by a dead letter".to_owned());
                 }
-                match self.redrive_dead_letter(tenant, id, None).await {
+                match self
+                    .redrive_dead_letter_as(tenant, id, None, Some(&job.by))
+                    .await
+                {
                     // Resumed or changed since it was listed.
                     Err(EngineError::NotFound) => {
                         return Acted::Skipped("not parked by a dead letter any more".to_owned());
