@@ -193,7 +193,7 @@ async fn a_job_cut_short_by_a_crash_is_finished_by_the_sweep_without_acting_on_a
     let w = world(waiting());
     let runs = waiting_runs(&w, "waiter", 10).await;
     // The process dies right after the fourth run's cancel is written, in the middle
-    // of the job's first slice (10 runs at 50 a second), before the slice's progress.
+    // of the job's first slice (its 10 runs: a second's at 50), before its progress.
     w.crash_after_writes(4);
     // By workflow alone: the runs cancelled before the crash are listed again (with a
     // status filter they would have left it) and must be recognised.
@@ -230,7 +230,7 @@ async fn a_job_cut_short_by_a_crash_is_finished_by_the_sweep_without_acting_on_a
 async fn a_cancelled_job_acts_on_no_more_runs() {
     let w = world(waiting());
     let runs = waiting_runs(&w, "waiter", 10).await;
-    // One run per slice, a slice every second.
+    // One run a second: one per slice.
     let started = start(&w, BulkAction::Cancel, waiting_of("waiter"), 1).await;
     w.run_until_idle().await;
     assert_eq!(job(&w, &started.id).await.done, 1);
@@ -265,28 +265,35 @@ async fn a_cancelled_job_acts_on_no_more_runs() {
 async fn a_job_is_paced_by_its_rate_on_the_clock() {
     let w = world(waiting());
     waiting_runs(&w, "waiter", 10).await;
-    // 10 a second: slices of 2, a fifth of a second apart.
-    let started = start(&w, BulkAction::Cancel, waiting_of("waiter"), 10).await;
+    // 4 a second: slices of a second's runs, a second apart.
+    let started = start(&w, BulkAction::Cancel, waiting_of("waiter"), 4).await;
     w.run_until_idle().await;
     assert_eq!(
         job(&w, &started.id).await.done,
-        2,
+        4,
         "the first slice at once"
     );
-    w.advance(Duration::from_millis(100)).await;
+    w.advance(Duration::from_millis(999)).await;
     assert_eq!(
         job(&w, &started.id).await.done,
-        2,
+        4,
         "nothing before its time"
     );
-    for expected in [4, 6, 8, 10] {
-        w.advance(Duration::from_millis(100)).await;
-        assert_eq!(job(&w, &started.id).await.done, expected);
-        w.advance(Duration::from_millis(100)).await;
-        assert_eq!(job(&w, &started.id).await.done, expected);
-    }
+    w.advance(Duration::from_millis(1)).await;
+    assert_eq!(
+        job(&w, &started.id).await.done,
+        8,
+        "the next a second later"
+    );
+    w.advance(Duration::from_millis(500)).await;
+    assert_eq!(job(&w, &started.id).await.done, 8);
+    w.advance(Duration::from_millis(500)).await;
+    let last = job(&w, &started.id).await;
+    assert_eq!(last.done, 10);
+    // The last slice acted on 2: half a second later the listing's end is found.
     let done = until_finished(&w, &started.id).await;
     assert_eq!((done.status, done.done), (ActionJobStatus::Done, 10));
+    assert!(done.updated_at.millis() - started.created_at.millis() >= 2_000);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

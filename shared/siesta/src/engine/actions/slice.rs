@@ -12,12 +12,13 @@ use crate::model::*;
 use crate::ports::*;
 use crate::time::Timestamp;
 
-/// Slices of the job's rate per second: a slice acts on a fifth of a second's runs,
-/// so the job's load is spread over the second rather than sent at once.
-const SLICES_PER_SECOND: u32 = 5;
-
 /// The most runs one slice acts on, whatever the rate.
-const MAX_SLICE: u32 = 50;
+///
+/// A slice is a second's runs at the job's rate: SQS delays a message by whole
+/// seconds (a shorter delay rounds up to one), so a slice of less would pace the job
+/// below its rate on AWS. The runs of a slice are acted on one after the other, which
+/// spreads them over the slice's own time.
+const MAX_SLICE: u32 = 200;
 
 /// The most pages of runs one slice lists: runs the store's filter lists but the rest
 /// of the filter leaves out cost a page each, and a slice's work stays bounded.
@@ -26,9 +27,9 @@ const MAX_PAGES_PER_SLICE: usize = 8;
 /// Slices in a row that may stop on an error before the job fails.
 const MAX_ERRORS_IN_A_ROW: u32 = 5;
 
-/// How many runs one slice of a job at `rate` acts on at most.
+/// How many runs one slice of a job at `rate` acts on at most: a second's.
 fn slice_size(rate: u32) -> usize {
-    rate.div_ceil(SLICES_PER_SECOND).clamp(1, MAX_SLICE) as usize
+    rate.clamp(1, MAX_SLICE) as usize
 }
 
 /// When the slice after one that began at `began` and acted on `acted` runs may
@@ -107,7 +108,8 @@ impl Engine {
             return Ok(WakeOutcome::Busy);
         };
         if recorded.status == ActionJobStatus::Running {
-            let delay = now.until(recorded.next_at);
+            // What the slice took counts towards its pause.
+            let delay = self.clock.now().until(recorded.next_at);
             self.send_action_wake(&recorded, delay).await;
         } else {
             tracing::info!(tenant = %tenant, job = %id, status = recorded.status.as_str(), matched = recorded.matched, done = recorded.done, skipped = recorded.skipped, failed = recorded.failed, "bulk action ended");
@@ -217,11 +219,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_slice_is_a_fifth_of_a_seconds_runs_within_bounds() {
-        assert_eq!(slice_size(50), 10);
+    fn a_slice_is_a_seconds_runs_within_bounds() {
+        assert_eq!(slice_size(50), 50);
         assert_eq!(slice_size(1), 1);
-        assert_eq!(slice_size(12), 3);
-        assert_eq!(slice_size(1000), 50);
+        assert_eq!(slice_size(0), 1);
+        assert_eq!(slice_size(1000), 200);
     }
 
     #[test]
