@@ -117,6 +117,16 @@ async fn a_bulk_cancel_cancels_the_runs_its_filter_matches_and_leaves_the_others
     for run in &targets {
         assert_eq!(w.status(run).await, RunStatus::Cancelled);
         assert_eq!(cancellations(&w, run).await, 1);
+        let timeline = w.timeline(run).await;
+        let cancelled = timeline
+            .iter()
+            .find(|e| e.event_type == EventType::ExecutionCancelled)
+            .unwrap();
+        assert_eq!(
+            cancelled.details["CancelledBy"],
+            json!("ops"),
+            "the job's caller"
+        );
     }
     for run in &others {
         assert_eq!(
@@ -185,6 +195,12 @@ async fn a_bulk_pause_says_who_paused_each_run_and_a_bulk_resume_resumes_them() 
     assert_eq!((resumed.done, resumed.skipped, resumed.failed), (3, 0, 0));
     for run in &runs {
         assert_eq!(w.status(run).await, RunStatus::Waiting, "back to its wait");
+        let timeline = w.timeline(run).await;
+        let resumed = timeline
+            .iter()
+            .find(|e| e.event_type == EventType::RunResumed)
+            .unwrap();
+        assert_eq!(resumed.details["ResolvedBy"], json!("ops"));
     }
 }
 
