@@ -955,6 +955,11 @@ async fn runs_selected_in_the_list_are_cancelled_and_a_filter_is_acted_on_by_a_j
             RunStatus::Paused,
             "the job paused the matching run"
         );
+        // Each run's page says who acted on it.
+        for (id, said) in [(&ids[0], "Cancelled by dev"), (&ids[2], "Paused by dev")] {
+            client.goto(&format!("{base}/ui/runs/{id}")).await.unwrap();
+            shows(client, "lifecycle", said).await;
+        }
         server.stop();
     })
     .await;

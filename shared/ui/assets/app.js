@@ -680,6 +680,9 @@ function buildModel(events) {
     if (t === 'ExecutionSucceeded' || t === 'ExecutionFailed' || t === 'ExecutionCancelled') run.end = at;
     if (t === 'InvocationCompleted') { run.invocations.push(at); run.nextWakeAt = instant(d.NextWakeAt); }
     if (t === 'CallbackDelivered' && d.Outcome === 'heartbeat') run.heartbeats.set(d.CallbackId, at);
+    // Who cancelled or paused it (goal 4 of issue 47: every action names its caller).
+    if ((t === 'ExecutionCancelled' || t === 'CancelRequested') && d.CancelledBy) run.cancelledBy = d.CancelledBy;
+    if (t === 'RunPaused') { run.pausedBy = d.PausedBy || null; run.pausedAt = at; }
     // Restarted in place, a finished run goes on: its end is the next one's.
     if (t === 'RunRestarted') { run.restarts.push({ at, details: d }); if (!d.Fork) run.end = null; }
     if (!e.Id) continue;
@@ -902,7 +905,7 @@ function explain(view, model) {
       break;
     }
     case 'pending': lines.push('<p><b>Pending</b>: started and queued; a worker picks it up at its next wake-up.</p>'); break;
-    case 'paused': lines.push('<p><b>Paused</b> by an operator: it takes no turn until resumed. Events and webhooks sent to it are recorded; timers that fall due meanwhile fire when it is resumed (<b>Resume…</b> below, or <code>siesta runs resume</code>).</p>'); break;
+    case 'paused': lines.push(`<p><b>Paused</b> by ${run.pausedBy ? `<b>${esc(run.pausedBy)}</b>` : 'an operator'}${run.pausedAt != null ? ` at ${timeHtml(run.pausedAt)}` : ''}: it takes no turn until resumed. Events and webhooks sent to it are recorded; timers that fall due meanwhile fire when it is resumed (<b>Resume…</b> below, or <code>siesta runs resume</code>).</p>`); break;
     case 'running': lines.push('<p><b>Running</b>: a worker holds its lease and is executing the workflow from its journal.</p>'); break;
     case 'waiting': {
       lines.push('<p><b>Waiting</b>: suspended — no worker holds it and nothing runs until one of these happens:</p><ul>');
@@ -924,7 +927,7 @@ function explain(view, model) {
     }
     case 'completed': lines.push(`<p><b>Completed</b> at ${timeHtml(instant(view.updated_at))} after ${duration(took)}.</p>`); break;
     case 'failed': lines.push(`<p><b>Failed</b> at ${timeHtml(instant(view.updated_at))} after ${duration(took)}:</p><p class="error-box">${esc(errorText(view.error))}</p>`); break;
-    case 'cancelled': lines.push(`<p><b>Cancelled</b> at ${timeHtml(instant(view.updated_at))} after ${duration(took)}.</p>`); break;
+    case 'cancelled': lines.push(`<p><b>Cancelled</b>${run.cancelledBy ? ` by <b>${esc(run.cancelledBy)}</b>` : ''} at ${timeHtml(instant(view.updated_at))} after ${duration(took)}.</p>`); break;
     default: lines.push(`<p>${esc(view.status)}</p>`);
   }
   lines.push(restartHtml(view));
