@@ -234,6 +234,7 @@ macro_rules! conformance_suite {
             action_job_round_trips_and_is_written_on_its_version
             active_action_jobs_are_the_running_ones_and_jobs_list_newest_first
             concurrent_action_job_writes_exactly_one_wins
+            a_bulk_cancel_on_the_backend_acts_on_each_matched_run_once
             a_held_run_is_due_at_its_release_and_released_on_its_version
             // reading
             timeline_pages_are_gapless

@@ -212,3 +212,95 @@ pub async fn concurrent_action_job_writes_exactly_one_wins(h: Harness) {
         Some(format!("engine#{}", won[0]))
     );
 }
+
+/// `waiter` and `bystander`: each waits for the event `go`.
+fn waiting() -> Registry {
+    let mut reg = Registry::new();
+    for name in ["waiter", "bystander"] {
+        reg.register(name, |ctx: Context, _: serde_json::Value| async move {
+            let go: serde_json::Value = ctx.wait_for_event("go").await?;
+            Ok(go)
+        });
+    }
+    reg
+}
+
+/// The engine on the backend: a bulk cancel by workflow, its job woken through the
+/// backend's queue and its runs listed by the backend's index, cancels each run its
+/// filter matches once, leaves the others alone, and counts what it did.
+pub async fn a_bulk_cancel_on_the_backend_acts_on_each_matched_run_once(h: Harness) {
+    let tenant = tenant();
+    let config = EngineConfig {
+        owner: unique("conformance"),
+        ..EngineConfig::default()
+    };
+    let engine = Engine::new(h.backend.clone(), h.clock.clone(), waiting(), config);
+    let mut targets = Vec::new();
+    for _ in 0..5 {
+        let run = engine
+            .start(&tenant, "waiter", serde_json::Value::Null, None)
+            .await
+            .expect("start");
+        targets.push(run.id);
+    }
+    let other = engine
+        .start(&tenant, "bystander", serde_json::Value::Null, None)
+        .await
+        .expect("start")
+        .id;
+    engine.run_until_idle(50).await.expect("work the queue");
+    let request = ActionRequest {
+        action: BulkAction::Cancel,
+        filter: ActionFilter {
+            workflow: Some("waiter".into()),
+            ..ActionFilter::default()
+        },
+        restart: RestartOptions::default(),
+        rate: Some(MAX_ACTION_RATE),
+    };
+    let started = match engine
+        .start_action_job(&tenant, request, "conformance")
+        .await
+    {
+        Ok(job) => job,
+        Err(EngineError::Store(StoreError::Unsupported(why))) => {
+            eprintln!("skipped: this backend has no bulk actions ({why})");
+            return;
+        }
+        Err(e) => panic!("start the job: {e}"),
+    };
+    let mut job = started.clone();
+    // A next slice waits its pacing (a second on SQS): a few rounds at most.
+    for _ in 0..5 {
+        engine.run_until_idle(50).await.expect("work the queue");
+        job = engine.action_job(&tenant, &started.id).await.expect("read");
+        if job.status.is_finished() {
+            break;
+        }
+        h.advance(std::time::Duration::from_secs(1)).await;
+    }
+    assert_eq!(job.status, ActionJobStatus::Done, "{job:?}");
+    assert_eq!(
+        (job.matched, job.done, job.skipped, job.failed),
+        (5, 5, 0, 0),
+        "{job:?}"
+    );
+    for run in &targets {
+        let run = h
+            .backend
+            .store
+            .get_run(&tenant, run)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(run.status, RunStatus::Cancelled);
+    }
+    let other = h
+        .backend
+        .store
+        .get_run(&tenant, &other)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(other.status, RunStatus::Waiting, "not matched: left alone");
+}
