@@ -937,13 +937,36 @@ async fn runs_selected_in_the_list_are_cancelled_and_a_filter_is_acted_on_by_a_j
             .click()
             .await
             .unwrap();
-        find(client, r#"#actions-menu button[data-bulk="pause"]"#)
+        // A restart would be a job over the filter, from the position given (not sent).
+        find(client, r#"#actions-menu button[data-bulk="restart"]"#)
             .await
             .click()
             .await
             .unwrap();
         let filter = text_of(client, "#dialog #bulk-filter").await;
         assert_eq!(filter, "workflow = order, status = waiting");
+        find(client, r#"#dialog input[name="from"]"#)
+            .await
+            .send_keys("payment#0")
+            .await
+            .unwrap();
+        let what = text_of(client, "#dialog #what").await;
+        assert!(
+            what.ends_with(r#"{"action":"restart","filter":{"workflow":"order","status":"waiting"},"from":"payment#0"}"#),
+            "{what}"
+        );
+        find(client, "#dialog-cancel").await.click().await.unwrap();
+        // Pause is sent.
+        find(client, "#actions-menu summary")
+            .await
+            .click()
+            .await
+            .unwrap();
+        find(client, r#"#actions-menu button[data-bulk="pause"]"#)
+            .await
+            .click()
+            .await
+            .unwrap();
         let what = text_of(client, "#dialog #what").await;
         assert!(what.starts_with("POST /runs/actions"), "{what}");
         find(client, "#dialog-confirm").await.click().await.unwrap();

@@ -341,6 +341,7 @@ function openBulk(list, action) {
   const scope0 = ids.length ? 'selection' : 'filter';
   const shownIds = ids.slice(0, 8).map((id) => `<code>${esc(id)}</code>`).join(', ') + (ids.length > 8 ? ` and ${ids.length - 8} more` : '');
   const restartFields = action === 'restart' ? [
+    { name: 'from', label: 'From (a position such as notify_team#0; empty: each run\'s first operation that failed)', value: '', optional: true },
     { name: 'as_new', label: 'As new runs (a fork of each; the runs stay as they are)', checkbox: true },
     { name: 'repeat_tool_calls', label: 'Repeat tool calls', checkbox: true, warning: REPEAT_WARNING },
   ] : [];
@@ -1502,7 +1503,8 @@ function fieldValues(form, fields) {
 /** The body of a restart: only what differs from the defaults. */
 function restartBody(f) {
   const body = {};
-  if (f.from) body.from = f.from;
+  const from = (f.from || '').trim();
+  if (from) body.from = from;
   if (f.as_new) body.as_new = true;
   if (f.repeat_tool_calls) body.repeat_tool_calls = true;
   return body;
