@@ -278,6 +278,40 @@ async fn a_cancelled_job_acts_on_no_more_runs() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_cancelled_in_the_middle_of_a_slice_stops_within_ten_runs() {
+    let w = world(waiting());
+    let runs = waiting_runs(&w, "waiter", 25).await;
+    // One slice would take all 25; its first run's cancel is held before its write.
+    let (reached, release) = w.probe().pause_before_next_checkpoint();
+    let started = start(&w, BulkAction::Cancel, waiting_of("waiter"), 50).await;
+    let worker = {
+        let engine = w.engine();
+        tokio::spawn(async move { engine.run_until_idle(10).await })
+    };
+    reached.await.unwrap();
+    w.engine()
+        .cancel_action_job(w.tenant(), &started.id, "ops")
+        .await
+        .unwrap();
+    release.send(()).unwrap();
+    worker.await.unwrap().unwrap();
+    let after = job(&w, &started.id).await;
+    assert_eq!(after.status, ActionJobStatus::Cancelled);
+    assert_eq!(
+        (after.matched, after.done),
+        (10, 10),
+        "the slice read the job again after ten runs and stopped"
+    );
+    let mut cancelled = 0;
+    for run in &runs {
+        if w.status(run).await == RunStatus::Cancelled {
+            cancelled += 1;
+        }
+    }
+    assert_eq!(cancelled, 10, "the rest wait");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_is_paced_by_its_rate_on_the_clock() {
     let w = world(waiting());
     waiting_runs(&w, "waiter", 10).await;

@@ -205,9 +205,8 @@ pub(crate) async fn get_runs_action(
     Ok(Json(job_view(&job)))
 }
 
-/// Cancel a bulk action: it acts on no run after the slice in flight (a second's runs
-/// at most); the runs acted on stay acted on. A finished job is answered
-/// as it is.
+/// Cancel a bulk action: it stops within ten runs (a slice in flight reads its job
+/// every ten); the runs acted on stay acted on. A finished job is answered as it is.
 #[utoipa::path(
     post, path = "/runs/actions/{id}/cancel", operation_id = "cancelRunsAction", tag = "runs",
     security(("bearer" = [])),

@@ -125,9 +125,9 @@ impl Engine {
         Ok(self.backend.store.list_action_jobs(tenant, limit).await?)
     }
 
-    /// Cancel the job `id` for `by`: it acts on no run after the slice in flight, if
-    /// any (the runs acted on stay acted on, and are counted). A finished job is
-    /// answered as it is.
+    /// Cancel the job `id` for `by`: a slice in flight stops within ten runs (it reads
+    /// its job again every ten), and no slice follows; the runs acted on stay acted on,
+    /// and are counted. A finished job is answered as it is.
     pub async fn cancel_action_job(
         &self,
         tenant: &TenantId,

@@ -24,6 +24,10 @@ const MAX_SLICE: u32 = 200;
 /// of the filter leaves out cost a page each, and a slice's work stays bounded.
 const MAX_PAGES_PER_SLICE: usize = 8;
 
+/// Every how many runs a slice reads its job again, to stop once it is cancelled: a
+/// cancel takes effect within this many runs, for one read per this many.
+const CANCEL_CHECK_EVERY: usize = 10;
+
 /// Slices in a row that may stop on an error before the job fails.
 const MAX_ERRORS_IN_A_ROW: u32 = 5;
 
@@ -148,6 +152,10 @@ impl Engine {
                 if !matches(&job.filter, run) {
                     continue;
                 }
+                if acted > 0 && acted % CANCEL_CHECK_EVERY == 0 && self.is_cancelled(job).await {
+                    // Where the listing stood no longer matters: the job ends here.
+                    return Ok(acted);
+                }
                 acted += 1;
                 match self.act_on(job, run).await {
                     Acted::Done => job.note_done(),
@@ -162,6 +170,15 @@ impl Engine {
             }
         }
         Ok(acted)
+    }
+
+    /// Whether `job` has been cancelled (or finished otherwise) since its slice began;
+    /// a read that fails says no, and the slice goes on.
+    async fn is_cancelled(&self, job: &ActionJob) -> bool {
+        matches!(
+            self.backend.store.get_action_job(&job.tenant, &job.id).await,
+            Ok(Some(stored)) if stored.status.is_finished()
+        )
     }
 
     /// Write a slice's progress (`progressed`) over the job as its lease took it
