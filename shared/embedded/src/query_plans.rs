@@ -118,6 +118,7 @@ fn statements_in_source() -> Vec<String> {
         include_str!("unfinished.rs"),
         include_str!("builds.rs"),
         include_str!("retention.rs"),
+        include_str!("action_jobs.rs"),
     ] {
         // A module's unit tests build their own fixtures; they are not the backend's.
         let source = source
@@ -396,6 +397,35 @@ async fn workload(backend: &crate::EmbeddedBackend, clock: &Arc<ManualClock>) {
     );
     // A metrics scrape's read of the queue.
     backend.queue_depth(clock.now()).await.unwrap();
+
+    // A bulk action: started, a slice of it (its lease, its page, its progress), read
+    // and listed; the sweep's look at the active jobs.
+    let job = engine
+        .start_action_job(
+            &held.tenant,
+            siesta::ActionRequest {
+                action: siesta::BulkAction::Pause,
+                filter: siesta::ActionFilter {
+                    workflow: Some("approval".into()),
+                    ..siesta::ActionFilter::default()
+                },
+                restart: siesta::RestartOptions::default(),
+                rate: None,
+            },
+            "plans",
+        )
+        .await
+        .unwrap();
+    // Its wake-up handled at once (the queue holds thousands before it).
+    let wake = WakeUp::new(
+        held.tenant.clone(),
+        RunId(job.id.clone()),
+        WakeReason::Action,
+    );
+    engine.handle_wakeup(&wake).await.unwrap();
+    engine.action_job(&held.tenant, &job.id).await.unwrap();
+    engine.action_jobs(&held.tenant, 10).await.unwrap();
+    ports.store.active_action_jobs(10).await.unwrap();
 }
 
 /// A wake-up dead-lettered and handled, on a file of its own (its statements are
