@@ -227,7 +227,8 @@ async fn a_job_cut_short_by_a_crash_is_finished_by_the_sweep_without_acting_on_a
     // A new process; the sweep finds the job stalled once the dead one's hold lapses.
     w.restart();
     w.advance(LEASE_TTL).await;
-    let done = until_finished(&w, &started.id).await;
+    let done = job(&w, &started.id).await;
+    assert!(done.status.is_finished(), "taken over at once: {done:?}");
     assert_eq!(done.status, ActionJobStatus::Done);
     assert_eq!(done.matched, 10);
     assert_eq!(

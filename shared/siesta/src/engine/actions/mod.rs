@@ -160,10 +160,11 @@ impl Engine {
         )))
     }
 
-    /// The sweep's part: send a wake-up for every active job whose next slice is
-    /// overdue by more than the start margin and that no invocation holds — its
-    /// wake-up was lost, or the process acting on it died. A duplicate finds the job
-    /// taken or not due, and does nothing. Returns how many were sent.
+    /// The sweep's part: send a wake-up for every active job that stalled — the
+    /// process acting on a slice died (its lease on the job lapsed), or the job's
+    /// wake-up was lost (its next slice is overdue by more than the start margin, the
+    /// time a wake-up behind a backlog is given). A duplicate finds the job taken or
+    /// not due, and does nothing. Returns how many were sent.
     pub(super) async fn resend_stale_action_jobs(&self) -> usize {
         let active = match self
             .backend
@@ -193,8 +194,10 @@ impl Engine {
                 }
             };
             let stalled = job.status == ActionJobStatus::Running
-                && !job.is_leased(now)
-                && job.next_at.plus(margin) <= now;
+                && match &job.lease {
+                    Some(lease) => lease.until <= now,
+                    None => job.next_at.plus(margin) <= now,
+                };
             if stalled {
                 self.send_action_wake(&job, Duration::ZERO).await;
                 sent += 1;
