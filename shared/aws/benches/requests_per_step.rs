@@ -604,6 +604,9 @@ async fn main() {
             "MISSED"
         }
     );
+
+    // I: a bulk restart of runs that failed for good at their third operation.
+    bulk_restart(&env).await;
 }
 
 /// Start `starts` runs of `workflow` (`per_key` of them per customer), work them, and
@@ -692,6 +695,105 @@ async fn schedule_tick(env: &support::Emulators, tenant: &TenantId) {
     (tick.wcu_billed, tick.bytes) =
         print_written(&written_before, &aws.written_items(), 1.0, "tick");
     tick.print("tick");
+    println!("  requests: {:?}", counter.snapshot());
+}
+
+/// Runs a bulk restart restarts in section I.
+const RESTARTED: usize = 50;
+
+/// I: `RESTARTED` runs of a workflow fail for good at their third operation; the fix is
+/// made; one bulk action restarts them at its highest rate. Per restarted run: the AWS
+/// requests and list-price cost of the job, the restart and the run going on to
+/// completion (its failed step run again, its first two replayed); and the job's
+/// throughput on the emulators (DynamoDB Local's, not DynamoDB's).
+async fn bulk_restart(env: &support::Emulators) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let names = env.names(5).await;
+    let (aws, counter) = env.counted_backend_with_names(names);
+    let fixed = Arc::new(AtomicBool::new(false));
+    let mut reg = Registry::new();
+    let fix = fixed.clone();
+    reg.register("three", move |ctx: Context, _: serde_json::Value| {
+        let fix = fix.clone();
+        async move {
+            ctx.step("fetch", |_| async { Ok(1u32) }).await?;
+            ctx.step("search", |_| async { Ok(2u32) }).await?;
+            ctx.step("notify", move |_| async move {
+                if fix.load(Ordering::SeqCst) {
+                    Ok(3u32)
+                } else {
+                    Err(StepError::from_http_status(400, "the receiver said 400"))
+                }
+            })
+            .await
+        }
+    });
+    let engine = Engine::new(
+        aws.backend(),
+        Arc::new(SystemClock),
+        reg,
+        EngineConfig::default(),
+    );
+    let tenant = TenantId(format!("bench-{}", uuid::Uuid::new_v4().simple()));
+    let mut runs = Vec::new();
+    for _ in 0..RESTARTED {
+        let run = engine
+            .start(&tenant, "three", json!(null), None)
+            .await
+            .expect("start");
+        runs.push(run.id);
+    }
+    engine.run_until_idle(1000).await.expect("work");
+    for id in &runs {
+        let run = engine.get_run(&tenant, id).await.expect("run");
+        assert_eq!(run.status, RunStatus::Failed, "{id}: {:?}", run.error);
+    }
+    fixed.store(true, Ordering::SeqCst);
+    counter.reset();
+    let before = aws.consumed_capacity();
+    let written_before = aws.written_items();
+    let started = std::time::Instant::now();
+    let job = engine
+        .start_action_job(
+            &tenant,
+            ActionRequest {
+                action: BulkAction::Restart,
+                filter: ActionFilter {
+                    workflow: Some("three".into()),
+                    status: Some(RunStatus::Failed),
+                    ..ActionFilter::default()
+                },
+                restart: RestartOptions::default(),
+                rate: Some(MAX_ACTION_RATE),
+            },
+            "bench",
+        )
+        .await
+        .expect("the job");
+    loop {
+        engine.run_until_idle(1000).await.expect("work");
+        let now = engine.action_job(&tenant, &job.id).await.expect("the job");
+        if now.status != ActionJobStatus::Running {
+            assert_eq!((now.done, now.failed), (RESTARTED as u64, 0), "{now:?}");
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    engine.run_until_idle(1000).await.expect("work");
+    let elapsed = started.elapsed().as_secs_f64();
+    for id in &runs {
+        let run = engine.get_run(&tenant, id).await.expect("run");
+        assert_eq!(run.status, RunStatus::Completed, "{id}: {:?}", run.error);
+    }
+    let n = RESTARTED as f64;
+    let mut figures = Figures::per(&counter, capacity_since(&aws, before), n);
+    println!(
+        "A bulk restart of {RESTARTED} runs failed for good at their third operation, at the job's highest rate (the job, each restart, and each run going on to completion; {elapsed:.2} s, {:.0} runs/s on the emulators):",
+        n / elapsed
+    );
+    (figures.wcu_billed, figures.bytes) =
+        print_written(&written_before, &aws.written_items(), n, "restarted run");
+    figures.print("restarted run");
     println!("  requests: {:?}", counter.snapshot());
 }
 
