@@ -527,7 +527,11 @@ impl Engine {
     ) -> Result<Restarted, EngineError> {
         let mut next = source.clone();
         next.version += 1;
-        next.updated_at = now;
+        // A finished source keeps its time of finishing (what lists show, and what its
+        // retention counts from): recording its fork changes nothing it did.
+        if !source.status.is_finished() {
+            next.updated_at = now;
+        }
         let mut mark = self.restart_mark(plan, number, request, by, now);
         mark.fork = Some(fork.id.clone());
         let mut event = Self::restarted_event(&source.workflow, plan, &mark);
