@@ -5,7 +5,9 @@
 //!
 //! Before the due runs, the schedules' due ticks are fired ([`Engine::fire_schedules`]:
 //! one run per tick, `SweepScheduled` counts them; docs/flow-control.md, "Schedules"):
-//! this function is all a deployment's schedules need.
+//! this function is all a deployment's schedules need. So is it for bulk actions' jobs
+//! that stalled (a lost wake-up, a process that died in a slice): it wakes them again,
+//! `SweepActionJobs` counts them (docs/operations.md, "Bulk actions by filter").
 //!
 //! One page, not several in a row: [`Engine::sweep`] returns the earliest due runs, and
 //! a run stays due until the step function has handled its wake-up, so a second page
@@ -55,6 +57,7 @@ pub async fn handle(engine: &Engine, event: &Value, page: usize) -> Result<Value
             "dead_letters": report.dead_letters,
             "parked_dead_letters": report.parked_dead_letters,
             "scheduled": report.scheduled,
+            "action_jobs": report.action_jobs,
             "backlog": backlog,
         });
         if backlog {
@@ -81,6 +84,7 @@ pub async fn handle(engine: &Engine, event: &Value, page: usize) -> Result<Value
                 ),
                 ("SweepBacklog", Unit::Count, &[f64::from(u8::from(backlog))]),
                 ("SweepScheduled", Unit::Count, &[report.scheduled as f64]),
+                ("SweepActionJobs", Unit::Count, &[report.action_jobs as f64]),
             ],
         );
         Ok(counts)

@@ -266,6 +266,7 @@ impl Metrics {
             ("dead_letters", report.dead_letters),
             ("parked_dead_letters", report.parked_dead_letters),
             ("scheduled", report.scheduled),
+            ("action_jobs", report.action_jobs),
         ] {
             self.0
                 .sweep

@@ -16,7 +16,7 @@
 //! | start | `StartsQueued`, `StartsJoined` | count | by `Limit` too: a start queued by a concurrency limit, a start rate or a debounce (its name); a start a debounce gathered into a run queued already |
 //! | webhook | `WebhookDuplicates` | count | a delivery already received |
 //! | webhook | `WebhooksRefused` | count | a non-2xx answer (bad signature, unknown source…) |
-//! | sweep | `SweepWoken`, `SweepExpiredLeases`, `SweepDueWaits`, `SweepLostWakeUps`, `SweepDeadLetters`, `SweepParkedDeadLetters`, `SweepScheduled` | count | what the sweep did (`SweepScheduled`: runs started for schedules' ticks) |
+//! | sweep | `SweepWoken`, `SweepExpiredLeases`, `SweepDueWaits`, `SweepLostWakeUps`, `SweepDeadLetters`, `SweepParkedDeadLetters`, `SweepScheduled`, `SweepActionJobs` | count | what the sweep did (`SweepScheduled`: runs started for schedules' ticks; `SweepActionJobs`: stalled bulk actions woken again) |
 //! | sweep | `RunsOnUndeployedBuilds`, `UndeployedBuilds` | count | the drain check (every 5 min): unfinished runs whose build no step version serves any more, and those builds |
 
 use std::time::{SystemTime, UNIX_EPOCH};
