@@ -163,7 +163,7 @@ pub struct WaitView {
 /// Operations by state.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 pub struct OperationsSummary {
-    /// All journaled operations (those a restart set aside left out).
+    /// All journaled operations (those a restart superseded left out).
     pub total: usize,
     /// Finished with a value.
     pub succeeded: usize,

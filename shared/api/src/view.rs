@@ -101,11 +101,11 @@ pub fn run_view(run: &Run, replay_input: Option<&ReplayInput>, callback_base_url
     let Some(replay_input) = replay_input else {
         return view;
     };
-    // What a restart set aside is history, not an operation of the run now.
+    // What a restart superseded is history, not an operation of the run now.
     let mut entries: Vec<&JournalEntry> = replay_input
         .journal
         .iter()
-        .filter(|e| e.set_aside.is_none())
+        .filter(|e| e.superseded.is_none())
         .collect();
     let mut summary = OperationsSummary {
         total: entries.len(),

@@ -112,7 +112,7 @@ fn entry(position: &str, attempt: u32, at: Timestamp) -> JournalEntry {
         handle: None,
         minted: Vec::new(),
         within: None,
-        set_aside: None,
+        superseded: None,
         updated_at: at,
     }
 }

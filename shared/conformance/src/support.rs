@@ -288,7 +288,7 @@ pub(crate) fn entry(h: &Harness, position: &str, index: u32, state: EntryState) 
         handle: None,
         minted: Vec::new(),
         within: None,
-        set_aside: None,
+        superseded: None,
         updated_at: h.now(),
     }
 }

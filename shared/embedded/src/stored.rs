@@ -68,7 +68,7 @@ struct EntryRef<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     within: Option<&'a Position>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    set_aside: Option<u32>,
+    superseded: Option<u32>,
     updated_at: Timestamp,
 }
 
@@ -90,7 +90,7 @@ struct EntryOwned {
     #[serde(default)]
     within: Option<Position>,
     #[serde(default)]
-    set_aside: Option<u32>,
+    superseded: Option<u32>,
     updated_at: Timestamp,
 }
 
@@ -114,7 +114,7 @@ impl StoredEntry {
             handle,
             minted,
             within,
-            set_aside,
+            superseded,
             updated_at,
         } = entry;
         let (bare, schema) = match state {
@@ -148,7 +148,7 @@ impl StoredEntry {
             handle: handle.as_deref(),
             minted,
             within: within.as_ref(),
-            set_aside: *set_aside,
+            superseded: *superseded,
             updated_at: *updated_at,
         })?;
         let full_len = body.len()
@@ -188,7 +188,7 @@ pub(crate) fn entry(
         handle,
         minted,
         within,
-        set_aside,
+        superseded,
         updated_at,
     } = from_json(body)?;
     if let Some(schema) = schema {
@@ -209,7 +209,7 @@ pub(crate) fn entry(
         handle,
         minted,
         within,
-        set_aside,
+        superseded,
         updated_at,
     })
 }
@@ -528,7 +528,7 @@ mod tests {
             handle: None,
             minted: Vec::new(),
             within: None,
-            set_aside: None,
+            superseded: None,
             updated_at: Timestamp(3),
         }
     }

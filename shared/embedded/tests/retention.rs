@@ -119,7 +119,7 @@ async fn full_run_in(
         handle: None,
         minted: Vec::new(),
         within: None,
-        set_aside: None,
+        superseded: None,
         updated_at: now,
     });
     let mut waited = event(now, EventType::WaitStarted);

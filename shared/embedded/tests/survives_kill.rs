@@ -57,7 +57,7 @@ fn journal_entry(at: Timestamp) -> JournalEntry {
         handle: None,
         minted: Vec::new(),
         within: None,
-        set_aside: None,
+        superseded: None,
         updated_at: at,
     }
 }

@@ -329,7 +329,7 @@ mod tests {
                     handle: None,
                     minted: Vec::new(),
                     within: None,
-                    set_aside: None,
+                    superseded: None,
                     updated_at: Timestamp(0),
                 };
                 (position, entry)
@@ -337,7 +337,7 @@ mod tests {
             .collect();
         Replayed {
             journal,
-            set_aside: Default::default(),
+            superseded: Default::default(),
             deliveries: Vec::new(),
         }
     }

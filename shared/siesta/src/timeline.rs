@@ -358,7 +358,7 @@ pub struct RunPaused {
 
 /// `RunRestarted` (Siesta's): an operator restarted the run from a step
 /// (docs/operations.md). In place, the run goes on from `From` with the journal from
-/// there set aside; as a fork, the run it was made of records `Fork` and the fork
+/// there superseded; as a fork, the run it was made of records `Fork` and the fork
 /// `ForkedFrom`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase", deny_unknown_fields)]
@@ -368,15 +368,15 @@ pub struct RunRestarted {
     /// The position it goes on from; absent: from where it stopped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub from: Option<String>,
-    /// The restart's number: its set-aside journal entries carry it.
+    /// The restart's number: its superseded journal entries carry it.
     pub restart: u32,
-    /// How many journal entries were set aside.
+    /// How many journal entries were superseded.
     #[serde(default)]
-    pub set_aside: u64,
+    pub superseded: u64,
     /// How many journal entries before the point replayed on this build to check it.
     #[serde(default)]
     pub replayed: u64,
-    /// Tool calls set aside are made again rather than answered from their outcome.
+    /// Tool calls superseded are made again rather than answered from their outcome.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub repeat_tool_calls: bool,
     /// On the run a fork was made of: the fork's id.

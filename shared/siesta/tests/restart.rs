@@ -1,6 +1,6 @@
 //! Restart from a step (issue 47), what the conformance suite does not already hold on
 //! both backends: a child run after the point is taken over, not started again; an
-//! event a set-aside wait took is offered again; a callback a set-aside wait opened is
+//! event a superseded wait took is offered again; a callback a superseded wait opened is
 //! closed; a running run is cancelled at its boundary and then restarted; a restart
 //! asked again with the same token does nothing twice.
 #![allow(
@@ -74,7 +74,7 @@ async fn a_child_run_after_the_point_is_taken_over_not_started_again() {
         .restart(w.tenant(), &run, restart_from("prepare#0"), None, "ops")
         .await
         .unwrap();
-    assert_eq!(restarted.set_aside, 3);
+    assert_eq!(restarted.superseded, 3);
     w.run_until_idle().await;
     let done = w.run(&run).await;
     assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
@@ -93,7 +93,7 @@ async fn a_child_run_after_the_point_is_taken_over_not_started_again() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_event_a_set_aside_wait_took_is_offered_again_and_a_callback_it_opened_is_closed() {
+async fn an_event_a_superseded_wait_took_is_offered_again_and_a_callback_it_opened_is_closed() {
     let fixed = Arc::new(AtomicBool::new(false));
     let mut reg = Registry::new();
     let fix = fixed.clone();
@@ -141,7 +141,7 @@ async fn an_event_a_set_aside_wait_took_is_offered_again_and_a_callback_it_opene
     assert_eq!(
         record.status,
         CallbackStatus::Closed,
-        "the set-aside callback accepts nothing"
+        "the superseded callback accepts nothing"
     );
 }
 

@@ -826,13 +826,13 @@ function eventRows(events) {
   }).join('');
 }
 
-/** A `RunRestarted` event's details in words: who, from where, what it set aside. */
+/** A `RunRestarted` event's details in words: who, from where, what it superseded. */
 function restartedText(d) {
   d = d || {};
   const parts = [`restarted by ${d.RestartedBy || '?'}`, d.From ? `from ${d.From}` : 'from where it stopped', `restart ${d.Restart ?? '?'}`];
   if (d.Fork) parts.push(`as the new run ${d.Fork}`);
   if (d.ForkedFrom) parts.push(`forked from ${d.ForkedFrom}`);
-  if (d.SetAside) parts.push(`${d.SetAside} journal entr${d.SetAside === 1 ? 'y' : 'ies'} set aside`);
+  if (d.Superseded) parts.push(`${d.Superseded} journal entr${d.Superseded === 1 ? 'y' : 'ies'} superseded`);
   if (d.Replayed != null) parts.push(`${d.Replayed} replayed to check it`);
   if (d.RepeatToolCalls) parts.push('tool calls made again');
   return parts.join(' · ');
@@ -856,7 +856,7 @@ function restartHtml(view) {
   let line;
   if (r.forked_from) line = `Forked from ${runLink(r.forked_from)} ${who}: it goes on ${from}${tools}.`;
   else if (r.fork) line = `Fork: ${runLink(r.fork)} — a new run made of this one ${who}, going on ${from}${tools}. This run stays as it was.`;
-  else line = `Restarted ${who} ${from} (restart ${esc(r.number)})${tools}. What its journal held from there on is set aside, kept in the timeline.`;
+  else line = `Restarted ${who} ${from} (restart ${esc(r.number)})${tools}. What its journal held from there on is superseded, kept in the timeline.`;
   return `<p class="note restart-info" id="restart-info">${line}</p>`;
 }
 
@@ -1443,7 +1443,7 @@ function actionSpec(state, button) {
       }));
       return {
         title: 'Restart this run from a step',
-        what: 'First the journal before the point is replayed on the build serving this page: if it does not replay, nothing changes and the error says where. In place, the run keeps its id and goes on from the point; its journal from there on is set aside, kept in the timeline. As a new run, a fork linked both ways goes on from the point and this run stays as it is. A tool call after the point whose outcome was recorded keeps it, unless you repeat tool calls.',
+        what: 'First the journal before the point is replayed on the build serving this page: if it does not replay, nothing changes and the error says where. In place, the run keeps its id and goes on from the point; its journal from there on is superseded, kept in the timeline. As a new run, a fork linked both ways goes on from the point and this run stays as it is. A tool call after the point whose outcome was recorded keeps it, unless you repeat tool calls.',
         fields: [
           { name: 'from', label: 'From', options: [{ value: '', label: failed
             ? `the first operation that failed (default): ${failed.name} — ${failed.id}`

@@ -30,7 +30,7 @@ fn entry(position: &str, attempt: u32) -> JournalEntry {
         handle: None,
         minted: Vec::new(),
         within: None,
-        set_aside: None,
+        superseded: None,
         updated_at: Timestamp(0),
     }
 }

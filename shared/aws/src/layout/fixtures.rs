@@ -44,7 +44,7 @@ pub(super) fn entry(position: &str) -> JournalEntry {
         handle: None,
         minted: Vec::new(),
         within: None,
-        set_aside: None,
+        superseded: None,
         updated_at: Timestamp(0),
     }
 }

@@ -640,7 +640,7 @@ pub async fn callback_and_tool_call_records_round_trip(h: Harness) {
         handle: None,
         minted: Vec::new(),
         within: None,
-        set_aside: None,
+        superseded: None,
         updated_at: h.now(),
     };
     let mut cause = ErrorInfo::new("http", "503 from the tool", true);

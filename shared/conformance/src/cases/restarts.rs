@@ -1,5 +1,5 @@
 //! Restart from a step on the backend (docs/operations.md): what a restart writes —
-//! a finished run made unfinished again, its journal from the point on set aside and
+//! a finished run made unfinished again, its journal from the point on superseded and
 //! kept readable — and what the replay that follows does with it.
 
 use std::sync::Arc;
@@ -112,7 +112,7 @@ async fn restarted_events(h: &Harness, tenant: &TenantId, id: &RunId) -> Vec<Tim
 
 /// A run whose third operation failed for good restarts from it, in place, after the
 /// fix: it completes without running the first two again, is unfinished again on the
-/// tenant's count while it runs, and its failed entry stays readable, set aside.
+/// tenant's count while it runs, and its failed entry stays readable, superseded.
 pub async fn a_run_restarted_in_place_from_its_failed_step_does_not_repeat_the_steps_before(
     h: Harness,
 ) {
@@ -134,7 +134,7 @@ pub async fn a_run_restarted_in_place_from_its_failed_step_does_not_repeat_the_s
         .await
         .expect("restart");
     assert_eq!(restarted.from, Some(Position::from("notify_team#0")));
-    assert_eq!(restarted.set_aside, 1);
+    assert_eq!(restarted.superseded, 1);
     assert_eq!(
         restarted.replayed, 2,
         "the two steps before replayed to check it"
@@ -178,8 +178,8 @@ pub async fn a_run_restarted_in_place_from_its_failed_step_does_not_repeat_the_s
     let archived = journal
         .iter()
         .find(|e| e.position == archived_position(&Position::from("notify_team#0"), 1))
-        .expect("the failed call is kept, set aside");
-    assert_eq!(archived.set_aside, Some(1));
+        .expect("the failed call is kept, superseded");
+    assert_eq!(archived.superseded, Some(1));
     assert!(
         matches!(archived.state, EntryState::Failed { .. }),
         "{archived:?}"
@@ -289,7 +289,7 @@ pub async fn a_restart_before_a_succeeded_tool_call_does_not_repeat_it(h: Harnes
         .restart(&tenant, &started.id, from_search.clone(), None, "ops")
         .await
         .expect("restart");
-    assert_eq!(restarted.set_aside, 2);
+    assert_eq!(restarted.superseded, 2);
     engine.run_until_idle(50).await.expect("work the queue");
     let done = run(&h, &tenant, &started.id).await;
     assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);

@@ -1,4 +1,4 @@
-//! What a restart from a step carries over from the operations it set aside
+//! What a restart from a step carries over from the operations it superseded
 //! (docs/operations.md, "Restart from a step"): an operation after the point is done
 //! again when the code reaches it, except for two side effects that must not repeat.
 //!
@@ -8,25 +8,25 @@
 //!   carries the same idempotency key, so a provider that honours keys dedupes anyway.
 //! - A **child run** started by an `invoke` is not started again: the invoke at the same
 //!   position takes the same child over, its outcome if it finished (its result is still
-//!   delivered to this run, and a set-aside entry's deliveries are offered again), or
+//!   delivered to this run, and a superseded entry's deliveries are offered again), or
 //!   waits for it if it has not.
 //!
 //! Nothing else is carried: a step, a wait, a callback (a new one, with a new id) and an
-//! event wait are done again; an event or message a set-aside operation had taken is
+//! event wait are done again; an event or message a superseded operation had taken is
 //! offered again to the operation that now reaches it.
 
 use super::{Context, Op};
 use crate::model::*;
 
 impl Context {
-    /// The recorded value (and the attempt that got it) of the succeeded tool call a restart set aside at `op`'s
+    /// The recorded value (and the attempt that got it) of the succeeded tool call a restart superseded at `op`'s
     /// position, when it is the same call and the restart did not ask to repeat it.
     pub(crate) fn carried_tool_call(&self, op: &Op) -> Option<(Payload, u32)> {
         let st = self.shared.state();
         if st.run.restart.as_ref().is_some_and(|r| r.repeat_tool_calls) {
             return None;
         }
-        match st.set_aside.get(&op.position) {
+        match st.superseded.get(&op.position) {
             Some(JournalEntry {
                 kind: OperationKind::ToolCall,
                 name,
@@ -37,11 +37,11 @@ impl Context {
         }
     }
 
-    /// The child run the `invoke` a restart set aside at `op`'s position started, when
+    /// The child run the `invoke` a restart superseded at `op`'s position started, when
     /// it invoked the same thing: taken over, not started again.
     pub(crate) fn carried_child(&self, op: &Op) -> Option<RunId> {
         let st = self.shared.state();
-        match st.set_aside.get(&op.position) {
+        match st.superseded.get(&op.position) {
             Some(JournalEntry {
                 kind: OperationKind::Invoke,
                 name,

@@ -273,7 +273,7 @@ mod tests {
             handle: None,
             minted: Vec::new(),
             within: None,
-            set_aside: None,
+            superseded: None,
             updated_at: Timestamp(0),
         }
     }

@@ -41,7 +41,7 @@ impl Op {
             handle: None,
             minted: Vec::new(),
             within: self.within.clone(),
-            set_aside: None,
+            superseded: None,
             updated_at: Timestamp(0),
         }
     }

@@ -12,20 +12,20 @@ use crate::ports::ReplayInput;
 pub(crate) struct Replayed {
     /// Every journal entry replay uses, by position.
     pub journal: HashMap<Position, JournalEntry>,
-    /// The entries a restart set aside ([`JournalEntry::set_aside`]), by position: never
+    /// The entries a restart superseded ([`JournalEntry::superseded`]), by position: never
     /// replayed, looked at only where an operation is done again after the restart
     /// (see `carried`).
-    pub set_aside: HashMap<Position, JournalEntry>,
+    pub superseded: HashMap<Position, JournalEntry>,
     /// Every delivery, in `seq` order.
     pub deliveries: Vec<Delivery>,
 }
 
 impl From<ReplayInput> for Replayed {
     fn from(replay_input: ReplayInput) -> Self {
-        let (set_aside, journal): (Vec<_>, Vec<_>) = replay_input
+        let (superseded, journal): (Vec<_>, Vec<_>) = replay_input
             .journal
             .into_iter()
-            .partition(|entry| entry.set_aside.is_some());
+            .partition(|entry| entry.superseded.is_some());
         let by_position = |entries: Vec<JournalEntry>| {
             entries
                 .into_iter()
@@ -34,7 +34,7 @@ impl From<ReplayInput> for Replayed {
         };
         Replayed {
             journal: by_position(journal),
-            set_aside: by_position(set_aside),
+            superseded: by_position(superseded),
             deliveries: replay_input.deliveries,
         }
     }

@@ -62,8 +62,8 @@ pub(crate) struct LeaseWatch {
 pub(crate) struct ExecState {
     pub run: Run,
     pub journal: HashMap<Position, JournalEntry>,
-    /// The entries a restart set aside, by position (see `carried`).
-    pub set_aside: HashMap<Position, JournalEntry>,
+    /// The entries a restart superseded, by position (see `carried`).
+    pub superseded: HashMap<Position, JournalEntry>,
     /// Positions of the journal's callbacks still waiting, in order: what a suspension
     /// looks at for deadlines, so it costs the open callbacks, not the whole journal.
     pub waiting_callbacks: std::collections::BTreeSet<Position>,
@@ -236,7 +236,7 @@ impl Shared {
             state: Mutex::new(ExecState {
                 run,
                 journal,
-                set_aside: replayed.set_aside,
+                superseded: replayed.superseded,
                 waiting_callbacks,
                 by_index,
                 deliveries: replayed.deliveries,
@@ -334,7 +334,7 @@ impl Shared {
         st.waiting_callbacks.clear();
         super::Replayed {
             journal: std::mem::take(&mut st.journal),
-            set_aside: std::mem::take(&mut st.set_aside),
+            superseded: std::mem::take(&mut st.superseded),
             deliveries: std::mem::take(&mut st.deliveries),
         }
     }

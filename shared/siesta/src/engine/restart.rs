@@ -4,15 +4,15 @@
 //!
 //! What a restart writes, in place: the journal entries from the position on (the one
 //! there, what the code reached after it, and its enclosing contexts) are written back
-//! marked as set aside by this restart ([`JournalEntry::set_aside`]), never replayed —
+//! marked as superseded by this restart ([`JournalEntry::superseded`]), never replayed —
 //! where they were (until the code reaches them again: what a restart carries over is
 //! read there) and under an archived position kept for good ([`archived_position`]) —
 //! and the run is made pending and due now on this
 //! build, with `RunRestarted` in its timeline, in one write conditioned on the version
-//! the check read (a journal too long for one write has its entries set aside by
-//! writes before that one, which change nothing else). Callbacks the set-aside
+//! the check read (a journal too long for one write has its entries superseded by
+//! writes before that one, which change nothing else). Callbacks the superseded
 //! operations opened are closed. As a fork: a new run is created paused, the journal
-//! before the position (and the set-aside entries after it, for what a restart carries
+//! before the position (and the superseded entries after it, for what a restart carries
 //! over) is copied into it, and it is made pending; then the run it was made of
 //! records the fork. A fork's id is derived from its source's id and restart number, so
 //! a restart asked again after a crash finds the fork it had begun, not a second one.
@@ -41,7 +41,7 @@ const SET_ASIDE_PER_WRITE: usize = 64;
 /// asks for (the attempt in flight finishes and checkpoints first).
 const STOP_WAIT: Duration = Duration::from_secs(10);
 
-/// Where an entry set aside by restart `number` is kept for good: its position with
+/// Where an entry superseded by restart `number` is kept for good: its position with
 /// `~r<number>` after it. A position the code mints ends in `#<occurrence>`, so no
 /// operation ever takes it.
 pub fn archived_position(position: &Position, number: u32) -> Position {
@@ -56,7 +56,7 @@ pub struct RestartRequest {
     pub from: Option<Position>,
     /// As a new run forked from this one, rather than in place.
     pub as_new: bool,
-    /// Make tool calls set aside again rather than answer them from their recorded
+    /// Make tool calls superseded again rather than answer them from their recorded
     /// outcome.
     pub repeat_tool_calls: bool,
     /// A token that makes the restart idempotent (a bulk action's id): asked again with
@@ -71,8 +71,8 @@ pub struct Restarted {
     pub run: Run,
     /// The position it goes on from (`None`: from where it stopped).
     pub from: Option<Position>,
-    /// Journal entries set aside.
-    pub set_aside: usize,
+    /// Journal entries superseded.
+    pub superseded: usize,
     /// Journal entries before the position replayed on this build to check it.
     pub replayed: usize,
     /// Already done: the run's latest restart had this request's token.
@@ -83,7 +83,7 @@ pub struct Restarted {
 struct Plan {
     from: Option<Position>,
     kept: Vec<JournalEntry>,
-    set_aside: Vec<JournalEntry>,
+    superseded: Vec<JournalEntry>,
     deliveries: Vec<Delivery>,
     replayed: usize,
 }
@@ -175,7 +175,7 @@ impl Engine {
         Ok(Some(Restarted {
             run: goes_on,
             from: mark.from.clone(),
-            set_aside: 0,
+            superseded: 0,
             replayed: 0,
             already: true,
         }))
@@ -217,7 +217,7 @@ impl Engine {
                 let known = replay_input
                     .journal
                     .iter()
-                    .any(|e| e.position == from && e.set_aside.is_none());
+                    .any(|e| e.position == from && e.superseded.is_none());
                 if !known {
                     return Err(EngineError::InvalidInput(format!(
                         "the run's journal has no operation at {from} (GET /runs/{}/timeline names each operation's position)",
@@ -229,17 +229,17 @@ impl Engine {
             None => first_failed(&replay_input.journal),
         };
         let aside: std::collections::HashSet<Position> = match &from {
-            Some(from) => set_aside_from(&replay_input.journal, from)
+            Some(from) => superseded_from(&replay_input.journal, from)
                 .into_iter()
                 .collect(),
             None => Default::default(),
         };
-        let (mut set_aside, kept): (Vec<_>, Vec<_>) = replay_input
+        let (mut superseded, kept): (Vec<_>, Vec<_>) = replay_input
             .journal
             .into_iter()
-            .filter(|e| e.set_aside.is_none())
+            .filter(|e| e.superseded.is_none())
             .partition(|e| aside.contains(&e.position));
-        set_aside.sort_by(|a, b| a.position.cmp(&b.position));
+        superseded.sort_by(|a, b| a.position.cmp(&b.position));
         let check = self
             .check_replay_input(
                 run.clone(),
@@ -256,7 +256,7 @@ impl Engine {
         Ok(Plan {
             from,
             kept,
-            set_aside,
+            superseded,
             deliveries: replay_input.deliveries,
             replayed,
         })
@@ -276,7 +276,7 @@ impl Engine {
                 restarted_by: mark.by.clone(),
                 from: mark.from.as_ref().map(|p| p.0.clone()),
                 restart: mark.number,
-                set_aside: plan.set_aside.len() as u64,
+                superseded: plan.superseded.len() as u64,
                 replayed: plan.replayed as u64,
                 repeat_tool_calls: mark.repeat_tool_calls,
                 fork: mark.fork.as_ref().map(|id| id.0.clone()),
@@ -342,11 +342,11 @@ impl Engine {
         // Each entry twice: where it was, until the code reaches it again (what the
         // restart carries over is read there), and under its archived position, kept.
         let mut entries: Vec<JournalEntry> = plan
-            .set_aside
+            .superseded
             .iter()
             .flat_map(|e| {
                 let mut aside = e.clone();
-                aside.set_aside = Some(number);
+                aside.superseded = Some(number);
                 let mut archived = aside.clone();
                 archived.position = archived_position(&e.position, number);
                 [aside, archived]
@@ -377,7 +377,7 @@ impl Engine {
         let mut checkpoint = Checkpoint::new(next.clone(), base.version, None);
         checkpoint.journal = entries;
         checkpoint.timeline = vec![event];
-        checkpoint.callbacks = open_callbacks(plan.set_aside.iter(), &plan.deliveries, run);
+        checkpoint.callbacks = open_callbacks(plan.superseded.iter(), &plan.deliveries, run);
         checkpoint.reopens = run.status.is_finished();
         self.backend.store.checkpoint(&checkpoint).await?;
         self.watchers.changed(&run.tenant, &run.id);
@@ -396,7 +396,7 @@ impl Engine {
         Ok(Restarted {
             run: next,
             from: plan.from,
-            set_aside: plan.set_aside.len(),
+            superseded: plan.superseded.len(),
             replayed: plan.replayed,
             already: false,
         })
@@ -481,11 +481,11 @@ impl Engine {
                 }
             }
         };
-        // The journal before the point, and the entries after it as set aside by the
+        // The journal before the point, and the entries after it as superseded by the
         // fork's first restart, for what a restart carries over.
         let mut entries: Vec<JournalEntry> = plan.kept.clone();
-        entries.extend(plan.set_aside.iter().cloned().map(|mut e| {
-            e.set_aside = Some(1);
+        entries.extend(plan.superseded.iter().cloned().map(|mut e| {
+            e.superseded = Some(1);
             e
         }));
         let base = self.write_ahead(&fork, &mut entries).await?;
@@ -545,7 +545,7 @@ impl Engine {
         Ok(Restarted {
             run: fork,
             from: plan.from.clone(),
-            set_aside: plan.set_aside.len(),
+            superseded: plan.superseded.len(),
             replayed: plan.replayed,
             already: false,
         })

@@ -101,7 +101,7 @@ pub struct JournalEntry {
     /// done again when the code reaches it; a tool call's recorded outcome and a child
     /// run are taken over from it then (see `context::carried`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub set_aside: Option<u32>,
+    pub superseded: Option<u32>,
     /// When it last changed.
     pub updated_at: Timestamp,
 }

@@ -4,21 +4,21 @@
 use super::*;
 
 /// The run's latest restart from a step, in place or as a fork: who made it, from
-/// where, and what the replay that follows must know (whether tool calls set aside are
+/// where, and what the replay that follows must know (whether tool calls superseded are
 /// repeated). On a fork it also names the run it was forked from; on that run, the fork.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RestartMark {
-    /// How many restarts the run has had, this one included: the number its set-aside
-    /// journal entries carry ([`JournalEntry::set_aside`]).
+    /// How many restarts the run has had, this one included: the number its superseded
+    /// journal entries carry ([`JournalEntry::superseded`]).
     pub number: u32,
-    /// The position it went on from; `None`: from where it stopped (nothing set aside).
+    /// The position it went on from; `None`: from where it stopped (nothing superseded).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub from: Option<Position>,
     /// Who restarted it (`dev`, an API key's fingerprint, a JWT's `sub`).
     pub by: String,
     /// When.
     pub at: Timestamp,
-    /// Tool calls set aside are called again, rather than taking their recorded
+    /// Tool calls superseded are called again, rather than taking their recorded
     /// outcome, when the run reaches them.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub repeat_tool_calls: bool,
@@ -70,11 +70,11 @@ pub fn order_key(
 /// The entries a restart from `from` sets aside: the one at `from`, everything the code
 /// reached after it (later siblings and theirs, at every level up) and its ancestors
 /// (a finished context would otherwise return its recorded outcome without reaching
-/// `from` again). Entries set aside by an earlier restart are not counted again.
-pub fn set_aside_from(journal: &[JournalEntry], from: &Position) -> Vec<Position> {
+/// `from` again). Entries superseded by an earlier restart are not counted again.
+pub fn superseded_from(journal: &[JournalEntry], from: &Position) -> Vec<Position> {
     let live: std::collections::HashMap<&Position, &JournalEntry> = journal
         .iter()
-        .filter(|e| e.set_aside.is_none())
+        .filter(|e| e.superseded.is_none())
         .map(|e| (&e.position, e))
         .collect();
     let point = order_key(from, &live);
@@ -95,7 +95,7 @@ pub fn set_aside_from(journal: &[JournalEntry], from: &Position) -> Vec<Position
 pub fn first_failed(journal: &[JournalEntry]) -> Option<Position> {
     let live: std::collections::HashMap<&Position, &JournalEntry> = journal
         .iter()
-        .filter(|e| e.set_aside.is_none())
+        .filter(|e| e.superseded.is_none())
         .map(|e| (&e.position, e))
         .collect();
     let failed = |e: &&JournalEntry| matches!(e.state, EntryState::Failed { .. });
@@ -132,7 +132,7 @@ mod tests {
             handle: None,
             minted: Vec::new(),
             within: None,
-            set_aside: None,
+            superseded: None,
             updated_at: Timestamp(0),
         }
     }
@@ -166,7 +166,7 @@ mod tests {
             entry("e#0", 2, ok()),
         ];
         assert_eq!(
-            names(set_aside_from(&journal, &Position::from("ctx#0/c#0"))),
+            names(superseded_from(&journal, &Position::from("ctx#0/c#0"))),
             ["ctx#0", "ctx#0/c#0", "ctx#0/d#0", "e#0"]
         );
         assert_eq!(
@@ -177,11 +177,11 @@ mod tests {
     }
 
     #[test]
-    fn entries_set_aside_before_are_neither_counted_again_nor_the_first_failure() {
+    fn entries_superseded_before_are_neither_counted_again_nor_the_first_failure() {
         let mut old = entry("b#0", 1, failed());
-        old.set_aside = Some(1);
+        old.superseded = Some(1);
         let journal = vec![entry("a#0", 0, ok()), old];
         assert_eq!(first_failed(&journal), None);
-        assert!(set_aside_from(&journal, &Position::from("a#0")) == [Position::from("a#0")]);
+        assert!(superseded_from(&journal, &Position::from("a#0")) == [Position::from("a#0")]);
     }
 }
