@@ -61,6 +61,21 @@ pub struct WorkflowPaused {
     pub job: ActionJob,
 }
 
+/// The bulk `action` on the runs of `workflow` (in `status`, when given), at the
+/// default rate.
+fn on_runs_of(workflow: &str, action: BulkAction, status: Option<RunStatus>) -> ActionRequest {
+    ActionRequest {
+        action,
+        filter: ActionFilter {
+            workflow: Some(workflow.to_owned()),
+            status,
+            ..ActionFilter::default()
+        },
+        restart: RestartOptions::default(),
+        rate: None,
+    }
+}
+
 impl Engine {
     /// Pause `workflow` for `tenant`, by `by`: its new starts are created paused
     /// ([`PausedStarts::Queue`]) or refused ([`PausedStarts::Refuse`]), its schedules'
@@ -77,19 +92,7 @@ impl Engine {
             .write_workflow_pause(tenant, workflow, true, starts, by)
             .await?;
         let job = self
-            .start_action_job(
-                tenant,
-                ActionRequest {
-                    action: BulkAction::Pause,
-                    filter: ActionFilter {
-                        workflow: Some(workflow.to_owned()),
-                        ..ActionFilter::default()
-                    },
-                    restart: RestartOptions::default(),
-                    rate: None,
-                },
-                by,
-            )
+            .start_action_job(tenant, on_runs_of(workflow, BulkAction::Pause, None), by)
             .await?;
         Ok(WorkflowPaused { pause, job })
     }
@@ -106,22 +109,8 @@ impl Engine {
         let pause = self
             .write_workflow_pause(tenant, workflow, false, PausedStarts::Queue, by)
             .await?;
-        let job = self
-            .start_action_job(
-                tenant,
-                ActionRequest {
-                    action: BulkAction::Resume,
-                    filter: ActionFilter {
-                        workflow: Some(workflow.to_owned()),
-                        status: Some(RunStatus::Paused),
-                        ..ActionFilter::default()
-                    },
-                    restart: RestartOptions::default(),
-                    rate: None,
-                },
-                by,
-            )
-            .await?;
+        let on_paused = on_runs_of(workflow, BulkAction::Resume, Some(RunStatus::Paused));
+        let job = self.start_action_job(tenant, on_paused, by).await?;
         Ok(WorkflowPaused { pause, job })
     }
 
