@@ -213,3 +213,37 @@ async fn a_running_job_is_cancelled_and_bad_requests_are_refused() {
     let (status, _) = call(&api, "k", "GET", "/runs/actions/job-nope", None).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
 }
+
+#[tokio::test]
+async fn the_openapi_document_describes_the_bulk_action_routes() {
+    let env = TestEnv::builder(registry()).tenant("acme").build();
+    let (status, doc) = call(&api(&env), "k", "GET", "/openapi.json", None).await;
+    assert_eq!(status, StatusCode::OK);
+    let paths = &doc["paths"];
+    assert_eq!(
+        paths["/runs/actions"]["post"]["operationId"],
+        "startRunsAction"
+    );
+    assert!(paths["/runs/actions"]["post"]["responses"]["202"].is_object());
+    assert_eq!(
+        paths["/runs/actions"]["get"]["operationId"],
+        "listRunsActions"
+    );
+    assert_eq!(
+        paths["/runs/actions/{id}"]["get"]["operationId"],
+        "getRunsAction"
+    );
+    assert_eq!(
+        paths["/runs/actions/{id}/cancel"]["post"]["operationId"],
+        "cancelRunsAction"
+    );
+    let schemas = &doc["components"]["schemas"];
+    for name in [
+        "StartRunsAction",
+        "RunsActionFilter",
+        "RunsActionView",
+        "RunsActionList",
+    ] {
+        assert!(schemas[name].is_object(), "{name} in the document");
+    }
+}
