@@ -463,3 +463,136 @@ async fn a_bulk_restart_after_the_fix_completes_each_failed_run_once_without_rep
         "the first step is not repeated"
     );
 }
+
+/// `agent`: a step, then the event `approval`; `appended` adds a step after the wait
+/// (a change that replays).
+fn agent(appended: bool) -> Registry {
+    let mut reg = Registry::new();
+    reg.register("agent", move |ctx: Context, _: Value| async move {
+        ctx.step("llm", |_| async { Ok(1) }).await?;
+        let approved: bool = ctx.wait_for_event("approval").await?;
+        if appended {
+            ctx.step("notify", |_| async { Ok(2) }).await?;
+        }
+        Ok(json!({"approved": approved}))
+    });
+    reg
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bulk_upgrade_moves_the_runs_of_a_build_and_skips_those_on_the_new_one_already() {
+    let w = world(agent(false));
+    let mut runs = Vec::new();
+    for _ in 0..3 {
+        runs.push(w.start("agent", json!(null)).await);
+    }
+    let old = w.run(&runs[0]).await.build_id.unwrap();
+    let config = EngineConfig {
+        build_id: "app@2".to_owned(),
+        owner: "engine-app@2".to_owned(),
+        ..w.config().clone()
+    };
+    let (new, _) = w.engine_with(agent(true), config);
+    let by_build = ActionFilter {
+        build: Some(old.clone()),
+        ..ActionFilter::default()
+    };
+    let request = |filter: ActionFilter| ActionRequest {
+        action: BulkAction::Upgrade,
+        filter,
+        restart: RestartOptions::default(),
+        rate: Some(50),
+    };
+    // The job's slices are the new build's: its engine works the queue.
+    let job = new
+        .start_action_job(w.tenant(), request(by_build), "ops")
+        .await
+        .unwrap();
+    new.run_until_idle(50).await.unwrap();
+    let moved = new.action_job(w.tenant(), &job.id).await.unwrap();
+    assert_eq!(moved.status, ActionJobStatus::Done);
+    assert_eq!((moved.matched, moved.done, moved.skipped), (3, 3, 0));
+    for run in &runs {
+        let run = w.run(run).await;
+        assert_eq!(run.build_id.as_deref(), Some("app@2"));
+        let timeline = w.timeline(&run.id).await;
+        let upgraded = timeline
+            .iter()
+            .find(|e| e.event_type == EventType::RunUpgraded)
+            .unwrap();
+        assert_eq!(upgraded.details["UpgradedBy"], json!("ops"));
+    }
+
+    let by_workflow = ActionFilter {
+        workflow: Some("agent".into()),
+        ..ActionFilter::default()
+    };
+    let again = new
+        .start_action_job(w.tenant(), request(by_workflow), "ops")
+        .await
+        .unwrap();
+    new.run_until_idle(50).await.unwrap();
+    let again = new.action_job(w.tenant(), &again.id).await.unwrap();
+    assert_eq!((again.matched, again.done, again.skipped), (3, 0, 3));
+    assert!(
+        again
+            .skipped_sample
+            .iter()
+            .all(|n| n.why == "already on build app@2"),
+        "{:?}",
+        again.skipped_sample
+    );
+}
+
+/// `nap`: an hour's sleep.
+fn napping() -> Registry {
+    let mut reg = Registry::new();
+    reg.register("nap", |ctx: Context, _: Value| async move {
+        ctx.sleep(Duration::from_secs(3600)).await?;
+        Ok("rested")
+    });
+    reg
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bulk_redrive_resumes_the_runs_dead_letters_parked() {
+    let w = world(napping());
+    let mut runs = Vec::new();
+    for _ in 0..3 {
+        runs.push(w.create("nap", json!(null), None).await.unwrap());
+    }
+    // Their wake-ups fail until the queue dead-letters them (five receives).
+    for _ in 0..10 {
+        let got = w
+            .engine()
+            .backend()
+            .queue
+            .receive(10, Duration::from_secs(1))
+            .await
+            .unwrap();
+        w.clock().advance(Duration::from_secs(2));
+        if got.is_empty() {
+            break;
+        }
+    }
+    w.run_until_idle().await;
+    for run in &runs {
+        assert_eq!(w.error(run).await.kind, "DeadLettered");
+    }
+    let filter = ActionFilter {
+        dead_lettered: true,
+        ..ActionFilter::default()
+    };
+    let started = start(&w, BulkAction::Redrive, filter, 50).await;
+    let done = until_finished(&w, &started.id).await;
+    assert_eq!((done.matched, done.done, done.skipped), (3, 3, 0));
+    for run in &runs {
+        assert_eq!(w.status(run).await, RunStatus::Waiting, "napping again");
+        let timeline = w.timeline(run).await;
+        let resumed = timeline
+            .iter()
+            .find(|e| e.event_type == EventType::RunResumed)
+            .unwrap();
+        assert_eq!(resumed.details["ResolvedBy"], json!("ops"));
+    }
+}
