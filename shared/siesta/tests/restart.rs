@@ -258,3 +258,46 @@ async fn a_restart_asked_again_with_its_token_does_nothing_twice() {
     );
     assert_eq!(w.run(&run).await.restart.unwrap().number, 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_parked_by_a_step_out_of_retries_restarts_from_that_step() {
+    let fixed = Arc::new(AtomicBool::new(false));
+    let firsts = Arc::new(AtomicUsize::new(0));
+    let mut reg = Registry::new();
+    let (fix, count) = (fixed.clone(), firsts.clone());
+    reg.register("parks", move |ctx: Context, _: Value| {
+        let (fix, count) = (fix.clone(), count.clone());
+        async move {
+            ctx.step("first", move |_| async move {
+                count.fetch_add(1, Ordering::SeqCst);
+                Ok(1u32)
+            })
+            .await?;
+            ctx.step("charge", move |_| async move {
+                if fix.load(Ordering::SeqCst) {
+                    Ok(json!("charged"))
+                } else {
+                    Err(StepError::from_http_status(401, "bad credential"))
+                }
+            })
+            .park_on_exhaustion()
+            .await
+        }
+    });
+    let w = world(reg);
+    let run = w.start("parks", json!(null)).await;
+    assert_eq!(w.status(&run).await, RunStatus::Parked);
+
+    fixed.store(true, Ordering::SeqCst);
+    let restarted = w
+        .engine()
+        .restart(w.tenant(), &run, RestartRequest::default(), None, "ops")
+        .await
+        .unwrap();
+    assert_eq!(restarted.from, Some(Position::from("charge#0")));
+    w.run_until_idle().await;
+    let done = w.run(&run).await;
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    assert_eq!(support::output(&done), json!("charged"));
+    assert_eq!(firsts.load(Ordering::SeqCst), 1, "the first step ran once");
+}
