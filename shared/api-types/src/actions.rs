@@ -138,6 +138,11 @@ pub struct RunsActionView {
     pub repeat_tool_calls: bool,
     /// Runs acted on per second at most.
     pub rate: u32,
+    /// For `upgrade` and `restart`: the build whose engines act on it (the one serving
+    /// the API when it started; the runs replay on its code). Only that build's
+    /// engines advance it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub build: Option<String>,
     /// Where it is.
     pub status: RunsActionStatus,
     /// Runs the filter matched so far: `done + skipped + failed`.

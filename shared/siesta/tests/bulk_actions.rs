@@ -503,11 +503,28 @@ async fn a_bulk_upgrade_moves_the_runs_of_a_build_and_skips_those_on_the_new_one
         restart: RestartOptions::default(),
         rate: Some(50),
     };
-    // The job's slices are the new build's: its engine works the queue.
+    // Started on the new build, the job is its: the old build's engine, which takes
+    // its wake-up first, leaves it alone, and the new one acts.
     let job = new
         .start_action_job(w.tenant(), request(by_build), "ops")
         .await
         .unwrap();
+    assert_eq!(job.build.as_deref(), Some("app@2"));
+    let wake = siesta::ports::WakeUp::new(
+        w.tenant().clone(),
+        RunId(job.id.clone()),
+        siesta::ports::WakeReason::Action,
+    );
+    assert_eq!(
+        w.engine().handle_wakeup(&wake).await.unwrap(),
+        WakeOutcome::OtherBuild {
+            build_id: "app@2".into()
+        }
+    );
+    assert_eq!(
+        new.action_job(w.tenant(), &job.id).await.unwrap().matched,
+        0
+    );
     new.run_until_idle(50).await.unwrap();
     let moved = new.action_job(w.tenant(), &job.id).await.unwrap();
     assert_eq!(moved.status, ActionJobStatus::Done);

@@ -103,6 +103,7 @@ pub(crate) fn job_view(job: &ActionJob) -> RunsActionView {
         as_new: job.restart.as_new,
         repeat_tool_calls: job.restart.repeat_tool_calls,
         rate: job.rate,
+        build: job.build.clone(),
         status: status_view(job.status),
         matched: job.matched,
         done: job.done,

@@ -114,6 +114,7 @@ mod tests {
             errors_in_a_row: 0,
             error: None,
             cancelled_by: None,
+            build: None,
             version: 0,
         }
     }

@@ -40,6 +40,7 @@ fn job(h: &Harness, tenant: &TenantId) -> ActionJob {
         errors_in_a_row: 0,
         error: None,
         cancelled_by: None,
+        build: None,
         version: 0,
     }
 }

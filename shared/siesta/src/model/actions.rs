@@ -261,6 +261,12 @@ pub struct ActionJob {
     /// Who cancelled it, when someone did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cancelled_by: Option<String>,
+    /// The build whose engines act on it, for an upgrade or a restart (both replay a
+    /// run's journal on the code of the engine acting, and an upgrade moves the run to
+    /// that engine's build): the build of the engine that started it. `None`: any
+    /// build's engine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub build: Option<String>,
     /// The stored record's version: each write adds one (0: not stored). Kept beside
     /// the record by the stores, not in it.
     #[serde(skip)]

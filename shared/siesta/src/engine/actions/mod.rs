@@ -98,6 +98,10 @@ impl Engine {
             errors_in_a_row: 0,
             error: None,
             cancelled_by: None,
+            // An upgrade or a restart replays runs on the code of the engine acting: the
+            // build the operator started it on, not whichever takes its wake-up.
+            build: matches!(request.action, BulkAction::Upgrade | BulkAction::Restart)
+                .then(|| self.config.build_id.clone()),
             version: 0,
         };
         job.version = self.backend.store.put_action_job(&job, 0).await?;
@@ -193,6 +197,15 @@ impl Engine {
                     continue;
                 }
             };
+            if self.config.sweep_other_builds == super::OtherBuilds::Leave
+                && job
+                    .build
+                    .as_ref()
+                    .is_some_and(|b| *b != self.config.build_id)
+            {
+                // Its build's own sweep wakes it (as a run of another build).
+                continue;
+            }
             let stalled = job.status == ActionJobStatus::Running
                 && match &job.lease {
                     Some(lease) => lease.until <= now,

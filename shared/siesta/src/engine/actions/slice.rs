@@ -62,6 +62,14 @@ impl Engine {
         if job.is_leased(now) {
             return Ok(WakeOutcome::Busy);
         }
+        if let Some(build) = job.build.as_ref().filter(|b| **b != self.config.build_id) {
+            // Another build's upgrade or restart: this engine's code is not the one the
+            // runs must replay on. The wake-up's handler forwards it to that build (on
+            // AWS), or that build's own engines take it.
+            return Ok(WakeOutcome::OtherBuild {
+                build_id: build.clone(),
+            });
+        }
         let owner = format!(
             "{}#action-{}",
             self.config.owner,
