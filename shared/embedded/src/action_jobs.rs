@@ -1,7 +1,8 @@
 //! Bulk actions' jobs ([`RunStore::put_action_job`](siesta::ports::RunStore)): one row
 //! per tenant and job, its record as JSON and its version beside it, written on the
 //! version read as DynamoDB's conditional put would be. A partial index of the running
-//! ones is the deployment's list of active jobs the sweep reads.
+//! ones is the deployment's list of active jobs the sweep reads. A finished job is kept
+//! until its `keep_until` ([`ActionJob::keep_until`]); the writes after it drop it.
 
 use rusqlite::{Connection, OptionalExtension, params};
 use siesta::ports::StoreError;
@@ -21,6 +22,23 @@ CREATE INDEX IF NOT EXISTS action_jobs_active ON action_jobs (status, tenant, id
 
 /// What a file that holds runs needs for version 12: nothing, no job exists yet.
 pub(crate) const BACKFILL: &str = "";
+
+/// Schema version 14: until when a finished job is kept.
+pub(crate) const KEEP_SCHEMA: &str = "
+ALTER TABLE action_jobs ADD COLUMN keep_until INTEGER;
+CREATE INDEX IF NOT EXISTS action_jobs_by_keep_until ON action_jobs (keep_until)
+    WHERE keep_until IS NOT NULL;
+";
+
+/// What a file with jobs needs for version 14: its finished jobs kept as long after
+/// their last write as the ones finished from now on (30 days, in ms).
+pub(crate) const KEEP_BACKFILL: &str = "
+UPDATE action_jobs SET keep_until = json_extract(body, '$.updated_at') + 2592000000
+    WHERE status != 'running';
+";
+
+/// How many forgotten jobs one write drops at most (the rest go with later writes).
+const DROPPED_PER_WRITE: i64 = 16;
 
 /// The job read from a row's version and body.
 fn job_of(version: i64, body: &str) -> Result<ActionJob, StoreError> {
@@ -89,24 +107,45 @@ pub(crate) fn active(conn: &Connection, limit: usize) -> Result<Vec<ActiveAction
 }
 
 /// Write `job` if its stored version is `expected` (0: none); the version written.
-pub(crate) fn put(tx: &Connection, job: &ActionJob, expected: u64) -> Result<u64, StoreError> {
+/// Jobs past their `keep_until` at `now` are dropped, a few at a time.
+pub(crate) fn put(
+    tx: &Connection,
+    job: &ActionJob,
+    expected: u64,
+    now: Timestamp,
+) -> Result<u64, StoreError> {
+    tx.prepare_cached(
+        "DELETE FROM action_jobs WHERE (tenant, id) IN
+         (SELECT tenant, id FROM action_jobs WHERE keep_until < ?1 LIMIT ?2)",
+    )
+    .map_err(sql)?
+    .execute(params![now.0, DROPPED_PER_WRITE])
+    .map_err(sql)?;
     let body = to_json(job)?;
     let (tenant, id, status) = (job.tenant.as_str(), job.id.as_str(), job.status.as_str());
+    let keep_until = job.keep_until().map(|t| t.0);
     let changed = if expected == 0 {
         tx.prepare_cached(
-            "INSERT INTO action_jobs (tenant, id, version, status, body) VALUES (?1, ?2, 1, ?3, ?4)
-             ON CONFLICT (tenant, id) DO NOTHING",
+            "INSERT INTO action_jobs (tenant, id, version, status, body, keep_until)
+             VALUES (?1, ?2, 1, ?3, ?4, ?5) ON CONFLICT (tenant, id) DO NOTHING",
         )
         .map_err(sql)?
-        .execute(params![tenant, id, status, body])
+        .execute(params![tenant, id, status, body, keep_until])
         .map_err(sql)?
     } else {
         tx.prepare_cached(
-            "UPDATE action_jobs SET version = ?3 + 1, status = ?4, body = ?5
+            "UPDATE action_jobs SET version = ?3 + 1, status = ?4, body = ?5, keep_until = ?6
              WHERE tenant = ?1 AND id = ?2 AND version = ?3",
         )
         .map_err(sql)?
-        .execute(params![tenant, id, expected as i64, status, body])
+        .execute(params![
+            tenant,
+            id,
+            expected as i64,
+            status,
+            body,
+            keep_until
+        ])
         .map_err(sql)?
     };
     if changed == 0 {

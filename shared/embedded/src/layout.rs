@@ -292,6 +292,11 @@ const MIGRATIONS: &[Migration] = &[
         schema: crate::workflow_pauses::SCHEMA,
         backfill: crate::workflow_pauses::BACKFILL,
     },
+    Migration {
+        version: 14,
+        schema: crate::action_jobs::KEEP_SCHEMA,
+        backfill: crate::action_jobs::KEEP_BACKFILL,
+    },
 ];
 
 /// Apply the numbered steps the file lacks, in the transaction of [`open`]; the rows of

@@ -94,6 +94,8 @@ const NOT_RUN: &[&str] = &[
     "UPDATE runs SET build = json_extract(body, '$.build_id')",
     "UPDATE runs SET finished_at = json_extract(body, '$.updated_at')",
     "UPDATE runs SET reap_at = finished_at WHERE finished_at IS NOT NULL",
+    // A bulk action's finished jobs kept as long as new ones (schema step 14): once.
+    "UPDATE action_jobs SET keep_until = json_extract(body, '$.updated_at')",
 ];
 
 /// The SQL statements written in the embedded backend's source (string literals that

@@ -4,7 +4,9 @@
 //! job runs it also has a small item in the deployment's list of active jobs
 //! ([`ACTIVE_ACTION_JOBS_PK`]), put in one transaction with the job's first write and
 //! deleted in one with the write that finishes it; the writes in between (a slice's
-//! lease, its progress) are plain puts of the job alone.
+//! lease, its progress) are plain puts of the job alone. A finished job carries its
+//! `expires_at` (DynamoDB's TTL): it is forgotten [`siesta::ACTION_JOB_RETENTION`]
+//! after its last write.
 
 use siesta::ports::StoreError;
 use siesta::{ActionJob, ActiveActionJob, TenantId};
@@ -25,6 +27,13 @@ pub(crate) fn action_job_plan(job: &ActionJob, expected: u64) -> Result<WritePla
     let mut item = action_job_key(&job.tenant, &job.id);
     item.insert(VERSION.to_owned(), n(expected + 1));
     item.insert(BODY.to_owned(), s(to_json(job)?));
+    if let Some(keep_until) = job.keep_until() {
+        // DynamoDB's TTL, in seconds: a finished job is forgotten after its retention.
+        item.insert(
+            EXPIRES_AT.to_owned(),
+            n((keep_until.0.max(0) as u64).div_ceil(1000)),
+        );
+    }
     let condition = if expected == 0 {
         Condition::new_item()
     } else {
@@ -151,8 +160,18 @@ mod tests {
         let condition = progress.writes[0].condition.as_ref().unwrap();
         assert_eq!(condition.expression, "#version = :version");
         assert_eq!(condition.values[":version"], n(3));
+        assert!(
+            !progress.writes[0].item().unwrap().contains_key(EXPIRES_AT),
+            "a running job is kept"
+        );
         let end = action_job_plan(&job(ActionJobStatus::Cancelled), 4).unwrap();
         assert_eq!(end.transaction().count(), 2);
+        let expires = end.of(Role::ActionJob).unwrap().item().unwrap()[EXPIRES_AT].clone();
+        assert_eq!(
+            expires,
+            n(1 + siesta::ACTION_JOB_RETENTION.as_secs()),
+            "forgotten 30 days after its last write (TTL in seconds, rounded up)"
+        );
         assert!(matches!(
             end.of(Role::ActiveActionJob).unwrap().action,
             Action::Delete { .. }

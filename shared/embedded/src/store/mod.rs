@@ -183,8 +183,8 @@ impl RunStore for EmbeddedBackend {
 
     async fn put_action_job(&self, job: &ActionJob, expected: u64) -> Result<u64, StoreError> {
         let job = job.clone();
-        self.tx_of(job.tenant.0.clone(), move |tx, _| {
-            action_jobs::put(tx, &job, expected)
+        self.tx_of(job.tenant.0.clone(), move |tx, now| {
+            action_jobs::put(tx, &job, expected, now)
         })
         .await
     }

@@ -189,6 +189,11 @@ pub struct ActionNote {
 /// sample, so that the record stays small however many runs it looks at.
 pub const ACTION_NOTES_KEPT: usize = 20;
 
+/// How long a finished job's record is kept after its last write; a store may forget
+/// it then (DynamoDB's TTL, the embedded store's later writes).
+pub const ACTION_JOB_RETENTION: std::time::Duration =
+    std::time::Duration::from_secs(30 * 24 * 3600);
+
 /// The hold of one invocation on a job while it acts on a slice: a second
 /// invocation (a duplicate wake-up, the sweep's re-send) leaves the job alone until
 /// it lapses.
@@ -296,6 +301,14 @@ impl ActionJob {
     pub fn note_done(&mut self) {
         self.matched += 1;
         self.done += 1;
+    }
+
+    /// Until when a store keeps it: [`ACTION_JOB_RETENTION`] after its last write once
+    /// finished; for ever while it runs (`None`).
+    pub fn keep_until(&self) -> Option<Timestamp> {
+        self.status
+            .is_finished()
+            .then(|| self.updated_at.plus(ACTION_JOB_RETENTION))
     }
 
     /// Whether an invocation holds it at `now`.

@@ -469,7 +469,8 @@ pub trait RunStore: Send + Sync + 'static {
     /// when another write came first, and nothing is written. The job's own `version`
     /// field is not read. The same write keeps the deployment's list of active jobs
     /// ([`RunStore::active_action_jobs`]): the job is on it while its status is
-    /// [`ActionJobStatus::Running`], off it once finished. Default:
+    /// [`ActionJobStatus::Running`], off it once finished. A finished job may be
+    /// forgotten after its [`ActionJob::keep_until`]. Default:
     /// [`StoreError::Unsupported`].
     async fn put_action_job(&self, job: &ActionJob, expected: u64) -> Result<u64, StoreError> {
         let _ = (job, expected);
