@@ -31,6 +31,7 @@ pub fn parse_filter(text: &str) -> anyhow::Result<RunsActionFilter> {
         let (field, value) = (field.trim(), value.trim());
         match field {
             "workflow" => filter.workflow = Some(value.to_owned()),
+            "tenant" => filter.tenant = Some(value.to_owned()),
             "status" => {
                 filter.status = Some(
                     serde_json::from_value(serde_json::Value::String(value.to_owned()))
@@ -50,7 +51,8 @@ pub fn parse_filter(text: &str) -> anyhow::Result<RunsActionFilter> {
             }
             other => bail!(
                 "--filter: unknown field '{other}' (workflow, status, build, error_kind, \
-                 created_after, created_before, failed_after, failed_before, dead_lettered)"
+                 created_after, created_before, failed_after, failed_before, dead_lettered, \
+                 tenant)"
             ),
         }
     }
@@ -230,7 +232,7 @@ mod tests {
     #[test]
     fn a_filter_is_comma_separated_fields_with_their_values() {
         let filter = parse_filter(
-            "workflow=order, status=failed,failed_after=2027-01-15T08:00:00Z,dead_lettered,error_kind=Http",
+            "workflow=order, status=failed,failed_after=2027-01-15T08:00:00Z,dead_lettered,error_kind=Http,tenant=acme",
         )
         .unwrap();
         assert_eq!(filter.workflow.as_deref(), Some("order"));
@@ -241,6 +243,7 @@ mod tests {
         );
         assert!(filter.dead_lettered);
         assert_eq!(filter.error_kind.as_deref(), Some("Http"));
+        assert_eq!(filter.tenant.as_deref(), Some("acme"));
     }
 
     #[test]

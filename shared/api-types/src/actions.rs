@@ -32,6 +32,10 @@ pub enum RunsActionKind {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RunsActionFilter {
+    /// The caller's tenant, if named: a job acts on the caller's tenant's runs only, and
+    /// another tenant is refused (422). Not a field that narrows the runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
     /// Runs of this workflow.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workflow: Option<String>,

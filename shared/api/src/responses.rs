@@ -442,7 +442,8 @@ error_set!(
         408 => TIMED_OUT,
         413 => TOO_LARGE,
         422 => "`invalid_input`: the filter names nothing (a job needs at least one \
-                field), no run can match it, or the rate is not 1 to 1 000",
+                field), no run can match it, it names another tenant than the caller's, \
+                or the rate is not 1 to 1 000",
         500 => INTERNAL,
         501 => "`not_implemented`: this backend keeps no bulk actions",
         503 => UNAVAILABLE,

@@ -210,6 +210,28 @@ async fn a_running_job_is_cancelled_and_bad_requests_are_refused() {
     )
     .await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "an unknown filter field");
+    let (status, theirs) = call(
+        &api,
+        "k",
+        "POST",
+        "/runs/actions",
+        Some(json!({"action": "cancel", "filter": {"tenant": "other", "workflow": "w"}})),
+    )
+    .await;
+    assert_eq!(
+        status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "another tenant: {theirs}"
+    );
+    let (status, own) = call(
+        &api,
+        "k",
+        "POST",
+        "/runs/actions",
+        Some(json!({"action": "cancel", "filter": {"tenant": "acme", "workflow": "nothing"}})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "its own tenant: {own}");
     let (status, _) = call(&api, "k", "GET", "/runs/actions/job-nope", None).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
 }

@@ -63,6 +63,7 @@ fn filter_of(f: RunsActionFilter) -> ActionFilter {
 
 fn filter_view(f: &ActionFilter) -> RunsActionFilter {
     RunsActionFilter {
+        tenant: None,
         workflow: f.workflow.clone(),
         status: f.status,
         build: f.build.clone(),
@@ -146,6 +147,20 @@ pub(crate) async fn start_runs_action(
     ApiBody(body): ApiBody,
 ) -> Result<(StatusCode, Json<RunsActionView>), ApiError> {
     let body: StartRunsAction = json(&body)?;
+    if let Some(tenant) = body
+        .filter
+        .tenant
+        .as_deref()
+        .filter(|t| *t != caller.tenant.as_str())
+    {
+        return Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_input",
+            format!(
+                "the filter names the tenant '{tenant}': a bulk action acts on the caller's tenant only"
+            ),
+        ));
+    }
     let request = ActionRequest {
         action: action_of(body.action),
         filter: filter_of(body.filter),
