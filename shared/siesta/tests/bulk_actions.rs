@@ -348,6 +348,28 @@ async fn a_job_is_paced_by_its_rate_on_the_clock() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wake_up_a_moment_early_takes_its_slice_and_one_long_before_does_nothing() {
+    let w = world(waiting());
+    waiting_runs(&w, "waiter", 3).await;
+    // One run a second: after the first slice the next is due a second later.
+    let started = start(&w, BulkAction::Cancel, waiting_of("waiter"), 1).await;
+    w.run_until_idle().await;
+    assert_eq!(job(&w, &started.id).await.done, 1);
+    let wake = siesta::ports::WakeUp::new(
+        w.tenant().clone(),
+        RunId(started.id.clone()),
+        siesta::ports::WakeReason::Action,
+    );
+    // Another process's queue hands it out 50 ms early by this clock: taken.
+    w.clock().advance(Duration::from_millis(950));
+    w.engine().handle_wakeup(&wake).await.unwrap();
+    assert_eq!(job(&w, &started.id).await.done, 2);
+    // A duplicate long before the next slice's time: nothing.
+    w.engine().handle_wakeup(&wake).await.unwrap();
+    assert_eq!(job(&w, &started.id).await.done, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_filter_that_names_nothing_or_contradicts_itself_is_refused() {
     let w = world(waiting());
     let refused = |filter: ActionFilter| {

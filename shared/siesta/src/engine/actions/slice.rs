@@ -24,6 +24,14 @@ const MAX_SLICE: u32 = 200;
 /// of the filter leaves out cost a page each, and a slice's work stays bounded.
 const MAX_PAGES_PER_SLICE: usize = 8;
 
+/// How early a job's wake-up may arrive and still take its slice: a queue's delay is
+/// counted on its own clock, so a wake-up for an instant can be handed out a moment
+/// before it by another process's clock. One dropped for being early would leave the
+/// job to the sweep, a minute or more later. Well under the shortest pause between
+/// two slices (200 runs at 1 000 a second: 200 ms), so that a duplicate wake-up never
+/// takes a second slice before its time.
+const EARLY_SLACK: Duration = Duration::from_millis(100);
+
 /// Every how many runs a slice reads its job again, to stop once it is cancelled: a
 /// cancel takes effect within this many runs, for one read per this many.
 const CANCEL_CHECK_EVERY: usize = 10;
@@ -55,8 +63,9 @@ impl Engine {
         let Some(job) = self.backend.store.get_action_job(tenant, id).await? else {
             return Ok(WakeOutcome::NotFound);
         };
-        if job.status.is_finished() || job.next_at > now {
-            // Finished, or an early duplicate: the job's own wake-up comes at its time.
+        if job.status.is_finished() || job.next_at > now.plus(EARLY_SLACK) {
+            // Finished, or a duplicate well before its time: the job's own wake-up
+            // comes then (none is sent from here: duplicates would multiply).
             return Ok(WakeOutcome::NothingToDo);
         }
         if job.is_leased(now) {
