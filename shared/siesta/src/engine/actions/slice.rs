@@ -27,9 +27,9 @@ const MAX_PAGES_PER_SLICE: usize = 8;
 /// How early a job's wake-up may arrive and still take its slice: a queue's delay is
 /// counted on its own clock, so a wake-up for an instant can be handed out a moment
 /// before it by another process's clock. One dropped for being early would leave the
-/// job to the sweep, a minute or more later. Well under the shortest pause between
-/// two slices (200 runs at 1 000 a second: 200 ms), so that a duplicate wake-up never
-/// takes a second slice before its time.
+/// job to the sweep, a minute or more later. A duplicate wake-up takes a slice at most
+/// this much before its time: under the pause after a full slice (200 runs at 1 000 a
+/// second: 200 ms).
 const EARLY_SLACK: Duration = Duration::from_millis(100);
 
 /// Every how many runs a slice reads its job again, to stop once it is cancelled: a
