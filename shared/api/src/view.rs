@@ -105,7 +105,7 @@ pub fn run_view(run: &Run, replay_input: Option<&ReplayInput>, callback_base_url
     let mut entries: Vec<&JournalEntry> = replay_input
         .journal
         .iter()
-        .filter(|e| e.superseded.is_none())
+        .filter(|e| !e.is_superseded(siesta::restarts_of(run)))
         .collect();
     let mut summary = OperationsSummary {
         total: entries.len(),

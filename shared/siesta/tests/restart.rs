@@ -301,3 +301,95 @@ async fn a_run_parked_by_a_step_out_of_retries_restarts_from_that_step() {
     assert_eq!(support::output(&done), json!("charged"));
     assert_eq!(firsts.load(Ordering::SeqCst), 1, "the first step ran once");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_child_is_started_anew_by_a_restart_of_its_parent() {
+    let fixed = Arc::new(AtomicBool::new(false));
+    let mut reg = Registry::new();
+    let fix = fixed.clone();
+    reg.register("kid", move |ctx: Context, _: Value| {
+        let fix = fix.clone();
+        async move { last_step(&ctx, fix).await }
+    });
+    reg.register("parent", |ctx: Context, _: Value| async move {
+        let got: Value = ctx.invoke("delegate", "kid", json!(null)).await?;
+        Ok(got)
+    });
+    let w = world(reg);
+    let run = w.start("parent", json!(null)).await;
+    assert_eq!(w.status(&run).await, RunStatus::Failed);
+
+    fixed.store(true, Ordering::SeqCst);
+    let restarted = w
+        .engine()
+        .restart(w.tenant(), &run, RestartRequest::default(), None, "ops")
+        .await
+        .unwrap();
+    assert_eq!(restarted.from, Some(Position::from("delegate#0")));
+    w.run_until_idle().await;
+    let done = w.run(&run).await;
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    assert_eq!(support::output(&done), json!("notified"));
+    let runs = w
+        .backend()
+        .store
+        .list_runs(w.tenant(), &Default::default(), None, 100)
+        .await
+        .unwrap()
+        .runs;
+    assert_eq!(
+        runs.len(),
+        3,
+        "the parent, its failed child and the new one"
+    );
+    assert_eq!(
+        runs.iter()
+            .filter(|r| r.status == RunStatus::Failed)
+            .count(),
+        1,
+        "the failed child is left as it was"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_whose_marks_landed_but_not_its_last_write_changes_nothing_replay_sees() {
+    let fixed = Arc::new(AtomicBool::new(false));
+    let mut reg = Registry::new();
+    let fix = fixed.clone();
+    reg.register("two", move |ctx: Context, _: Value| {
+        let fix = fix.clone();
+        async move {
+            ctx.step("first", |_| async { Ok(1u32) }).await?;
+            last_step(&ctx, fix).await
+        }
+    });
+    let w = world(reg);
+    let run = w.start("two", json!(null)).await;
+    let failed = w.run(&run).await;
+    // A restart cut off after it marked the entries (restart 1), before its last write.
+    let mut marked = w.entry(&run, "notify#0").await.unwrap();
+    marked.superseded = Some(1);
+    let mut next = failed.clone();
+    next.version += 1;
+    let mut checkpoint = siesta::ports::Checkpoint::new(next, failed.version, None);
+    checkpoint.journal = vec![marked];
+    w.backend().store.checkpoint(&checkpoint).await.unwrap();
+    assert_eq!(
+        w.engine().check_replay(w.tenant(), &run).await.unwrap(),
+        ReplayCheck::Clean { replayed: 2 },
+        "the marked entry is still live: the run replays as before"
+    );
+    fixed.store(true, Ordering::SeqCst);
+    let restarted = w
+        .engine()
+        .restart(w.tenant(), &run, RestartRequest::default(), None, "ops")
+        .await
+        .unwrap();
+    assert_eq!(
+        restarted.from,
+        Some(Position::from("notify#0")),
+        "planned the same"
+    );
+    w.run_until_idle().await;
+    assert_eq!(w.status(&run).await, RunStatus::Completed);
+}

@@ -9,7 +9,8 @@
 //! - A **child run** started by an `invoke` is not started again: the invoke at the same
 //!   position takes the same child over, its outcome if it finished (its result is still
 //!   delivered to this run, and a superseded entry's deliveries are offered again), or
-//!   waits for it if it has not.
+//!   waits for it if it has not. A child that failed is the exception: the restart is
+//!   there to do it again, so a new child is started, under an id of the restart's.
 //!
 //! Nothing else is carried: a step, a wait, a callback (a new one, with a new id) and an
 //! event wait are done again; an event or message a superseded operation had taken is
@@ -38,7 +39,9 @@ impl Context {
     }
 
     /// The child run the `invoke` a restart superseded at `op`'s position started, when
-    /// it invoked the same thing: taken over, not started again.
+    /// it invoked the same thing: taken over, not started again — unless it failed,
+    /// which is what the restart is for: then a new child is started, under an id of
+    /// this restart's ([`Context::restarted_child_id`]).
     pub(crate) fn carried_child(&self, op: &Op) -> Option<RunId> {
         let st = self.shared.state();
         match st.superseded.get(&op.position) {
@@ -46,9 +49,28 @@ impl Context {
                 kind: OperationKind::Invoke,
                 name,
                 handle: Some(child),
+                state,
                 ..
-            }) if *name == op.name => Some(RunId(child.clone())),
+            }) if *name == op.name && !matches!(state, EntryState::Failed { .. }) => {
+                Some(RunId(child.clone()))
+            }
             _ => None,
+        }
+    }
+
+    /// The id of the child an `invoke` starts anew after a restart superseded its failed
+    /// child: `default` (the id derived from the position) with the restart's number,
+    /// so it is not the failed child's (which exists, and whose outcome is delivered
+    /// already). `default` itself when no restart superseded an invoke here.
+    pub(crate) fn restarted_child_id(&self, op: &Op, default: RunId) -> RunId {
+        let st = self.shared.state();
+        match st.superseded.get(&op.position) {
+            Some(JournalEntry {
+                kind: OperationKind::Invoke,
+                superseded: Some(n),
+                ..
+            }) => RunId(format!("{default}.r{n}")),
+            _ => default,
         }
     }
 }

@@ -92,9 +92,10 @@ where
             };
             let child_id = match entry.as_ref().and_then(|e| e.handle.clone()) {
                 Some(recorded) => RunId(recorded),
-                None => carried
-                    .clone()
-                    .unwrap_or_else(|| child_run_id(&ctx.shared.state().run, &op.position)),
+                None => carried.clone().unwrap_or_else(|| {
+                    let default = child_run_id(&ctx.shared.state().run, &op.position);
+                    ctx.restarted_child_id(&op, default)
+                }),
             };
             match entry.map(|e| e.state) {
                 Some(EntryState::Succeeded { value, .. }) => return ctx.decode(&value).await,

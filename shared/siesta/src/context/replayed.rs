@@ -20,6 +20,25 @@ pub(crate) struct Replayed {
     pub deliveries: Vec<Delivery>,
 }
 
+impl Replayed {
+    /// Put back among the live entries those marked by a restart the run has not had
+    /// yet (its marks landed, its final write did not: see `engine::restart`), for a
+    /// run that has had `restarts` restarts.
+    pub(crate) fn live_for(&mut self, restarts: u32) {
+        let pending: Vec<Position> = self
+            .superseded
+            .iter()
+            .filter(|(_, e)| !e.is_superseded(restarts))
+            .map(|(p, _)| p.clone())
+            .collect();
+        for position in pending {
+            if let Some(entry) = self.superseded.remove(&position) {
+                self.journal.entry(position).or_insert(entry);
+            }
+        }
+    }
+}
+
 impl From<ReplayInput> for Replayed {
     fn from(replay_input: ReplayInput) -> Self {
         let (superseded, journal): (Vec<_>, Vec<_>) = replay_input

@@ -213,6 +213,8 @@ impl Shared {
         watch: Arc<LeaseWatch>,
     ) -> Shared {
         let epoch = run.lease.as_ref().map(|l| l.epoch).unwrap_or(run.epoch);
+        let mut replayed = replayed;
+        replayed.live_for(crate::model::restarts_of(&run));
         let mut by_index = HashMap::with_capacity(replayed.journal.len());
         let mut consumed = HashSet::new();
         let mut waiting_callbacks = std::collections::BTreeSet::new();

@@ -24,7 +24,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::finish::open_callbacks;
+use super::finish::{open_callbacks, overflowing};
 use super::replay_check::ReplayCheck;
 use super::{Engine, EngineError};
 use crate::lifecycle::{LifecycleEvent, decide};
@@ -46,6 +46,40 @@ const STOP_WAIT: Duration = Duration::from_secs(10);
 /// operation ever takes it.
 pub fn archived_position(position: &Position, number: u32) -> Position {
     Position(format!("{position}~r{number}"))
+}
+
+/// A fork is made with the journal before the point and none of its source's
+/// deliveries (a checkpoint cannot carry them): refused, naming why, when the journal
+/// before the point needs them — a step that drained messages (replay hands it them
+/// again from the deliveries), or an operation still waiting for a delivery that goes
+/// to the source (a callback, an event, a child's outcome).
+fn fork_needs_no_deliveries(
+    kept: &[JournalEntry],
+    deliveries: &[Delivery],
+) -> Result<(), EngineError> {
+    let messages: std::collections::HashSet<&DeliveryId> = deliveries
+        .iter()
+        .filter(|d| matches!(d.body, DeliveryBody::Message { .. }))
+        .map(|d| &d.id)
+        .collect();
+    let refuse = |why: String| {
+        Err(EngineError::InvalidInput(format!(
+            "{why}: a fork has none of its source's deliveries; restart it in place, or from an earlier point"
+        )))
+    };
+    if let Some(e) = kept
+        .iter()
+        .find(|e| e.consumed.iter().any(|id| messages.contains(id)))
+    {
+        return refuse(format!("{} drained messages before the point", e.position));
+    }
+    if let Some(e) = kept
+        .iter()
+        .find(|e| matches!(e.state, EntryState::Waiting(_)))
+    {
+        return refuse(format!("{} still waits before the point", e.position));
+    }
+    Ok(())
 }
 
 /// What to restart a run from, and how.
@@ -114,9 +148,6 @@ impl Engine {
                 "the run is queued: it has not begun, there is nothing to restart".to_owned(),
             ));
         }
-        if !request.as_new && run.status == RunStatus::Running && run.is_leased(self.clock.now()) {
-            run = self.stop_for_restart(tenant, run_id).await?;
-        }
         if request.as_new {
             if let Some(by) = self.flow_controlled.get(&run.workflow) {
                 return Err(EngineError::InvalidInput(format!(
@@ -130,8 +161,17 @@ impl Engine {
                     .to_owned(),
             ));
         }
+        if !request.as_new && run.status == RunStatus::Running && run.is_leased(self.clock.now()) {
+            // Checked before the cancel, so that a restart refused (no such position, a
+            // divergence) leaves the run running, as it found it.
+            self.plan_restart(&run, request.from.clone(), request.as_new)
+                .await?;
+            run = self.stop_for_restart(tenant, run_id).await?;
+        }
         for _ in 0..8 {
-            let plan = self.plan_restart(&run, request.from.clone()).await?;
+            let plan = self
+                .plan_restart(&run, request.from.clone(), request.as_new)
+                .await?;
             let outcome = if request.as_new {
                 self.fork(&run, &request, plan, by).await
             } else {
@@ -139,13 +179,18 @@ impl Engine {
             };
             match outcome {
                 Err(EngineError::Store(StoreError::Conflict(_))) => {
-                    // The run moved since it was read (a delivery): check and plan again,
-                    // unless the caller named the version it acts on.
+                    // The run moved since it was read (a delivery, a claim, or the
+                    // restart's own earlier writes): read and plan again. `if_match`
+                    // was the caller's guard on the run it asked about, checked above.
                     let current = self.get_run(tenant, run_id).await?;
-                    if if_match.is_some_and(|v| v != current.version) {
-                        return Err(EngineError::VersionMismatch {
-                            current: current.version,
-                        });
+                    if let Some(done) = self.already_restarted(&current, &request).await? {
+                        return Ok(done);
+                    }
+                    if !request.as_new
+                        && current.status == RunStatus::Running
+                        && current.is_leased(self.clock.now())
+                    {
+                        return Err(EngineError::Leased);
                     }
                     run = current;
                 }
@@ -206,7 +251,13 @@ impl Engine {
 
     /// Where the restart of `run` goes on from, what it keeps and sets aside, and the
     /// proof that what it keeps replays on this build.
-    async fn plan_restart(&self, run: &Run, from: Option<Position>) -> Result<Plan, EngineError> {
+    async fn plan_restart(
+        &self,
+        run: &Run,
+        from: Option<Position>,
+        as_new: bool,
+    ) -> Result<Plan, EngineError> {
+        let restarts = restarts_of(run);
         let replay_input = self
             .backend
             .store
@@ -217,7 +268,7 @@ impl Engine {
                 let known = replay_input
                     .journal
                     .iter()
-                    .any(|e| e.position == from && e.superseded.is_none());
+                    .any(|e| e.position == from && !e.is_superseded(restarts));
                 if !known {
                     return Err(EngineError::InvalidInput(format!(
                         "the run's journal has no operation at {from} (GET /runs/{}/timeline names each operation's position)",
@@ -226,10 +277,10 @@ impl Engine {
                 }
                 Some(from)
             }
-            None => first_failed(&replay_input.journal),
+            None => first_failed(&replay_input.journal, restarts),
         };
         let aside: std::collections::HashSet<Position> = match &from {
-            Some(from) => superseded_from(&replay_input.journal, from)
+            Some(from) => superseded_from(&replay_input.journal, from, restarts)
                 .into_iter()
                 .collect(),
             None => Default::default(),
@@ -237,8 +288,11 @@ impl Engine {
         let (mut superseded, kept): (Vec<_>, Vec<_>) = replay_input
             .journal
             .into_iter()
-            .filter(|e| e.superseded.is_none())
+            .filter(|e| !e.is_superseded(restarts))
             .partition(|e| aside.contains(&e.position));
+        if as_new {
+            fork_needs_no_deliveries(&kept, &replay_input.deliveries)?;
+        }
         superseded.sort_by(|a, b| a.position.cmp(&b.position));
         let check = self
             .check_replay_input(
@@ -379,7 +433,12 @@ impl Engine {
         checkpoint.timeline = vec![event];
         checkpoint.callbacks = open_callbacks(plan.superseded.iter(), &plan.deliveries, run);
         checkpoint.reopens = run.status.is_finished();
+        // Callbacks past what one write holds are closed after it (a completion of one
+        // of them meanwhile finds no wait: its superseded wait's callback id is nobody's).
+        let others = checkpoint.item_count() - checkpoint.callbacks.len();
+        let overflow = overflowing(&mut checkpoint.callbacks, others);
         self.backend.store.checkpoint(&checkpoint).await?;
+        self.close_overflow(&run.tenant, &run.id, overflow).await;
         self.watchers.changed(&run.tenant, &run.id);
         self.send_wake(
             WakeUp {
@@ -481,13 +540,23 @@ impl Engine {
                 }
             }
         };
-        // The journal before the point, and the entries after it as superseded by the
-        // fork's first restart, for what a restart carries over.
+        // The journal before the point. Of what comes after the point, only a succeeded tool call's outcome is carried
+        // into a fork: its children are its own (a child's outcome goes to its parent,
+        // the source), its waits wait anew.
         let mut entries: Vec<JournalEntry> = plan.kept.clone();
-        entries.extend(plan.superseded.iter().cloned().map(|mut e| {
-            e.superseded = Some(1);
-            e
-        }));
+        entries.extend(
+            plan.superseded
+                .iter()
+                .filter(|e| {
+                    e.kind == OperationKind::ToolCall
+                        && matches!(e.state, EntryState::Succeeded { .. })
+                })
+                .cloned()
+                .map(|mut e| {
+                    e.superseded = Some(1);
+                    e
+                }),
+        );
         let base = self.write_ahead(&fork, &mut entries).await?;
         let mut next = base.clone();
         next.version += 1;

@@ -25,7 +25,9 @@ pub use deliveries::*;
 pub use events::*;
 pub use flow::{HeldStart, HoldReason, LimitSlot, QueuedAt};
 pub use journal::*;
-pub use restart::{RestartMark, first_failed, order_key, superseded_from};
+pub use restart::{
+    RestartMark, first_failed, is_archived, order_key, restarts_of, superseded_from,
+};
 pub use trace::{TraceParent, root_span_id_for, trace_id_for};
 
 macro_rules! string_id {
