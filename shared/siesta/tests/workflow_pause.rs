@@ -40,6 +40,10 @@ fn env() -> TestEnv {
         .build()
 }
 
+/// How long a workflow's bulk pause or resume waits before it lists runs: every
+/// process's read of the pause expired.
+const SETTLE: std::time::Duration = std::time::Duration::from_millis(PAUSE_CACHE_MS as u64 + 1_000);
+
 /// Set the clock and let the sweep and the worker do what is due.
 async fn at_time(env: &TestEnv, t: &str) {
     env.clock().set(at(t));
@@ -75,6 +79,12 @@ async fn a_paused_workflow_holds_its_runs_queues_its_starts_and_resumes_them_all
     env.run_until_idle().await;
     assert_eq!(
         env.status(&waiting).await,
+        RunStatus::Waiting,
+        "the bulk pause lists runs once every process has read the pause"
+    );
+    env.advance(SETTLE).await;
+    assert_eq!(
+        env.status(&waiting).await,
         RunStatus::Paused,
         "the bulk pause held the run that waited"
     );
@@ -102,7 +112,7 @@ async fn a_paused_workflow_holds_its_runs_queues_its_starts_and_resumes_them_all
         .await
         .unwrap();
     assert!(!resumed.pause.paused);
-    env.run_until_idle().await;
+    env.advance(SETTLE).await;
     assert_eq!(env.status(&waiting).await, RunStatus::Completed);
     assert_eq!(env.status(&queued).await, RunStatus::Waiting, "begun");
     let job = env
@@ -163,6 +173,50 @@ async fn a_paused_workflow_queues_its_schedules_tick_as_a_paused_run() {
         .resume_workflow(env.tenant(), "quick", "ops")
         .await
         .unwrap();
-    env.run_until_idle().await;
+    env.advance(SETTLE).await;
     assert_eq!(env.status(&runs[0].id).await, RunStatus::Completed);
+}
+
+#[tokio::test]
+async fn a_resume_cancels_the_pause_still_listing_and_a_retried_start_is_not_refused() {
+    let env = env();
+    let existing = RunId::from("order-7");
+    env.engine()
+        .start(env.tenant(), "slow", json!(null), Some(existing.clone()))
+        .await
+        .unwrap();
+    let paused = env
+        .engine()
+        .pause_workflow(env.tenant(), "slow", PausedStarts::Refuse, "ops")
+        .await
+        .unwrap();
+    let retried = env
+        .engine()
+        .start(env.tenant(), "slow", json!(null), Some(existing.clone()))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(retried, EngineError::AlreadyExists),
+        "a retried start finds its run, as unpaused: {retried:?}"
+    );
+    env.engine()
+        .resume_workflow(env.tenant(), "slow", "ops")
+        .await
+        .unwrap();
+    let pause_job = env
+        .engine()
+        .action_job(env.tenant(), &paused.job.id)
+        .await
+        .unwrap();
+    assert_eq!(
+        pause_job.status,
+        ActionJobStatus::Cancelled,
+        "not left to undo the resume"
+    );
+    env.advance(SETTLE).await;
+    assert_eq!(
+        env.status(&existing).await,
+        RunStatus::Waiting,
+        "never paused"
+    );
 }

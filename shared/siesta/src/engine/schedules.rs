@@ -113,11 +113,18 @@ impl Engine {
         if let Some(tick) = state.buffered
             && !previous_unfinished
         {
-            self.start_tick(schedule, tick).await?;
-            report.started += 1;
-            state.last_fired = Some(tick);
+            match self.start_tick(schedule, tick).await {
+                Ok(_) => {
+                    report.started += 1;
+                    state.last_fired = Some(tick);
+                    previous_unfinished = true;
+                }
+                // Refused while its workflow is paused: the buffered tick is dropped,
+                // as a tick due now would be skipped.
+                Err(EngineError::WorkflowPaused(_)) => report.skipped += 1,
+                Err(e) => return Err(e),
+            }
             state.buffered = None;
-            previous_unfinished = true;
         }
         let any_due = !due.is_empty();
         for tick in due {
@@ -181,28 +188,27 @@ impl Engine {
                 }
             }
         }
-        // A paused workflow that refuses starts skips its schedule's ticks; one that
-        // queues them gets its tick's run created paused (by the start).
-        if fired.is_none()
-            && self
-                .paused_starts(schedule.tenant_id(), schedule.workflow())
-                .await
-                == Some(PausedStarts::Refuse)
-        {
-            tracing::info!(
-                schedule = schedule.name(),
-                tick = tick.millis(),
-                "tick skipped: its workflow is paused"
-            );
-            report.skipped += 1;
-            return Ok(());
-        }
         let run = match fired {
             Some(run) => run,
-            None => {
-                report.started += 1;
-                self.start_tick(schedule, tick).await?
-            }
+            None => match self.start_tick(schedule, tick).await {
+                Ok(run) => {
+                    report.started += 1;
+                    run
+                }
+                // Its workflow is paused and refuses starts: the tick is skipped, as
+                // one overlapping an unfinished run is (one that queues them had its
+                // run created paused by the start).
+                Err(EngineError::WorkflowPaused(why)) => {
+                    tracing::info!(
+                        schedule = schedule.name(),
+                        tick = tick.millis(),
+                        "tick skipped: workflow {why} is paused"
+                    );
+                    report.skipped += 1;
+                    return Ok(());
+                }
+                Err(e) => return Err(e),
+            },
         };
         state.last_fired = Some(tick);
         *previous_unfinished = !run.status.is_finished();

@@ -113,6 +113,28 @@ impl Engine {
             options.concurrency_key.as_deref(),
         )
         .map_err(EngineError::InvalidInput)?;
+        // A paused workflow's start is held or refused — but a retried start of a run
+        // that exists (its `Idempotency-Key`, a schedule's tick) is answered that run,
+        // as it would be unpaused: the create below finds it.
+        let held_by = match self.paused_starts(tenant, workflow).await {
+            Some(held) if !self.exists(tenant, options.run_id.as_ref()).await? => {
+                match held.starts {
+                    PausedStarts::Refuse => {
+                        return Err(EngineError::WorkflowPaused(workflow.to_owned()));
+                    }
+                    // A start created paused would hold no slot and be in no line: a
+                    // flow-controlled workflow's paused starts are refused instead.
+                    PausedStarts::Queue if self.flow_controlled.contains_key(workflow) => {
+                        return Err(EngineError::WorkflowPaused(format!(
+                            "{workflow} (under {}, so its starts are refused, not queued)",
+                            self.flow_controlled[workflow]
+                        )));
+                    }
+                    PausedStarts::Queue => Some(held.by),
+                }
+            }
+            _ => None,
+        };
         let now = self.clock.now();
         let quota = self.config.quotas.for_tenant(tenant);
         quota::check_size(
@@ -130,21 +152,6 @@ impl Engine {
                     retry_after,
                 })?;
         }
-        let held_by_pause = match self.paused_starts(tenant, workflow).await {
-            None => false,
-            Some(PausedStarts::Refuse) => {
-                return Err(EngineError::WorkflowPaused(workflow.to_owned()));
-            }
-            // A start created paused would hold no slot and be in no line: a
-            // flow-controlled workflow's paused starts are refused instead.
-            Some(PausedStarts::Queue) if self.flow_controlled.contains_key(workflow) => {
-                return Err(EngineError::WorkflowPaused(format!(
-                    "{workflow} (under {}, so its starts are refused, not queued)",
-                    self.flow_controlled[workflow]
-                )));
-            }
-            Some(PausedStarts::Queue) => true,
-        };
         if let Some(debounce) = debounce {
             return self
                 .start_debounced(tenant, workflow, debounce, input, options, now)
@@ -154,13 +161,13 @@ impl Engine {
         let payload = self.encode(tenant, &id, &input).await?;
         let (mut run, started) = self.new_run(tenant, id, workflow, payload, &options, now);
         run.limits = limits;
-        if held_by_pause {
+        if let Some(by) = held_by {
             // Created paused: it begins with the workflow's resume.
             run.status = RunStatus::Paused;
             run.due_at = None;
             run.resend_after = None;
             let run = self.create(run, &started, now).await?;
-            self.note_held_by_workflow_pause(&run).await;
+            self.note_held_by_workflow_pause(&run, &by).await;
             return Ok(Started { run, joined: false });
         }
         if let Some(rate) = self.registry.start_rate_for(workflow) {
@@ -170,6 +177,14 @@ impl Engine {
         self.create(run, &started, now)
             .await
             .map(|run| Started { run, joined: false })
+    }
+
+    /// Whether the run `id` (when one is named) exists already.
+    async fn exists(&self, tenant: &TenantId, id: Option<&RunId>) -> Result<bool, EngineError> {
+        match id {
+            Some(id) => Ok(self.backend.store.get_run(tenant, id).await?.is_some()),
+            None => Ok(false),
+        }
     }
 
     /// A new pending run of `workflow` with `payload` as its input, as a start makes it

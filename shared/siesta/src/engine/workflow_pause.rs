@@ -17,6 +17,7 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::time::Duration;
 
 use super::{ActionRequest, Engine, EngineError};
 use crate::model::*;
@@ -31,17 +32,26 @@ type WorkflowKey = (TenantId, String);
 
 /// What a process read of workflows' pauses, by tenant and workflow, with when.
 #[derive(Default)]
-pub(crate) struct PauseCache(Mutex<HashMap<WorkflowKey, (Timestamp, Option<PausedStarts>)>>);
+pub(crate) struct PauseCache(Mutex<HashMap<WorkflowKey, (Timestamp, Option<Held>)>>);
+
+/// What a start of a paused workflow gets, and who paused it (for its `RunPaused`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Held {
+    /// Queued paused, or refused.
+    pub(crate) starts: PausedStarts,
+    /// Who paused the workflow.
+    pub(crate) by: String,
+}
 
 impl PauseCache {
-    fn get(&self, key: &WorkflowKey, now: Timestamp) -> Option<Option<PausedStarts>> {
+    fn get(&self, key: &WorkflowKey, now: Timestamp) -> Option<Option<Held>> {
         let kept = self.0.lock().unwrap_or_else(|e| e.into_inner());
         kept.get(key)
             .filter(|(at, _)| now.0 - at.0 < PAUSE_CACHE_MS)
-            .map(|(_, starts)| *starts)
+            .map(|(_, held)| held.clone())
     }
 
-    fn put(&self, key: WorkflowKey, now: Timestamp, starts: Option<PausedStarts>) {
+    fn put(&self, key: WorkflowKey, now: Timestamp, starts: Option<Held>) {
         let mut kept = self.0.lock().unwrap_or_else(|e| e.into_inner());
         kept.insert(key, (now, starts));
     }
@@ -92,7 +102,7 @@ impl Engine {
             .write_workflow_pause(tenant, workflow, true, starts, by)
             .await?;
         let job = self
-            .start_action_job(tenant, on_runs_of(workflow, BulkAction::Pause, None), by)
+            .turn_workflow_runs(tenant, workflow, BulkAction::Pause, None, by)
             .await?;
         Ok(WorkflowPaused { pause, job })
     }
@@ -109,9 +119,43 @@ impl Engine {
         let pause = self
             .write_workflow_pause(tenant, workflow, false, PausedStarts::Queue, by)
             .await?;
-        let on_paused = on_runs_of(workflow, BulkAction::Resume, Some(RunStatus::Paused));
-        let job = self.start_action_job(tenant, on_paused, by).await?;
+        let job = self
+            .turn_workflow_runs(
+                tenant,
+                workflow,
+                BulkAction::Resume,
+                Some(RunStatus::Paused),
+                by,
+            )
+            .await?;
         Ok(WorkflowPaused { pause, job })
+    }
+
+    /// Start the bulk pause or resume of `workflow`'s runs, once the pause's record is
+    /// written: a job of the other way still running is cancelled first (a resume must
+    /// not be undone by the pause before it), and the job lists runs only once every
+    /// process has read the record ([`PAUSE_CACHE_MS`] and a second for clocks): every
+    /// run started after that gets the new answer at its start, every one before is
+    /// listed.
+    async fn turn_workflow_runs(
+        &self,
+        tenant: &TenantId,
+        workflow: &str,
+        action: BulkAction,
+        status: Option<RunStatus>,
+        by: &str,
+    ) -> Result<ActionJob, EngineError> {
+        for job in self.action_jobs(tenant, 100).await? {
+            let ours = matches!(job.action, BulkAction::Pause | BulkAction::Resume)
+                && job.filter.workflow.as_deref() == Some(workflow)
+                && !job.status.is_finished();
+            if ours {
+                self.cancel_action_job(tenant, &job.id, by).await?;
+            }
+        }
+        let settle = Duration::from_millis(PAUSE_CACHE_MS as u64 + 1_000);
+        self.start_action_job_after(tenant, on_runs_of(workflow, action, status), by, settle)
+            .await
     }
 
     /// The pause of `tenant`'s `workflow` as stored (`None`: never paused).
@@ -176,11 +220,7 @@ impl Engine {
     /// What a start of `workflow` gets now: `None` when it is not paused. A store
     /// without pauses (or one that cannot be read) pauses nothing: a start is not
     /// refused because the record could not be read, it is logged.
-    pub(super) async fn paused_starts(
-        &self,
-        tenant: &TenantId,
-        workflow: &str,
-    ) -> Option<PausedStarts> {
+    pub(super) async fn paused_starts(&self, tenant: &TenantId, workflow: &str) -> Option<Held> {
         let key = (tenant.clone(), workflow.to_owned());
         let now = self.clock.now();
         if let Some(kept) = self.workflow_pauses.get(&key, now) {
@@ -192,29 +232,24 @@ impl Engine {
             .get_workflow_pause(tenant, workflow)
             .await
         {
-            Ok(pause) => pause.filter(|p| p.paused).map(|p| p.starts),
+            Ok(pause) => pause.filter(|p| p.paused).map(|p| Held {
+                starts: p.starts,
+                by: p.by,
+            }),
             Err(StoreError::Unsupported(_)) => None,
             Err(e) => {
                 tracing::warn!(tenant = %tenant, workflow, error = %e, "could not read the workflow's pause; the start goes ahead");
                 return None;
             }
         };
-        self.workflow_pauses.put(key, now, read);
+        self.workflow_pauses.put(key, now, read.clone());
         read
     }
 
     /// The follow-up write of a run a paused workflow's start created paused: its
-    /// `RunPaused` event, naming the workflow's pause. Best effort: the run is paused
-    /// whether or not it is written.
-    pub(super) async fn note_held_by_workflow_pause(&self, run: &Run) {
-        let Ok(Some(pause)) = self
-            .backend
-            .schedules
-            .get_workflow_pause(&run.tenant, &run.workflow)
-            .await
-        else {
-            return;
-        };
+    /// `RunPaused` event, naming the workflow's pause (`by` paused it). Best effort: the
+    /// run is paused whether or not it is written.
+    pub(super) async fn note_held_by_workflow_pause(&self, run: &Run, by: &str) {
         let mut next = run.clone();
         next.version += 1;
         next.timeline_seq += 1;
@@ -228,7 +263,7 @@ impl Engine {
             parent_id: None,
             name: Some(run.workflow.clone()),
             details: crate::timeline::EventDetails::RunPaused(crate::timeline::RunPaused {
-                paused_by: Some(format!("{} (workflow {} paused)", pause.by, run.workflow)),
+                paused_by: Some(format!("{by} (workflow {} paused)", run.workflow)),
             })
             .to_value(),
         });

@@ -58,6 +58,19 @@ impl Engine {
         request: ActionRequest,
         by: &str,
     ) -> Result<ActionJob, EngineError> {
+        self.start_action_job_after(tenant, request, by, Duration::ZERO)
+            .await
+    }
+
+    /// [`Engine::start_action_job`], its first slice `after` from now (a workflow's
+    /// pause waits until every process has read it before it lists the runs to hold).
+    pub(crate) async fn start_action_job_after(
+        &self,
+        tenant: &TenantId,
+        request: ActionRequest,
+        by: &str,
+        after: Duration,
+    ) -> Result<ActionJob, EngineError> {
         if request.filter.is_empty() {
             return Err(EngineError::InvalidInput(
                 "a bulk action needs a filter: name at least a workflow, a status or another field"
@@ -93,7 +106,7 @@ impl Engine {
             cursor: None,
             created_at: now,
             updated_at: now,
-            next_at: now,
+            next_at: now.plus(after),
             lease: None,
             errors_in_a_row: 0,
             error: None,
@@ -107,7 +120,7 @@ impl Engine {
         job.version = self.backend.store.put_action_job(&job, 0).await?;
         tracing::info!(tenant = %tenant, job = %job.id, action = %job.action, %by, "bulk action started");
         // A lost send is healed by the sweep: the job is active and due now.
-        self.send_action_wake(&job, Duration::ZERO).await;
+        self.send_action_wake(&job, after).await;
         Ok(job)
     }
 
