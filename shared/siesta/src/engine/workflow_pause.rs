@@ -27,12 +27,13 @@ use crate::time::Timestamp;
 /// How long a process keeps what it read of a workflow's pause, in milliseconds.
 pub const PAUSE_CACHE_MS: i64 = 1_000;
 
-/// A tenant's workflow.
-type WorkflowKey = (TenantId, String);
+/// What a process read of one tenant's workflows' pauses, by workflow, with when.
+type TenantPauses = HashMap<String, (Timestamp, Option<Held>)>;
 
-/// What a process read of workflows' pauses, by tenant and workflow, with when.
+/// What a process read of workflows' pauses, by tenant and workflow, with when. Looked
+/// up by reference: a start that finds its answer kept allocates nothing.
 #[derive(Default)]
-pub(crate) struct PauseCache(Mutex<HashMap<WorkflowKey, (Timestamp, Option<Held>)>>);
+pub(crate) struct PauseCache(Mutex<HashMap<TenantId, TenantPauses>>);
 
 /// What a start of a paused workflow gets, and who paused it (for its `RunPaused`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,20 +45,26 @@ pub(crate) struct Held {
 }
 
 impl PauseCache {
-    fn get(&self, key: &WorkflowKey, now: Timestamp) -> Option<Option<Held>> {
+    fn get(&self, tenant: &TenantId, workflow: &str, now: Timestamp) -> Option<Option<Held>> {
         let kept = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        kept.get(key)
+        kept.get(tenant)?
+            .get(workflow)
             .filter(|(at, _)| now.0 - at.0 < PAUSE_CACHE_MS)
             .map(|(_, held)| held.clone())
     }
 
-    fn put(&self, key: WorkflowKey, now: Timestamp, starts: Option<Held>) {
+    fn put(&self, tenant: &TenantId, workflow: &str, now: Timestamp, held: Option<Held>) {
         let mut kept = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        kept.insert(key, (now, starts));
+        kept.entry(tenant.clone())
+            .or_default()
+            .insert(workflow.to_owned(), (now, held));
     }
 
-    fn forget(&self, key: &WorkflowKey) {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).remove(key);
+    fn forget(&self, tenant: &TenantId, workflow: &str) {
+        let mut kept = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(pauses) = kept.get_mut(tenant) {
+            pauses.remove(workflow);
+        }
     }
 }
 
@@ -183,7 +190,6 @@ impl Engine {
         starts: PausedStarts,
         by: &str,
     ) -> Result<WorkflowPause, EngineError> {
-        let key = (tenant.clone(), workflow.to_owned());
         for _ in 0..8 {
             let version = self
                 .workflow_pause(tenant, workflow)
@@ -204,7 +210,7 @@ impl Engine {
             {
                 Ok(version) => {
                     pause.version = version;
-                    self.workflow_pauses.forget(&key);
+                    self.workflow_pauses.forget(tenant, workflow);
                     tracing::info!(tenant = %tenant, workflow, paused, %by, "workflow pause written");
                     return Ok(pause);
                 }
@@ -221,9 +227,8 @@ impl Engine {
     /// without pauses (or one that cannot be read) pauses nothing: a start is not
     /// refused because the record could not be read, it is logged.
     pub(super) async fn paused_starts(&self, tenant: &TenantId, workflow: &str) -> Option<Held> {
-        let key = (tenant.clone(), workflow.to_owned());
         let now = self.clock.now();
-        if let Some(kept) = self.workflow_pauses.get(&key, now) {
+        if let Some(kept) = self.workflow_pauses.get(tenant, workflow, now) {
             return kept;
         }
         let read = match self
@@ -242,7 +247,8 @@ impl Engine {
                 return None;
             }
         };
-        self.workflow_pauses.put(key, now, read.clone());
+        self.workflow_pauses
+            .put(tenant, workflow, now, read.clone());
         read
     }
 
