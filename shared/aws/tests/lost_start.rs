@@ -167,7 +167,9 @@ async fn on_aws_a_start_cut_off_and_never_retried_is_woken_by_the_first_sweep_pa
 
         // The normal path first: a start costs one write, the tenant's build record
         // (`RunStore::builds`) and one send — the lost-start recovery adds nothing to
-        // it — and once it has begun no sweep sends anything for it.
+        // it — and once it has begun no sweep sends anything for it. The first start
+        // of a workflow in a second also reads the workflow's pause (a process keeps
+        // what it read a second: docs/operations.md, "Pause a workflow").
         let begun = RunId(format!("begun-{}", uuid::Uuid::new_v4().simple()));
         w.counter.reset();
         w.engine
@@ -178,7 +180,8 @@ async fn on_aws_a_start_cut_off_and_never_retried_is_woken_by_the_first_sweep_pa
         assert_eq!(w.requests("sqs", "SendMessage"), 1);
         assert_eq!(w.requests("dynamodb", "TransactWriteItems"), 1);
         assert_eq!(w.requests("dynamodb", "UpdateItem"), 1, "the build record");
-        assert_eq!(w.counter.snapshot().values().sum::<u64>(), 3);
+        assert_eq!(w.requests("dynamodb", "GetItem"), 1, "the workflow's pause");
+        assert_eq!(w.counter.snapshot().values().sum::<u64>(), 4);
         assert_eq!(w.engine.run_until_idle(10).await.unwrap(), 1);
 
         let lost = RunId(format!("lost-{}", uuid::Uuid::new_v4().simple()));

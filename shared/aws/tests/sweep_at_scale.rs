@@ -214,7 +214,8 @@ async fn in_the_due_index(
 
 /// The requests of one sweep of `due` runs, none of them already queued: the
 /// dead-letter queue read once, one `Query` per shard of the due index (each shard's
-/// share fits in one), and per due run its wake-up sent and its `resend_after` written.
+/// share fits in one) and one of the active bulk actions' jobs, and per due run its
+/// wake-up sent and its `resend_after` written.
 fn one_sweep(due: u64) -> RequestCounts {
     let mut expected = RequestCounts::new();
     let mut add = |service: &str, op: &str, n: u64| {
@@ -223,7 +224,9 @@ fn one_sweep(due: u64) -> RequestCounts {
         }
     };
     add("sqs", "ReceiveMessage", 1);
-    add("dynamodb", "Query", u64::from(DUE_SHARDS));
+    // One per due shard, and one of the active bulk actions' jobs (`AJ`), whose stalled
+    // slices the sweep sends again.
+    add("dynamodb", "Query", u64::from(DUE_SHARDS) + 1);
     add("sqs", "SendMessage", due);
     add("dynamodb", "UpdateItem", due);
     expected
@@ -423,8 +426,9 @@ async fn sweep_at_scale(env: &support::Emulators, runs: usize) {
         Some(runs as u64),
         "one wake-up sent per fired deadline: {sweep_requests:?}"
     );
-    // Each sweep (the pages and the last, which finds nothing) one `Query` per shard and
-    // one read of the dead-letter queue; each fired deadline one send and one write.
+    // Each sweep (the pages and the last, which finds nothing) one `Query` per shard, one
+    // of the active jobs and one read of the dead-letter queue; each fired deadline one
+    // send and one write.
     let mut expected = one_sweep(runs as u64);
     for (service, op) in [("dynamodb", "Query"), ("sqs", "ReceiveMessage")] {
         *expected
