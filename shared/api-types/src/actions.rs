@@ -47,16 +47,32 @@ pub struct RunsActionFilter {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub build: Option<String>,
     /// Runs created at or after this instant.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "rfc3339_text"
+    )]
     pub created_after: Option<Rfc3339>,
     /// Runs created before this instant.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "rfc3339_text"
+    )]
     pub created_before: Option<Rfc3339>,
     /// Failed runs whose failure (their last change) is at or after this instant.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "rfc3339_text"
+    )]
     pub failed_after: Option<Rfc3339>,
     /// Failed runs whose failure (their last change) is before this instant.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "rfc3339_text"
+    )]
     pub failed_before: Option<Rfc3339>,
     /// Runs whose error is of this kind (`ErrorInfo.kind`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -181,4 +197,15 @@ pub struct RunsActionView {
 pub struct RunsActionList {
     /// The jobs.
     pub jobs: Vec<RunsActionView>,
+}
+
+/// A filter's time, as the document describes it: RFC 3339 text only (a number of
+/// milliseconds, which `Rfc3339` reads elsewhere, is refused here: the request's schema
+/// says a string).
+fn rfc3339_text<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<Rfc3339>, D::Error> {
+    let text: Option<String> = Deserialize::deserialize(deserializer)?;
+    text.map(|t| t.parse().map_err(serde::de::Error::custom))
+        .transpose()
 }

@@ -28,7 +28,7 @@ use siesta_api_types::{RestartBody, RunView};
         ("id" = String, Path, description = "The run's id"),
         IfMatch,
     ),
-    request_body(content = RestartBody, content_type = "application/json", description = "Where to go on from, and how (optional)"),
+    request_body(content = Option<RestartBody>, content_type = "application/json", description = "Where to go on from, and how (optional)"),
     responses(
         (status = 200, description = "Restarted in place: the run, pending", body = RunView),
         (status = 201, description = "Restarted as new: the fork, pending", body = RunView),

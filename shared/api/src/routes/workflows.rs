@@ -41,7 +41,7 @@ fn view(workflow: &str, pause: Option<&WorkflowPause>, job: Option<String>) -> W
     post, path = "/workflows/{name}/pause", operation_id = "pauseWorkflow", tag = "workflows",
     security(("bearer" = [])),
     params(("name" = String, Path, description = "The workflow's registered name")),
-    request_body(content = PauseWorkflowBody, content_type = "application/json", description = "What its new starts get (optional)"),
+    request_body(content = Option<PauseWorkflowBody>, content_type = "application/json", description = "What its new starts get (optional)"),
     responses(
         (status = 202, description = "Paused; its runs are being paused", body = WorkflowPauseView),
         WorkflowPauseErrors,
